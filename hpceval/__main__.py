@@ -1,0 +1,3 @@
+from hpceval.cli.main import main
+
+main()

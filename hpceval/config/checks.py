@@ -1,0 +1,139 @@
+"""Checks that need more than one key, or the environment: run after the types are right."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hpceval.config.errors import ConfigIssue
+from hpceval.config.schema import RunSpec
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+
+
+def walltime_minutes(text: str) -> int | None:
+    """Slurm time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. None if invalid."""
+    m = _WALLTIME.match(text.strip())
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:
+        hours, minutes, seconds = [*nums, 0, 0][:3]
+        total = int(days) * 1440 + hours * 60 + minutes + (seconds > 0)
+    elif len(nums) == 3:
+        total = nums[0] * 60 + nums[1] + (nums[2] > 0)
+    else:  # MM or MM:SS
+        total = nums[0] + (len(nums) == 2 and nums[1] > 0)
+    return total
+
+
+PATH_KEYS = ("execution.output_dir", "execution.image_dir", "execution.hf_cache_dir",
+             "execution.dataset_dir", "execution.python", "deployment.checkpoint_path")
+
+
+def expand_paths(data: dict[str, Any], environ: Mapping[str, str]) -> list[ConfigIssue]:
+    """Expand ~ and $VARS in path keys on the login node ($SCRATCH, $WORK are common)."""
+    issues: list[ConfigIssue] = []
+    for path in PATH_KEYS:
+        section, key = path.split(".")
+        node = data.get(section)
+        if not isinstance(node, dict) or not isinstance(node.get(key), str):
+            continue
+        value = os.path.expanduser(node[key])
+        missing = [m for m in _VAR.findall(value) if m not in environ]
+        if missing:
+            issues.append(ConfigIssue(path, f"{node[key]!r} uses ${missing[0]}, which is not set",
+                                      f"export {missing[0]}=... or write the path out"))
+            continue
+        node[key] = _VAR.sub(lambda m: environ[m.group(1)], value)
+    return issues
+
+
+def env_reference(value: str) -> str | None:
+    """The variable NAME a value passes through (host:NAME, $NAME, ${NAME}), or None if literal."""
+    for prefix in ("host:", "runtime:"):
+        if value.startswith(prefix):
+            return value[len(prefix):]
+    m = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", value)
+    return m.group(1) if m else None
+
+
+def literal_env(value: str) -> str:
+    return value[4:] if value.startswith("lit:") else value
+
+
+def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[ConfigIssue]:
+    """``environ`` None skips the checks that secrets are set (render on another machine)."""
+    ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
+    if not ex.output_dir.startswith("/"):
+        yield ConfigIssue("execution.output_dir", f"{ex.output_dir!r} is not an absolute path",
+                          "use an absolute path on storage that compute nodes share")
+    for key in ("walltime", "max_walltime"):
+        if walltime_minutes(getattr(ex, key)) is None:
+            yield ConfigIssue(f"execution.{key}", f"{getattr(ex, key)!r} is not a Slurm time",
+                              "write HH:MM:SS, D-HH:MM:SS or minutes")
+    wall, cap = walltime_minutes(ex.walltime), walltime_minutes(ex.max_walltime)
+    if wall and cap and cap < wall:
+        yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
+                          f"allocation's walltime {ex.walltime}", "raise max_walltime")
+    for flag in ex.sbatch_extra_flags:
+        if not FLAG_NAME.match(flag):
+            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",
+                              "write the long name without dashes, e.g. mail-type")
+    if dep.type == "none" and not ep.url:
+        yield ConfigIssue("target.api_endpoint.url", "required when deployment.type is none",
+                          "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
+    if dep.type in ("vllm", "sglang"):
+        if bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
+            yield ConfigIssue(
+                "deployment.checkpoint_path", "give exactly one of checkpoint_path"
+                              " and hf_model_handle", "set deployment.checkpoint_path=/path/to/model")
+        if dep.runtime == "container" and not dep.image:
+            yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs "
+                              "an image", "set deployment.image, or deployment.runtime=host")
+    if dep.type == "command" and not dep.command:
+        yield ConfigIssue("deployment.command", "required when deployment.type is command",
+                          "give the server command line; $PORT holds its port")
+    if dep.type != "none" and not (dep.served_model_name or ep.model_id):
+        yield ConfigIssue("deployment.served_model_name", "no model name for requests",
+                          "set deployment.served_model_name (or target.api_endpoint.model_id)")
+    if dep.type == "none" and not ep.model_id:
+        yield ConfigIssue("target.api_endpoint.model_id", "required for an external endpoint",
+                          "set the model name the endpoint serves")
+    if dep.port + 64 > 65535:
+        yield ConfigIssue("deployment.port", f"{dep.port} leaves no room for instance ports",
+                          "use a port below 65000")
+    yield from _env_issues(spec, environ)
+
+
+def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[ConfigIssue]:
+    name = spec.target.api_endpoint.api_key_name
+    if name is not None:
+        if not ENV_NAME.match(name):
+            yield ConfigIssue("target.api_endpoint.api_key_name", f"{name!r} is not a variable "
+                              "name", "give the NAME of the variable holding the key, not the key")
+        elif environ is not None and name not in environ:
+            yield ConfigIssue("target.api_endpoint.api_key_name", f"${name} is not set",
+                              f"export {name}=... before submitting (the value is never stored)")
+    groups = [("execution.env_vars", spec.execution.env_vars),
+              ("deployment.env_vars", spec.deployment.env_vars),
+              ("evaluation.env_vars", spec.evaluation.env_vars)]
+    groups += [(f"evaluation.tasks.{t.name}.env_vars", t.env_vars) for t in spec.evaluation.tasks]
+    for where, env in groups:
+        for var, value in env.items():
+            if not ENV_NAME.match(var):
+                yield ConfigIssue(f"{where}.{var}", "is not a valid variable name",
+                                  "use letters, digits and _")
+            ref = env_reference(value)
+            if ref is not None and not ENV_NAME.match(ref):
+                yield ConfigIssue(f"{where}.{var}", f"{value!r} names no valid variable",
+                                  "write host:NAME")
+            elif ref is not None and environ is not None and ref not in environ:
+                yield ConfigIssue(f"{where}.{var}", f"passes ${ref} through, but it is not set",
+                                  f"export {ref}=... before submitting (the value is never stored)")

@@ -1,0 +1,150 @@
+"""Compose a run configuration from its layers, remembering where each value came from.
+
+Order (later wins): site profile (with its ``extends`` chain) -> deployment preset -> run file
+-> ``-o`` overrides. The profile and preset are picked by the run file's ``defaults:`` list
+(``- execution: <profile>``, ``- deployment: <kind>``), by ``--profile``, or by
+``$HPCEVAL_PROFILE``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpceval.config.errors import ConfigError
+from hpceval.config.nemo_compat import RENAMED, translate
+from hpceval.config.overrides import apply_override, parse_override
+from hpceval.config.profiles import find_file, read_yaml, split_profile
+
+
+@dataclass
+class Composed:
+    data: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)  # key path -> layer it came from
+    notes: list[str] = field(default_factory=list)
+    run_file: Path | None = None
+
+    def source_of(self, path: str) -> str:
+        while path:
+            if path in self.sources:
+                return self.sources[path]
+            path = path.rpartition(".")[0]
+        return "default"
+
+
+def _leaves(data: Any, prefix: str) -> list[str]:
+    if isinstance(data, dict) and data:
+        out: list[str] = []
+        for k, v in data.items():
+            out += _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [prefix]
+
+
+def merge(base: dict[str, Any], layer: dict[str, Any], sources: dict[str, str], source: str,
+          prefix: str = "") -> None:
+    """Deep-merge ``layer`` into ``base``; mappings merge, everything else replaces."""
+    for k, v in layer.items():
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            merge(base[k], v, sources, source, path)
+            continue
+        base[k] = copy.deepcopy(v)
+        for stale in [p for p in sources if p.startswith(path + ".")]:
+            del sources[stale]
+        for leaf in _leaves(v, path):
+            sources[leaf] = source
+
+
+def _parse_defaults(defaults: Any) -> dict[str, str]:
+    """NeMo-style ``defaults: [{execution: x}, {deployment: y}, _self_]`` or a plain mapping."""
+    if defaults is None:
+        return {}
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(defaults, dict):
+        pairs = list(defaults.items())
+    else:
+        if not isinstance(defaults, list):
+            raise ConfigError.at("defaults", "must be a list", "write - execution: <profile>")
+        for i, entry in enumerate(defaults):
+            if entry == "_self_":
+                continue
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ConfigError.at(f"defaults[{i}]", f"{entry!r} is not 'group: name'",
+                                     "write - execution: <profile> or - deployment: <kind>")
+            pairs += list(entry.items())
+    chosen: dict[str, str] = {}
+    for group, name in pairs:
+        if group not in ("execution", "deployment"):
+            raise ConfigError.at(f"defaults.{group}", "unknown group",
+                                 "only execution: <profile> and deployment: <kind> are picked")
+        chosen[str(group)] = str(name)
+    return chosen
+
+
+def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = ()) -> list[
+        tuple[dict[str, Any], str]]:
+    """The profile's layers, most general first (``extends`` chains)."""
+    if name in seen:
+        chain = " -> ".join((*seen, name))
+        raise ConfigError.at("extends", f"profiles extend each other in a loop: {chain}",
+                             "remove one extends")
+    path, _ = find_file(name, "profile", near)
+    raw = read_yaml(path, f"profile {name}")
+    parent = raw.get("extends")
+    layers = _load_profile(str(parent), near, (*seen, name)) if parent else []
+    body = split_profile(raw)
+    body.setdefault("execution", {}).setdefault("profile", name)
+    return [*layers, (body, f"profile {name} ({path})")]
+
+
+def _normalize_tasks(layer: dict[str, Any]) -> None:
+    """``tasks: [ifeval, gsm8k]`` is shorthand for ``[{name: ifeval}, {name: gsm8k}]``."""
+    evaluation = layer.get("evaluation")
+    if isinstance(evaluation, dict) and isinstance(evaluation.get("tasks"), list):
+        evaluation["tasks"] = [{"name": t} if isinstance(t, str) else t
+                               for t in evaluation["tasks"]]
+
+
+def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
+            profile: str | None = None) -> Composed:
+    near = run_file.resolve().parent if run_file else None
+    run = read_yaml(run_file, "config") if run_file else {}
+    run = copy.deepcopy(run)
+    chosen = _parse_defaults(run.pop("defaults", None))
+    if profile:
+        chosen["execution"] = profile
+    chosen.setdefault("execution", os.environ.get("HPCEVAL_PROFILE", ""))
+
+    out = Composed(data={}, run_file=run_file)
+    layers: list[tuple[dict[str, Any], str]] = []
+    if chosen["execution"]:
+        layers += _load_profile(chosen["execution"], near)
+    if chosen.get("deployment"):
+        preset_file, _ = find_file(chosen["deployment"], "deployment", near)
+        preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
+        layers.append(({"deployment": preset}, f"deployment preset ({preset_file})"))
+    if run:
+        layers.append((run, f"run file {run_file}"))
+    for layer, source in layers:
+        _normalize_tasks(layer)
+        out.notes += translate(layer, source)
+        merge(out.data, layer, out.sources, source)
+    for text in overrides:
+        ov = parse_override(text)
+        dotted = ".".join(ov.path)
+        if dotted in RENAMED:
+            ov = type(ov)(RENAMED[dotted].split("."), ov.value, ov.delete, ov.text)
+        if isinstance(ov.value, list) and ov.path[-1] == "tasks":
+            ov = type(ov)(ov.path, [{"name": t} if isinstance(t, str) else t for t in ov.value],
+                          ov.delete, ov.text)
+        path = apply_override(out.data, ov)
+        for stale in [p for p in out.sources if p == path or p.startswith(path + ".")]:
+            del out.sources[stale]
+        if not ov.delete:
+            for leaf in _leaves(ov.value, path):
+                out.sources[leaf] = f"-o {text}"
+    return out

@@ -1,0 +1,131 @@
+"""Find site profiles and deployment presets on the search path.
+
+Precedence (first hit wins): next to the run file, ``$HPCEVAL_PROFILE_PATH``,
+``~/.config/hpceval/profiles``, then the profiles shipped in ``site-configs/``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpceval.config.errors import ConfigError
+from hpceval.resources import site_configs_dir
+
+SECTION_KEYS = {"execution", "deployment", "target", "evaluation"}
+META_KEYS = {"extends", "description"}
+
+
+@dataclass(frozen=True)
+class ProfileDir:
+    path: Path
+    source: str  # "run file", "HPCEVAL_PROFILE_PATH", "user", "shipped"
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    name: str
+    path: Path
+    source: str
+    description: str
+    shadows: tuple[Path, ...] = ()
+
+
+def search_dirs(near: Path | None = None) -> list[ProfileDir]:
+    dirs: list[ProfileDir] = []
+    if near is not None:
+        dirs += [ProfileDir(near, "run file"), ProfileDir(near / "execution", "run file")]
+    for entry in os.environ.get("HPCEVAL_PROFILE_PATH", "").split(os.pathsep):
+        if entry:
+            dirs.append(ProfileDir(Path(entry).expanduser(), "HPCEVAL_PROFILE_PATH"))
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    dirs.append(ProfileDir(config_home / "hpceval" / "profiles", "user"))
+    dirs.append(ProfileDir(site_configs_dir(), "shipped"))
+    return dirs
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError.at(what, f"cannot read {path}: {exc.strerror}", "check the path") from exc
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError.at(what, f"{path}{where}: invalid YAML: {problem}",
+                             "fix the YAML syntax (indentation, quotes, colons)") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError.at(what, f"{path} must hold a mapping, not {type(data).__name__}",
+                             "write key: value pairs at the top level")
+    return data
+
+
+def _candidates(name: str) -> list[str]:
+    # NeMo Evaluator names its stock Slurm profile "slurm/default"; ours is "slurm".
+    names = [name]
+    if name.endswith("/default"):
+        names.append(name[: -len("/default")])
+    return names
+
+
+def find_file(name: str, kind: str, near: Path | None = None) -> tuple[Path, str]:
+    """Locate profile ``name`` (kind "profile") or deployment preset (kind "deployment")."""
+    if kind == "profile" and name.endswith((".yaml", ".yml")) and Path(name).expanduser().is_file():
+        return Path(name).expanduser().resolve(), "path"
+    tried: list[str] = []
+    for d in search_dirs(near):
+        if kind == "deployment" and d.path.name == "execution":
+            continue
+        base = d.path / "deployment" if kind == "deployment" else d.path
+        for candidate in _candidates(name):
+            for ext in (".yaml", ".yml"):
+                path = base / f"{candidate}{ext}"
+                if path.is_file():
+                    return path, d.source
+        tried.append(str(base))
+    known = sorted({p.name for p in list_profiles()}) if kind == "profile" else []
+    hint = f"known profiles: {', '.join(known)}" if known else "check the name"
+    key = "defaults.execution" if kind == "profile" else "defaults.deployment"
+    raise ConfigError.at(key, f"{kind} {name!r} not found in " + ", ".join(tried), hint)
+
+
+def split_profile(data: dict[str, Any]) -> dict[str, Any]:
+    """A profile is either sectioned (execution:, deployment:, ...) or bare execution keys."""
+    body = {k: v for k, v in data.items() if k not in META_KEYS}
+    if SECTION_KEYS & set(body):
+        return body
+    return {"execution": body} if body else {}
+
+
+def list_profiles() -> list[ProfileInfo]:
+    """Every profile on the search path (run-file folders aside), with what it shadows."""
+    found: dict[str, ProfileInfo] = {}
+    for d in search_dirs():
+        if not d.path.is_dir():
+            continue
+        for path in sorted(d.path.rglob("*.y*ml")):
+            rel = path.relative_to(d.path)
+            if rel.parts[0] == "deployment" or path.suffix not in (".yaml", ".yml"):
+                continue
+            name = str(rel.with_suffix(""))
+            if name in found:
+                prev = found[name]
+                found[name] = ProfileInfo(prev.name, prev.path, prev.source, prev.description,
+                                          (*prev.shadows, path))
+                continue
+            try:
+                description = str(read_yaml(path, "profile").get("description", ""))
+            except ConfigError as exc:
+                description = f"(unreadable: {exc})"
+            found[name] = ProfileInfo(name, path, d.source, description.strip().splitlines()[0]
+                                      if description.strip() else "")
+    return sorted(found.values(), key=lambda p: p.name)

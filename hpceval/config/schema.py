@@ -1,0 +1,169 @@
+"""The run configuration schema: four sections named as in NeMo Evaluator's launcher.
+
+The dataclasses below are the single source of truth: validation, `config show` and the docs
+all read the field types, defaults and help texts from here. A validated config is one frozen
+``RunSpec``; nothing downstream sees raw dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ExecutionType = Literal["slurm", "local"]
+ContainerRuntime = Literal["apptainer", "singularity", "none"]
+GpuRequest = Literal["gpus-per-node", "gres", "none"]
+DeploymentType = Literal["none", "vllm", "sglang", "command"]
+ServerRuntime = Literal["container", "host"]
+MultiNodeBackend = Literal["ray", "native"]
+EndpointType = Literal["chat", "completions", "vlm", "embedding"]
+
+
+def key(default: Any = None, doc: str = "", *, minimum: float | None = None) -> Any:
+    """A config key with its help text; mutable defaults are copied per instance."""
+    meta = {"doc": doc, "minimum": minimum}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+REQUIRED: Any = object()  # sentinel default: the key must be given somewhere
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    type: ExecutionType = key("slurm", "slurm submits with sbatch; local runs the same job here")
+    profile: str | None = key(None, "name of the site profile this section came from")
+    partition: str | None = key(None, "Slurm partition (--partition)")
+    account: str | None = key(None, "Slurm account to charge (--account)")
+    qos: str | None = key(None, "Slurm quality of service (--qos)")
+    reservation: str | None = key(None, "Slurm reservation (--reservation)")
+    constraint: str | None = key(None, "node features (--constraint), e.g. 'h100&ib'")
+    walltime: str = key("04:00:00", "time limit per allocation: [D-]HH:MM:SS or minutes")
+    max_walltime: str = key("48:00:00", "cap on the total time of a resumed chain of jobs")
+    auto_resume: bool = key(True, "continue in a new allocation after timeout or preemption")
+    signal_seconds: int = key(
+        300, "send USR1 this many seconds before the walltime so work is saved", minimum=30
+    )
+    nodes: int = key(1, "nodes per model (one allocation serves all tasks of a model)", minimum=1)
+    gpus_per_node: int = key(8, "GPUs on each node of the allocation", minimum=0)
+    gpu_request: GpuRequest = key(
+        "gpus-per-node", "how GPUs are requested: --gpus-per-node=N, --gres=gpu[:type]:N, or not"
+    )
+    gpu_type: str | None = key(None, "GPU type for the request, e.g. a100 (gres or gpus-per-node)")
+    cpus_per_task: int | None = key(None, "CPUs for the job's main task (--cpus-per-task)")
+    mem: str | None = key(None, "memory per node (--mem), e.g. 0 (all) or 480G")
+    exclusive: bool = key(False, "request whole nodes (--exclusive)")
+    job_name: str | None = key(None, "job name; default hpceval-<model>")
+    sbatch_comment: str | None = key(None, "--comment, e.g. to exempt long loads from reapers")
+    sbatch_extra_flags: dict[str, Any] = key(
+        {}, "more #SBATCH flags: {flag: value}; true gives a bare flag, false/null omits it"
+    )
+    output_dir: str = key(REQUIRED, "run directories go here; must be on storage the nodes share")
+    container_runtime: ContainerRuntime = key(
+        "apptainer", "runs harness (and server) images; none runs host-installed tools"
+    )
+    image_dir: str | None = key(None, "folder of pre-built SIF images (see `hpceval stage`)")
+    hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
+    dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
+    extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
+    modules: list[str] = key([], "environment modules loaded before anything runs")
+    pre_commands: list[str] = key(
+        [], "shell lines run verbatim in the job preamble (site admin code, not quoted)"
+    )
+    env_vars: dict[str, str] = key({}, "environment for the whole job (literal values)")
+    offline: bool = key(False, "compute nodes have no internet: set HF_*_OFFLINE in harnesses")
+    array_parallelism: int | None = key(None, "max array elements running at once (sweeps)")
+    python: str | None = key(None, "Python on shared storage that runs the in-job runtime")
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    type: DeploymentType = key("none", "none (external endpoint) | vllm | sglang | command")
+    checkpoint_path: str | None = key(None, "model directory on shared storage")
+    hf_model_handle: str | None = key(None, "Hugging Face model id (from the shared HF cache)")
+    served_model_name: str | None = key(None, "model name the server answers to")
+    tensor_parallel_size: int = key(1, "GPUs one model copy is split across (TP)", minimum=1)
+    pipeline_parallel_size: int = key(1, "pipeline stages of one model copy (PP)", minimum=1)
+    data_parallel_size: int | None = key(
+        None, "independent server instances; default fills every GPU of the allocation"
+    )
+    gpus_per_instance: int | None = key(
+        None, "command deployments: GPUs per instance (vllm/sglang use TP x PP)"
+    )
+    multi_node_backend: MultiNodeBackend = key(
+        "ray", "how one instance spans nodes: ray (head + workers) or native (vLLM headless)"
+    )
+    max_model_len: int | None = key(None, "context length the server allocates for")
+    gpu_memory_utilization: float = key(0.9, "fraction of GPU memory the server may use")
+    port: int = key(8000, "first server port on each node (instances count up)", minimum=1024)
+    extra_args: list[str] = key([], "more server arguments, one list item per argument")
+    env_vars: dict[str, str] = key({}, "environment for the server processes (literal values)")
+    image: str | None = key(None, "server image: a .sif path or docker:// reference")
+    runtime: ServerRuntime = key("container", "run the server from the image or from the host")
+    command: str | None = key(None, "command deployments: the server command ($PORT is set)")
+    health_path: str = key("/health", "path polled until the server answers")
+    health_timeout: int = key(
+        3600, "seconds to wait for servers to load (large checkpoints take 40+ min)", minimum=10
+    )
+
+
+@dataclass(frozen=True)
+class ApiEndpointSpec:
+    model_id: str | None = key(None, "model name sent in requests; default served_model_name")
+    url: str | None = key(None, "endpoint URL; required when deployment.type is none")
+    type: EndpointType = key("chat", "chat | completions | vlm | embedding")
+    api_key_name: str | None = key(
+        None, "NAME of the environment variable holding the API key (never the key itself)"
+    )
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    api_endpoint: ApiEndpointSpec = field(default_factory=ApiEndpointSpec)
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    limit_samples: int | None = key(None, "evaluate only the first N samples", minimum=1)
+    parallelism: int = key(16, "concurrent requests a harness sends", minimum=1)
+    temperature: float | None = key(None, "sampling temperature")
+    top_p: float | None = key(None, "nucleus sampling top_p")
+    max_new_tokens: int | None = key(None, "generation length limit", minimum=1)
+    request_timeout: int = key(600, "seconds per request", minimum=1)
+    max_retries: int = key(5, "retries per failed request", minimum=0)
+    num_fewshot: int | None = key(None, "few-shot examples", minimum=0)
+    extra: dict[str, Any] = key({}, "harness-specific parameters, passed through")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str = key(REQUIRED, "task name: short (ifeval) or harness.task")
+    params: EvalParams = field(
+        default_factory=EvalParams,
+        metadata={"doc": "overrides of evaluation.params for this task (merged over them)"},
+    )
+    env_vars: dict[str, str] = key(
+        {}, "environment for this task: literal, or host:NAME / $NAME to pass a variable by name"
+    )
+    container: str | None = key(None, "harness image for this task instead of the catalogue's")
+    timeout: int | None = key(None, "seconds before a hung harness is stopped", minimum=1)
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    tasks: list[TaskSpec] = key(REQUIRED, "tasks to run, in order, against one server")
+    params: EvalParams = field(default_factory=EvalParams)
+    env_vars: dict[str, str] = key({}, "environment for every task (same forms as a task's)")
+    max_concurrent_tasks: int = key(1, "tasks of one model running at the same time", minimum=1)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    execution: ExecutionSpec
+    deployment: DeploymentSpec
+    target: TargetSpec
+    evaluation: EvaluationSpec
+
+
+SECTIONS = ("execution", "deployment", "target", "evaluation")

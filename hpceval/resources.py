@@ -1,0 +1,28 @@
+"""Locate the data files hpceval ships: Jinja templates and site profiles.
+
+In a wheel they live under ``hpceval/_data``; in a source checkout (editable install, tests)
+they stay at the top of the repository, where admins expect to find them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _data_dir(name: str) -> Path:
+    for candidate in (_PACKAGE_DIR / "_data" / name, _PACKAGE_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"hpceval data folder {name!r} not found next to {_PACKAGE_DIR}; the installation is broken"
+    )
+
+
+def templates_dir() -> Path:
+    return _data_dir("templates")
+
+
+def site_configs_dir() -> Path:
+    return _data_dir("site-configs")
