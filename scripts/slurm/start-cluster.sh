@@ -1,0 +1,361 @@
+#!/usr/bin/env bash
+# start-cluster.sh - bring up a REAL Slurm cluster on this single Debian machine (hpceval's dev/CI
+# cluster; derived from the tested recipe in shared/reference/slurm-dev-cluster.md).
+#   Debian 12 bookworm: Slurm 22.05.8, munge 0.5.15, MariaDB 10.11  (verified)
+#   Debian 13 trixie:   Slurm 24.11.5, munge 0.5.16, MariaDB 11.8.9 (verified; same configs work unchanged)
+#   The release is read from /etc/debian_version; other releases are attempted with a warning.
+#
+#   * munge + slurmctld + N x slurmd (one per fake node, all on 127.0.0.1, distinct ports)
+#   * slurmdbd + MariaDB so that `sacct` works
+#   * fake GPUs via GRES (gpu:G per node, backed by dummy char devices /dev/fakegpuK)
+#   * each slurmd in its own UTS namespace, so `hostname` inside a job == node name
+#
+# Idempotent: safe to run again; installs missing packages, (re)writes configs,
+# restarts slurm daemons only if their config changed, starts what is not running.
+# Must run as root. No systemd needed (PID 1 here is not systemd).
+#
+# Tunables (environment variables):
+#   SLURM_NUM_NODES   (2)      number of fake nodes node1..nodeN
+#   SLURM_NODE_CPUS   (4)      CPUs declared per node (may exceed real cores)
+#   SLURM_NODE_MEM_MB (8000)   RealMemory declared per node (bookkeeping only)
+#   SLURM_NODE_GPUS   (4)      fake GPUs per node; 0 = no GRES
+#   SLURM_ACCOUNTING  (1)      1 = slurmdbd + MariaDB (sacct works), 0 = none
+#   SLURM_CGROUP      (0)      1 = proctrack/cgroup + task/cgroup (cgroup v1 works here)
+#   SLURM_UTS_NS      (1)      1 = run each slurmd in its own UTS namespace
+#   SLURM_PORT_BASE   (6820)   slurmd on nodeI listens on SLURM_PORT_BASE+I
+#   SLURM_DB_PASS     (slurmdbpass)
+#   SLURM_EXTRA_USERS ("")     extra unix users to add to the accounting db
+#   SLURM_MARIADB_INITD (1)    1 = start MariaDB with /etc/init.d/mariadb when it exists,
+#                              0 = always start mariadbd-safe by hand (fallback path)
+set -euo pipefail
+
+NNODES=${SLURM_NUM_NODES:-2}
+NCPUS=${SLURM_NODE_CPUS:-4}
+MEM_MB=${SLURM_NODE_MEM_MB:-8000}
+NGPUS=${SLURM_NODE_GPUS:-4}
+ACCT=${SLURM_ACCOUNTING:-1}
+CGROUP=${SLURM_CGROUP:-0}
+UTS_NS=${SLURM_UTS_NS:-1}
+PORT_BASE=${SLURM_PORT_BASE:-6820}
+DB_PASS=${SLURM_DB_PASS:-slurmdbpass}
+EXTRA_USERS=${SLURM_EXTRA_USERS:-}
+MARIADB_INITD=${SLURM_MARIADB_INITD:-1}
+CLUSTER=local
+ETC=/etc/slurm
+T_START=$(date +%s.%N)
+
+log() { printf '[start-cluster %6.2fs] %s\n' "$(awk -v a="$(date +%s.%N)" -v b="$T_START" 'BEGIN{print a-b}')" "$*"; }
+die() { echo "start-cluster: ERROR: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+
+# Several developers (and CI) may start the cluster at the same moment on one machine: serialise
+# runs so two of them never race on configs, pid files or the accounting db.
+# daemons are started with 9>&- so they do not inherit (and hold) the lock
+exec 9>/run/hpceval-slurm-cluster.lock
+flock -w 600 9 || die "another start-cluster.sh/stop-cluster.sh is still running"
+
+# ---------------------------------------------------------------- 0. Debian release
+# /etc/debian_version: "12.11" on bookworm, "13.x" on trixie, "trixie/sid" on testing/unstable.
+DEB_VER_RAW=$(cat /etc/debian_version 2>/dev/null || echo unknown)
+case "$DEB_VER_RAW" in
+  12|12.*|bookworm*) DEB_MAJOR=12 ;;
+  13|13.*|trixie*)   DEB_MAJOR=13 ;;
+  *)                 DEB_MAJOR=0 ;;
+esac
+case "$DEB_MAJOR" in
+  12) log "Debian $DEB_VER_RAW (bookworm): expecting Slurm 22.05" ;;
+  13) log "Debian $DEB_VER_RAW (trixie): expecting Slurm 24.11" ;;
+  *)  log "WARNING: untested release '$DEB_VER_RAW' (tested: Debian 12, 13); trying anyway" ;;
+esac
+
+# pid_alive PIDFILE -> 0 if the pid in PIDFILE is a live (non-zombie) process
+pid_alive() {
+  local f=$1 p
+  [ -s "$f" ] || return 1
+  p=$(cat "$f" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ -d "/proc/$p" ] || return 1
+  ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null
+}
+# wait_for SECONDS CMD... -> poll CMD every 0.2 s
+wait_for() {
+  local t=$1; shift; local n=$(( t * 5 ))
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+# kill_pidfile PIDFILE -> SIGTERM the pid, wait up to 15 s
+kill_pidfile() {
+  local f=$1 p
+  pid_alive "$f" || { rm -f "$f"; return 0; }
+  p=$(cat "$f"); kill "$p" 2>/dev/null || true
+  for _ in $(seq 75); do
+    if [ ! -d "/proc/$p" ] || grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+  rm -f "$f"
+}
+
+NODES=(); for i in $(seq 1 "$NNODES"); do NODES+=("node$i"); done
+NODE_RANGE="node[1-$NNODES]"; [ "$NNODES" = 1 ] && NODE_RANGE=node1
+
+# ---------------------------------------------------------------- 1. packages
+PKGS=(munge slurm-client slurmctld slurmd)
+[ "$ACCT" = 1 ] && PKGS+=(slurmdbd mariadb-server)
+missing=()
+for p in "${PKGS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  # Keep package scripts from starting daemons with default configs (no systemd here anyway).
+  created_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created_policy=1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  log "packages installed"
+fi
+
+# ---------------------------------------------------------------- 2. dirs, hosts, fake GPUs
+install -d -o munge -g munge -m 0755 /run/munge
+install -d -o munge -g munge -m 0700 /etc/munge /var/log/munge
+install -d -o munge -g munge -m 0711 /var/lib/munge
+install -d -o slurm -g slurm -m 0755 /run/slurm /var/log/slurm /var/lib/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd
+for n in "${NODES[@]}"; do install -d -m 0755 "/var/lib/slurm/slurmd/$n"; done
+
+# node names must resolve (slurmd in its UTS namespace resolves its own hostname;
+# jobs may use node names as e.g. MASTER_ADDR)
+[ -e /etc/hosts ] || touch /etc/hosts
+# SlurmctldHost=localhost: minimal images (debootstrap minbase) may ship no /etc/hosts at all
+if ! grep -qE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' /etc/hosts; then
+  printf '127.0.0.1 localhost # added by start-cluster.sh\n' | cat - /etc/hosts > /etc/hosts.slurmtmp; cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp
+fi
+hosts_line="127.0.0.1 ${NODES[*]} # slurm-local-cluster"
+if ! grep -qxF "$hosts_line" /etc/hosts; then
+  grep -v '# slurm-local-cluster$' /etc/hosts > /etc/hosts.slurmtmp || true
+  echo "$hosts_line" >> /etc/hosts.slurmtmp
+  cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp   # /etc/hosts may be a bind mount: rewrite in place
+fi
+
+if [ "$NGPUS" -gt 0 ]; then
+  # Dummy char devices. Use an unused major (240 = "local/experimental"), NOT /dev/null's 1:3:
+  # with ConstrainDevices=yes Slurm would otherwise deny /dev/null itself to jobs.
+  for k in $(seq 0 $((NGPUS - 1))); do
+    [ -c "/dev/fakegpu$k" ] || { rm -f "/dev/fakegpu$k"; mknod -m 0666 "/dev/fakegpu$k" c 240 "$k"; }
+  done
+fi
+
+# ---------------------------------------------------------------- 3. munge
+if [ ! -s /etc/munge/munge.key ]; then
+  log "creating munge key"
+  if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key --force
+  else dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none; fi
+fi
+chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  log "starting munged"
+  rm -f /run/munge/munged.pid
+  runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1 9>&-
+  wait_for 10 sh -c 'munge -n | unmunge' || die "munged did not start"
+fi
+
+# ---------------------------------------------------------------- 4. config files
+write_conf() {  # write_conf PATH OWNER MODE  (content on stdin); rewrites PATH only if content differs
+  local path=$1 owner=$2 mode=$3 tmp; tmp=$(mktemp)
+  cat > "$tmp"
+  if ! cmp -s "$tmp" "$path"; then install -o "${owner%:*}" -g "${owner#*:}" -m "$mode" "$tmp" "$path"; fi
+  chown "$owner" "$path"; chmod "$mode" "$path"; rm -f "$tmp"
+}
+
+# cgroup/v1 on v1/hybrid hosts (tested on both releases' Slurm here), cgroup/v2 on a pure-v2 host (untested)
+CGROUP_PLUGIN=cgroup/v1; [ -e /sys/fs/cgroup/cgroup.controllers ] && CGROUP_PLUGIN=cgroup/v2
+if [ "$CGROUP" = 1 ]; then PROCTRACK=proctrack/cgroup; TASKPLUGIN=task/cgroup,task/affinity
+else PROCTRACK=proctrack/linuxproc; TASKPLUGIN=task/none; fi
+if [ "$ACCT" = 1 ]; then
+  ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=6819
+AccountingStorageTRES=gres/gpu"
+else
+  ACCT_CONF="AccountingStorageType=accounting_storage/none"
+fi
+GRES_NODE=""; GRES_TYPES=""
+if [ "$NGPUS" -gt 0 ]; then GRES_NODE=" Gres=gpu:$NGPUS"; GRES_TYPES="GresTypes=gpu"; fi
+
+gen_slurm_conf() {
+cat <<EOF
+# generated by start-cluster.sh
+ClusterName=$CLUSTER
+# 'localhost' is accepted by slurmctld whatever the machine's hostname is
+SlurmctldHost=localhost
+SlurmUser=slurm
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=/var/lib/slurm/slurmctld
+# %n = node name: every slurmd on this host gets its own spool dir, pid file and log
+SlurmdSpoolDir=/var/lib/slurm/slurmd/%n
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd-%n.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=$PROCTRACK
+TaskPlugin=$TASKPLUGIN
+MpiDefault=none
+SchedulerType=sched/backfill
+# default batch_sched_delay=3 makes back-to-back sbatch wait ~2.7 s; 0 -> ~0.6 s
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+# memory is not a consumable resource -> jobs without --mem do not block each other
+SelectTypeParameters=CR_Core
+ReturnToService=2
+# accept declared CPUs/memory larger than the real hardware
+SlurmdParameters=config_overrides
+# fast kill on scancel/timeout (default KillWait=30)
+KillWait=2
+OverTimeLimit=0
+InactiveLimit=0
+MinJobAge=300
+$ACCT_CONF
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+JobCompType=jobcomp/none
+$GRES_TYPES
+EOF
+for i in $(seq 1 "$NNODES"); do
+  echo "NodeName=node$i NodeAddr=127.0.0.1 Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
+done
+echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+}
+write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
+
+if [ "$NGPUS" -gt 0 ]; then
+  # gres/gpu in 22.05 DROPS gpus without File= ("Removing file-less GPU"), so File= is required.
+  write_conf $ETC/gres.conf root:root 0644 \
+    < <(printf 'AutoDetect=off\nNodeName=%s Name=gpu File=/dev/fakegpu[0-%d]\n' "$NODE_RANGE" $((NGPUS - 1)))
+else
+  rm -f $ETC/gres.conf
+fi
+if [ "$CGROUP" = 1 ]; then
+  write_conf $ETC/cgroup.conf root:root 0644 \
+    < <(printf 'CgroupPlugin=%s\nConstrainCores=yes\nConstrainDevices=yes\nConstrainRAMSpace=yes\n' "$CGROUP_PLUGIN")
+else
+  rm -f $ETC/cgroup.conf
+fi
+if [ "$ACCT" = 1 ]; then
+  write_conf $ETC/slurmdbd.conf slurm:slurm 0600 <<EOF
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=slurm
+DebugLevel=info
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurm/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+  write_conf /etc/mysql/mariadb.conf.d/60-slurm.cnf root:root 0644 <<'EOF'
+[mysqld]
+innodb_buffer_pool_size=256M
+innodb_lock_wait_timeout=900
+EOF
+fi
+
+# Restart running daemons whose config differs from the one they were started with
+# (hash recorded in /run/slurm at start; node-count changes need a slurmctld restart anyway).
+CONF_SHA=$( { cat $ETC/slurm.conf $ETC/gres.conf $ETC/cgroup.conf 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)
+DBD_SHA=$( { cat $ETC/slurmdbd.conf 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)
+if [ "$(cat /run/slurm/conf.sha 2>/dev/null)" != "$CONF_SHA" ]; then
+  for f in /run/slurm/slurmd-*.pid /run/slurm/slurmctld.pid; do
+    if pid_alive "$f"; then log "config changed: stopping $(basename "$f" .pid)"; fi
+    kill_pidfile "$f"
+  done
+fi
+if [ "$ACCT" = 1 ] && [ "$(cat /run/slurm/dbd.sha 2>/dev/null)" != "$DBD_SHA" ] && pid_alive /run/slurm/slurmdbd.pid; then
+  log "slurmdbd.conf changed: stopping slurmdbd"; kill_pidfile /run/slurm/slurmdbd.pid
+fi
+
+# ---------------------------------------------------------------- 5. MariaDB + slurmdbd
+if [ "$ACCT" = 1 ]; then
+  if ! mariadb-admin ping >/dev/null 2>&1; then
+    log "starting mariadb"
+    install -d -o mysql -g mysql -m 0755 /run/mysqld
+    if [ ! -d /var/lib/mysql/mysql ]; then   # datadir wiped: re-create system tables
+      install -d -o mysql -g mysql -m 0755 /var/lib/mysql
+      mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null 2>&1 || die "mariadb-install-db failed"
+    fi
+    # Both bookworm (10.11) and trixie (11.8.9) ship /etc/init.d/mariadb, which works without systemd.
+    # Fallback (no init script, or SLURM_MARIADB_INITD=0): run mariadbd-safe by hand, detached.
+    if [ "$MARIADB_INITD" = 1 ] && [ -x /etc/init.d/mariadb ]; then
+      setsid /etc/init.d/mariadb start </dev/null >/dev/null 2>&1 9>&- || die "mariadb did not start"
+    else
+      safe=$(command -v mariadbd-safe || command -v mysqld_safe) || die "no /etc/init.d/mariadb and no mariadbd-safe"
+      log "starting mariadb via $safe (no init script)"
+      setsid "$safe" --user=mysql --pid-file=/run/mysqld/mysqld.pid </dev/null >/dev/null 2>&1 9>&- &
+    fi
+    wait_for 30 mariadb-admin ping || die "mariadb not answering"
+  fi
+  mariadb <<EOF
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+FLUSH PRIVILEGES;
+EOF
+  if ! pid_alive /run/slurm/slurmdbd.pid; then
+    log "starting slurmdbd"
+    /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1 9>&-
+    echo "$DBD_SHA" > /run/slurm/dbd.sha
+  fi
+  wait_for 60 sacctmgr -n list cluster || die "slurmdbd not answering (see /var/log/slurm/slurmdbd.log)"
+  # The cluster must exist in the db BEFORE slurmctld registers, or no job records are stored.
+  if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
+    log "registering cluster '$CLUSTER' in slurmdbd"
+    sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    [ -e /run/slurm/slurmctld.pid ] && kill_pidfile /run/slurm/slurmctld.pid   # let it re-register
+  fi
+  sacctmgr -n -P list account format=account | grep -qx default || sacctmgr -i add account default Description=default Organization=local >/dev/null
+  for u in root $EXTRA_USERS; do
+    sacctmgr -n -P list user format=user | grep -qx "$u" || sacctmgr -i add user "$u" DefaultAccount=default >/dev/null
+  done
+fi
+
+# ---------------------------------------------------------------- 6. slurmctld + slurmds
+if ! pid_alive /run/slurm/slurmctld.pid; then
+  log "starting slurmctld"
+  /usr/sbin/slurmctld </dev/null >/dev/null 2>&1 9>&-
+  echo "$CONF_SHA" > /run/slurm/conf.sha
+fi
+wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' || die "slurmctld not answering (see /var/log/slurm/slurmctld.log)"
+
+use_uts=0
+if [ "$UTS_NS" = 1 ] && unshare --uts true 2>/dev/null; then use_uts=1; fi
+for n in "${NODES[@]}"; do
+  if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
+    log "starting slurmd $n (uts namespace: $use_uts)"
+    if [ "$use_uts" = 1 ]; then
+      unshare --uts sh -c "hostname $n && exec /usr/sbin/slurmd -N $n" </dev/null >/dev/null 2>&1 9>&-
+    else
+      /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1 9>&-
+    fi
+  fi
+done
+
+# ---------------------------------------------------------------- 7. wait until every node is usable
+nodes_ready() {
+  local states; states=$(sinfo -h -N -n "$NODE_RANGE" -o '%T' 2>/dev/null) || return 1
+  [ "$(echo "$states" | grep -cE '^(idle|mixed|allocated|completing)$')" = "$NNODES" ]
+}
+for _ in $(seq 150); do
+  nodes_ready && break
+  # nodes left DOWN/DRAIN/INVAL by an earlier run: resume them once they are responding
+  bad=$(sinfo -h -N -n "$NODE_RANGE" -o '%N %T' 2>/dev/null | awk '$2 ~ /down|drain|inval|fail/ && $2 !~ /\*/ {print $1}' | paste -sd, -)
+  if [ -n "$bad" ]; then scontrol update nodename="$bad" state=resume 2>/dev/null || true; fi
+  sleep 0.2
+done
+nodes_ready || { sinfo -N -l; die "nodes not ready (see /var/log/slurm/slurmd-*.log)"; }
+log "cluster ready (Debian $DEB_VER_RAW, $(sinfo -V 2>/dev/null))"
+sinfo -N -o '%N %T %c %m %G'
