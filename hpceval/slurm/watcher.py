@@ -1,0 +1,187 @@
+"""One shared, rate-limited watcher for any number of Slurm jobs (submitit's design).
+
+Every `refresh()` asks sacct about *all* unfinished registered jobs in a single call, so a sweep
+of hundreds of jobs costs one RPC per interval instead of hundreds (sacct RPC storms are a
+classic way to get an HPC account throttled). Jobs missing from the answer stay UNKNOWN: sacct
+lags the controller, and missing is not failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hpceval.slurm.client import SlurmClient, SlurmError
+from hpceval.slurm.records import JobRecord, base_job_id
+from hpceval.slurm.states import UNKNOWN, JobStatus, classify, combine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Watched:
+    submitted_at: datetime | None
+    status: JobStatus = UNKNOWN
+    record: JobRecord | None = None
+
+
+class JobWatcher:
+    """Tracks registered job ids ("12", or "12_3" for one array task) through one sacct call.
+
+    Register each array task you care about ("12_0".."12_3", see `register_array`): then the
+    watcher reports the array finished only once every task row has shown up. Registering just
+    the base id "12" of an array reports the combination of whatever task rows sacct returned.
+    """
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        *,
+        min_interval_s: float = 2.0,
+        starttime_slack_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._min_interval_s = min_interval_s
+        # -S is compared with the controller's clock: allow for skew between login node and it.
+        self._slack = timedelta(seconds=starttime_slack_s)
+        self._clock = clock
+        self._jobs: dict[str, _Watched] = {}
+        self._last_call: float | None = None
+        self._lock = threading.RLock()
+        self.sacct_calls = 0
+        self.consecutive_errors = 0
+        self.last_error: SlurmError | None = None
+
+    # -- registration -----------------------------------------------------------------------
+
+    def register(self, job_id: str, *, submitted_at: datetime | None = None) -> None:
+        """Watch a job. `submitted_at` (just before sbatch) lets sacct skip older jobs that had
+        the same id; leave it None for jobs of unknown age, which disables that filter."""
+        with self._lock:
+            if job_id not in self._jobs:
+                self._jobs[job_id] = _Watched(submitted_at)
+
+    def register_array(
+        self, base_id: str, tasks: Iterable[int], *, submitted_at: datetime | None = None
+    ) -> list[str]:
+        task_ids = [f"{base_id}_{task}" for task in tasks]
+        for task_id in task_ids:
+            self.register(task_id, submitted_at=submitted_at)
+        return task_ids
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    @property
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def status(self, job_id: str) -> JobStatus:
+        """Last known status (no sacct call); UNKNOWN for ids never registered or never seen."""
+        with self._lock:
+            watched = self._jobs.get(job_id)
+            return watched.status if watched else UNKNOWN
+
+    def record(self, job_id: str) -> JobRecord | None:
+        """Last sacct record of a job (node list, times, exit code), if sacct has shown it."""
+        with self._lock:
+            watched = self._jobs.get(job_id)
+            return watched.record if watched else None
+
+    def statuses(self) -> dict[str, JobStatus]:
+        with self._lock:
+            return {job_id: watched.status for job_id, watched in self._jobs.items()}
+
+    def refresh(self, *, force: bool = False) -> dict[str, JobStatus]:
+        """Update all unfinished jobs with ONE sacct call, unless the last call was less than
+        `min_interval_s` ago (then the cached statuses are returned; `force=True` bypasses).
+
+        A failing sacct is logged and leaves the statuses as they were (clusters have transient
+        slurmdbd hiccups); `consecutive_errors`/`last_error` let callers give up eventually.
+        """
+        with self._lock:
+            now = self._clock()
+            if (
+                not force
+                and self._last_call is not None
+                and now - self._last_call < self._min_interval_s
+            ):
+                return self.statuses()
+            pending = {job_id: w for job_id, w in self._jobs.items() if not w.status.terminal}
+            if not pending:
+                return self.statuses()
+            self._last_call = now
+            self.sacct_calls += 1
+            try:
+                records = self._client.sacct(list(pending), starttime=self._starttime(pending))
+            except SlurmError as exc:
+                self.consecutive_errors += 1
+                self.last_error = exc
+                log.warning(
+                    "sacct failed (%d in a row), keeping last known states: %s",
+                    self.consecutive_errors,
+                    exc,
+                )
+                return self.statuses()
+            self.consecutive_errors = 0
+            self.last_error = None
+            for job_id, watched in pending.items():
+                watched.status, found = _lookup(job_id, records)
+                watched.record = found or watched.record
+            return self.statuses()
+
+    def wait(
+        self,
+        job_ids: Iterable[str] | None = None,
+        *,
+        timeout_s: float,
+        poll_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict[str, JobStatus]:
+        """Poll until the given (default: all) jobs are terminal or `timeout_s` passes; returns
+        their statuses either way, so the caller decides what a timeout means."""
+        wanted = list(job_ids) if job_ids is not None else self.job_ids
+        for job_id in wanted:
+            self.register(job_id)
+        interval = self._min_interval_s if poll_s is None else poll_s
+        deadline = self._clock() + timeout_s
+        while True:
+            self.refresh(force=True)
+            current = {job_id: self.status(job_id) for job_id in wanted}
+            if all(s.terminal for s in current.values()) or self._clock() >= deadline:
+                return current
+            sleep(max(0.05, min(interval, deadline - self._clock())))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _starttime(self, pending: Mapping[str, _Watched]) -> datetime | None:
+        times = [w.submitted_at for w in pending.values()]
+        known = [t for t in times if t is not None]
+        if not known or len(known) != len(times):
+            return None  # one job of unknown age: a filter could hide it, so use none
+        return min(known) - self._slack
+
+
+def _lookup(job_id: str, records: Mapping[str, JobRecord]) -> tuple[JobStatus, JobRecord | None]:
+    record = records.get(job_id)
+    if record is not None:
+        return classify(record), record
+    base = base_job_id(job_id)
+    if job_id != base:
+        # An array task with no row of its own yet: a pending array can be listed as a single
+        # "12|PENDING" row until it is split into tasks. Anything else: not visible yet.
+        whole = records.get(base)
+        return (classify(whole), None) if whole is not None else (UNKNOWN, None)
+    tasks = [r for key, r in records.items() if base_job_id(key) == job_id and r.job_id != job_id]
+    if tasks:  # the base id of an array: combine its tasks
+        return combine(classify(r) for r in tasks), None
+    return UNKNOWN, None

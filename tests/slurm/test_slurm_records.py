@@ -1,0 +1,166 @@
+"""Parsers of sbatch/sacct/squeue output, fed with recorded samples (see data/README.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from hpceval.slurm.records import (
+    SlurmParseError,
+    base_job_id,
+    expand_array_ids,
+    normalize_state,
+    parse_elapsed,
+    parse_exit_code,
+    parse_sacct,
+    parse_sbatch_id,
+    parse_squeue,
+    parse_time,
+    unique_base_ids,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def sample(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("stdout", "job_id"),
+    [
+        ("14\n", "14"),
+        ("14;local\n", "14"),  # multi-cluster form, recorded with `sbatch --parsable -M local`
+        ("site banner: remember to cite\n15\n", "15"),
+        ("  16  \n\n", "16"),
+    ],
+)
+def test_parse_sbatch_id(stdout: str, job_id: str) -> None:
+    assert parse_sbatch_id(stdout) == job_id
+
+
+@pytest.mark.parametrize("stdout", ["", "\n", "Submitted batch job 12\n", "abc;local"])
+def test_parse_sbatch_id_rejects_garbage(stdout: str) -> None:
+    with pytest.raises(SlurmParseError):
+        parse_sbatch_id(stdout)
+
+
+@pytest.mark.parametrize(
+    ("job_id", "expected"),
+    [
+        ("12", ["12"]),
+        ("12_3", ["12_3"]),
+        ("12_[2-5%2]", ["12_2", "12_3", "12_4", "12_5"]),
+        ("12_[1,4-6]", ["12_1", "12_4", "12_5", "12_6"]),
+        ("12_[0-6:3]", ["12_0", "12_3", "12_6"]),
+        ("12_[7]", ["12_7"]),
+    ],
+)
+def test_expand_array_ids(job_id: str, expected: list[str]) -> None:
+    assert expand_array_ids(job_id) == expected
+
+
+@pytest.mark.parametrize("job_id", ["12_[5-2]", "12_[a-b]", "12_[0-9999999]"])
+def test_expand_array_ids_rejects_bad_ranges(job_id: str) -> None:
+    with pytest.raises(SlurmParseError):
+        expand_array_ids(job_id)
+
+
+def test_small_field_parsers() -> None:
+    assert base_job_id("12_3") == base_job_id("12.batch") == base_job_id("12+1") == "12"
+    assert unique_base_ids(["12_3", "9", "12_1", "100", "9"]) == ["9", "12", "100"]
+    assert normalize_state("CANCELLED by 0") == "CANCELLED"
+    assert normalize_state("CANCELLED+") == "CANCELLED"
+    assert parse_exit_code("3:0") == (3, 0)
+    assert parse_exit_code("0:15") == (0, 15)
+    assert parse_exit_code("") == (None, None)
+    assert parse_elapsed("00:00:02") == 2
+    assert parse_elapsed("1-02:00:00") == 93600
+    assert parse_elapsed("05:06") == 306
+    assert parse_elapsed("INVALID") is None
+    assert parse_time("2026-11-30T02:52:51") == datetime(2026, 11, 30, 2, 52, 51)
+    assert parse_time("Unknown") is None
+    assert parse_time("None") is None
+    assert parse_time("Tomorrow 10:00") is None
+
+
+def test_sacct_22_05_early_snapshot() -> None:
+    records = parse_sacct(sample("sacct-22.05-early.txt"))
+    assert records["1"].state == "COMPLETED"
+    assert records["1"].exit_code == 0
+    assert records["1"].node_list == "node1"
+    assert records["1"].start == datetime(2026, 11, 30, 2, 52, 51)
+    assert records["2"].state == "FAILED"
+    assert records["2"].exit_code == 3
+    assert records["3"].state == "RUNNING"
+    assert records["3"].end is None
+    assert records["5"].node_list == "node[1-2]"
+    assert records["7"].reason == "JobHeldUser"
+    assert records["7"].node_list == ""  # "None assigned"
+    assert (records["9"].exit_code, records["9"].signal) == (0, 9)
+    # pending range 4_[2-5%2] expanded next to the running tasks
+    assert [records[f"4_{t}"].state for t in range(6)] == ["RUNNING"] * 2 + ["PENDING"] * 4
+    assert records["4_3"].from_range
+    assert not records["4_0"].from_range
+    assert records["4_5"].array_task == 5
+    assert records["4_5"].base_id == "4"
+
+
+def test_sacct_22_05_later_snapshot() -> None:
+    records = parse_sacct(sample("sacct-22.05-later.txt"))
+    assert records["3"].state == "CANCELLED"
+    assert records["3"].raw_state == "CANCELLED by 0"
+    assert records["4_2"].reason == "JobArrayTaskLimit"
+    assert records["4_0"].elapsed_s == 3
+
+
+def test_sacct_step_rows_are_skipped() -> None:
+    records = parse_sacct(sample("sacct-22.05-steps.txt"))
+    assert sorted(records) == ["4_0", "4_1", "4_2", "4_3", "4_4", "4_5", "5"]
+    assert records["5"].name == "mn"
+
+
+def test_sacct_duplicates_latest_row_wins() -> None:
+    records = parse_sacct(sample("sacct-22.05-requeue-duplicates.txt"))
+    assert records["16"].state == "PENDING"
+    assert records["16"].submit == datetime(2026, 11, 30, 2, 53, 6)
+
+
+def test_sacct_22_05_timeout() -> None:
+    record = parse_sacct(sample("sacct-22.05-timeout.txt"))["29"]
+    assert record.state == "TIMEOUT"
+    assert record.elapsed_s is not None and record.elapsed_s >= 60
+
+
+def test_sacct_24_11_style() -> None:
+    records = parse_sacct(sample("sacct-24.11-style.txt"))
+    # the range row comes first and must not overwrite the tasks' own rows printed after it
+    assert records["41_0"].state == records["41_1"].state == "RUNNING"
+    assert records["41_2"].state == records["41_3"].state == "PENDING"
+    assert records["42"].name == "eval|name"
+    assert records["42"].state == "RUNNING"
+    assert records["43"].state == "OUT_OF_MEMORY"
+    assert records["44"].elapsed_s == 93600
+    assert records["45"].raw_state == "CANCELLED by 1000"
+    assert records["45"].start is None
+
+
+def test_sacct_rejects_truncated_lines() -> None:
+    with pytest.raises(SlurmParseError):
+        parse_sacct("12|name|RUNNING\n")
+
+
+def test_sacct_empty_output_is_no_records() -> None:
+    assert parse_sacct("") == {}
+    assert parse_sacct("\n\n") == {}
+
+
+def test_squeue_sample() -> None:
+    entries = parse_squeue(sample("squeue-22.05.txt"))
+    assert entries["4_4"].state == "PENDING"
+    assert entries["4_4"].reason == "JobArrayTaskLimit"
+    assert entries["4_2"].node_list == "node1"
+    assert entries["8"].reason == "DependencyNeverSatisfied"
+    assert len(entries) == 7

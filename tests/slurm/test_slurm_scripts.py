@@ -1,0 +1,28 @@
+"""The cluster and test-runner shell scripts stay shellcheck-clean (CI runs them as root)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = [
+    ROOT / "scripts/slurm/start-cluster.sh",
+    ROOT / "scripts/slurm/stop-cluster.sh",
+    ROOT / "scripts/slurm/verify.sh",
+    ROOT / "scripts/run-tests.sh",
+    ROOT / ".ci/run",
+]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shellcheck_clean(script: Path) -> None:
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed (scripts/run-tests.sh installs it)")
+    result = subprocess.run(
+        ["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,193 @@
+"""The shared watcher, against a fake client that counts sacct calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from hpceval.slurm.client import SlurmError
+from hpceval.slurm.records import JobRecord, QueueEntry, parse_sacct
+from hpceval.slurm.states import Phase
+from hpceval.slurm.watcher import JobWatcher
+
+DATA = Path(__file__).parent / "data"
+
+
+class FakeClient:
+    """SlurmClient double: answers sacct from canned text and records every call."""
+
+    def __init__(self, sacct_text: str = "") -> None:
+        self.sacct_text = sacct_text
+        self.sacct_calls: list[tuple[list[str], datetime | None]] = []
+        self.fail_next = False
+
+    def submit(
+        self,
+        script_path: Path,
+        *,
+        extra_args: Sequence[str] = (),
+        dependency: str | None = None,
+    ) -> str:
+        raise NotImplementedError
+
+    def sacct(
+        self, job_ids: Sequence[str], *, starttime: datetime | None = None
+    ) -> dict[str, JobRecord]:
+        self.sacct_calls.append((list(job_ids), starttime))
+        if self.fail_next:
+            self.fail_next = False
+            raise SlurmError(["sacct"], 1, "slurmdbd: Connection refused")
+        return parse_sacct(self.sacct_text)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
+        raise NotImplementedError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def row(job_id: str, state: str, exit_code: str = "0:0") -> str:
+    t = "2026-11-30T03:00:00"
+    return f"{job_id}|j|{state}|{exit_code}|None|{t}|{t}|00:00:01|node1|{t}\n"
+
+
+def test_fifty_jobs_one_sacct_call() -> None:
+    client = FakeClient("".join(row(str(i), "RUNNING") for i in range(100, 150)))
+    watcher = JobWatcher(client)
+    for i in range(100, 150):
+        watcher.register(str(i))
+    statuses = watcher.refresh()
+    assert len(client.sacct_calls) == 1
+    assert watcher.sacct_calls == 1
+    assert sorted(client.sacct_calls[0][0]) == sorted(str(i) for i in range(100, 150))
+    assert len(statuses) == 50
+    assert all(s.phase is Phase.RUNNING for s in statuses.values())
+
+
+def test_refresh_is_rate_limited_and_force_bypasses() -> None:
+    clock = FakeClock()
+    client = FakeClient(row("1", "RUNNING"))
+    watcher = JobWatcher(client, min_interval_s=2.0, clock=clock)
+    watcher.register("1")
+    watcher.refresh()
+    clock.now += 1.0
+    watcher.refresh()  # too soon: served from cache
+    assert len(client.sacct_calls) == 1
+    watcher.refresh(force=True)
+    assert len(client.sacct_calls) == 2
+    clock.now += 2.5
+    watcher.refresh()
+    assert len(client.sacct_calls) == 3
+
+
+def test_missing_jobs_are_unknown_and_finished_jobs_leave_the_query() -> None:
+    client = FakeClient(row("1", "COMPLETED"))
+    watcher = JobWatcher(client)
+    watcher.register("1")
+    watcher.register("2")  # not in sacct yet (lag)
+    statuses = watcher.refresh(force=True)
+    assert statuses["1"].phase is Phase.DONE
+    assert statuses["2"].phase is Phase.UNKNOWN
+    client.sacct_text = row("1", "COMPLETED") + row("2", "FAILED", "3:0")
+    watcher.refresh(force=True)
+    assert client.sacct_calls[-1][0] == ["2"]  # job 1 is done: not asked about again
+    assert watcher.status("2").reason == "exit code 3"
+    assert watcher.record("2") is not None
+    watcher.refresh(force=True)
+    assert len(client.sacct_calls) == 2  # nothing unfinished: no call at all
+
+
+def test_array_tasks_queried_by_base_id_and_expanded() -> None:
+    client = FakeClient((DATA / "sacct-22.05-early.txt").read_text())
+    watcher = JobWatcher(client)
+    tasks = watcher.register_array("4", range(6))
+    watcher.register("2")
+    statuses = watcher.refresh()
+    assert len(client.sacct_calls) == 1
+    assert [statuses[t].phase for t in tasks] == [Phase.RUNNING] * 2 + [Phase.QUEUED] * 4
+    assert statuses["2"].phase is Phase.FAILED
+
+
+def test_array_base_id_combines_tasks() -> None:
+    client = FakeClient((DATA / "sacct-22.05-later.txt").read_text())
+    watcher = JobWatcher(client)
+    watcher.register("4")
+    assert watcher.refresh()["4"].phase is Phase.QUEUED
+    client.sacct_text = "".join(
+        row(f"4_{t}", "FAILED" if t == 2 else "COMPLETED", "5:0" if t == 2 else "0:0")
+        for t in range(6)
+    )
+    status = watcher.refresh(force=True)["4"]
+    assert (status.phase, status.reason) == (Phase.FAILED, "1/6 tasks failed: exit code 5")
+
+
+def test_unsplit_pending_array_row_covers_its_tasks() -> None:
+    client = FakeClient(row("9", "PENDING"))
+    watcher = JobWatcher(client)
+    tasks = watcher.register_array("9", range(3))
+    assert {watcher.refresh()[t].phase for t in tasks} == {Phase.QUEUED}
+
+
+def test_starttime_filter_uses_earliest_submission_minus_slack() -> None:
+    client = FakeClient()
+    watcher = JobWatcher(client, starttime_slack_s=60)
+    t0 = datetime(2026, 11, 30, 3, 0, 0)
+    watcher.register("1", submitted_at=t0 + timedelta(minutes=5))
+    watcher.register("2", submitted_at=t0)
+    watcher.refresh()
+    assert client.sacct_calls[-1][1] == t0 - timedelta(seconds=60)
+    watcher.register("3")  # age unknown: a filter could hide it
+    watcher.refresh(force=True)
+    assert client.sacct_calls[-1][1] is None
+
+
+def test_sacct_failure_keeps_last_states() -> None:
+    client = FakeClient(row("1", "RUNNING"))
+    watcher = JobWatcher(client)
+    watcher.register("1")
+    watcher.refresh()
+    client.fail_next = True
+    assert watcher.refresh(force=True)["1"].phase is Phase.RUNNING
+    assert watcher.consecutive_errors == 1
+    assert watcher.last_error is not None and "Connection refused" in str(watcher.last_error)
+    watcher.refresh(force=True)
+    assert watcher.consecutive_errors == 0
+
+
+def test_wait_polls_until_terminal_or_deadline() -> None:
+    clock = FakeClock()
+    client = FakeClient(row("1", "RUNNING"))
+    watcher = JobWatcher(client, min_interval_s=2.0, clock=clock)
+    watcher.register("1")
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(client.sacct_calls) >= 3:
+            client.sacct_text = row("1", "COMPLETED")
+
+    assert watcher.wait(["1"], timeout_s=60, sleep=sleep)["1"].phase is Phase.DONE
+    assert len(client.sacct_calls) == 4
+    client.sacct_text = ""
+    watcher.register("2")
+    assert watcher.wait(["2"], timeout_s=5, sleep=clock.sleep)["2"].phase is Phase.UNKNOWN
+
+
+def test_forget_and_unknown_ids() -> None:
+    watcher = JobWatcher(FakeClient())
+    watcher.register("1")
+    assert watcher.job_ids == ["1"]
+    watcher.forget("1")
+    assert watcher.job_ids == []
+    assert watcher.status("404").phase is Phase.UNKNOWN
