@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# run-tests.sh - THE test command of hpceval (CI runs it through .ci/run).
+#
+#   bash scripts/run-tests.sh [PYTEST_ARGS...]
+#
+# On a fresh Debian 12/13 machine as root it: installs the system packages the tests need
+# (apt), creates .venv, installs hpceval with its `test` extra, starts the local Slurm dev
+# cluster (scripts/slurm/start-cluster.sh), then runs ruff, mypy and pytest (all tests,
+# including the `slurm`-marked ones against the real cluster). Exits non-zero if anything fails.
+# Extra arguments go to pytest, e.g. `bash scripts/run-tests.sh -k watcher -x`.
+#
+# Environment:
+#   HPCEVAL_REQUIRE_SLURM (1)  1 = a missing Slurm cluster fails the slurm tests instead of
+#                              skipping them; set 0 on a laptop without Slurm
+#   HPCEVAL_START_SLURM   (1)  0 = do not run start-cluster.sh (use whatever is running)
+#   HPCEVAL_VENV          (.venv)
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+ROOT=$(pwd)
+VENV=${HPCEVAL_VENV:-$ROOT/.venv}
+export HPCEVAL_REQUIRE_SLURM=${HPCEVAL_REQUIRE_SLURM:-1}
+START_SLURM=${HPCEVAL_START_SLURM:-1}
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+
+T0=$(date +%s.%N)
+TIMINGS=()
+FAILED=()
+elapsed() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
+
+# phase NAME CMD... : run one phase, print and record its duration and result
+phase() {
+  local name=$1 t rc; shift
+  echo
+  echo "=== [$name] $*"
+  t=$(date +%s.%N)
+  "$@"
+  rc=$?
+  TIMINGS+=("$(printf '%-8s %7ss  %s' "$name" "$(elapsed "$t")" "$([ "$rc" = 0 ] && echo ok || echo "FAILED (rc $rc)")")")
+  echo "=== [$name] $([ "$rc" = 0 ] && echo ok || echo "FAILED (rc $rc)") in $(elapsed "$t") s"
+  [ "$rc" = 0 ] || FAILED+=("$name")
+  return "$rc"
+}
+
+summary() {
+  echo
+  echo "=== timings"
+  printf '  %s\n' "${TIMINGS[@]}"
+  echo "  total    $(elapsed "$T0")s"
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "=== FAILED: ${FAILED[*]}"
+    return 1
+  fi
+  echo "=== all phases passed"
+}
+abort() { summary; echo "run-tests: setup phase '$1' failed; stopping" >&2; exit 1; }
+
+# --- system packages: only what is missing, so a warm machine skips apt entirely ---------------
+system_packages() {
+  local want=(shellcheck) missing=() p
+  python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
+  command -v git >/dev/null || want+=(git)
+  for p in "${want[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && { echo "all present: ${want[*]}"; return 0; }
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing ${missing[*]} and not root: install them yourself" >&2
+    return 1
+  fi
+  apt-get update -qq </dev/null && apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+}
+
+# --- virtualenv + editable install; reinstall only when pyproject.toml changed ------------------
+python_env() {
+  local stamp="$VENV/.hpceval-install.sha" sha
+  sha=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" || return 1
+  fi
+  if [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ] && "$VENV/bin/python" -c 'import hpceval' 2>/dev/null; then
+    echo "up to date (pyproject.toml unchanged)"
+    return 0
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade pip </dev/null || return 1
+  "$VENV/bin/python" -m pip install -q -e '.[test]' </dev/null || return 1
+  echo "$sha" > "$stamp"
+}
+
+slurm_cluster() {
+  if [ "$START_SLURM" != 1 ]; then echo "HPCEVAL_START_SLURM=0: not starting"; return 0; fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "not root: cannot start the dev cluster; slurm tests need a running one" >&2
+    [ "$HPCEVAL_REQUIRE_SLURM" = 1 ] && return 1
+    return 0
+  fi
+  bash scripts/slurm/start-cluster.sh </dev/null
+}
+
+# pytest exit code 5 = "no tests were collected": a green run that tested nothing is a failure.
+run_pytest() {
+  local rc
+  "$VENV/bin/python" -m pytest "$@"
+  rc=$?
+  if [ "$rc" = 5 ]; then echo "pytest collected no tests: treating as failure" >&2; return 5; fi
+  return "$rc"
+}
+
+phase apt system_packages || abort apt
+phase venv python_env || abort venv
+phase slurm slurm_cluster
+export PATH="$VENV/bin:$PATH"
+phase ruff "$VENV/bin/ruff" check hpceval tests
+phase mypy "$VENV/bin/mypy"
+phase pytest run_pytest "$@"
+summary
