@@ -116,8 +116,9 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
     name = spec.target.api_endpoint.api_key_name
     if name is not None:
         if not ENV_NAME.match(name):
-            yield ConfigIssue("target.api_endpoint.api_key_name", f"{name!r} is not a variable "
-                              "name", "give the NAME of the variable holding the key, not the key")
+            # The value is not echoed: it may be the key itself, pasted by mistake.
+            yield ConfigIssue("target.api_endpoint.api_key_name", "is not a variable name",
+                              "give the NAME of the variable holding the key, never the key")
         elif environ is not None and name not in environ:
             yield ConfigIssue("target.api_endpoint.api_key_name", f"${name} is not set",
                               f"export {name}=... before submitting (the value is never stored)")

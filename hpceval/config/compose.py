@@ -26,6 +26,7 @@ class Composed:
     sources: dict[str, str] = field(default_factory=dict)  # key path -> layer it came from
     notes: list[str] = field(default_factory=list)
     run_file: Path | None = None
+    layers: list[tuple[str, str]] = field(default_factory=list)  # (label, file) in merge order
 
     def source_of(self, path: str) -> str:
         while path:
@@ -86,7 +87,7 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
 
 
 def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = ()) -> list[
-        tuple[dict[str, Any], str]]:
+        tuple[dict[str, Any], str, str]]:
     """The profile's layers, most general first (``extends`` chains)."""
     if name in seen:
         chain = " -> ".join((*seen, name))
@@ -98,7 +99,7 @@ def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = ()) -> l
     layers = _load_profile(str(parent), near, (*seen, name)) if parent else []
     body = split_profile(raw)
     body.setdefault("execution", {}).setdefault("profile", name)
-    return [*layers, (body, f"profile {name} ({path})")]
+    return [*layers, (body, f"profile {name}", str(path))]
 
 
 def _normalize_tasks(layer: dict[str, Any]) -> None:
@@ -120,16 +121,18 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     chosen.setdefault("execution", os.environ.get("HPCEVAL_PROFILE", ""))
 
     out = Composed(data={}, run_file=run_file)
-    layers: list[tuple[dict[str, Any], str]] = []
+    layers: list[tuple[dict[str, Any], str, str]] = []
     if chosen["execution"]:
         layers += _load_profile(chosen["execution"], near)
     if chosen.get("deployment"):
         preset_file, _ = find_file(chosen["deployment"], "deployment", near)
         preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
-        layers.append(({"deployment": preset}, f"deployment preset ({preset_file})"))
+        layers.append(({"deployment": preset}, f"preset {chosen['deployment']}",
+                       str(preset_file)))
     if run:
-        layers.append((run, f"run file {run_file}"))
-    for layer, source in layers:
+        layers.append((run, "run file", str(run_file)))
+    for layer, source, origin in layers:
+        out.layers.append((source, origin))
         _normalize_tasks(layer)
         out.notes += translate(layer, source)
         merge(out.data, layer, out.sources, source)
