@@ -91,9 +91,9 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
     if dep.type in ("vllm", "sglang"):
         if bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
-            yield ConfigIssue(
-                "deployment.checkpoint_path", "give exactly one of checkpoint_path"
-                              " and hf_model_handle", "set deployment.checkpoint_path=/path/to/model")
+            yield ConfigIssue("deployment.checkpoint_path",
+                              "give exactly one of checkpoint_path and hf_model_handle",
+                              "set deployment.checkpoint_path=/path/to/model")
         if dep.runtime == "container" and not dep.image:
             yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs "
                               "an image", "set deployment.image, or deployment.runtime=host")

@@ -66,7 +66,7 @@ def compute_layout(spec: RunSpec) -> tuple[Layout, list[ConfigIssue]]:
             return Layout(0, 0, 0, 0), [ConfigIssue(
                 "deployment", f"{alloc} with {what} leaves {per_node - fit} GPU(s) idle on "
                 "every node", f"choose TP x PP dividing {per_node}, or set "
-                f"execution.gpus_per_node={fit}")]
+                f"execution.gpus_per_node={fit} (a partial node)")]
         layout = Layout(nodes * (per_node // need), need, 1, per_node // need)
     if dep.data_parallel_size is not None and dep.data_parallel_size != layout.instances:
         used = dep.data_parallel_size * need

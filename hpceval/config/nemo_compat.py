@@ -25,7 +25,6 @@ DROPPED = {
     "on compute nodes)",
     "execution.deployment": "hpceval derives server steps from the deployment layout",
     "execution.proxy": "hpceval balances instances with its own in-job proxy",
-    "execution.mounts.mount_home": "containers run with --cleanenv and explicit binds only",
     "deployment.endpoints": "hpceval uses the server's OpenAI routes; deployment.health_path "
     "was taken from endpoints.health",
     "deployment.pre_cmd": "put site set-up in execution.pre_commands",
@@ -105,8 +104,9 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
         for section in ("deployment", "evaluation"):
             for src, dst in (mounts.pop(section, None) or {}).items():
                 binds.append(f"{src}:{dst}")
-        if mounts.get("mount_home") is None:
-            mounts.pop("mount_home", None)
+        if mounts.pop("mount_home", None):
+            notes.append(f"{source}: execution.mounts.mount_home is ignored: containers run "
+                         "with --cleanenv and explicit binds; add $HOME to extra_binds if needed")
         if not mounts:
             execution.pop("mounts")
     instances = execution.pop("num_instances", None)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user profiles or site variables leak in from the machine running the tests."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+    monkeypatch.setenv("SCRATCH", "/scratch/alice")
+    monkeypatch.setenv("WORK", "/work/alice")
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.delenv("HPCEVAL_PROFILE_PATH", raising=False)
+    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
