@@ -1,0 +1,56 @@
+"""CLI start-up cost as a ratio to a bare interpreter start, measured side by side.
+
+    .venv/bin/python benchmarks/bench_startup.py [--runs 21]
+
+Prints a Markdown table: median wall time of `python -c pass`, `python -c "import click"`,
+`hpceval --help` and `hpceval config show` (a real config resolution), each as a ratio to the
+bare interpreter measured in the same run (ratios survive a noisy machine better than seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def median_seconds(cmd: list[str], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=21)
+    args = parser.parse_args()
+    py = sys.executable
+    hpceval = str(Path(py).with_name("hpceval"))
+    show = [hpceval, "config", "show", "--profile", "local-dev", "-o", "evaluation.tasks=[x]",
+            "-o", "deployment.type=none", "-o", "target.api_endpoint.url=http://h/v1", "-o",
+            "target.api_endpoint.model_id=m"]
+    cases = {
+        "python -c pass (baseline)": [py, "-c", "pass"],
+        "python -c 'import click'": [py, "-c", "import click"],
+        "hpceval --help": [hpceval, "--help"],
+        "hpceval config show (local-dev)": show,
+    }
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "0")
+    for cmd in cases.values():  # warm the page cache and .pyc files
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    times = {name: median_seconds(cmd, args.runs) for name, cmd in cases.items()}
+    base = times["python -c pass (baseline)"]
+    print("| command | median ms | ratio to bare python |\n|---|---:|---:|")
+    for name, seconds in times.items():
+        print(f"| {name} | {seconds * 1000:.1f} | {seconds / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
