@@ -1,0 +1,1 @@
+"""Results: one schema for every harness, atomic writes, and tables across runs."""

@@ -1,0 +1,54 @@
+"""lm-evaluation-harness: ``<output_path>/<model>/results_<timestamp>.json``.
+
+Metric keys look like ``"exact_match,strict-match"`` with the stderr beside them as
+``"exact_match_stderr,strict-match"`` (sometimes the string "N/A").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hpceval.results.schema import Metric, TaskResult
+from hpceval.tasks.adapters import NoResultsFound
+
+
+def newest_results_file(output_dir: Path) -> Path:
+    found = sorted(output_dir.rglob("results_*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    if not found:
+        raise NoResultsFound(f"no lm-eval results_*.json under {output_dir}")
+    return found[-1]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def parse_results(data: dict[str, Any], task: str, source: str | None = None) -> TaskResult:
+    metrics: list[Metric] = []
+    samples = data.get("n-samples") or {}
+    for subtask, values in sorted((data.get("results") or {}).items()):
+        n = (samples.get(subtask) or {}).get("effective")
+        for key, raw in sorted(values.items()):
+            metric, _, filt = key.partition(",")
+            value = _number(raw)
+            if value is None or metric.endswith("_stderr"):
+                continue
+            stderr = _number(values.get(f"{metric}_stderr,{filt}" if filt else f"{metric}_stderr"))
+            metrics.append(Metric(task=subtask, name=metric, value=value, stderr=stderr,
+                                  filter=filt or None, n_samples=n if isinstance(n, int) else None))
+    version = data.get("lm_eval_version") or (data.get("config") or {}).get("lm_eval_version")
+    return TaskResult(task=task, harness="lm-evaluation-harness",
+                      harness_version=str(version) if version else None, metrics=metrics,
+                      source_file=source,
+                      extra={"n-shot": data.get("n-shot") or {},
+                             "versions": data.get("versions") or {}})
+
+
+def parse(output_dir: Path, task: str) -> TaskResult:
+    path = newest_results_file(output_dir)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return parse_results(data, task, str(path.relative_to(output_dir)))
