@@ -12,10 +12,9 @@ from hpceval.cli.options import config_options, load_from_options
 
 def _scripts(resolved: Any) -> dict[str, str]:
     """Rendered job scripts by file name (one per model; one array script for a sweep)."""
-    from hpceval.render import preview_scripts
+    from hpceval.runs.rundir import JOB_SCRIPT, prepare_run
 
-    scripts: dict[str, str] = preview_scripts(resolved)
-    return scripts
+    return {JOB_SCRIPT: prepare_run(resolved).script}
 
 
 @click.command()
@@ -56,15 +55,21 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     Validation runs before anything is written: a config error names the key and the fix,
     exits 2, and submits nothing.
     """
+    from hpceval.runs.rundir import prepare_run
+
     resolved = load_from_options(config_file, config_opt, config_dir, config_name, profile,
                                  overrides)
-    scripts = _scripts(resolved)
+    run = prepare_run(resolved)
     if dry_run:
-        for name, text in scripts.items():
-            click.echo(f"# ===== {name} (dry run: not submitted) =====")
-            click.echo(text, nl=False)
+        click.echo(f"# ===== {run.run_dir}/job.sbatch (dry run: not submitted) =====")
+        click.echo(run.script, nl=False)
         return
-    click.echo("hpceval submit: submitting is not built yet (part of the controller); the run "
-               "validated and rendered, nothing was submitted. Use `hpceval render --out DIR` "
-               "and sbatch the script yourself meanwhile.", err=True)
-    raise SystemExit(3)
+    if resolved.spec.execution.type != "slurm":
+        click.echo("hpceval submit: execution.type=local is not built yet (part of the "
+                   "controller); nothing was run", err=True)
+        raise SystemExit(3)
+    from hpceval.runs.submit import submit_prepared
+
+    job_id = submit_prepared(run)
+    click.echo(f"submitted {run.invocation_id}: Slurm job {job_id}")
+    click.echo(f"run directory: {run.run_dir}")
