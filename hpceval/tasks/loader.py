@@ -1,0 +1,167 @@
+"""Find catalogue files, and keep a JSON index of them so `hpceval ls tasks` stays fast.
+
+Parsing ~25 YAML files (with Jinja syntax checks) costs a few hundred milliseconds; reading one
+JSON index costs a few. The index is keyed by every catalogue file's path, mtime and size, the
+user catalogue directories, the hpceval version and the index format, so editing or adding any
+catalogue file (package or user) rebuilds it. When the cache directory is not writable the index
+lives in memory for the life of the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hpceval.tasks.models import CatalogueError
+
+INDEX_FORMAT = 1
+_CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
+_SUFFIXES = (".yaml", ".yml")
+_MEMORY: dict[str, dict[str, Any]] = {}
+_NORMALISING_MODULES = ("schema.py", "assemble.py", "loader.py", "models.py")
+
+
+def package_catalogue_dir() -> Path:
+    return _CATALOGUE_DIR
+
+
+def user_catalogue_paths() -> list[Path]:
+    """User catalogue locations, lowest priority first: the config dir, then $HPCEVAL_TASKS_PATH."""
+    config_home = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    paths = [Path(config_home) / "hpceval" / "tasks"]
+    for entry in os.environ.get("HPCEVAL_TASKS_PATH", "").split(os.pathsep):
+        if entry.strip():
+            paths.append(Path(entry).expanduser())
+    return paths
+
+
+def cache_dir() -> Path:
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "hpceval"
+
+
+def catalogue_files(user_paths: list[Path] | None = None) -> list[Path]:
+    """Package files (sorted), then each user path's files (sorted); a path may name one file."""
+    files = _yaml_files(_CATALOGUE_DIR)
+    for path in user_catalogue_paths() if user_paths is None else user_paths:
+        files.extend(_yaml_files(path))
+    return files
+
+
+def _yaml_files(path: Path) -> list[Path]:
+    try:
+        if path.is_file():
+            return [path]
+        with os.scandir(path) as entries:
+            return sorted(
+                Path(e.path) for e in entries if e.name.endswith(_SUFFIXES) and e.is_file()
+            )
+    except OSError:  # a missing or unreadable user dir is simply empty
+        return []
+
+
+def index_key(files: list[Path], user_paths: list[Path]) -> str:
+    stats = [_stat(f) for f in files]
+    payload = [INDEX_FORMAT, _code_version(), [str(p) for p in user_paths], stats]
+    # The key is the payload itself (a few KB): exact, and no hashlib/OpenSSL import (~5 ms).
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def _stat(path: Path) -> list[object]:
+    st = path.stat()
+    return [str(path), st.st_mtime_ns, st.st_size]
+
+
+def _code_version() -> list[object]:
+    """What identifies the code that built an index: the installed hpceval version (the name of
+    its dist-info folder beside the package) and the stat of the modules that normalise files,
+    so an upgrade or a source edit rebuilds it. importlib.metadata would cost ~25 ms per call;
+    a targeted glob costs well under one."""
+    package_root = _CATALOGUE_DIR.parent.parent  # .../hpceval
+    dist = sorted(p.name for p in package_root.parent.glob("hpceval-*.dist-info"))
+    modules = [_stat(package_root / "tasks" / m) for m in _NORMALISING_MODULES]
+    return [dist, modules]
+
+
+def load_index() -> dict[str, Any]:
+    """Return the catalogue index: from memory, else the on-disk cache, else parse the YAML."""
+    user_paths = user_catalogue_paths()
+    files = catalogue_files(user_paths)
+    key = index_key(files, user_paths)
+    if key in _MEMORY:
+        return _MEMORY[key]
+    cache_file = cache_dir() / "tasks-index.json"
+    index = _read_cache(cache_file, key)
+    if index is None:
+        index = build_index(files)
+        index["key"] = key
+        _write_cache(cache_file, index)
+    _MEMORY.clear()  # one live catalogue per process is enough; drop stale ones
+    _MEMORY[key] = index
+    return index
+
+
+def clear_memory_cache() -> None:
+    """Forget the in-process index (tests use this to exercise the on-disk cache)."""
+    _MEMORY.clear()
+
+
+def build_index(files: list[Path]) -> dict[str, Any]:
+    from hpceval.tasks.assemble import assemble
+
+    documents = [(str(f), _parse_yaml(f)) for f in files]
+    harnesses, tasks = assemble(documents)
+    return {"format": INDEX_FORMAT, "harnesses": harnesses, "tasks": tasks}
+
+
+def _parse_yaml(path: Path) -> object:
+    import yaml
+
+    # libyaml's loader is ~10x faster than the pure-Python one; fall back when it is missing.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogueError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CatalogueError(str(path), where, f"YAML syntax error: {problem}") from exc
+
+
+def _read_cache(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        with path.open("rb") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or data.get("format") != INDEX_FORMAT:
+        return None
+    return data
+
+
+def _write_cache(path: Path, index: dict[str, Any]) -> None:
+    # Write to a temp file in the same directory, then rename: readers on other nodes of a
+    # shared home never see a half-written index. Any failure just leaves the index in memory.
+    import tempfile
+
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=".tasks-index.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(index, fh, separators=(",", ":"))
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except OSError:
+        pass
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
