@@ -1,0 +1,119 @@
+"""Every command template renders strictly, for every task, into a well-formed shell command."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import jinja2
+import pytest
+
+from hpceval.tasks import GENERIC_PARAMS, Catalogue, TaskDef
+
+ENDPOINT_PATHS = {
+    "chat": "/chat/completions",
+    "vlm": "/chat/completions",
+    "completions": "/completions",
+    "embedding": "/embeddings",
+}
+
+SAMPLE_PARAMS: dict[str, Any] = {
+    "limit_samples": 10,
+    "parallelism": 8,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "max_new_tokens": 2048,
+    "request_timeout": 600,
+    "max_retries": 5,
+    "num_fewshot": 5,
+    "extra": {"n_samples": 1, "judge": {"url": "http://judge:8000/v1", "model_id": "j m"}},
+}
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["q"] = shlex.quote  # the rendering layer's filter, exactly
+    return env
+
+
+def _argv(text: str) -> list[str]:
+    # Templates may continue lines with backslash-newline, which the shell drops; so do we.
+    return shlex.split(text.replace("\\\n", ""))
+
+
+def _context(task: TaskDef, params: dict[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {k: None for k in GENERIC_PARAMS}
+    merged["extra"] = {}
+    merged.update({k: v for k, v in task.params.items() if k != "extra"})
+    merged["extra"] = {**dict(task.params.get("extra", {})), **params.get("extra", {})}
+    merged.update({k: v for k, v in params.items() if k != "extra"})
+    return {
+        "task": task,
+        "model_id": "my org/model 7b",  # a space: must come out quoted
+        "base_url": "http://node01:8000/v1",
+        "endpoint_url": "http://node01:8000/v1" + ENDPOINT_PATHS[task.endpoint_type],
+        "output_dir": "/results/run 1",
+        "api_key_env": None,
+        "params": merged,
+    }
+
+
+@pytest.mark.parametrize("params", [SAMPLE_PARAMS, {}], ids=["all-params", "no-params"])
+def test_every_task_renders(builtin: Catalogue, params: dict[str, Any]) -> None:
+    env = _env()
+    compiled = {name: env.from_string(h.command) for name, h in builtin.harnesses.items()}
+    for task in builtin.tasks:
+        text = compiled[task.harness].render(**_context(task, params))
+        argv = _argv(text)  # balanced quotes
+        assert task.task_id in argv, (task.qualified_name, text)
+        assert "my org/model 7b" in " ".join(argv)
+        assert "None" not in text and "Undefined" not in text, text
+        if params:
+            assert "10" in text  # limit_samples reached the command
+
+
+def test_unlisted_task_renders(builtin: Catalogue) -> None:
+    task = builtin.resolve("simple_evals.brand_new", allow_unlisted=True).task
+    text = (
+        _env()
+        .from_string(builtin.harnesses["simple_evals"].command)
+        .render(**_context(task, SAMPLE_PARAMS))
+    )
+    assert "--eval_type brand_new" in text
+
+
+def test_eval_factory_command_maps_generic_params_to_overrides(builtin: Catalogue) -> None:
+    task = builtin.resolve("gpqa_diamond").task
+    ctx = _context(task, SAMPLE_PARAMS)
+    ctx["api_key_env"] = "MODEL_API_KEY"
+    argv = _argv(_env().from_string(builtin.harnesses[task.harness].command).render(**ctx))
+    assert argv[:2] == ["nemo-evaluator", "run_eval"]
+    flags = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert flags["--eval_type"] == "gpqa_diamond"
+    assert flags["--model_type"] == "chat"
+    assert flags["--model_url"] == "http://node01:8000/v1/chat/completions"
+    assert flags["--output_dir"] == "/results/run 1"
+    assert flags["--api_key_name"] == "MODEL_API_KEY"
+    overrides = flags["--overrides"].split(",")
+    assert "config.params.limit_samples=10" in overrides
+    assert "config.params.parallelism=8" in overrides
+    assert "config.params.extra.num_fewshot=5" in overrides
+    assert "config.params.extra.judge.model_id=j m" in overrides
+
+
+def test_upstream_lm_eval_command(builtin: Catalogue) -> None:
+    env = _env()
+    template = env.from_string(builtin.harnesses["lm-eval-upstream"].command)
+    chat = _argv(template.render(**_context(builtin.resolve("lm-eval-upstream.ifeval").task, {})))
+    assert chat[:3] == ["lm_eval", "--model", "local-chat-completions"]
+    assert "--apply_chat_template" in chat
+    # Harness defaults (parallelism 16) reach --model_args even when the user sets nothing.
+    model_args = chat[chat.index("--model_args") + 1]
+    assert "num_concurrent=16" in model_args.split(",")
+
+    comp_task = builtin.resolve("arc_easy").task
+    comp = _argv(template.render(**_context(comp_task, SAMPLE_PARAMS)))
+    assert comp[2] == "local-completions" and "--apply_chat_template" not in comp
+    assert comp[comp.index("--limit") + 1] == "10"
+    assert comp[comp.index("--num_fewshot") + 1] == "5"
+    assert comp[comp.index("--gen_kwargs") + 1] == "temperature=0.0,top_p=1.0,max_gen_toks=2048"
