@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -159,3 +161,24 @@ def test_libyaml_loader_is_used_when_available(
     f.write_text("a: 1\n")
     assert loader._parse_yaml(f) == {"a": 1}
     assert seen == [yaml.CSafeLoader]
+
+
+def test_warm_load_imports_neither_yaml_nor_jinja(home: Path) -> None:
+    load_catalogue()  # builds the on-disk index
+    code = (
+        "import sys\n"
+        "from hpceval.tasks import load_catalogue, format_task_table\n"
+        "heavy = {'yaml', 'jinja2', 'pandas'}\n"
+        "assert not heavy & set(sys.modules), 'import'\n"
+        "format_task_table(load_catalogue().list())\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
