@@ -1,0 +1,135 @@
+"""Proxy progress counters, written atomically to `progress.json` for `hpceval status`.
+
+The file is replaced (temp file + `os.replace`) every ~2 s and at exit, so a reader on another
+node sees either the previous or the next complete document, never a partial one. Schema 1:
+
+    {
+      "schema": 1,
+      "state": "running" | "stopped",
+      "host": "node001", "pid": 4242,
+      "started": "2026-01-01T12:00:00Z", "updated": "2026-01-01T12:05:00Z",   (UTC)
+      "requests": {
+        "done": 1200,        answered 2xx (from an instance or from the cache)
+        "cached": 700,       of `done`, answered from the cache
+        "failed": 3,         answered with an error status (4xx/5xx, including the proxy's 503)
+        "in_flight": 64,     received, not yet answered
+        "expected": 5000     --expected-requests, or null
+      },
+      "rate_per_s": 41.5,    (done + failed) per second over the last `window_s` seconds
+      "window_s": 30.0,
+      "eta_s": 90.0,         (expected - done - failed) / rate, or null
+      "upstream_error": null | "all 2 upstream instances are down: http://... (reason); ...",
+      "no_upstream": {"count": 0, "last_at": null, "last_reason": null},
+      "instances": [{"url": "http://node002:8000", "state": "up" | "down", "outstanding": 32,
+                     "done": 600, "failures": 0, "last_error": null, "down_since": null}],
+      "cache": {"entries": 1900, "loaded": 700, "torn_lines": 0, "corrupt_hits": 0,
+                "shards_open": 3, "write_error": null} | null
+    }
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def write_atomic(path: Path, data: dict[str, Any], durable: bool = False) -> None:
+    """Replace `path` with `data` as JSON; the temp file sits beside it (same file system)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+        if durable:  # only at exit: an fsync every 2 s is a needless NFS round trip
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Progress:
+    """Counters updated by the proxy's request path (plain ints: one event loop, no locks)."""
+
+    def __init__(self, expected: int | None = None, window_s: float = 30.0) -> None:
+        self.expected = expected
+        self.window_s = window_s
+        self.done = 0
+        self.cached = 0
+        self.failed = 0
+        self.in_flight = 0
+        self.no_upstream = 0
+        self.last_no_upstream: tuple[float, str] | None = None
+        self.started = time.time()
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def record_no_upstream(self, reason: str) -> None:
+        self.no_upstream += 1
+        self.last_no_upstream = (time.time(), reason)
+
+    def rate(self, now: float | None = None) -> float:
+        """Answers per second over the last window (sampled at each snapshot)."""
+        now = time.monotonic() if now is None else now
+        answered = self.done + self.failed
+        self._samples.append((now, answered))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        t0, n0 = self._samples[0]
+        return (answered - n0) / (now - t0) if now > t0 else 0.0
+
+    def snapshot(
+        self,
+        state: str = "running",
+        instances: list[dict[str, Any]] | None = None,
+        upstream_error: str | None = None,
+        cache: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        rate = self.rate()
+        remaining = None if self.expected is None else max(
+            0, self.expected - self.done - self.failed)
+        last_at, last_reason = self.last_no_upstream or (None, None)
+        return {
+            "schema": SCHEMA_VERSION,
+            "state": state,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": _iso(self.started),
+            "updated": _iso(time.time()),
+            "requests": {"done": self.done, "cached": self.cached, "failed": self.failed,
+                         "in_flight": self.in_flight, "expected": self.expected},
+            "rate_per_s": round(rate, 3),
+            "window_s": self.window_s,
+            "eta_s": round(remaining / rate, 1) if remaining is not None and rate > 0 else None,
+            "upstream_error": upstream_error,
+            "no_upstream": {"count": self.no_upstream,
+                            "last_at": None if last_at is None else _iso(last_at),
+                            "last_reason": last_reason},
+            "instances": instances or [],
+            "cache": cache,
+        }
+
+
+async def run_writer(
+    path: Path, make_snapshot: Callable[[], dict[str, Any]], interval: float
+) -> None:
+    """Forever: write a snapshot every `interval` s (cancelled at shutdown, which writes last)."""
+    while True:
+        try:
+            # The write runs in a thread: on NFS, close() and rename are server round trips.
+            await asyncio.to_thread(write_atomic, path, make_snapshot())
+        except OSError as exc:  # a hiccup of the shared file system must not stop the proxy
+            log.warning("could not write progress file %s: %s", path, exc)
+        await asyncio.sleep(interval)

@@ -1,0 +1,287 @@
+"""The in-job endpoint proxy: harnesses -> this aiohttp server -> model server instances.
+
+Runs on the first node of the allocation. `/v1/chat/completions`, `/v1/completions` and
+`/v1/embeddings` go through the interceptors and the response cache and are counted in the
+progress file; `/health` is the proxy's own (200 while an instance is up); every other path
+(`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`, ...) is passed through as is.
+Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints.
+
+Cost matters: the hot path parses each JSON body once, hashes it once, and does no other work
+per request; file writes are one `write` per cached answer, and everything slow on shared
+storage (fsync, progress file) runs in a thread off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from hpceval.job.cache import CACHED_PATHS, ResponseCache
+from hpceval.job.interceptors import RequestLog, build_interceptors
+from hpceval.job.progress import Progress, run_writer, write_atomic
+from hpceval.job.proxy_balancer import Balancer
+from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
+
+log = logging.getLogger(__name__)
+
+FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
+MAX_BODY = 512 * 1024 * 1024  # long-context and multimodal requests exceed aiohttp's 1 MiB default
+JSON = "application/json"
+
+
+def error_response(status: int, message: str, kind: str) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": status}}
+    return web.Response(status=status, body=json.dumps(body).encode(), content_type=JSON)
+
+
+def _is_error_body(body: Any) -> bool:
+    return not isinstance(body, dict) or "error" in body or body.get("object") == "error"
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.balancer = Balancer(config.upstreams)
+        self.progress = Progress(config.expected_requests)
+        self.interceptors = build_interceptors(config)
+        self.request_log = RequestLog(config.request_log_path, config.log_requests)
+        self.cache = ResponseCache(config.cache_dir, config.cache_fsync_every) \
+            if config.cache_dir is not None else None
+        self.port = config.port
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._forwarder: Forwarder | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> int:
+        # keepalive below uvicorn's 5 s default, so pooled connections are not reused just as
+        # vLLM closes them (that race looks like a dead server); limit=0: harnesses set the
+        # concurrency, the proxy must not cap it at aiohttp's default of 100.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        self._forwarder = Forwarder(self.config, self.balancer, self._session)
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_get("/health", self._health)
+        for path in sorted(CACHED_PATHS):
+            app.router.add_post(path, self._openai)
+        app.router.add_route("*", "/{tail:.*}", self._passthrough)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=self.config.shutdown_grace)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
+        self._spawn(self.balancer.run_prober(self._session, self.config.probe_interval))
+        if self.cache is not None:
+            self._spawn(self._flush_periodically(self.cache, self.config.cache_fsync_interval))
+        if self.config.progress_file is not None:
+            self._spawn(run_writer(self.config.progress_file, self.snapshot,
+                                   self.config.progress_interval))
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop accepting, give in-flight requests the grace period, then make everything
+        durable: cache fsync, final progress file with state "stopped"."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.balancer.close()
+        if self._session is not None:
+            await self._session.close()
+        if self.cache is not None:
+            self.cache.close()
+        self.request_log.close()
+        self._write_progress("stopped", durable=True)
+
+    async def flush(self) -> None:
+        """SIGUSR1 (Slurm's pre-timeout signal): make cache and progress durable, keep serving."""
+        if self.cache is not None:
+            await self.cache.flush()
+        await asyncio.to_thread(self._write_progress, "running", True)
+
+    def snapshot(self, state: str = "running") -> dict[str, Any]:
+        return self.progress.snapshot(
+            state=state,
+            instances=self.balancer.snapshot(),
+            upstream_error=None if self.balancer.any_up() else self.balancer.down_reason(),
+            cache=self.cache.stats() if self.cache is not None else None)
+
+    def _write_progress(self, state: str, durable: bool) -> None:
+        if self.config.progress_file is None:
+            return
+        try:
+            write_atomic(self.config.progress_file, self.snapshot(state), durable=durable)
+        except OSError as exc:
+            log.error("could not write progress file: %s", exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    @staticmethod
+    async def _flush_periodically(cache: ResponseCache, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await cache.flush()
+
+    # --- handlers -----------------------------------------------------------------------------
+    async def _health(self, _request: web.Request) -> web.Response:
+        up = sum(i.up for i in self.balancer.instances)
+        if up:
+            body = {"status": "ok", "instances_up": up, "instances": len(self.balancer.instances)}
+            return web.Response(body=json.dumps(body).encode(), content_type=JSON)
+        return error_response(503, self.balancer.down_reason(), "no_upstream")
+
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error_response(400, "request body must be a JSON object", "invalid_request")
+        progress = self.progress
+        progress.in_flight += 1
+        started = time.monotonic()
+        status = 500
+        try:
+            if self.interceptors.request:
+                self.interceptors.on_request(path, body)
+                raw = json.dumps(body, ensure_ascii=False).encode()
+            if body.get("stream"):
+                response = await self._stream(request, raw)
+                status = response.status
+                return response
+            response, payload, cached = await self._answer(request, path, body, raw)
+            status = response.status
+            self.request_log.record(path, body, status, payload, cached,
+                                    time.monotonic() - started)
+            return response
+        finally:
+            progress.in_flight -= 1
+            if 200 <= status < 300:
+                progress.done += 1
+            else:
+                progress.failed += 1
+
+    async def _answer(self, request: web.Request, path: str, body: dict[str, Any], raw: bytes
+                      ) -> tuple[web.Response, bytes, bool]:
+        cache = self.cache
+        key = cache.key_for(path, body) if cache is not None else None
+        payload = cache.get(key) if cache is not None and key is not None else None
+        hit = payload is not None
+        if payload is not None:
+            self.progress.cached += 1
+            status, content_type = 200, JSON
+        else:
+            try:
+                answer = await self._send(request, raw)
+            except UpstreamFailure as exc:
+                return self._failure(exc), b"", False
+            status, payload, content_type = answer.status, answer.body, answer.content_type
+        parsed: Any = None
+        if 200 <= status < 300 and (self.interceptors.response or not hit):
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = None  # not JSON: passed through, never cached
+        if cache is not None and key is not None and not hit and parsed is not None \
+                and not _is_error_body(parsed):
+            # The shard is line-oriented: a pretty-printed answer is stored re-serialized.
+            line = payload if b"\n" not in payload else json.dumps(
+                parsed, ensure_ascii=False, separators=(",", ":")).encode()
+            cache.put(key, path, status, line)
+        if isinstance(parsed, dict) and self.interceptors.on_response(path, parsed):
+            payload = json.dumps(parsed, ensure_ascii=False).encode()
+        headers = {"X-Hpceval-Cache": "hit" if hit else "miss"}
+        return (web.Response(status=status, body=payload, content_type=content_type.split(";")[0],
+                             headers=headers), payload, hit)
+
+    async def _stream(self, request: web.Request, raw: bytes) -> web.StreamResponse:
+        """Streamed answers go to the client as they arrive: not cached, not intercepted."""
+        try:
+            answer = await self._send(request, raw, stream=True)
+        except UpstreamFailure as exc:
+            return self._failure(exc)
+        if answer.stream is None or answer.instance is None:
+            return web.Response(status=answer.status, body=answer.body,
+                                content_type=answer.content_type.split(";")[0])
+        upstream, ok = answer.stream, False
+        try:
+            response = web.StreamResponse(status=upstream.status)
+            response.content_type = answer.content_type.split(";")[0]
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            ok = True
+            return response
+        finally:
+            upstream.release()
+            self.balancer.release(answer.instance, ok)
+
+    async def _passthrough(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            answer = await self._send(request, raw or None)
+        except UpstreamFailure as exc:
+            return self._failure(exc)
+        return web.Response(status=answer.status, body=answer.body,
+                            content_type=answer.content_type.split(";")[0])
+
+    async def _send(self, request: web.Request, data: bytes | None,
+                    stream: bool = False) -> Answer:
+        assert self._forwarder is not None, "start() first"
+        headers = {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
+        return await self._forwarder.send(request.method, request.path_qs, data, headers, stream)
+
+    def _failure(self, exc: UpstreamFailure) -> web.Response:
+        if exc.status == 503:
+            self.progress.record_no_upstream(exc.reason)
+        log.error("request failed: %s", exc.reason)
+        return error_response(exc.status, exc.reason, "upstream_unavailable")
+
+
+async def serve(config: ProxyConfig) -> None:
+    """Run until SIGTERM/SIGINT; SIGUSR1 flushes cache and progress and keeps serving."""
+    server = ProxyServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    flushes: set[asyncio.Task[None]] = set()
+
+    def on_usr1() -> None:
+        task = loop.create_task(server.flush())
+        flushes.add(task)
+        task.add_done_callback(flushes.discard)
+
+    loop.add_signal_handler(signal.SIGUSR1, on_usr1)
+    entries = len(server.cache) if server.cache is not None else 0
+    log.info("hpceval proxy on http://%s:%d -> %d upstream(s); cache: %s (%d entries)",
+                config.host, server.port, len(config.upstreams), config.cache_dir, entries)
+    try:
+        await stop.wait()
+    finally:
+        log.info("hpceval proxy stopping")
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*flushes)
+        await server.stop()
+
+
+def run_proxy(config: ProxyConfig) -> None:
+    asyncio.run(serve(config))

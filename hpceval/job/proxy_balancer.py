@@ -1,0 +1,150 @@
+"""Least-outstanding-requests balancing over model server instances, with down-marking and re-probe.
+
+An instance that refuses or drops connections is marked down at once and skipped. One whose
+request timed out is only *suspected*: a slow but healthy vLLM under load must not be taken out of
+rotation (that would turn overload into 503s), so it is marked down only if its /health also fails.
+A background task re-probes instances that are down and puts them back when /health answers 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 5.0
+
+
+class Instance:
+    """One upstream model server and what the proxy knows about it."""
+
+    __slots__ = ("done", "down_since", "failures", "last_error", "outstanding", "probing", "up",
+                 "url")
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.outstanding = 0
+        self.up = True  # the job runtime health-waits before starting the proxy
+        self.done = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self.down_since: float | None = None
+        self.probing = False
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "state": "up" if self.up else "down",
+            "outstanding": self.outstanding,
+            "done": self.done,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "down_since": self.down_since,
+        }
+
+
+class Balancer:
+    """Picks instances; `release` must follow every `pick` that returned an instance."""
+
+    def __init__(self, urls: tuple[str, ...] | list[str]) -> None:
+        self.instances = [Instance(u) for u in urls]
+        self._next = 0  # rotating start, so ties do not all land on the first instance
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def pick(self) -> Instance | None:
+        best: Instance | None = None
+        n = len(self.instances)
+        start = self._next
+        self._next = (start + 1) % n
+        for i in range(n):
+            inst = self.instances[(start + i) % n]
+            if inst.up and (best is None or inst.outstanding < best.outstanding):
+                best = inst
+        if best is not None:
+            best.outstanding += 1
+        return best
+
+    def release(self, inst: Instance, ok: bool) -> None:
+        inst.outstanding -= 1
+        if ok:
+            inst.done += 1
+
+    def any_up(self) -> bool:
+        return any(i.up for i in self.instances)
+
+    def mark_down(self, inst: Instance, reason: str) -> None:
+        inst.failures += 1
+        self._set_down(inst, reason)
+
+    def _set_down(self, inst: Instance, reason: str) -> None:
+        inst.last_error = reason
+        if inst.up:
+            inst.up = False
+            inst.down_since = time.time()
+            log.warning("upstream %s marked down: %s", inst.url, reason)
+
+    def mark_up(self, inst: Instance) -> None:
+        if not inst.up:
+            log.warning("upstream %s is back (answered /health)", inst.url)
+        inst.up = True
+        inst.down_since = None
+
+    def suspect(self, inst: Instance, reason: str, session: aiohttp.ClientSession) -> None:
+        """A request to `inst` timed out: check /health in the background, mark down if it fails."""
+        inst.failures += 1
+        inst.last_error = reason
+        if inst.up and not inst.probing:
+            self._spawn(self._check_suspect(inst, reason, session))
+
+    def down_reason(self) -> str:
+        parts = [f"{i.url} ({i.last_error or 'down'})" for i in self.instances if not i.up]
+        return f"all {len(self.instances)} upstream instances are down: " + "; ".join(parts)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [i.snapshot() for i in self.instances]
+
+    async def probe(self, inst: Instance, session: aiohttp.ClientSession) -> bool:
+        inst.probing = True
+        try:
+            timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
+            async with session.get(inst.url + "/health", timeout=timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
+        finally:
+            inst.probing = False
+
+    async def run_prober(self, session: aiohttp.ClientSession, interval: float) -> None:
+        """Forever: re-probe the instances that are down (cancelled at shutdown)."""
+        while True:
+            await asyncio.sleep(interval)
+            down = [i for i in self.instances if not i.up and not i.probing]
+            if not down:
+                continue
+            results = await asyncio.gather(*(self.probe(i, session) for i in down))
+            for inst, ok in zip(down, results, strict=True):
+                if ok:
+                    self.mark_up(inst)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _check_suspect(
+        self, inst: Instance, reason: str, session: aiohttp.ClientSession
+    ) -> None:
+        if not await self.probe(inst, session):
+            self._set_down(inst, f"{reason}; /health failed too")
+
+    def _spawn(self, coro: Any) -> None:
+        # Keep a reference: the event loop holds tasks only weakly.
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

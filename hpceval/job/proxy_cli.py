@@ -1,0 +1,79 @@
+"""`python -m hpceval.job proxy ...`: command-line wiring of the in-job proxy (argparse, no click:
+this runs on compute nodes and should import as little as possible)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpceval.job.proxy_config import ProxyConfig, parse_param_value, split_pair
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hpceval.job proxy",
+        description="OpenAI-compatible proxy in front of the model server instances of a job: "
+                    "balancing, response cache on shared storage, interceptors, progress file.")
+    p.add_argument("--port", type=int, required=True, help="port to listen on")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: harnesses run on the same node; "
+                        "0.0.0.0 opens it to the cluster network, without authentication)")
+    p.add_argument("--upstream", action="append", required=True, metavar="URL",
+                   help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
+    p.add_argument("--cache-dir", type=Path, required=True,
+                   help="response cache directory on shared storage")
+    p.add_argument("--progress-file", type=Path, required=True, help="progress JSON to write")
+    p.add_argument("--expected-requests", type=int, help="total requests expected (for ETA)")
+    p.add_argument("--log-requests", type=int, default=0, metavar="N",
+                   help="log the first N request/response pairs as JSONL")
+    p.add_argument("--log-file", type=Path,
+                   help="request log path (default: proxy-requests.jsonl beside the progress file)")
+    p.add_argument("--request-timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds per attempt (default 1800)")
+    p.add_argument("--max-retries", type=int, default=3, metavar="N",
+                   help="retries on connection errors, timeouts, 5xx and 429 (default 3)")
+    p.add_argument("--system-prompt", metavar="TEXT", help="system prompt for chat requests")
+    p.add_argument("--strip-reasoning", action="store_true",
+                   help="move reasoning traces out of the answer into reasoning_content")
+    p.add_argument("--reasoning-start", default="<think>", metavar="MARKER")
+    p.add_argument("--reasoning-end", default="</think>", metavar="MARKER")
+    p.add_argument("--add-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a request parameter (VALUE parsed as JSON if it parses; repeat)")
+    p.add_argument("--remove-param", action="append", default=[], metavar="KEY",
+                   help="remove a request parameter (repeat)")
+    p.add_argument("--rename-param", action="append", default=[], metavar="OLD=NEW",
+                   help="rename a request parameter (repeat)")
+    p.add_argument("--log-level", default="INFO", help="Python logging level")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    add = tuple((k, parse_param_value(v))
+                for k, v in (split_pair(a, "--add-param") for a in args.add_param))
+    rename = tuple(split_pair(a, "--rename-param") for a in args.rename_param)
+    return ProxyConfig(
+        upstreams=tuple(args.upstream), port=args.port, host=args.host,
+        cache_dir=args.cache_dir, progress_file=args.progress_file,
+        expected_requests=args.expected_requests, request_timeout=args.request_timeout,
+        max_retries=args.max_retries, system_prompt=args.system_prompt,
+        strip_reasoning=args.strip_reasoning, reasoning_start=args.reasoning_start,
+        reasoning_end=args.reasoning_end, add_params=add, remove_params=tuple(args.remove_param),
+        rename_params=rename, log_requests=args.log_requests, log_file=args.log_file)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    from hpceval.job.proxy import run_proxy  # aiohttp only once the arguments are known good
+
+    run_proxy(config)
+    return 0

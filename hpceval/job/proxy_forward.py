@@ -1,0 +1,141 @@
+"""Sending one request upstream: instance choice, failover, retries with backoff and jitter.
+
+What counts as what (a wrong call here either wastes GPU hours or hides a dead server):
+- connect refused / connect timeout: the instance is gone -> marked down, and the request moves
+  to another instance at once without spending a retry (once per instance and request);
+- disconnect or reset mid-request: the server may have died, or a pooled keep-alive connection
+  went stale -> the instance is only suspected (see proxy_balancer), the request moves on at
+  once, likewise once per instance;
+- read timeout: suspected too, then a retry after backoff;
+- 5xx and 429: the server is alive but failed -> retry after backoff; the last answer is passed
+  through when retries run out;
+- no instance up: wait a backoff and look again (the prober may have revived one), then 503.
+4xx and 2xx answers are final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from hpceval.job.proxy_balancer import Balancer, Instance
+from hpceval.job.proxy_config import ProxyConfig
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class UpstreamFailure(Exception):
+    """No answer from any instance; `status` is what the proxy answers (502, 503, 504)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+    content_type: str
+    # Set only for streamed requests: the open response the caller reads and must release.
+    stream: aiohttp.ClientResponse | None = None
+    instance: Instance | None = None
+
+
+@dataclass
+class _Failed:
+    status: int  # what the proxy answers if this was the last attempt
+    reason: str
+    free: bool  # move to another instance at once, without spending a retry
+
+
+def _content_type(headers: CIMultiDictProxy[str]) -> str:
+    return headers.get("Content-Type", "application/json")
+
+
+class Forwarder:
+    def __init__(self, config: ProxyConfig, balancer: Balancer,
+                 session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.balancer = balancer
+        self.session = session
+        self._timeout = aiohttp.ClientTimeout(
+            total=config.request_timeout, sock_connect=config.connect_timeout)
+        # A stream may legitimately run longer than request_timeout; what must not happen is
+        # silence for that long.
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=config.connect_timeout, sock_read=config.request_timeout)
+
+    def backoff(self, retry: int) -> float:
+        cap = min(self.config.retry_backoff_max, self.config.retry_backoff * 2.0 ** (retry - 1))
+        return cap / 2 + random.random() * cap / 2  # jitter: spread retries of many requests
+
+    async def send(self, method: str, path_qs: str, data: bytes | None,
+                   headers: dict[str, str], stream: bool = False) -> Answer:
+        retries = 0
+        free_failovers: set[Instance] = set()
+        while True:
+            inst = self.balancer.pick()
+            if inst is None:
+                if retries >= self.config.max_retries:
+                    raise UpstreamFailure(503, self.balancer.down_reason())
+                retries += 1
+                await asyncio.sleep(self.backoff(retries))
+                continue
+            result = await self._attempt(inst, method, path_qs, data, headers, stream)
+            if isinstance(result, Answer):
+                if result.status not in RETRY_STATUSES or retries >= self.config.max_retries:
+                    return result
+                result = _Failed(502, f"{inst.url} answered {result.status}", free=False)
+            if result.free and inst not in free_failovers:
+                free_failovers.add(inst)
+                continue
+            if retries >= self.config.max_retries:
+                raise UpstreamFailure(result.status,
+                                      f"{result.reason} (after {retries + 1} attempts)")
+            retries += 1
+            await asyncio.sleep(self.backoff(retries))
+
+    async def _attempt(self, inst: Instance, method: str, path_qs: str, data: bytes | None,
+                       headers: dict[str, str], stream: bool) -> Answer | _Failed:
+        """One try on `inst`. A streamed 2xx answer keeps `inst` checked out for the caller."""
+        ok = checked_out = False
+        try:
+            resp = await self.session.request(
+                method, inst.url + path_qs, data=data, headers=headers,
+                timeout=self._stream_timeout if stream else self._timeout)
+            if stream and resp.status < 300:
+                ok = checked_out = True
+                return Answer(resp.status, b"", _content_type(resp.headers), resp, inst)
+            try:
+                body = await resp.read()
+            finally:
+                resp.release()
+            ok = resp.status < 500
+            return Answer(resp.status, body, _content_type(resp.headers))
+        except aiohttp.ConnectionTimeoutError:
+            reason = f"connect to {inst.url} timed out"
+            self.balancer.mark_down(inst, reason)
+            return _Failed(502, reason, free=True)
+        except asyncio.TimeoutError:
+            reason = f"{inst.url} timed out after {self.config.request_timeout:g}s"
+            self.balancer.suspect(inst, reason, self.session)
+            return _Failed(504, reason, free=False)
+        except aiohttp.ClientConnectorError as exc:
+            reason = f"cannot connect to {inst.url}: {exc.os_error.strerror or exc.os_error}"
+            self.balancer.mark_down(inst, reason)
+            return _Failed(502, reason, free=True)
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+            reason = f"connection to {inst.url} lost: {type(exc).__name__}: {exc}"
+            self.balancer.suspect(inst, reason, self.session)
+            return _Failed(502, reason, free=True)
+        except aiohttp.ClientError as exc:
+            return _Failed(502, f"{inst.url}: {type(exc).__name__}: {exc}", free=False)
+        finally:
+            if not checked_out:
+                self.balancer.release(inst, ok)

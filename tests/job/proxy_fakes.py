@@ -1,0 +1,133 @@
+"""Helpers for the in-job proxy tests: a scriptable fake model server and a running proxy, both
+on real sockets on 127.0.0.1 with ephemeral ports."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from hpceval.job.proxy import ProxyServer
+from hpceval.job.proxy_config import ProxyConfig
+
+
+def chat(content: str = "hi", **params: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **params}
+
+
+def dead_url() -> str:
+    """A URL on which nothing listens: connections are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+class FakeUpstream:
+    """A vLLM stand-in. `fail` answers that many generation requests with `fail_status` first;
+    `reply(body, n)` gives the assistant text (default: unique per request, "answer <n>")."""
+
+    def __init__(self, delay: float = 0.0, fail: int = 0, fail_status: int = 500,
+                 reply: Callable[[dict[str, Any], int], str] | None = None) -> None:
+        self.delay = delay
+        self.fail = fail
+        self.fail_status = fail_status
+        self.reply = reply or (lambda _body, n: f"answer {n}")
+        self.health_status = 200
+        self.hits = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._generate)
+        app.router.add_post("/v1/completions", self._generate)
+        app.router.add_post("/v1/embeddings", self._embed)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_get("/tokenizer_info", self._tokenizer_info)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.hits += 1
+        n = self.hits
+        self.bodies.append(body)
+        self.headers.append(dict(request.headers))
+        if self.fail > 0:
+            self.fail -= 1
+            return web.json_response({"error": {"message": "boom"}}, status=self.fail_status)
+        await asyncio.sleep(self.delay)
+        text = self.reply(body, n)
+        if body.get("stream"):
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for word in text.split():
+                chunk = {"choices": [{"index": 0, "delta": {"content": word}}]}
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        if request.path == "/v1/completions":
+            choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "stop"}
+            return web.json_response({"id": f"c{n}", "object": "text_completion",
+                                      "model": body.get("model"), "choices": [choice]})
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "finish_reason": "stop"}
+        return web.json_response({"id": f"c{n}", "object": "chat.completion",
+                                  "model": body.get("model"), "choices": [choice]})
+
+    async def _embed(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        await request.read()
+        return web.json_response({"object": "list", "data": [{"embedding": [0.1, 0.2]}]})
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m"}]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"tokens": [1, 2, 3], "count": 3, "echo": body})
+
+    async def _tokenizer_info(self, _request: web.Request) -> web.Response:
+        return web.json_response({"tokenizer_class": "Fake"})
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=self.health_status)
+
+
+@contextlib.asynccontextmanager
+async def running_upstreams(*fakes: FakeUpstream) -> AsyncIterator[list[str]]:
+    urls = [await f.start() for f in fakes]
+    try:
+        yield urls
+    finally:
+        for f in fakes:
+            await f.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_proxy(config: ProxyConfig) -> AsyncIterator[tuple[ProxyServer, str]]:
+    server = ProxyServer(config)
+    await server.start()
+    try:
+        yield server, f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.stop()
