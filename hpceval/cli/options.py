@@ -53,4 +53,11 @@ def load_from_options(config_file: str | None, config_opt: str | None, config_di
                            check_environment=check_environment)
     for note in resolved.composed.notes:
         click.echo(f"hpceval: note: {note}", err=True)
+    from hpceval.tasks import load_catalogue
+
+    catalogue = load_catalogue()
+    for task in resolved.spec.evaluation.tasks:
+        resolution = catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
+        if resolution.task.qualified_name != task.name:
+            click.echo(f"hpceval: note: task {resolution.note}", err=True)
     return resolved

@@ -27,7 +27,7 @@ def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[
                 profile: str | None = None, environ: Mapping[str, str] | None = None,
                 check_environment: bool = True) -> ResolvedConfig:
     """Compose and validate; raise ConfigError (exit code 2) with every issue found."""
-    from hpceval.config.checks import expand_paths, semantic_issues
+    from hpceval.config.checks import expand_paths, semantic_issues, task_issues
 
     composed = compose(run_file, overrides, profile=profile)
     env = os.environ if environ is None else environ
@@ -38,6 +38,7 @@ def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[
     issues = list(semantic_issues(spec, env if check_environment else None))
     layout, layout_issues = compute_layout(spec)
     issues += layout_issues
+    issues += task_issues(spec)
     if issues:
         raise ConfigError(issues)
     return ResolvedConfig(spec, layout, composed)

@@ -148,6 +148,7 @@ class TaskSpec:
     )
     container: str | None = key(None, "harness image for this task instead of the catalogue's")
     timeout: int | None = key(None, "seconds before a hung harness is stopped", minimum=1)
+    allow_unlisted: bool = key(False, "run a harness.task the catalogue does not list")
 
 
 @dataclass(frozen=True)
