@@ -23,6 +23,8 @@ def test_bad_config_exits_2_naming_the_key(case: dict[str, str], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
+    # The task catalogue's index is a cache, not output: keep it outside the checked folder.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
     run_file = tmp_path / "run.yaml"
     run_file.write_text(case["config"])
     before = sorted(tmp_path.rglob("*"))
