@@ -10,7 +10,7 @@ import logging
 import os
 import subprocess
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -127,7 +127,11 @@ class CommandSlurmClient:
             ",".join(unique_base_ids(job_ids)),
         ]
         if starttime is not None:
-            args += ["-S", format_starttime(starttime)]
+            # sacct rejects a start time in the future ("after end time"), which a fast clock or
+            # a caller's rounding could produce: a filter that late would hide the jobs anyway.
+            latest = datetime.now().astimezone() - timedelta(seconds=1)
+            aware = starttime if starttime.tzinfo else starttime.astimezone()
+            args += ["-S", format_starttime(min(aware, latest))]
         command, result = self._run("sacct", args)
         try:
             return parse_sacct(result.stdout)

@@ -24,6 +24,7 @@ SACCT_FIELDS: tuple[str, ...] = (
     "Elapsed",
     "NodeList",
     "Submit",
+    "Partition",
 )
 SQUEUE_FORMAT = "%i|%T|%r|%N"
 
@@ -56,6 +57,7 @@ class JobRecord:
     start: datetime | None = None
     end: datetime | None = None
     elapsed_s: int | None = None
+    partition: str = ""
     from_range: bool = False  # True when expanded from a pending "12_[2-5%2]" row
 
     @property
@@ -176,7 +178,11 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
     * pending array ranges are expanded into one record per task, but a task's own row always
       wins over a range row, whatever order sacct printed them in (24.11 keeps the range row
       for a while after tasks start);
-    * for duplicate ids (requeued jobs), the later row wins: sacct prints oldest first.
+    * for duplicate ids (requeued jobs), the later row wins: sacct prints oldest first;
+    * placeholder rows are skipped: when slurmdbd hears of a job's batch step before the job
+      itself (seen for multi-node jobs on 22.05), it lists a stand-in row for ~1-2 s with no
+      partition, JobName "allocation", the first node only, and a state taken from the step
+      (PENDING while the job runs, or already COMPLETED). Trusting it would misreport the job.
     """
     records: dict[str, JobRecord] = {}
     for line in text.splitlines():
@@ -185,8 +191,10 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
         fields = _split_sacct_line(line)
         if fields is None:
             raise SlurmParseError(f"sacct line has {line.count('|') + 1} fields: {line!r}")
-        job_id, name, raw_state, exit_text, reason, start, end, elapsed, nodes, submit = fields
-        if "." in job_id:
+        job_id, name, raw_state, exit_text, reason, start, end, elapsed, nodes, submit, part = (
+            fields
+        )
+        if "." in job_id or not part.strip():
             continue
         exit_code, signal = parse_exit_code(exit_text)
         ids = expand_array_ids(job_id)
@@ -208,6 +216,7 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
                 start=parse_time(start),
                 end=parse_time(end),
                 elapsed_s=parse_elapsed(elapsed),
+                partition=part.strip(),
                 from_range=from_range,
             )
     return records

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from hpceval.slurm.client import SlurmClient, SlurmError
 from hpceval.slurm.records import JobRecord, base_job_id
-from hpceval.slurm.states import UNKNOWN, JobStatus, classify, combine
+from hpceval.slurm.states import UNKNOWN, JobStatus, Phase, classify, combine
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,11 @@ class _Watched:
 class JobWatcher:
     """Tracks registered job ids ("12", or "12_3" for one array task) through one sacct call.
 
-    Register each array task you care about ("12_0".."12_3", see `register_array`): then the
-    watcher reports the array finished only once every task row has shown up. Registering just
-    the base id "12" of an array reports the combination of whatever task rows sacct returned.
+    Register arrays with `register_array("12", range(4))`: each task "12_0".."12_3" is watched,
+    and "12" itself reads as the combination of exactly those tasks, so the array is finished
+    only once every task's row has shown up. A bare `register("12")` of an array can only
+    combine the task rows sacct happened to return, and sacct lags on array tasks by seconds:
+    it may report the array finished while a late task's row is still missing.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class JobWatcher:
         self._slack = timedelta(seconds=starttime_slack_s)
         self._clock = clock
         self._jobs: dict[str, _Watched] = {}
+        self._arrays: dict[str, list[str]] = {}  # base id -> its registered task ids
         self._last_call: float | None = None
         self._lock = threading.RLock()
         self.sacct_calls = 0
@@ -63,31 +66,39 @@ class JobWatcher:
         """Watch a job. `submitted_at` (just before sbatch) lets sacct skip older jobs that had
         the same id; leave it None for jobs of unknown age, which disables that filter."""
         with self._lock:
-            if job_id not in self._jobs:
+            if job_id not in self._jobs and job_id not in self._arrays:
                 self._jobs[job_id] = _Watched(submitted_at)
 
     def register_array(
         self, base_id: str, tasks: Iterable[int], *, submitted_at: datetime | None = None
     ) -> list[str]:
+        """Watch array tasks one by one; `status(base_id)` then combines exactly these tasks."""
         task_ids = [f"{base_id}_{task}" for task in tasks]
-        for task_id in task_ids:
-            self.register(task_id, submitted_at=submitted_at)
+        with self._lock:
+            self._jobs.pop(base_id, None)
+            self._arrays[base_id] = task_ids
+            for task_id in task_ids:
+                self.register(task_id, submitted_at=submitted_at)
         return task_ids
 
     def forget(self, job_id: str) -> None:
         with self._lock:
+            for task_id in self._arrays.pop(job_id, []):
+                self._jobs.pop(task_id, None)
             self._jobs.pop(job_id, None)
 
     @property
     def job_ids(self) -> list[str]:
         with self._lock:
-            return list(self._jobs)
+            return [*self._jobs, *self._arrays]
 
     # -- queries ----------------------------------------------------------------------------
 
     def status(self, job_id: str) -> JobStatus:
         """Last known status (no sacct call); UNKNOWN for ids never registered or never seen."""
         with self._lock:
+            if job_id in self._arrays:
+                return combine(self.status(task_id) for task_id in self._arrays[job_id])
             watched = self._jobs.get(job_id)
             return watched.status if watched else UNKNOWN
 
@@ -99,7 +110,7 @@ class JobWatcher:
 
     def statuses(self) -> dict[str, JobStatus]:
         with self._lock:
-            return {job_id: watched.status for job_id, watched in self._jobs.items()}
+            return {job_id: self.status(job_id) for job_id in self.job_ids}
 
     def refresh(self, *, force: bool = False) -> dict[str, JobStatus]:
         """Update all unfinished jobs with ONE sacct call, unless the last call was less than
@@ -135,7 +146,8 @@ class JobWatcher:
             self.consecutive_errors = 0
             self.last_error = None
             for job_id, watched in pending.items():
-                watched.status, found = _lookup(job_id, records)
+                status, found = _lookup(job_id, records)
+                watched.status = _follow(watched.status, status)
                 watched.record = found or watched.record
             return self.statuses()
 
@@ -169,6 +181,18 @@ class JobWatcher:
         if not known or len(known) != len(times):
             return None  # one job of unknown age: a filter could hide it, so use none
         return min(known) - self._slack
+
+
+def _follow(previous: JobStatus, current: JobStatus) -> JobStatus:
+    """Next status of a job, given what sacct said before and says now."""
+    if current.phase is Phase.UNKNOWN and previous.phase is not Phase.UNKNOWN:
+        # Seen before, missing now: a sacct hiccup (e.g. a skipped stand-in row), not news.
+        return previous
+    if current.phase is Phase.QUEUED and previous.phase in (Phase.RUNNING, Phase.RESUMING):
+        # Back in the queue after running = requeued. sacct shows the REQUEUED row only for a
+        # few seconds before the new PENDING record replaces it, so a poll can easily miss it.
+        return JobStatus(Phase.RESUMING, "requeued; waiting to run again", current.raw_state)
+    return current
 
 
 def _lookup(job_id: str, records: Mapping[str, JobRecord]) -> tuple[JobStatus, JobRecord | None]:

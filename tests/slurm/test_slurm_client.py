@@ -82,15 +82,15 @@ def test_missing_binary_and_timeout_are_slurm_errors(tmp_path: Path) -> None:
 
 def test_sacct_command_line_and_parsing() -> None:
     t = "2026-11-30T03:00:00"
-    runner = FakeRunner(f"12_0|a|COMPLETED|0:0|None|{t}|{t}|00:00:01|node1|{t}\n")
+    runner = FakeRunner(f"12_0|a|COMPLETED|0:0|None|{t}|{t}|00:00:01|node1|{t}|debug\n")
     client = CommandSlurmClient(runner=runner)
-    records = client.sacct(["12_0", "12_1", "3"], starttime=datetime(2026, 11, 30, 2, 59, 0))
+    records = client.sacct(["12_0", "12_1", "3"], starttime=datetime(2025, 1, 2, 3, 4, 5))
     command = runner.calls[0]
     assert command[:3] == ["sacct", "--parsable2", "--noheader"]
     assert "-X" in command
     assert command[command.index("-o") + 1].startswith("JobID,JobName,State,ExitCode,Reason")
     assert command[command.index("-j") + 1] == "3,12"  # array tasks asked for by base id
-    assert command[command.index("-S") + 1] == "2026-11-30T02:59:00"
+    assert command[command.index("-S") + 1] == "2025-01-02T03:04:05"
     assert records["12_0"].state == "COMPLETED"
 
 
@@ -130,3 +130,12 @@ def test_format_starttime_converts_aware_times_to_local() -> None:
     aware = naive.replace(tzinfo=timezone(timedelta(hours=2)))
     local = aware.astimezone().replace(tzinfo=None)
     assert format_starttime(aware) == local.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_sacct_starttime_in_the_future_is_clamped_to_now() -> None:
+    runner = FakeRunner("")
+    future = datetime.now() + timedelta(hours=1)
+    CommandSlurmClient(runner=runner).sacct(["1"], starttime=future)
+    command = runner.calls[0]
+    sent = datetime.fromisoformat(command[command.index("-S") + 1])
+    assert sent <= datetime.now()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpceval.slurm.records import (
+    JobRecord,
     SlurmParseError,
     base_job_id,
     expand_array_ids,
@@ -86,50 +87,72 @@ def test_small_field_parsers() -> None:
     assert parse_time("Tomorrow 10:00") is None
 
 
+def by_name(text: str) -> dict[str, JobRecord]:
+    """Records of a recorded sample keyed by job name (ids differ between recordings)."""
+    return {r.name: r for r in parse_sacct(text).values() if r.array_task is None}
+
+
 def test_sacct_22_05_early_snapshot() -> None:
-    records = parse_sacct(sample("sacct-22.05-early.txt"))
-    assert records["1"].state == "COMPLETED"
-    assert records["1"].exit_code == 0
-    assert records["1"].node_list == "node1"
-    assert records["1"].start == datetime(2026, 11, 30, 2, 52, 51)
-    assert records["2"].state == "FAILED"
-    assert records["2"].exit_code == 3
-    assert records["3"].state == "RUNNING"
-    assert records["3"].end is None
-    assert records["5"].node_list == "node[1-2]"
-    assert records["7"].reason == "JobHeldUser"
-    assert records["7"].node_list == ""  # "None assigned"
-    assert (records["9"].exit_code, records["9"].signal) == (0, 9)
-    # pending range 4_[2-5%2] expanded next to the running tasks
-    assert [records[f"4_{t}"].state for t in range(6)] == ["RUNNING"] * 2 + ["PENDING"] * 4
-    assert records["4_3"].from_range
-    assert not records["4_0"].from_range
-    assert records["4_5"].array_task == 5
-    assert records["4_5"].base_id == "4"
+    text = sample("sacct-22.05-early.txt")
+    jobs = by_name(text)
+    assert jobs["ok"].state == "COMPLETED"
+    assert jobs["ok"].exit_code == 0
+    assert jobs["ok"].node_list == "node1"
+    assert jobs["ok"].partition == "debug"
+    assert jobs["ok"].start == datetime(2026, 11, 30, 3, 4, 28)
+    assert (jobs["fail"].state, jobs["fail"].exit_code) == ("FAILED", 3)
+    assert jobs["canc"].state == "RUNNING"
+    assert jobs["canc"].end is None
+    assert jobs["held"].reason == "JobHeldUser"
+    assert jobs["held"].node_list == ""  # "None assigned"
+    # sacct lag: these already ran (see the later sample) but are still PENDING here
+    assert jobs["mn"].state == jobs["k9"].state == "PENDING"
+    records = parse_sacct(text)
+    # pending range 105_[2-5%2] expanded next to the running tasks
+    assert [records[f"105_{t}"].state for t in range(6)] == ["RUNNING"] * 2 + ["PENDING"] * 4
+    assert records["105_3"].from_range
+    assert not records["105_0"].from_range
+    assert records["105_5"].array_task == 5
+    assert records["105_5"].base_id == "105"
 
 
 def test_sacct_22_05_later_snapshot() -> None:
+    jobs = by_name(sample("sacct-22.05-later.txt"))
+    assert jobs["canc"].state == "CANCELLED"
+    assert jobs["canc"].raw_state == "CANCELLED by 0"
+    assert jobs["mn"].node_list == "node[1-2]"
+    assert (jobs["k9"].state, jobs["k9"].exit_code, jobs["k9"].signal) == ("FAILED", 0, 9)
     records = parse_sacct(sample("sacct-22.05-later.txt"))
-    assert records["3"].state == "CANCELLED"
-    assert records["3"].raw_state == "CANCELLED by 0"
-    assert records["4_2"].reason == "JobArrayTaskLimit"
-    assert records["4_0"].elapsed_s == 3
+    assert records["105_2"].reason == "JobArrayTaskLimit"
+    assert records["105_0"].elapsed_s == 3
+
+
+def test_sacct_placeholder_rows_are_skipped() -> None:
+    # Recorded right after a burst of submissions: slurmdbd listed stand-in rows (no partition,
+    # JobName "allocation", node1, state from the batch step) before the real job records.
+    text = sample("sacct-22.05-placeholders.txt")
+    assert "allocation" in text
+    records = parse_sacct(text)
+    assert all(r.name != "allocation" and r.partition for r in records.values())
+    assert sample("sacct-22.05-placeholders.txt").count("|\n") == 6
+    assert len(records) == 0
 
 
 def test_sacct_step_rows_are_skipped() -> None:
     records = parse_sacct(sample("sacct-22.05-steps.txt"))
-    assert sorted(records) == ["4_0", "4_1", "4_2", "4_3", "4_4", "4_5", "5"]
-    assert records["5"].name == "mn"
+    assert sorted(records) == ["105_0", "105_1", "105_2", "105_3", "105_4", "105_5", "106"]
+    assert records["106"].name == "mn"
 
 
 def test_sacct_duplicates_latest_row_wins() -> None:
-    records = parse_sacct(sample("sacct-22.05-requeue-duplicates.txt"))
-    assert records["16"].state == "PENDING"
-    assert records["16"].submit == datetime(2026, 11, 30, 2, 53, 6)
+    jobs = by_name(sample("sacct-22.05-requeue-duplicates.txt"))
+    assert (jobs["rq"].state, jobs["rq"].reason) == ("PENDING", "BeginTime")
+    assert (jobs["rqhold"].state, jobs["rqhold"].reason) == ("PENDING", "JobHeldUser")
+    assert jobs["rq"].submit == datetime(2026, 11, 30, 3, 5, 56)
 
 
 def test_sacct_22_05_timeout() -> None:
-    record = parse_sacct(sample("sacct-22.05-timeout.txt"))["29"]
+    record = by_name(sample("sacct-22.05-timeout.txt"))["tmo"]
     assert record.state == "TIMEOUT"
     assert record.elapsed_s is not None and record.elapsed_s >= 60
 
@@ -159,8 +182,17 @@ def test_sacct_empty_output_is_no_records() -> None:
 
 def test_squeue_sample() -> None:
     entries = parse_squeue(sample("squeue-22.05.txt"))
-    assert entries["4_4"].state == "PENDING"
-    assert entries["4_4"].reason == "JobArrayTaskLimit"
-    assert entries["4_2"].node_list == "node1"
-    assert entries["8"].reason == "DependencyNeverSatisfied"
-    assert len(entries) == 7
+    assert entries["105_4"].state == "PENDING"
+    assert entries["105_4"].reason == "JobArrayTaskLimit"
+    assert entries["105_2"].node_list == "node2"
+    assert entries["106"].node_list == "node[1-2]"
+    assert entries["104"].state == "CANCELLED"
+    assert entries["109"].reason == "DependencyNeverSatisfied"
+    assert entries["117"].reason == "job requeued in held state"
+    assert entries["108"].node_list == ""
+    assert len(entries) == 16
+
+
+def test_squeue_range_rows_are_expanded() -> None:
+    entries = parse_squeue("17_[2-4%1]|PENDING|JobArrayTaskLimit|\n17_1|RUNNING|None|node1\n")
+    assert sorted(entries) == ["17_1", "17_2", "17_3", "17_4"]

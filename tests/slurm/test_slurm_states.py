@@ -20,7 +20,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def rec(raw_state: str, exit_code: str = "0:0", reason: str = "None") -> JobRecord:
-    line = f"7|job|{raw_state}|{exit_code}|{reason}|Unknown|Unknown|00:00:00|node1|Unknown"
+    line = f"7|job|{raw_state}|{exit_code}|{reason}|Unknown|Unknown|00:00:00|node1|Unknown|debug"
     return parse_sacct(line)["7"]
 
 

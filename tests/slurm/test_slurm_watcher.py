@@ -60,7 +60,7 @@ class FakeClock:
 
 def row(job_id: str, state: str, exit_code: str = "0:0") -> str:
     t = "2026-11-30T03:00:00"
-    return f"{job_id}|j|{state}|{exit_code}|None|{t}|{t}|00:00:01|node1|{t}\n"
+    return f"{job_id}|j|{state}|{exit_code}|None|{t}|{t}|00:00:01|node1|{t}|debug\n"
 
 
 def test_fifty_jobs_one_sacct_call() -> None:
@@ -112,25 +112,50 @@ def test_missing_jobs_are_unknown_and_finished_jobs_leave_the_query() -> None:
 def test_array_tasks_queried_by_base_id_and_expanded() -> None:
     client = FakeClient((DATA / "sacct-22.05-early.txt").read_text())
     watcher = JobWatcher(client)
-    tasks = watcher.register_array("4", range(6))
-    watcher.register("2")
+    tasks = watcher.register_array("105", range(6))
+    watcher.register("103")
     statuses = watcher.refresh()
     assert len(client.sacct_calls) == 1
+    assert client.sacct_calls[0][0] == [*tasks, "103"]
     assert [statuses[t].phase for t in tasks] == [Phase.RUNNING] * 2 + [Phase.QUEUED] * 4
-    assert statuses["2"].phase is Phase.FAILED
+    assert statuses["103"].phase is Phase.FAILED
 
 
 def test_array_base_id_combines_tasks() -> None:
     client = FakeClient((DATA / "sacct-22.05-later.txt").read_text())
     watcher = JobWatcher(client)
-    watcher.register("4")
-    assert watcher.refresh()["4"].phase is Phase.QUEUED
+    watcher.register("105")
+    assert watcher.refresh()["105"].phase is Phase.QUEUED
     client.sacct_text = "".join(
-        row(f"4_{t}", "FAILED" if t == 2 else "COMPLETED", "5:0" if t == 2 else "0:0")
+        row(f"105_{t}", "FAILED" if t == 2 else "COMPLETED", "5:0" if t == 2 else "0:0")
         for t in range(6)
     )
-    status = watcher.refresh(force=True)["4"]
+    status = watcher.refresh(force=True)["105"]
     assert (status.phase, status.reason) == (Phase.FAILED, "1/6 tasks failed: exit code 5")
+
+
+def test_placeholder_rows_do_not_change_known_states() -> None:
+    client = FakeClient(row("102", "RUNNING"))
+    watcher = JobWatcher(client)
+    watcher.register("102")
+    watcher.register("110")
+    watcher.refresh()
+    client.sacct_text = (DATA / "sacct-22.05-placeholders.txt").read_text()
+    statuses = watcher.refresh(force=True)
+    assert statuses["102"].phase is Phase.RUNNING  # kept; the stand-in row said PENDING
+    assert statuses["110"].phase is Phase.UNKNOWN
+
+
+def test_running_then_pending_means_requeued() -> None:
+    client = FakeClient(row("119", "RUNNING"))
+    watcher = JobWatcher(client)
+    watcher.register("119")
+    watcher.refresh()
+    client.sacct_text = (DATA / "sacct-22.05-requeue-duplicates.txt").read_text()
+    status = watcher.refresh(force=True)["119"]
+    assert (status.phase, status.reason) == (Phase.RESUMING, "requeued; waiting to run again")
+    client.sacct_text = row("119", "RUNNING")
+    assert watcher.refresh(force=True)["119"].phase is Phase.RUNNING
 
 
 def test_unsplit_pending_array_row_covers_its_tasks() -> None:
@@ -191,3 +216,19 @@ def test_forget_and_unknown_ids() -> None:
     watcher.forget("1")
     assert watcher.job_ids == []
     assert watcher.status("404").phase is Phase.UNKNOWN
+
+
+def test_registered_array_is_final_only_when_every_task_is() -> None:
+    # sacct lags on array tasks: rows of tasks 0 and 1 arrive before tasks 2 and 3 are listed.
+    client = FakeClient(row("7_0", "COMPLETED") + row("7_1", "COMPLETED"))
+    watcher = JobWatcher(client)
+    watcher.register("7")  # replaced by the exact array registration below
+    watcher.register_array("7", range(4))
+    assert sorted(watcher.job_ids) == ["7", "7_0", "7_1", "7_2", "7_3"]
+    assert watcher.refresh()["7"].phase is Phase.UNKNOWN
+    client.sacct_text += row("7_2", "FAILED", "3:0") + row("7_3", "COMPLETED")
+    status = watcher.refresh(force=True)["7"]
+    assert (status.phase, status.reason) == (Phase.FAILED, "1/4 tasks failed: exit code 3")
+    assert watcher.wait(["7"], timeout_s=0)["7"].phase is Phase.FAILED
+    watcher.forget("7")
+    assert watcher.job_ids == []

@@ -1,0 +1,38 @@
+"""Shared pytest fixtures for hpceval's tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from hpceval.slurm.client import CommandSlurmClient
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> CommandSlurmClient:
+    """A client for the real local Slurm dev cluster (scripts/slurm/start-cluster.sh).
+
+    Skips when there is no Slurm here; with HPCEVAL_REQUIRE_SLURM=1 (scripts/run-tests.sh, CI)
+    it fails instead, so a broken cluster can never turn the slurm tests into silent skips.
+    """
+    problem = None
+    if shutil.which("sinfo") is None:
+        problem = "sinfo not found: no Slurm on this machine"
+    else:
+        try:
+            probe = subprocess.run(
+                ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20, check=False
+            )
+            if probe.returncode != 0 or not probe.stdout.strip():
+                problem = f"Slurm controller not answering: {probe.stderr.strip()}"
+        except subprocess.TimeoutExpired:
+            problem = "sinfo timed out: Slurm controller not answering"
+    if problem:
+        message = f"{problem} (start it with: sudo bash scripts/slurm/start-cluster.sh)"
+        if os.environ.get("HPCEVAL_REQUIRE_SLURM") == "1":
+            pytest.fail(f"HPCEVAL_REQUIRE_SLURM=1 but {message}")
+        pytest.skip(message)
+    return CommandSlurmClient()
