@@ -1,0 +1,36 @@
+"""What the renderer needs besides the resolved config: where and as what this job runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """An array job (`--array=0-<size-1>%<parallelism>`), one element per sweep entry."""
+
+    size: int
+    parallelism: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"an array job needs at least one element, got size={self.size}")
+        if self.parallelism is not None and self.parallelism < 1:
+            raise ValueError(f"array parallelism must be >= 1, got {self.parallelism}")
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Per-submission facts. ``python`` runs ``hpceval.job`` on the nodes (shared storage)."""
+
+    run_dir: PurePosixPath | str
+    invocation_id: str
+    model_key: str
+    python: str
+    array: ArraySpec | None = None
+    hpceval_version: str = ""
+
+    @property
+    def run_dir_text(self) -> str:
+        return str(self.run_dir)

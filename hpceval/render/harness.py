@@ -1,0 +1,139 @@
+"""Harness steps: the catalogue's command for each task, made safe to place in the job script.
+
+A catalogue command template quotes every value with ``q``. Three values are only known inside
+the job (the endpoint's host and port depend on the nodes and the job id; the output directory
+on the run): the template sees placeholder tokens for them, and each token is then replaced by a
+reference to an environment variable, written correctly for the quoting context it sits in
+(inside '...', inside "...", or bare). The replacement is fixed text, so whatever a value holds
+it stays data. Placeholders contain NUL, which no value can (bash cannot hold it either).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from hpceval.config.errors import ConfigError
+from hpceval.config.schema import TaskSpec
+from hpceval.render.quoting import ShellCode
+from hpceval.tasks import GENERIC_PARAMS, HarnessDef, TaskDef
+
+# template variable -> environment variable set by the job script before the harness runs
+RUNTIME_VALUES = {
+    "base_url": "HPCEVAL_BASE_URL",
+    "endpoint_url": "HPCEVAL_ENDPOINT_URL",
+    "output_dir": "HPCEVAL_OUTPUT_DIR",
+}
+_TOKEN = "\x00hpceval:{}\x00"
+
+
+@dataclass(frozen=True)
+class HarnessStep:
+    index: int
+    key: str  # directory name under tasks/
+    task: TaskDef
+    harness: HarnessDef
+    command: ShellCode
+    timeout: int | None
+
+
+def _q(value: Any) -> str:
+    if value is None:
+        raise ValueError("a None value reached a harness command; test it with `is not none`")
+    return shlex.quote(str(value))
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=False)
+    env.filters["q"] = _q
+    return env
+
+
+def params_for(task: TaskDef, spec_task: TaskSpec) -> dict[str, Any]:
+    """The catalogue's per-task defaults, overridden by the run config's values."""
+    params: dict[str, Any] = dict.fromkeys(GENERIC_PARAMS)
+    params.update({k: v for k, v in task.params.items() if k != "extra"})
+    for name, value in vars(spec_task.params).items():
+        if name != "extra" and value is not None:
+            params[name] = value
+    extra = {**dict(task.params.get("extra", {})), **spec_task.params.extra}
+    return {**params, "extra": extra}
+
+
+def render_command(harness: HarnessDef, task: TaskDef, spec_task: TaskSpec, *, model_id: str,
+                   api_key_env: str | None, where: str) -> ShellCode:
+    context: dict[str, Any] = {
+        "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
+        "params": params_for(task, spec_task),
+        **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
+    }
+    try:
+        text = _environment().from_string(harness.command).render(context)
+    except (jinja2.TemplateError, ValueError) as exc:
+        raise ConfigError.at(where, f"harness {harness.name!r} command could not be rendered: "
+                             f"{exc}", f"check its catalogue file {harness.source}") from exc
+    return ShellCode(substitute_runtime_values(text.strip()))
+
+
+def substitute_runtime_values(text: str) -> str:
+    """Replace placeholder tokens by ``$VAR`` references written for their quoting context."""
+    out: list[str] = []
+    state = "bare"  # bare | single | double
+    segment = 0  # len(out) just after the opening quote of the current '...' segment
+    i = 0
+    while i < len(text):
+        hit = _token_at(text, i)
+        if hit is not None:
+            name, length = hit
+            ref = '"${' + RUNTIME_VALUES[name] + '}"'
+            i += length
+            if state == "double":
+                out.append(ref[1:-1])
+            elif state == "bare":
+                out.append(ref)
+            else:  # close '...', add the reference, reopen; empty '' pairs are left out
+                if len(out) == segment:
+                    out.pop()
+                else:
+                    out.append("'")
+                out.append(ref)
+                if i < len(text) and text[i] == "'":
+                    state, i = "bare", i + 1
+                else:
+                    out.append("'")
+                    segment = len(out)
+            continue
+        ch = text[i]
+        if ch == "\x00":
+            raise ValueError("a NUL character reached a harness command")
+        if state == "single":
+            state = "bare" if ch == "'" else state
+        elif ch == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        elif ch == "'" and state == "bare":
+            state = "single"
+            out.append(ch)
+            segment = len(out)
+            i += 1
+            continue
+        elif ch == '"':
+            state = "double" if state == "bare" else "bare"
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _token_at(text: str, i: int) -> tuple[str, int] | None:
+    if text[i] != "\x00":
+        return None
+    for name in RUNTIME_VALUES:
+        token = _TOKEN.format(name)
+        if text.startswith(token, i):
+            return name, len(token)
+    return None

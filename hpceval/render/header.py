@@ -1,0 +1,101 @@
+"""The `#SBATCH` header: values sbatch parses itself, so they are validated, not shell-quoted.
+
+sbatch reads each `#SBATCH` line up to the first unquoted `#` or whitespace; double (and single)
+quotes group a value and are removed, and a backslash escapes the next character. Measured on
+Slurm 22.05: `--comment="{\\"a\\":1}"` arrives as `{"a":1}` while `--comment={"a":1}` loses its
+quotes. So values that need it are written in double quotes with `\\` and `"` escaped; what
+cannot be written on one line at all (newlines, other control characters) is a ConfigError that
+names the key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.config.schema import RunSpec
+from hpceval.render.context import JobContext
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
+_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tabs are fine inside quotes; lines are not
+
+
+@dataclass(frozen=True)
+class HeaderLine:
+    flag: str
+    value: str | None  # None: a bare flag such as --exclusive
+    why: str = ""  # a comment for the admin reading the script
+
+    def text(self) -> str:
+        line = f"#SBATCH --{self.flag}" + ("" if self.value is None else f"={self.value}")
+        return f"{line:<44} # {self.why}" if self.why else line
+
+
+def sbatch_value(value: Any, key: str) -> str:
+    """One value as sbatch will read it back unchanged, or ConfigError naming ``key``."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if _BAD.search(text):
+        raise ConfigError.at(key, f"{text!r} contains a newline or control character, which "
+                             "cannot be written on an #SBATCH line", "remove it")
+    if text and _PLAIN.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _slurm_filename(path: str) -> str:
+    # Slurm expands %j, %A, %a ... in --output; a literal % in the run directory is written %%.
+    return path.replace("%", "%%")
+
+
+def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLine]:
+    ex = spec.execution
+    lines: list[HeaderLine] = []
+
+    def add(flag: str, value: Any, key: str, why: str = "") -> None:
+        if value is not None:
+            lines.append(HeaderLine(flag, sbatch_value(value, key), why))
+
+    add("job-name", ex.job_name or f"hpceval-{ctx.model_key}", "execution.job_name")
+    add("account", ex.account, "execution.account")
+    add("partition", ex.partition, "execution.partition")
+    add("qos", ex.qos, "execution.qos")
+    add("reservation", ex.reservation, "execution.reservation")
+    add("constraint", ex.constraint, "execution.constraint")
+    add("time", ex.walltime, "execution.walltime")
+    add("nodes", ex.nodes, "execution.nodes", "one allocation serves every task of this model")
+    lines.append(HeaderLine("ntasks-per-node", "1", "servers and tasks start their own steps"))
+    gpus = ex.gpus_per_node
+    typed = f"{ex.gpu_type}:{gpus}" if ex.gpu_type else str(gpus)
+    if gpus > 0 and ex.gpu_request == "gpus-per-node":
+        add("gpus-per-node", typed, "execution.gpu_type")
+    elif gpus > 0 and ex.gpu_request == "gres":
+        add("gres", f"gpu:{typed}", "execution.gpu_type")
+    add("cpus-per-task", ex.cpus_per_task, "execution.cpus_per_task")
+    add("mem", ex.mem, "execution.mem")
+    if ex.exclusive:
+        lines.append(HeaderLine("exclusive", None, "whole nodes: no other job shares them"))
+    add("comment", ex.sbatch_comment, "execution.sbatch_comment")
+    if ctx.array is not None:
+        limit = ctx.array.parallelism or ex.array_parallelism
+        spec_text = f"0-{ctx.array.size - 1}" + (f"%{limit}" if limit else "")
+        lines.append(HeaderLine("array", spec_text, "one element per sweep entry"))
+    pattern = "slurm-%A_%a.log" if ctx.array else "slurm-%j.log"
+    out = sbatch_value(f"{_slurm_filename(log_dir)}/{pattern}", "execution.output_dir")
+    lines.append(HeaderLine("output", out))
+    lines.append(HeaderLine("error", out, "one log: errors next to what led to them"))
+    lines.append(HeaderLine("signal", f"B:USR1@{ex.signal_seconds}",
+                            "warn the script before the walltime ends"))
+    if "requeue" not in ex.sbatch_extra_flags:
+        lines.append(HeaderLine("no-requeue", None,
+                                "resuming is a new job that skips finished tasks"))
+    for flag, value in ex.sbatch_extra_flags.items():
+        key = f"execution.sbatch_extra_flags.{flag}"
+        if not re.match(r"^[a-z][a-z0-9-]*$", flag):
+            raise ConfigError(ConfigIssue(key, "is not an sbatch flag name", "e.g. mail-type"))
+        if value is True:
+            lines.append(HeaderLine(flag, None))
+        elif value is not None and value is not False:
+            add(flag, value, key)
+    return lines

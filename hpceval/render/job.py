@@ -1,0 +1,182 @@
+"""render_job: a resolved config and a job context in, the sbatch script text out. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from hpceval import __version__
+from hpceval.config import ResolvedConfig
+from hpceval.config.errors import ConfigError
+from hpceval.render.context import JobContext
+from hpceval.render.header import header_lines
+from hpceval.render.quoting import LineStart, ShellCode, make_environment, var
+from hpceval.render.servers import Instance, build_instances
+from hpceval.render.steps import bind, build_steps, container_prefix, env_value
+from hpceval.resources import templates_dir
+from hpceval.tasks import Catalogue
+
+# The vLLM release whose `vllm serve` parser the rendered command lines are checked against
+# (scripts/check-vllm-args.py); see docs/rendering.md.
+VLLM_VERSION = "0.33.0"
+_MAX_PORT_SLOTS = 500
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return make_environment(templates_dir())
+
+
+def render_job(resolved: ResolvedConfig, ctx: JobContext,
+               catalogue: Catalogue | None = None) -> str:
+    """The job script. Raises ConfigError (naming the key) for values it cannot write safely."""
+    _reject_nul(resolved.spec, "")
+    if catalogue is None:
+        from hpceval.tasks import load_catalogue
+
+        catalogue = load_catalogue()
+    context = build_context(resolved, ctx, catalogue)
+    text = _environment().get_template("job.sbatch.j2").render(context)
+    if "\x00" in text:  # belt and braces: bash would silently drop it
+        raise ConfigError.at("", "a NUL character reached the job script")
+    return text
+
+
+def build_context(resolved: ResolvedConfig, ctx: JobContext,
+                  catalogue: Catalogue) -> dict[str, Any]:
+    spec, layout = resolved.spec, resolved.layout
+    ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
+    run_dir = ctx.run_dir_text
+    prefix = container_prefix(resolved)
+    instances = build_instances(resolved)
+    block = 64 * -(-(2 * max(layout.instances, 1) + 2) // 64)
+    fixed_url = ep.url if dep.type == "none" else None
+    return {
+        "header": [ShellCode(line.text())
+                   for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
+        "job": {"run_dir": run_dir, "model_key": ctx.model_key, "python": ctx.python,
+                "invocation_id": ctx.invocation_id,
+                "version": ctx.hpceval_version or __version__},
+        "vllm_version": VLLM_VERSION,
+        "modules": ex.modules,
+        "pre_commands": ex.pre_commands,
+        "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
+        "container_prefix": prefix,
+        "signal_seconds": ex.signal_seconds,
+        "ports": {"first": dep.port, "block": block, "coord": block // 2, "proxy": block - 1,
+                  "slots": max(1, min(_MAX_PORT_SLOTS, (65535 - dep.port - block) // block))},
+        "deployment": {"type": dep.type},
+        "instances": [_instance_view(inst) for inst in instances],
+        "server_prefix": _server_prefix(resolved),
+        "server_env": [(name if dep.runtime == "host" else prefix + name, value)
+                       for name, value in _server_env(resolved)],
+        "multi_node": dep.multi_node_backend if layout.nodes_per_instance > 1 else None,
+        "layout_text": _layout_text(resolved),
+        "health_path": dep.health_path,
+        "health_timeout": dep.health_timeout,
+        "proxy": layout.instances > 1,
+        "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
+                     "model_id": ep.model_id or dep.served_model_name or ""},
+        "steps": build_steps(resolved, catalogue),
+        "max_concurrent": spec.evaluation.max_concurrent_tasks,
+    }
+
+
+def _instance_view(inst: Instance) -> dict[str, Any]:
+    head = inst.launches[-1] if inst.launches else None
+    if len(inst.nodes) > 1:
+        summary = f"nodes {inst.nodes[0]}-{inst.nodes[-1]} of the job, one model copy across them"
+    elif head is not None and head.gpu_count:
+        last = head.gpu_first + head.gpu_count - 1
+        summary = f"node {inst.nodes[0]}, GPUs {head.gpu_first}-{last} of its allocation"
+    else:
+        summary = f"node {inst.nodes[0]}, all of its allocated GPUs (if any)"
+    return {"index": inst.index, "nodes": inst.nodes, "head_node": inst.head_node,
+            "launches": inst.launches, "summary": summary}
+
+
+def _server_prefix(resolved: ResolvedConfig) -> list[Any]:
+    spec = resolved.spec
+    ex, dep = spec.execution, spec.deployment
+    if dep.type == "none" or dep.runtime == "host":
+        return []
+    if ex.container_runtime == "none":
+        raise ConfigError.at("deployment.runtime", "is container, but "
+                             "execution.container_runtime is none",
+                             "set deployment.runtime=host, or a container runtime")
+    if not dep.image:
+        raise ConfigError.at("deployment.image", "a server from a container needs an image",
+                             "set deployment.image, or deployment.runtime=host")
+    argv: list[Any] = [ex.container_runtime, "exec"]
+    if resolved.layout.gpus_per_instance > 0:
+        argv.append("--nv")
+    argv.append("--cleanenv")  # the site's host Python must not leak into the image
+    if dep.checkpoint_path:
+        argv += ["--bind", bind(dep.checkpoint_path, "deployment.checkpoint_path", "ro")]
+    if ex.hf_cache_dir:
+        argv += ["--bind", bind(ex.hf_cache_dir, "execution.hf_cache_dir")]
+    for extra in ex.extra_binds:
+        argv += ["--bind", extra]
+    return [*argv, LineStart(dep.image)]
+
+
+def _server_env(resolved: ResolvedConfig) -> list[tuple[str, Any]]:
+    spec = resolved.spec
+    ex, dep = spec.execution, spec.deployment
+    env: list[tuple[str, Any]] = []
+    if dep.type == "command":
+        env.append(("PORT", var("PORT")))
+    if ex.hf_cache_dir:
+        env.append(("HF_HOME", ex.hf_cache_dir))
+    if ex.offline:
+        env.append(("HF_HUB_OFFLINE", "1"))
+    env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
+    return env
+
+
+def _layout_text(resolved: ResolvedConfig) -> str:
+    lay, dep, ex = resolved.layout, resolved.spec.deployment, resolved.spec.execution
+    if lay.instances == 0:
+        return "no servers"
+    gpus = (f"{lay.gpus_per_instance} GPU(s) each" if lay.gpus_per_instance else "CPU only")
+    text = (f"{ex.nodes} node(s) x {ex.gpus_per_node} GPU(s): {lay.instances} instance(s), "
+            f"{gpus}")
+    if dep.type in ("vllm", "sglang"):
+        text += f" (TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size})"
+    if lay.nodes_per_instance > 1:
+        text += f", each across {lay.nodes_per_instance} nodes ({dep.multi_node_backend})"
+    return text
+
+
+def _base_of(url: str | None) -> str | None:
+    if url is None:
+        return None
+    for suffix in ("/chat/completions", "/completions", "/embeddings"):
+        if url.rstrip("/").endswith(suffix):
+            return url.rstrip("/")[: -len(suffix)]
+    return url.rstrip("/")
+
+
+def _reject_nul(obj: Any, path: str) -> None:
+    for where, value in _strings(obj, path):
+        if "\x00" in value:
+            raise ConfigError.at(where, "contains a NUL character", "remove it")
+
+
+def _strings(obj: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(obj, str):
+        yield path, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _strings(getattr(obj, f.name), f"{path}.{f.name}".lstrip("."))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _strings(str(k), f"{path}.{k}")
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _strings(v, f"{path}[{i}]")

@@ -1,0 +1,107 @@
+"""Golden job scripts: every shipped profile x deployment shape, byte for byte.
+
+A template change shows up here as a readable diff. Regenerate on purpose with
+``UPDATE_GOLDEN=1 pytest tests/render`` and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from render_helpers import RenderFn, bash_syntax, shellcheck
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+PROFILES = {"local-dev": 4, "local": 1, "offline-modules": 4, "qos-reservation": 8, "slurm": 8}
+HOST_ONLY = {"local-dev", "local"}  # container_runtime: none
+
+TASKS = [{"name": "boxed_chat"},
+         {"name": "judged", "timeout": 7200, "params": {"limit_samples": 50},
+          "env_vars": {"EVAL_NOTE": "lit:two words", "JUDGE_URL": "host:JUDGE_URL"}},
+         {"name": "completion_probe"}]
+MODEL = {"checkpoint_path": "/models/Llama-3.1-8B-Instruct", "served_model_name": "llama-3.1-8b"}
+
+
+def shape(profile: str, name: str) -> tuple[dict[str, Any], list[str]]:
+    gpus = PROFILES[profile]
+    host = ["deployment.runtime=host"] if profile in HOST_ONLY else []
+    run: dict[str, Any] = {"evaluation": {"tasks": TASKS}}
+    if name == "single-tp":
+        run["deployment"] = {"type": "vllm", **MODEL, "tensor_parallel_size": gpus}
+        return run, host
+    if name == "dp":
+        run["deployment"] = {"type": "vllm", **MODEL, "tensor_parallel_size": max(1, gpus // 2)}
+        return run, [*host, "execution.nodes=2"]
+    if name == "multinode":
+        run["deployment"] = {"type": "vllm", **MODEL, "tensor_parallel_size": gpus,
+                             "pipeline_parallel_size": 2, "max_model_len": 32768}
+        return run, [*host, "execution.nodes=2"]
+    if name == "external":
+        run["deployment"] = {"type": "none"}
+        run["target"] = {"api_endpoint": {
+            "url": "https://api.example.org/v1/chat/completions", "model_id": "vendor/model-x",
+            "api_key_name": "EXAMPLE_API_KEY"}}
+        return run, []
+    if name == "command":
+        run["deployment"] = {"type": "command", "served_model_name": "toy",
+                             "command": 'my-server --listen "0.0.0.0:$PORT" --model /models/toy',
+                             "gpus_per_instance": gpus, "health_path": "/ping",
+                             "runtime": "host"}
+        return run, ["execution.nodes=2"]
+    raise AssertionError(name)
+
+
+CASES: list[tuple[str, str, dict[str, Any], list[str], dict[str, Any]]] = [
+    (profile, name, *shape(profile, name), {})
+    for profile in PROFILES for name in ("single-tp", "dp", "multinode", "external", "command")
+]
+CASES += [
+    ("slurm", "multinode-ray",
+     {"evaluation": {"tasks": TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "tensor_parallel_size": 8, "pipeline_parallel_size": 2,
+         "multi_node_backend": "ray"}}, ["execution.nodes=2"], {}),
+    ("slurm", "sglang",
+     {"evaluation": {"tasks": TASKS, "max_concurrent_tasks": 2}, "deployment": {
+         "type": "sglang", "image": "docker://lmsysorg/sglang:v0.5.2", **MODEL,
+         "tensor_parallel_size": 4}}, [], {}),
+    ("local-dev", "array",
+     {"evaluation": {"tasks": TASKS}, "deployment": {"type": "vllm", **MODEL,
+                                                     "runtime": "host"}}, [], {"array": 3}),
+]
+
+
+def golden_path(profile: str, name: str) -> Path:
+    return GOLDEN / f"{profile}__{name}.sbatch"
+
+
+@pytest.mark.parametrize(("profile", "name", "run", "overrides", "extra"), CASES,
+                         ids=[f"{c[0]}__{c[1]}" for c in CASES])
+def test_golden(render: RenderFn, profile: str, name: str, run: dict[str, Any],
+                overrides: list[str], extra: dict[str, Any]) -> None:
+    from hpceval.render import ArraySpec
+
+    ctx = {"array": ArraySpec(extra["array"])} if "array" in extra else {}
+    text = render(profile, run, overrides, **ctx)
+    path = golden_path(profile, name)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), (
+        f"{path.name} differs from the rendered script; if the change is intended, "
+        "run UPDATE_GOLDEN=1 pytest tests/render and review the diff")
+
+
+def test_goldens_are_valid_bash() -> None:
+    paths = sorted(GOLDEN.glob("*.sbatch"))
+    assert len(paths) >= len(CASES)
+    for path in paths:
+        bash_syntax(path)
+    shellcheck(paths)
+
+
+def test_no_stale_goldens() -> None:
+    expected = {golden_path(c[0], c[1]).name for c in CASES}
+    assert {p.name for p in GOLDEN.glob("*.sbatch")} == expected
