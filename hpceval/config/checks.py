@@ -34,7 +34,8 @@ def walltime_minutes(text: str) -> int | None:
 
 
 PATH_KEYS = ("execution.output_dir", "execution.image_dir", "execution.hf_cache_dir",
-             "execution.dataset_dir", "execution.python", "deployment.checkpoint_path")
+             "execution.dataset_dir", "execution.python", "deployment.checkpoint_path",
+             "deployment.image")
 
 
 def expand_paths(data: dict[str, Any], environ: Mapping[str, str]) -> list[ConfigIssue]:

@@ -92,7 +92,8 @@ class DeploymentSpec:
         None, "command deployments: GPUs per instance (vllm/sglang use TP x PP)"
     )
     multi_node_backend: MultiNodeBackend = key(
-        "ray", "how one instance spans nodes: ray (head + workers) or native (vLLM headless)"
+        "native", "how one instance spans nodes: native (vLLM/SGLang --nnodes, headless workers; "
+        "no Ray) or ray (Ray head + workers, vLLM only)"
     )
     max_model_len: int | None = key(None, "context length the server allocates for")
     gpu_memory_utilization: float = key(0.9, "fraction of GPU memory the server may use")
