@@ -99,6 +99,8 @@ class ProxyServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.balancer.close()
+        if self._forwarder is not None:
+            self._forwarder.http.close()
         if self._session is not None:
             await self._session.close()
         if self.cache is not None:

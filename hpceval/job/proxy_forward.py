@@ -24,6 +24,12 @@ from multidict import CIMultiDictProxy
 
 from hpceval.job.proxy_balancer import Balancer, Instance
 from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy_http import (
+    HttpClient,
+    UpstreamConnectError,
+    UpstreamDisconnected,
+    UpstreamProtocolError,
+)
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -63,9 +69,8 @@ class Forwarder:
                  session: aiohttp.ClientSession) -> None:
         self.config = config
         self.balancer = balancer
-        self.session = session
-        self._timeout = aiohttp.ClientTimeout(
-            total=config.request_timeout, sock_connect=config.connect_timeout)
+        self.session = session  # streamed requests (and the prober) use aiohttp
+        self.http = HttpClient(config.connect_timeout)  # everything else: the cheap client
         # A stream may legitimately run longer than request_timeout; what must not happen is
         # silence for that long.
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -106,10 +111,15 @@ class Forwarder:
         """One try on `inst`. A streamed 2xx answer keeps `inst` checked out for the caller."""
         ok = checked_out = False
         try:
+            if not stream:
+                status, content_type, body = await self.http.request(
+                    inst.url, method, path_qs, data, headers, self.config.request_timeout)
+                ok = status < 500
+                return Answer(status, body, content_type)
             resp = await self.session.request(
                 method, inst.url + path_qs, data=data, headers=headers,
-                timeout=self._stream_timeout if stream else self._timeout)
-            if stream and resp.status < 300:
+                timeout=self._stream_timeout)
+            if resp.status < 300:
                 ok = checked_out = True
                 return Answer(resp.status, b"", _content_type(resp.headers), resp, inst)
             try:
@@ -118,24 +128,28 @@ class Forwarder:
                 resp.release()
             ok = resp.status < 500
             return Answer(resp.status, body, _content_type(resp.headers))
-        except aiohttp.ConnectionTimeoutError:
-            reason = f"connect to {inst.url} timed out"
+        except (UpstreamConnectError, aiohttp.ClientConnectorError,
+                aiohttp.ConnectionTimeoutError) as exc:
+            reason = f"cannot connect to {inst.url}: {_describe(exc)}"
             self.balancer.mark_down(inst, reason)
             return _Failed(502, reason, free=True)
         except asyncio.TimeoutError:
             reason = f"{inst.url} timed out after {self.config.request_timeout:g}s"
             self.balancer.suspect(inst, reason, self.session)
             return _Failed(504, reason, free=False)
-        except aiohttp.ClientConnectorError as exc:
-            reason = f"cannot connect to {inst.url}: {exc.os_error.strerror or exc.os_error}"
-            self.balancer.mark_down(inst, reason)
-            return _Failed(502, reason, free=True)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
-            reason = f"connection to {inst.url} lost: {type(exc).__name__}: {exc}"
+        except (UpstreamDisconnected, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
+                OSError) as exc:
+            reason = f"connection to {inst.url} lost: {_describe(exc)}"
             self.balancer.suspect(inst, reason, self.session)
             return _Failed(502, reason, free=True)
-        except aiohttp.ClientError as exc:
-            return _Failed(502, f"{inst.url}: {type(exc).__name__}: {exc}", free=False)
+        except (UpstreamProtocolError, aiohttp.ClientError) as exc:
+            return _Failed(502, f"{inst.url}: {_describe(exc)}", free=False)
         finally:
             if not checked_out:
                 self.balancer.release(inst, ok)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return str(exc.os_error.strerror or exc.os_error)
+    return str(exc) or type(exc).__name__
