@@ -73,7 +73,11 @@ system_packages() {
 
 # --- virtualenv + editable install; reinstall only when pyproject.toml changed ------------------
 python_env() {
-  local stamp="$VENV/.hpceval-install.sha" sha
+  local stamp="$VENV/.hpceval-install.sha" sha lock
+  # Several developers may run this in one tree at once: one pip at a time per venv.
+  lock="/tmp/hpceval-venv-$(printf %s "$VENV" | sha256sum | cut -c1-12).lock"
+  exec 8>"$lock"
+  flock -w 900 8 || { echo "another run-tests.sh holds $lock" >&2; return 1; }
   sha=$(sha256sum pyproject.toml | cut -d' ' -f1)
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV" || return 1
@@ -108,6 +112,7 @@ run_pytest() {
 
 phase apt system_packages || abort apt
 phase venv python_env || abort venv
+exec 8>&-  # release the venv lock
 phase slurm slurm_cluster
 export PATH="$VENV/bin:$PATH"
 phase ruff "$VENV/bin/ruff" check hpceval tests
