@@ -223,8 +223,9 @@ class ResponseCache:
             log.warning("cache: ignored %d torn or malformed shard lines", self.torn_lines)
 
     def _open_own(self) -> int:
-        name = f"shard-{socket.gethostname()}-{os.getpid()}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
-        fd = os.open(self.dir / name, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_EXCL: offsets are counted from 0, so never append to a shard that already exists.
+        name = f"shard-{_stamp()}.jsonl"
+        fd = os.open(self.dir / name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         self._own_fd, self._own_no = fd, len(self._fds)
         self._fds.append(fd)
         return fd
@@ -238,7 +239,7 @@ def compact(cache_dir: Path) -> dict[str, Any]:
     every entry readable (at worst twice, which the loader tolerates).
     """
     shards = sorted(cache_dir.glob(SHARD_GLOB))
-    stamp = f"{socket.gethostname()}-{os.getpid()}-{time.strftime('%Y%m%dT%H%M%S')}"
+    stamp = _stamp()
     tmp = cache_dir / f".compact-{stamp}.tmp"
     seen: set[bytes] = set()
     torn = 0
@@ -263,6 +264,14 @@ def compact(cache_dir: Path) -> dict[str, Any]:
             shard.unlink()
     return {"path": str(target), "entries": len(seen), "shards_merged": len(shards),
             "dropped_lines": torn}
+
+
+def _stamp() -> str:
+    """<host>-<pid>-<UTC time to the microsecond>: unique per process and instance."""
+    now = time.time()
+    micros = int(now * 1e6) % 1_000_000
+    return f"{socket.gethostname()}-{os.getpid()}-" \
+           f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{micros:06d}"
 
 
 def _parses(line: bytes) -> bool:

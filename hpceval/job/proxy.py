@@ -154,6 +154,7 @@ class ProxyServer:
         except ValueError:
             body = None
         if not isinstance(body, dict):
+            self.progress.failed += 1
             return error_response(400, "request body must be a JSON object", "invalid_request")
         progress = self.progress
         progress.in_flight += 1

@@ -20,12 +20,15 @@ def chat(content: str = "hi", **params: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": content}], **params}
 
 
-def dead_url() -> str:
-    """A URL on which nothing listens: connections are refused."""
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        return int(s.getsockname()[1])
+
+
+def dead_url() -> str:
+    """A URL on which nothing listens: connections are refused."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 class FakeUpstream:
@@ -37,6 +40,7 @@ class FakeUpstream:
         self.delay = delay
         self.fail = fail
         self.fail_status = fail_status
+        self.drop = 0  # close that many connections mid-request, without an answer
         self.reply = reply or (lambda _body, n: f"answer {n}")
         self.health_status = 200
         self.hits = 0
@@ -71,6 +75,10 @@ class FakeUpstream:
         n = self.hits
         self.bodies.append(body)
         self.headers.append(dict(request.headers))
+        if self.drop > 0 and request.transport is not None:
+            self.drop -= 1
+            request.transport.close()
+            return web.Response()
         if self.fail > 0:
             self.fail -= 1
             return web.json_response({"error": {"message": "boom"}}, status=self.fail_status)

@@ -62,6 +62,31 @@ async def test_dead_upstream_is_skipped_and_request_succeeds(make_config: MakeCo
     assert live.hits == 4
 
 
+async def test_dropped_connection_moves_on_and_instance_stays_up(
+        make_config: MakeConfig) -> None:
+    a, b = FakeUpstream(), FakeUpstream()
+    a.drop = 1  # the first request goes to the first instance, which drops it
+    async with running_upstreams(a, b) as urls, \
+            running_proxy(make_config(urls, max_retries=0)) as (server, base):
+        status, answer, _ = await post(base, chat())
+        await asyncio.sleep(0.1)  # the background /health check of the suspect
+        assert status == 200 and content(answer).startswith("answer")
+        assert all(i.up for i in server.balancer.instances)
+        assert [i.failures for i in server.balancer.instances] == [1, 0]
+    assert (a.hits, b.hits) == (1, 1)
+
+
+async def test_body_that_is_not_a_json_object_is_refused(make_config: MakeConfig) -> None:
+    up = FakeUpstream()
+    async with running_upstreams(up) as urls, \
+            running_proxy(make_config(urls)) as (server, base), aiohttp.ClientSession() as s:
+        for data in (b"[1]", b"{not json"):
+            async with s.post(base + "/v1/embeddings", data=data) as r:
+                assert r.status == 400
+        assert server.progress.failed == 2
+    assert up.hits == 0
+
+
 async def test_all_upstreams_dead_gives_503_with_reason_in_progress(
         make_config: MakeConfig) -> None:
     config = make_config([dead_url(), dead_url()], max_retries=1)

@@ -1,0 +1,56 @@
+"""Progress counters and file; balancer choice (least outstanding, ties, down instances)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hpceval.job.progress import Progress, write_atomic
+from hpceval.job.proxy_balancer import Balancer
+
+
+def test_snapshot_schema_and_rate_and_eta() -> None:
+    progress = Progress(expected=100, window_s=30.0)
+    progress.rate(now=0.0)
+    progress.done, progress.cached, progress.failed, progress.in_flight = 40, 10, 10, 3
+    progress.record_no_upstream("all 1 upstream instances are down: x")
+    assert progress.rate(now=10.0) == 5.0
+    snap = progress.snapshot(instances=[{"url": "u", "state": "up"}], cache={"entries": 1})
+    assert snap["requests"] == {"done": 40, "cached": 10, "failed": 10, "in_flight": 3,
+                                "expected": 100}
+    assert snap["schema"] == 1 and snap["state"] == "running"
+    assert snap["no_upstream"]["count"] == 1 and snap["no_upstream"]["last_reason"].startswith(
+        "all 1")
+    assert snap["instances"] == [{"url": "u", "state": "up"}] and snap["cache"] == {"entries": 1}
+    assert snap["started"].endswith("Z") and snap["pid"] > 0
+    # the window slides: only the last 30 s count
+    progress.done = 100
+    assert progress.rate(now=40.0) == (110 - 50) / 30.0
+
+
+def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "progress.json"
+    write_atomic(target, {"a": 1})
+    write_atomic(target, {"a": 2}, durable=True)
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]  # no temp file left
+
+
+def test_least_outstanding_with_rotating_ties_and_down_skipped() -> None:
+    balancer = Balancer(["http://a", "http://b", "http://c"])
+    a, b, c = balancer.instances
+    picks = [balancer.pick() for _ in range(3)]
+    assert sorted(i.url for i in picks if i) == ["http://a", "http://b", "http://c"]
+    balancer.release(a, ok=True)  # a now has the fewest outstanding
+    assert balancer.pick() is a
+    balancer.release(b, ok=True)
+    balancer.release(c, ok=True)
+    balancer.mark_down(b, "refused")
+    balancer.mark_down(c, "refused")
+    assert balancer.pick() is a and a.outstanding == 2  # busy, but the only one up
+    balancer.mark_down(a, "refused")
+    assert balancer.pick() is None and not balancer.any_up()
+    assert balancer.down_reason().startswith("all 3 upstream instances are down: http://a (")
+    balancer.mark_up(b)
+    assert balancer.pick() is b and b.down_since is None
+    assert [s["state"] for s in balancer.snapshot()] == ["down", "up", "down"]

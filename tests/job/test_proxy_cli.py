@@ -1,0 +1,100 @@
+"""The CLI: argument wiring, usage errors, and a real proxy process with Slurm's signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from proxy_fakes import FakeUpstream, chat, free_port, running_upstreams
+
+from hpceval.job.proxy_cli import build_parser, config_from_args, main
+
+BASE = ["--port", "0", "--upstream", "http://n1:8000", "--upstream", "http://n2:8000/",
+        "--cache-dir", "/c", "--progress-file", "/p.json"]
+
+
+def test_arguments_become_config() -> None:
+    args = build_parser().parse_args([
+        *BASE, "--log-requests", "5", "--request-timeout", "60", "--max-retries", "1",
+        "--system-prompt", "S", "--strip-reasoning", "--reasoning-start", "<r>",
+        "--reasoning-end", "</r>", "--add-param", "max_tokens=512", "--add-param", "model=x",
+        "--add-param", 'stop=["a"]', "--remove-param", "logprobs", "--rename-param", "a=b",
+        "--expected-requests", "100"])
+    config = config_from_args(args)
+    assert config.upstreams == ("http://n1:8000", "http://n2:8000/")
+    assert config.cache_dir == Path("/c") and config.progress_file == Path("/p.json")
+    assert config.add_params == (("max_tokens", 512), ("model", "x"), ("stop", ["a"]))
+    assert config.remove_params == ("logprobs",) and config.rename_params == (("a", "b"),)
+    assert (config.reasoning_start, config.reasoning_end, config.strip_reasoning) == (
+        "<r>", "</r>", True)
+    assert config.request_timeout == 60 and config.max_retries == 1
+    assert config.expected_requests == 100 and config.log_requests == 5
+    assert config.request_log_path == Path("/proxy-requests.jsonl")
+    assert config.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("bad", [["--add-param", "novalue"], ["--rename-param", "=b"],
+                                 ["--upstream", "n3:8000"], ["--max-retries", "-1"]])
+def test_usage_errors_exit_2(bad: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*BASE, *bad])
+    assert exc.value.code == 2
+
+
+async def test_proxy_process_flushes_on_usr1_and_stops_on_term(tmp_path: Path) -> None:
+    up = FakeUpstream()
+    async with running_upstreams(up) as urls:
+        progress = tmp_path / "progress.json"
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+             "--port", str(port), "--upstream", urls[0], "--cache-dir", str(tmp_path / "cache"),
+             "--progress-file", str(progress), "--expected-requests", "3"],
+            stderr=subprocess.PIPE, text=True)
+        try:
+            await _wait_until(lambda: bool(_requests(progress)))
+            async with aiohttp.ClientSession() as s:
+                for _ in range(2):
+                    async with s.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                      json=chat(temperature=0)) as r:
+                        assert r.status == 200
+            os.kill(proc.pid, signal.SIGUSR1)
+            await _wait_until(lambda: _requests(progress).get("done") == 2)
+            assert proc.poll() is None  # USR1 only flushes
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.communicate()[1]
+    final = json.loads(progress.read_text())
+    assert final["state"] == "stopped", stderr
+    assert final["requests"]["done"] == 2 and final["requests"]["cached"] == 1
+    shard = next((tmp_path / "cache").glob("shard-*.jsonl"))
+    assert len(shard.read_bytes().splitlines()) == 1 and up.hits == 1
+
+
+def _requests(progress: Path) -> dict[str, int]:
+    try:
+        return dict(json.loads(progress.read_text())["requests"])
+    except (OSError, ValueError):
+        return {}
+
+
+async def _wait_until(check: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
