@@ -21,7 +21,8 @@ _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 @dataclass(frozen=True)
 class Step:
     index: int
-    key: str
+    key: str  # directory name under tasks/
+    task: str  # harness.task, for `hpceval.job collect`
     title: str
     timeout: int
     command: ShellCode
@@ -86,7 +87,8 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if resolution.requested != task.qualified_name:
             title += f", requested as {resolution.requested}"
-        steps.append(Step(index, key, title, task_spec.timeout or 0, command, runner, env))
+        steps.append(Step(index, key, task.qualified_name, title, task_spec.timeout or 0,
+                          command, runner, env))
     return steps
 
 

@@ -1,0 +1,204 @@
+"""A deterministic OpenAI-compatible server that answers GSM8K from an answer key.
+
+Run as a process, like a real model server, so it can sit on a compute node inside a Slurm job
+as well as beside a test::
+
+    python tests/fakes/oracle_server.py --port 0 --port-file /tmp/oracle.port
+
+It binds 127.0.0.1 (an ephemeral port with ``--port 0``) and writes the port to ``--port-file``
+once it accepts connections; the file is renamed into place, so a reader never sees it half
+written. Standard library only.
+
+Endpoints: ``/v1/completions`` and ``/v1/chat/completions`` (generation only: ``echo`` with
+``logprobs`` is refused, so a log-likelihood task fails loudly instead of scoring noise),
+``/v1/models``, ``/health``, ``/stats`` (request counters), and vLLM's tokenizer endpoints
+``/tokenizer_info``, ``/tokenize``, ``/detokenize``. lm-eval's ``local-completions`` probes the
+last three and then uses this server's tokenizer instead of downloading one from the hub, the
+same path it takes against ``vllm serve --enable-tokenizer-info-endpoint``. Tokens are Unicode
+code points: lossless, and no vocabulary to ship.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # answer_key, when run as a script
+from answer_key import AnswerKey, reply
+
+UNKNOWN_REPLY = " I do not know."
+EOS = "<|endoftext|>"
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts = {"requests": 0, "answered": 0, "unknown": 0}
+
+    def add(self, key: str) -> None:
+        with self.lock:
+            self.counts[key] += 1
+
+
+def _prompts(prompt: Any) -> list[str]:
+    """OpenAI ``prompt``: a string, a list of strings, token ids, or a list of token-id lists."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return ["".join(map(chr, prompt))]
+    if isinstance(prompt, list):
+        return [p if isinstance(p, str) else "".join(map(chr, p)) for p in prompt]
+    raise ValueError("prompt must be a string, a list of strings or token ids")
+
+
+def _cut(text: str, stop: Any, max_tokens: Any) -> tuple[str, str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    finish = "stop"
+    for s in stops:
+        if s and s in text:
+            text = text[:text.index(s)]
+    if isinstance(max_tokens, int) and 0 <= max_tokens < len(text):
+        text, finish = text[:max_tokens], "length"
+    return text, finish
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: lm-eval pools its connections
+    server: OracleServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, {"status": "ok"})
+        elif self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": self.server.model,
+                                                         "object": "model"}]})
+        elif self.path == "/tokenizer_info":
+            self._send(200, {"eos_token": EOS, "bos_token": None, "pad_token": None,
+                             "tokenizer_class": "UnicodeCodePoints", "model_max_length": 32768})
+        elif self.path == "/stats":
+            with self.server.stats.lock:
+                self._send(200, dict(self.server.stats.counts))
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            routes = {"/v1/completions": self._completions,
+                      "/v1/chat/completions": self._chat,
+                      "/tokenize": self._tokenize, "/detokenize": self._detokenize}
+            route = routes.get(self.path)
+            if route is None:
+                self._error(404, f"no route {self.path}")
+            else:
+                route(body)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._error(400, str(exc))
+
+    def _answer(self, prompt: str) -> str:
+        stats = self.server.stats
+        stats.add("requests")
+        item = self.server.key.lookup(prompt)
+        stats.add("answered" if item else "unknown")
+        return reply(item) if item else UNKNOWN_REPLY
+
+    def _completions(self, body: dict[str, Any]) -> None:
+        if body.get("echo") or body.get("logprobs"):
+            self._error(400, "the oracle serves generation only (no echo/logprobs scoring)")
+            return
+        choices = []
+        for index, prompt in enumerate(_prompts(body["prompt"])):
+            text, finish = _cut(self._answer(prompt), body.get("stop"), body.get("max_tokens"))
+            choices.append({"index": index, "text": text, "finish_reason": finish,
+                            "logprobs": None})
+        self._send(200, {"id": "cmpl-oracle", "object": "text_completion",
+                         "created": int(time.time()), "model": self.server.model,
+                         "choices": choices})
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        users = [m for m in body["messages"] if m.get("role") == "user"]
+        content = users[-1]["content"] if users else ""
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        text, finish = _cut(self._answer(str(content)).strip(), body.get("stop"),
+                            body.get("max_tokens"))
+        self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion",
+                         "created": int(time.time()), "model": self.server.model,
+                         "choices": [{"index": 0, "finish_reason": finish,
+                                      "message": {"role": "assistant", "content": text}}]})
+
+    def _tokenize(self, body: dict[str, Any]) -> None:
+        tokens = [ord(c) for c in str(body["prompt"])]
+        self._send(200, {"tokens": tokens, "count": len(tokens), "max_model_len": 32768})
+
+    def _detokenize(self, body: dict[str, Any]) -> None:
+        self._send(200, {"prompt": "".join(map(chr, body["tokens"]))})
+
+
+class OracleServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, model: str, verbose: bool = False) -> None:
+        super().__init__((host, port), Handler)
+        self.model = model
+        self.verbose = verbose
+        self.key = AnswerKey()
+        self.stats = Stats()
+
+
+def write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
+    parser.add_argument("--port-file", type=Path, help="write the bound port here")
+    parser.add_argument("--model", default="oracle", help="served model name")
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+    server = OracleServer(args.host, args.port, args.model, args.verbose)
+    port = server.server_address[1]
+    # serve_forever runs in this thread; SIGTERM (scancel, test teardown) stops it from another.
+    signal.signal(signal.SIGTERM,
+                  lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    if args.port_file:
+        write_port_file(args.port_file, port)
+    print(f"oracle server on http://{args.host}:{port} ({len(server.key.items)} items)",
+          flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

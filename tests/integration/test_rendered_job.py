@@ -1,0 +1,210 @@
+"""Rendered job scripts on the real Slurm dev cluster (scripts/slurm/start-cluster.sh).
+
+The server is tests/fakes/reference_server.py behind the `command` deployment: two nodes with
+no GPUs give two CPU instances, so the data-parallel path (one srun step per instance, the
+in-job proxy, the health wait) runs for real. Harnesses are host-installed (curl, sleep) from a
+user catalogue in HPCEVAL_TASKS_PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpceval.config import load_config
+from hpceval.render import JobContext, render_job
+from hpceval.slurm.client import CommandSlurmClient
+
+pytestmark = pytest.mark.slurm
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+SCORE = ("import json, sys; d = sys.argv[1]; r = json.load(open(d + '/response.json')); "
+         "a = r['choices'][0]['message']['content']; "
+         "json.dump({'results': {sys.argv[2]: {'exact_match,none': float(a == '4')}}}, "
+         "open(d + '/results_0.json', 'w'))")
+SERVER = FAKES / "reference_server.py"
+CATALOGUE = """\
+schema: 1
+harness:
+  name: it-harness
+  description: host tools talking to the endpoint
+  runtime: host
+  parser: lm_eval
+  default_endpoint_type: chat
+  # it_ask: one chat request with curl, scored (exact match on "4") into an lm-eval style
+  # results file, so the real `hpceval.job collect` can read it.
+  command: |
+    {%- set score = SCORE -%}
+    {%- if task.task_id == "ask" -%}
+    {%- set rest = '", "messages": [{"role": "user", "content": "What is 2+2?"}]}' -%}
+    {%- set body = '{"model": "' ~ model_id ~ rest -%}
+    curl -sf -H 'Content-Type: application/json' -d {{ body | q }} {{ endpoint_url | q }} \\
+      -o {{ output_dir | q }}/response.json &&
+    python3 -c {{ score | q }} {{ output_dir | q }} {{ task.name | q }}
+    {%- else -%}
+    sleep {{ params.extra.seconds | string | q }}
+    {%- endif %}
+tasks:
+  - {name: it_ask, task_id: ask, endpoint_type: chat, description: one chat request}
+  - {name: it_ask_again, task_id: ask, endpoint_type: chat, description: "the same, again"}
+  - {name: it_sleep, task_id: sleep, endpoint_type: chat, description: a long harness}
+""".replace("SCORE", json.dumps(SCORE))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
+    root = tmp_path_factory.mktemp("rendered-jobs")
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / "it.yaml").write_text(CATALOGUE)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
+    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    mp.delenv("HPCEVAL_PROFILE", raising=False)
+    yield root
+    mp.undo()
+
+
+def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
+           tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120
+           ) -> tuple[str, Path, Path]:
+    run = {
+        "execution": {"nodes": 2, "gpus_per_node": 0, "output_dir": str(workdir / "runs")},
+        "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
+                       "command": f"exec python3 {SERVER} --model ref-model {server_args}",
+                       "health_timeout": health_timeout},
+        "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}]},
+    }
+    run_file = workdir / f"{name}.yaml"
+    run_file.write_text(yaml.safe_dump(run))
+    resolved = load_config(run_file, profile="local-dev")
+    run_dir = workdir / "runs" / name
+    script = run_dir / "job.sbatch"
+    model_dir = run_dir / "models" / "ref"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    ctx = JobContext(str(run_dir), name, "ref", str(FAKES / "job_python"))
+    script.write_text(render_job(resolved, ctx))
+    return client.submit(script), model_dir, script
+
+
+def wait_done(client: CommandSlurmClient, job_id: str, timeout: float = 150) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = client.sacct([job_id]).get(job_id)
+        if record is not None and record.state not in ("PENDING", "RUNNING", "COMPLETING",
+                                                       "CONFIGURING"):
+            return record.state
+        time.sleep(1)
+    client.cancel([job_id])
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def job_log(model_dir: Path, job_id: str) -> str:
+    path = model_dir / f"slurm-{job_id}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def unique_duration() -> str:
+    """A `sleep` argument (about an hour) that no other process on this machine has."""
+    return f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+
+
+def leftovers(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
+                                            workdir: Path) -> None:
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "ok")
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    assert "all instances ready" in log and "all 2 task(s) passed" in log
+    for key in ("it-harness.it_ask", "it-harness.it_ask_again"):
+        response = json.loads((model_dir / "tasks" / key / "harness" / "response.json").read_text())
+        assert response["choices"][0]["message"]["content"] == "4"
+        assert (model_dir / "tasks" / key / "done").exists()
+    # One server per node, each with its exact command line recorded next to its log.
+    for i, node in enumerate(("node1", "node2")):
+        cmd = (model_dir / "server" / f"instance-{i}.cmd").read_text()
+        assert str(SERVER) in cmd
+        assert f"instance {i} (head) on {node}" in log
+    assert (model_dir / "progress.json").exists()  # the proxy ran in front of both instances
+    assert not leftovers("ref-model")
+
+
+def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmClient,
+                                                   workdir: Path) -> None:
+    first, model_dir, script = submit(slurm_cluster, workdir, "resume")
+    assert wait_done(slurm_cluster, first) == "COMPLETED"
+    second = slurm_cluster.submit(script)
+    assert wait_done(slurm_cluster, second) == "COMPLETED"
+    log = job_log(model_dir, second)
+    assert log.count("done in an earlier job, skipped") == 2, log
+
+
+def test_a_server_that_dies_fails_the_job_fast(slurm_cluster: CommandSlurmClient,
+                                               workdir: Path) -> None:
+    started = time.monotonic()
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "dies", server_args="--fail",
+                                  health_timeout=600)
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "FAILED", log
+    assert time.monotonic() - started < 90, "the health wait did not notice the dead server"
+    assert "exited with status" in log
+    assert "asked to fail at start-up" in log  # the tail of the server's own log
+    assert "its launch command" in log and f"{SERVER}" in log and "--fail" in log
+    assert "started (timeout" not in log  # no task was started
+
+
+def test_scancel_leaves_no_process_behind(slurm_cluster: CommandSlurmClient,
+                                          workdir: Path) -> None:
+    marker = unique_duration()
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "cancel", tasks=[
+        {"name": "it_sleep", "params": {"extra": {"seconds": marker}}}])
+    wait_for(lambda: "task it-harness.it_sleep: started" in job_log(model_dir, job_id), 90,
+             "the long task to start")
+    wait_for(lambda: bool(leftovers(f"sleep {marker}")), 20, "the harness process")
+    slurm_cluster.cancel([job_id])
+    assert wait_done(slurm_cluster, job_id) == "CANCELLED"
+    time.sleep(3)  # KillWait=2 on the dev cluster, then SIGKILL
+    assert not leftovers(f"sleep {marker}")
+    assert not leftovers(str(SERVER))
+
+
+def test_walltime_signal_stops_tasks_cleanly(slurm_cluster: CommandSlurmClient,
+                                             workdir: Path) -> None:
+    marker = unique_duration()
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "usr1", tasks=[
+        {"name": "it_sleep", "params": {"extra": {"seconds": marker}}}, {"name": "it_ask"}])
+    wait_for(lambda: "task it-harness.it_sleep: started" in job_log(model_dir, job_id), 90,
+             "the long task to start")
+    # What `#SBATCH --signal=B:USR1@N` does before the walltime, sent now.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True)
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "FAILED", log  # exit 143: not done; a successor job continues
+    assert "stopped before the walltime" in log
+    assert (model_dir / "interrupted").exists()
+    assert not (model_dir / "tasks" / "it-harness.it_sleep" / "done").exists()
+    assert "task it-harness.it_ask: started" not in log  # nothing new starts after the signal
+    assert not leftovers(f"sleep {marker}")
