@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from hpceval.job.cache import ResponseCache
 from hpceval.job.proxy_http import HttpClient
 
 NEMO_CPU_MS = "4-5"  # NeMo Evaluator adapter proxy, CPU ms per request (shared/reference)
@@ -180,6 +181,17 @@ async def bench(args: argparse.Namespace, upstream: str, proxy: str, pid: int) -
         print(f"| {done} | {rss_mib(pid):.1f} | {open_fds(pid)} | {cpu_ms:.3f} |")
 
 
+def time_index_load(cache_dir: Path) -> None:
+    """What a resumed job pays at start: reading every shard into the index."""
+    start = time.perf_counter()
+    cache = ResponseCache(cache_dir)
+    elapsed = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in cache_dir.glob("shard-*.jsonl")) / 2**20
+    print(f"\nindex load at start: {len(cache)} entries ({size:.0f} MiB of shards) "
+          f"in {elapsed:.2f} s")
+    cache.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer requests (about a minute)")
@@ -208,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             "--progress-file", str(work / "progress.json"), "--log-level", "WARNING"]))
         asyncio.run(wait_ready(proxy))
         asyncio.run(bench(args, upstream, proxy, procs[1].pid))
+        procs[1].terminate()
+        procs[1].wait(timeout=30)
+        time_index_load(work / "cache")
     finally:
         for proc in reversed(procs):
             proc.terminate()

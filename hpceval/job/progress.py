@@ -130,6 +130,6 @@ async def run_writer(
         try:
             # The write runs in a thread: on NFS, close() and rename are server round trips.
             await asyncio.to_thread(write_atomic, path, make_snapshot())
-        except OSError as exc:  # a hiccup of the shared file system must not stop the proxy
-            log.warning("could not write progress file %s: %s", path, exc)
+        except Exception:  # a file system hiccup (or a bug here) must not stop the updates
+            log.exception("could not write progress file %s", path)
         await asyncio.sleep(interval)

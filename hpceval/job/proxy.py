@@ -112,7 +112,12 @@ class ProxyServer:
         """SIGUSR1 (Slurm's pre-timeout signal): make cache and progress durable, keep serving."""
         if self.cache is not None:
             await self.cache.flush()
-        await asyncio.to_thread(self._write_progress, "running", True)
+        if self.config.progress_file is not None:  # snapshot here, on the loop; write in a thread
+            try:
+                await asyncio.to_thread(write_atomic, self.config.progress_file, self.snapshot(),
+                                        True)
+            except OSError as exc:
+                log.error("could not write progress file: %s", exc)
 
     def snapshot(self, state: str = "running") -> dict[str, Any]:
         return self.progress.snapshot(

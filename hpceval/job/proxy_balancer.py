@@ -125,9 +125,11 @@ class Balancer:
         while True:
             await asyncio.sleep(interval)
             down = [i for i in self.instances if not i.up and not i.probing]
-            if not down:
+            try:
+                results = await asyncio.gather(*(self.probe(i, session) for i in down))
+            except Exception:  # if this loop died, a down instance would never come back
+                log.exception("health probe failed unexpectedly")
                 continue
-            results = await asyncio.gather(*(self.probe(i, session) for i in down))
             for inst, ok in zip(down, results, strict=True):
                 if ok:
                     self.mark_up(inst)
