@@ -26,6 +26,8 @@ Shard format (`<cache-dir>/shard-<host>-<pid>-<ts>.jsonl`), one line per respons
     the line back with one `pread` and checks the key, the suffix and that the body parses, so a
     torn or corrupted line is a miss, never a wrong answer. Lines are written with one `write`
     on an O_APPEND descriptor and fsync'd in batches, at SIGUSR1/SIGTERM and at close.
+    Reads happen on the event loop: the start-up scan has just pulled the shards into the page
+    cache, and a thread hand-off per hit would cost more than the read.
 
 Only 2xx, non-error JSON answers of `CACHED_PATHS` are stored; streamed answers are passed
 through and never cached (their bytes go to the client as they arrive).

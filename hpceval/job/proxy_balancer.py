@@ -27,7 +27,10 @@ class Instance:
                  "url")
 
     def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
+        # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
+        # same server, and keeping /v1 would send requests to /v1/v1/... and probes to /v1/health.
+        url = url.rstrip("/")
+        self.url = url[:-3] if url.endswith("/v1") else url
         self.outstanding = 0
         self.up = True  # the job runtime health-waits before starting the proxy
         self.done = 0

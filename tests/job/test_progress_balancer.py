@@ -36,6 +36,12 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]  # no temp file left
 
 
+def test_instance_urls_are_server_base_urls() -> None:
+    balancer = Balancer(["http://a:8000/", "http://b:8000/v1", "http://c:8000/v1/"])
+    assert [i.url for i in balancer.instances] == [
+        "http://a:8000", "http://b:8000", "http://c:8000"]
+
+
 def test_least_outstanding_with_rotating_ties_and_down_skipped() -> None:
     balancer = Balancer(["http://a", "http://b", "http://c"])
     a, b, c = balancer.instances
