@@ -82,7 +82,8 @@ def _shard_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def _line_key(line: bytes) -> bytes | None:
     """The key of a well-formed line, or None for a torn or foreign one."""
-    if not (line.startswith(_PREFIX) and line.endswith(b"}\n")) or line[_KEY_END] != ord('"'):
+    if len(line) <= _KEY_END or line[_KEY_END] != ord('"') or not (
+            line.startswith(_PREFIX) and line.endswith(b"}\n")):
         return None
     try:
         return bytes.fromhex(line[len(_PREFIX):_KEY_END].decode("ascii"))
@@ -206,7 +207,13 @@ class ResponseCache:
 
     def _load(self) -> None:
         for path in sorted(self.dir.glob(SHARD_GLOB)):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as exc:  # an unreadable shard costs its entries, not the job
+                log.error("skipping cache shard %s: %s", path, exc)
+                continue
             no, found = len(self._fds), 0
+            self._fds.append(fd)
             try:
                 for offset, line in _shard_lines(path):
                     key = _line_key(line)
@@ -215,11 +222,10 @@ class ResponseCache:
                         continue
                     self._index[key] = ((no << _OFF_BITS | offset) << _LEN_BITS) | len(line)
                     found += 1
-                if found:
-                    self._fds.append(os.open(path, os.O_RDONLY))
-            except OSError as exc:  # an unreadable shard costs its entries, not the job
-                log.error("skipping cache shard %s: %s", path, exc)
-                continue
+            except OSError as exc:  # the lines indexed so far are still readable through fd
+                log.error("cache shard %s unreadable after %d entries: %s", path, found, exc)
+            if not found:
+                os.close(self._fds.pop())
             self.loaded_entries += found
         if self.torn_lines:
             log.warning("cache: ignored %d torn or malformed shard lines", self.torn_lines)

@@ -73,9 +73,11 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     shard = next(tmp_path.glob("shard-*.jsonl"))
     data = shard.read_bytes()
     shard.write_bytes(data[:-10])  # the process died in the middle of writing the last line
-    (tmp_path / "shard-other-1-x.jsonl").write_bytes(b"\0" * 100 + b"\n" + b'{"k":"zz')
+    (tmp_path / "shard-other-1-x.jsonl").write_bytes(
+        b"\0" * 100 + b"\n" + b'{"k":"ab}\n' + b'{"k":"zz')
     cache = ResponseCache(tmp_path)
-    assert cache.loaded_entries == 2 and cache.torn_lines == 3
+    assert cache.loaded_entries == 2 and cache.torn_lines == 4
+    assert cache.stats()["shards_open"] == 1  # the shard with nothing usable is not kept open
     assert cache.get(keys[0]) == answer(0) and cache.get(keys[2]) is None
     cache.close()
 
