@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from proxy_fakes import dead_url
 
 from hpceval.job.proxy_http import (
@@ -15,6 +17,7 @@ from hpceval.job.proxy_http import (
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamProtocolError,
+    _Conn,
 )
 
 Script = Callable[[int], tuple[bytes, bool]]  # request number -> (bytes to send, close after)
@@ -130,3 +133,49 @@ async def test_timeout_closes_the_connection() -> None:
         assert await call(client, url) == (200, "application/json", b"{}")
         client.close()
     assert server.connections == 2  # the timed-out connection was not reused
+
+
+class _NullTransport(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _chunked(body: bytes, sizes: list[int]) -> bytes:
+    out, rest = b"", body
+    for size in sizes:
+        if not rest:
+            break
+        out += b"%x\r\n" % len(rest[:size]) + rest[:size] + b"\r\n"
+        rest = rest[size:]
+    if rest:
+        out += b"%x\r\n" % len(rest) + rest + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=300), cuts=st.lists(st.integers(1, 400), max_size=8),
+       sizes=st.lists(st.integers(1, 50), max_size=8), chunked=st.booleans())
+def test_response_parsed_whatever_way_the_bytes_arrive(
+        body: bytes, cuts: list[int], sizes: list[int], chunked: bool) -> None:
+    """TCP may split a response anywhere: the parsed result must not depend on where."""
+    framing = b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(body, sizes) if chunked \
+        else b"Content-Length: %d\r\n\r\n" % len(body) + body
+    wire = b"HTTP/1.1 200 OK\r\nContent-Type: x/y\r\n" + framing
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Conn()
+        conn.connection_made(_NullTransport())
+        waiter: asyncio.Future[tuple[int, str, bytes]] = loop.create_future()
+        conn.start(b"", waiter, head_request=False)
+        pos = 0
+        for cut in [*sorted({c % (len(wire) + 1) for c in cuts}), len(wire)]:
+            if cut > pos:
+                conn.data_received(wire[pos:cut])
+                pos = cut
+        assert waiter.done() and waiter.result() == (200, "x/y", body)
+        assert conn.reusable
+    finally:
+        loop.close()
