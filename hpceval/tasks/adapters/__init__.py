@@ -1,16 +1,26 @@
 """Harness adapters: read a harness's own output and return the unified ``TaskResult``.
 
-Parsers are registered by the name the catalogue records for each harness (``parser:``).
+Parsers are registered by the name the catalogue records for each harness (``parser:``). Each
+lives in its own module, imported on first use, so reading lm-eval JSON never imports YAML and
+a compute node only loads the parser its task needs.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from hpceval.results.schema import TaskResult
 
 Parser = Callable[[Path, str], TaskResult]  # (harness output dir, hpceval task name)
+
+# parser name (catalogue `parser:`) -> module defining `parse(output_dir, task) -> TaskResult`
+PARSERS: dict[str, str] = {
+    "lm_eval": "hpceval.tasks.adapters.lm_eval",
+    "eval_factory": "hpceval.tasks.adapters.eval_factory",
+}
 
 
 class NoResultsFound(FileNotFoundError):
@@ -18,8 +28,7 @@ class NoResultsFound(FileNotFoundError):
 
 
 def get_parser(name: str) -> Parser:
-    if name == "lm_eval":
-        from hpceval.tasks.adapters.lm_eval import parse
-
-        return parse
-    raise KeyError(f"no results parser named {name!r} (known: lm_eval)")
+    module = PARSERS.get(name)
+    if module is None:
+        raise KeyError(f"no results parser named {name!r} (known: {', '.join(sorted(PARSERS))})")
+    return cast(Parser, importlib.import_module(module).parse)

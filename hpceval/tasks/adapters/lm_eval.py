@@ -13,6 +13,10 @@ from typing import Any
 from hpceval.results.schema import Metric, TaskResult
 from hpceval.tasks.adapters import NoResultsFound
 
+# Numbers lm-eval keeps beside the metrics that are not scores: "sample_len" is the item count
+# (already in n-samples), and would otherwise read as a metric named sample_len = 100.
+BOOKKEEPING = frozenset({"sample_len"})
+
 
 def newest_results_file(output_dir: Path) -> Path:
     found = sorted(output_dir.rglob("results_*.json"), key=lambda p: (p.stat().st_mtime, p.name))
@@ -35,7 +39,7 @@ def parse_results(data: dict[str, Any], task: str, source: str | None = None) ->
         for key, raw in sorted(values.items()):
             metric, _, filt = key.partition(",")
             value = _number(raw)
-            if value is None or metric.endswith("_stderr"):
+            if value is None or metric.endswith("_stderr") or metric in BOOKKEEPING:
                 continue
             stderr = _number(values.get(f"{metric}_stderr,{filt}" if filt else f"{metric}_stderr"))
             metrics.append(Metric(task=subtask, name=metric, value=value, stderr=stderr,
