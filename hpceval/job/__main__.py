@@ -1,0 +1,54 @@
+"""`python -m hpceval.job COMMAND ...`: the helpers the job script runs on compute nodes.
+
+    proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy_cli)
+    collect  parse a finished harness run into the task's results (hpceval.job.collect)
+
+Each command is imported only when chosen: the proxy pulls in aiohttp, collect does not, and
+start-up time is paid once per task on the node.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+USAGE = """usage: python -m hpceval.job COMMAND [ARGS...]
+
+commands:
+  proxy    OpenAI-compatible proxy in front of the job's model servers
+  collect  turn a finished harness run into results.json, manifest.json and done
+"""
+
+
+def _proxy(argv: Sequence[str]) -> int:
+    from hpceval.job.proxy_cli import main
+
+    return main(list(argv))
+
+
+def _collect(argv: Sequence[str]) -> int:
+    from hpceval.job.collect import main
+
+    return main(list(argv))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"proxy": _proxy, "collect": _collect}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print(USAGE, end="", file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"unknown command {args[0]!r}\n\n{USAGE}", end="", file=sys.stderr)
+        return 2
+    return command(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

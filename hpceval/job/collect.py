@@ -1,0 +1,202 @@
+"""`python -m hpceval.job collect`: turn one finished harness run into the task's final results.
+
+The job script calls it after each harness (``--task-dir "$TASK_DIR" --exit-code "$rc"``):
+
+* task already done (``done`` marker): nothing is touched; exit 0. A requeued or duplicate job
+  must never replace results that were complete.
+* harness exited 0: parse ``DIR/harness/`` with the harness's registered parser, then
+  ``finalize_task`` writes ``results.json``, ``manifest.json`` and, last, ``done``. A
+  ``failed.json`` left by an earlier attempt is removed once ``done`` exists (its content is
+  kept in the manifest as ``previous_failure``).
+* harness failed, or its output does not parse: ``DIR/failed.json`` (atomic) says why; exit 1.
+
+The task, harness and parser default to what the catalogue says for the task directory's name
+(the job script names it after the task's ``harness.task``), so the job script needs to pass
+neither. Exit status: 0 collected or already done, 1 failure recorded, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpceval.job import manifest as mf
+from hpceval.results.schema import TaskResult
+from hpceval.results.store import ResultsAlreadyFinal, atomic_write_json, finalize_task, is_done
+from hpceval.tasks import HarnessDef, TaskDef
+
+FAILED_FILE = "failed.json"
+HARNESS_DIR = "harness"
+TIMEOUT_CODES = {124: "timed out (timeout sent SIGTERM)", 137: "killed (SIGKILL, timeout or OOM)"}
+_DUPLICATE_SUFFIX = re.compile(r"-\d+$")  # the job script's key for a task listed twice
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hpceval.job collect",
+        description="Parse a finished harness run into results.json + manifest.json + done, "
+                    "or record failed.json.")
+    p.add_argument("--task-dir", type=Path, required=True,
+                   help="the task's directory (harness output in DIR/harness)")
+    p.add_argument("--exit-code", type=int, required=True, help="the harness's exit status")
+    p.add_argument("--task", help="harness.task as in the catalogue (default: the directory name)")
+    p.add_argument("--harness", help="harness name (default: the catalogue's for the task)")
+    p.add_argument("--parser", help="results parser (default: the harness's `parser:`)")
+    p.add_argument("--started-at", metavar="TIME",
+                   help="harness start, epoch seconds or ISO 8601 (default: mtime of "
+                        "DIR/command.sh, written just before the harness starts)")
+    p.add_argument("--slurm-job-id", help="default: $SLURM_JOB_ID")
+    p.add_argument("--node-list", help="default: $SLURM_JOB_NODELIST")
+    return p
+
+
+@dataclass(frozen=True)
+class Target:
+    """The task a directory holds, as far as it could be resolved."""
+
+    name: str
+    task: TaskDef | None
+    harness: HarnessDef | None
+    harness_name: str | None
+    parser: str | None
+    errors: tuple[str, ...] = ()
+
+
+def resolve(task_dir: Path, task: str | None, harness: str | None,
+            parser: str | None) -> Target:
+    """Look the task up in the catalogue; explicit options win over what it says."""
+    names = [task] if task else [task_dir.name]
+    if not task and _DUPLICATE_SUFFIX.search(task_dir.name):
+        names.append(_DUPLICATE_SUFFIX.sub("", task_dir.name))
+    errors: list[str] = []
+    try:
+        from hpceval.tasks import TaskLookupError, load_catalogue
+
+        catalogue = load_catalogue()
+        # listed names first; only then an unlisted harness.task (run with allow_unlisted),
+        # which would otherwise swallow the "-2" of a task listed twice
+        for name, unlisted in [*((n, False) for n in names), (names[0], True)]:
+            try:
+                found = catalogue.resolve(name, allow_unlisted=unlisted).task
+            except TaskLookupError as exc:
+                errors.append(str(exc))
+                continue
+            hdef = catalogue.harness(found.harness)
+            return Target(found.qualified_name, found, hdef, harness or hdef.name,
+                          parser or hdef.parser, tuple(errors))
+    except Exception as exc:  # a broken user catalogue must not hide the harness's results
+        errors.append(f"catalogue: {type(exc).__name__}: {exc}")
+    return Target(names[0], None, None, harness, parser, tuple(errors))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _summary(result: TaskResult, limit: int = 8) -> str:
+    parts = [f"{m.task}:{m.name}" + (f",{m.filter}" if m.filter else "") + f"={m.value:g}"
+             for m in result.metrics[:limit]]
+    more = len(result.metrics) - limit
+    return " ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+class Collector:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.task_dir: Path = args.task_dir
+        self.end = mf.now()
+        self.start = None
+        try:
+            self.start = mf.started_at(self.task_dir, args.started_at)
+        except ValueError:
+            print(f"collect: ignoring unreadable --started-at {args.started_at!r}")
+        self.slurm = mf.slurm_facts(args.slurm_job_id, args.node_list)
+        self.previous = _read_json(self.task_dir / FAILED_FILE)
+
+    def fail(self, target: Target, stage: str, reason: str) -> int:
+        if is_done(self.task_dir):  # finished meanwhile (another job): its results stand
+            print(f"collect: {self.task_dir} was completed meanwhile; nothing recorded")
+            return 0
+        attempts = int((self.previous or {}).get("attempts") or 0) + 1
+        record = mf.build_failure(
+            task_dir=self.task_dir, task_name=target.name, harness_name=target.harness_name,
+            parser=target.parser, stage=stage, reason=reason, exit_code=self.args.exit_code,
+            start=self.start, end=self.end, slurm=self.slurm, attempts=attempts,
+            errors=target.errors)
+        atomic_write_json(self.task_dir / FAILED_FILE, record)
+        print(f"collect: task {target.name} FAILED ({stage}): {reason}; "
+              f"see {self.task_dir / FAILED_FILE}")
+        return 1
+
+    def run(self) -> int:
+        if is_done(self.task_dir):
+            print(f"collect: {self.task_dir} is already done; its results are kept unchanged")
+            return 0
+        args = self.args
+        target = resolve(self.task_dir, args.task, args.harness, args.parser)
+        if args.exit_code != 0:
+            why = TIMEOUT_CODES.get(args.exit_code, "")
+            return self.fail(target, "harness", f"harness exited with status {args.exit_code}"
+                             + (f": {why}" if why else ""))
+        if target.parser is None:
+            return self.fail(target, "resolve", "no parser known for this task: "
+                             + ("; ".join(target.errors) or "pass --parser"))
+        try:
+            result = self.parse(target)
+        except Exception as exc:  # any parser error is this task's failure, not a crash
+            return self.fail(target, "parse", f"{type(exc).__name__}: {exc}")
+        return self.finalize(target, result)
+
+    def parse(self, target: Target) -> TaskResult:
+        from hpceval.tasks.adapters import get_parser
+
+        assert target.parser is not None
+        result = get_parser(target.parser)(self.task_dir / HARNESS_DIR, target.name)
+        if not result.metrics:
+            raise ValueError(f"{result.source_file or 'harness output'} holds no metrics")
+        if target.harness_name and result.harness != target.harness_name:
+            # results name the catalogue harness that ran; the parser only knows the format
+            result = dataclasses.replace(
+                result, harness=target.harness_name,
+                extra={**result.extra, "format": result.harness})
+        return result
+
+    def finalize(self, target: Target, result: TaskResult) -> int:
+        manifest = mf.build_manifest(
+            task_dir=self.task_dir, task=target.task, task_name=target.name,
+            harness=target.harness, harness_name=target.harness_name, parser=str(target.parser),
+            harness_version=result.harness_version, exit_code=self.args.exit_code,
+            start=self.start, end=self.end, slurm=self.slurm, metrics=len(result.metrics),
+            source_file=result.source_file, previous_failure=self.previous)
+        try:
+            finalize_task(self.task_dir, result.to_json(), manifest)
+        except ResultsAlreadyFinal:
+            print(f"collect: {self.task_dir} was completed meanwhile; its results are kept")
+            return 0
+        except OSError as exc:
+            return self.fail(target, "write", f"could not write results: {exc}")
+        # Only now: a failed.json beside a done marker would be stale, and done is what counts.
+        (self.task_dir / FAILED_FILE).unlink(missing_ok=True)
+        print(f"collect: task {target.name} done, {len(result.metrics)} metrics: "
+              f"{_summary(result)}")
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.task_dir.is_dir():
+        print(f"collect: no task directory {args.task_dir}", file=sys.stderr)
+        return 2
+    return Collector(args).run()
+
