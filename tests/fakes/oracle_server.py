@@ -179,7 +179,9 @@ def write_port_file(path: Path, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: an ephemeral port")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 0),
+                        help="0: an ephemeral port (default: $PORT, which hpceval's `command` "
+                             "deployment sets, else 0)")
     parser.add_argument("--port-file", type=Path, help="write the bound port here")
     parser.add_argument("--model", default="oracle", help="served model name")
     parser.add_argument("--verbose", action="store_true", help="log every request")

