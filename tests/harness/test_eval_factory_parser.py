@@ -68,6 +68,17 @@ def test_same_numbers_read_the_same_from_upstream_lm_eval(tmp_path: Path) -> Non
     assert rows(from_upstream) == rows(from_image)
 
 
+def test_unfiltered_metrics_read_the_same_from_upstream_lm_eval(tmp_path: Path) -> None:
+    """Upstream writes "acc,none"; the image's adapter drops ",none": both mean no filter."""
+    upstream = {"results": {"mmlu_anatomy": {"acc,none": 0.7, "acc_stderr,none": "N/A"}}}
+    out = tmp_path / "harness" / "model"
+    out.mkdir(parents=True)
+    (out / "results_2026-01-01T00-00-00.json").write_text(json.dumps(upstream))
+    from_upstream = lm_eval_parser.parse(tmp_path / "harness", "lm-eval-upstream.mmlu")
+    from_image = parse(DATA / "lm_eval_mmlu", "lm-evaluation-harness.mmlu")
+    assert rows(from_upstream) <= rows(from_image)
+
+
 def test_groups_nested_groups_counts_and_launcher_layout() -> None:
     result = parse(DATA / "lm_eval_mmlu", "lm-evaluation-harness.mmlu")
     assert result.source_file == "artifacts/results.yml"  # found below the output dir

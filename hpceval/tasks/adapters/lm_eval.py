@@ -42,8 +42,10 @@ def parse_results(data: dict[str, Any], task: str, source: str | None = None) ->
             if value is None or metric.endswith("_stderr") or metric in BOOKKEEPING:
                 continue
             stderr = _number(values.get(f"{metric}_stderr,{filt}" if filt else f"{metric}_stderr"))
+            # lm-eval's "none" filter is no filter: None, as eval-factory reports the same metric
             metrics.append(Metric(task=subtask, name=metric, value=value, stderr=stderr,
-                                  filter=filt or None, n_samples=n if isinstance(n, int) else None))
+                                  filter=None if filt in ("", "none") else filt,
+                                  n_samples=n if isinstance(n, int) else None))
     version = data.get("lm_eval_version") or (data.get("config") or {}).get("lm_eval_version")
     return TaskResult(task=task, harness="lm-evaluation-harness",
                       harness_version=str(version) if version else None, metrics=metrics,
