@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 PINNED = "0.33.0"
@@ -70,16 +71,19 @@ def serve_argvs(script: str) -> list[list[str]]:
     return found
 
 
-def make_checker() -> object:
+def make_checker() -> Callable[[list[str]], str | None]:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    import vllm
-    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    import vllm  # type: ignore[import-not-found]
+    from vllm.entrypoints.common.cli_args import (  # type: ignore[import-not-found]
+        make_arg_parser,
+        validate_parsed_serve_args,
+    )
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
 
     if vllm.__version__ != PINNED:
         print(f"note: vLLM {vllm.__version__} installed; the templates target {PINNED}")
     top = FlexibleArgumentParser(prog="vllm")
-    serve = make_arg_parser(top.add_subparsers(dest="subcommand").add_parser("serve"))
+    make_arg_parser(top.add_subparsers(dest="subcommand").add_parser("serve"))
 
     def check(argv: list[str]) -> str | None:
         err = io.StringIO()
@@ -88,12 +92,12 @@ def make_checker() -> object:
                 ns = top.parse_args(["serve", *argv])
                 validate_parsed_serve_args(ns)
         except SystemExit:
-            return err.getvalue().strip().splitlines()[-1] if err.getvalue() else "rejected"
+            lines = err.getvalue().strip().splitlines()
+            return lines[-1] if lines else "rejected"
         except Exception as exc:  # validation raises TypeError/ValueError with the reason
             return f"{type(exc).__name__}: {exc}"
         return None
 
-    del serve
     return check
 
 
@@ -116,7 +120,7 @@ def main() -> int:
     check = make_checker()
     failures = 0
     for label, argv in commands:
-        problem = check(argv)  # type: ignore[operator]
+        problem = check(argv)
         status = "ok  " if problem is None else "FAIL"
         print(f"{status} {label}: vllm serve {shlex.join(argv)}")
         if problem is not None:

@@ -11,7 +11,7 @@ it stays data. Placeholders contain NUL, which no value can (bash cannot hold it
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import jinja2
@@ -30,27 +30,24 @@ RUNTIME_VALUES = {
 _TOKEN = "\x00hpceval:{}\x00"
 
 
-@dataclass(frozen=True)
-class HarnessStep:
-    index: int
-    key: str  # directory name under tasks/
-    task: TaskDef
-    harness: HarnessDef
-    command: ShellCode
-    timeout: int | None
-
-
 def _q(value: Any) -> str:
     if value is None:
         raise ValueError("a None value reached a harness command; test it with `is not none`")
     return shlex.quote(str(value))
 
 
+@lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=False)
     env.filters["q"] = _q
     return env
+
+
+@lru_cache(maxsize=256)
+def _compiled(command: str) -> jinja2.Template:
+    # Many tasks share one harness template; compiling it once per job keeps rendering fast.
+    return _environment().from_string(command)
 
 
 def params_for(task: TaskDef, spec_task: TaskSpec) -> dict[str, Any]:
@@ -72,7 +69,7 @@ def render_command(harness: HarnessDef, task: TaskDef, spec_task: TaskSpec, *, m
         **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
     }
     try:
-        text = _environment().from_string(harness.command).render(context)
+        text = _compiled(harness.command).render(context)
     except (jinja2.TemplateError, ValueError) as exc:
         raise ConfigError.at(where, f"harness {harness.name!r} command could not be rendered: "
                              f"{exc}", f"check its catalogue file {harness.source}") from exc

@@ -57,7 +57,9 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
         if value is not None:
             lines.append(HeaderLine(flag, sbatch_value(value, key), why))
 
-    add("job-name", ex.job_name or f"hpceval-{ctx.model_key}", "execution.job_name")
+    # The default name comes from the model key; characters sbatch cannot take are dropped.
+    default_name = "hpceval-" + _BAD.sub("_", ctx.model_key)
+    add("job-name", ex.job_name or default_name, "execution.job_name")
     add("account", ex.account, "execution.account")
     add("partition", ex.partition, "execution.partition")
     add("qos", ex.qos, "execution.qos")

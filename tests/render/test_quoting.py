@@ -1,0 +1,90 @@
+"""Shell safety by construction: hostile values stay literal data in every rendered script."""
+
+from __future__ import annotations
+
+import subprocess
+
+import jinja2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpceval.render.harness import substitute_runtime_values
+from hpceval.render.quoting import ShellCode, command_lines, make_environment
+from hpceval.resources import templates_dir
+
+# Everything bash treats specially, plus unicode and leading dashes; never NUL (bash cannot
+# hold it: render_job rejects it with a ConfigError instead).
+SPECIAL = " \t\n'\"`$\\;|&<>(){}[]*?!#~=%^,:-\u00e9\u4e2d\u0394\U0001f600\u200b\r"
+hostile = st.text(
+    alphabet=st.one_of(st.sampled_from(SPECIAL), st.characters(
+        blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    max_size=40,
+) | st.sampled_from(["$(touch /tmp/pwned)", "`id`", "'; rm -rf ~; '", "--help", "-n",
+                     "a\nb", "${HOME}", "$'x'", '"', "'", "\\", "", " ", "*", "~root",
+                     "--bind=/:/host", "x'\"'\"'y"])
+
+
+def run_bash(script: str) -> bytes:
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return proc.stdout
+
+
+ENV = make_environment(templates_dir())
+ECHO = ENV.from_string("printf '%s\\0' {% for v in values %}{{ v }} {% endfor %}\n")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(hostile, min_size=40, max_size=60))
+def test_every_expression_is_one_literal_word(values: list[str]) -> None:
+    # 25 examples x 40-60 values: over 1000 hostile strings, one bash per example.
+    out = run_bash(ECHO.render(values=values))
+    assert out.split(b"\0")[:-1] == [v.encode() for v in values]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(hostile, min_size=1, max_size=8))
+def test_lists_become_several_words_and_command_lines_keep_them(values: list[str]) -> None:
+    words = ["--flag", *values, "tail"]
+    out = run_bash("printf '%s\\0' " + ENV.from_string("{{ v }}").render(v=words) + "\n"
+                   "printf '%s\\0' " + command_lines(words) + "\n")
+    expected = [w.encode() for w in words]
+    assert out.split(b"\0")[:-1] == expected + expected
+
+
+def test_shell_code_is_the_only_unquoted_path() -> None:
+    assert ENV.from_string("{{ v }}").render(v="$(id)") == "'$(id)'"
+    assert ENV.from_string("{{ v|shell_code }}").render(v="ulimit -n 1") == "ulimit -n 1"
+    assert ENV.from_string("{{ v }}").render(v=ShellCode('"$PORT"')) == '"$PORT"'
+    assert ENV.from_string("{{ v ~ 'x' }}").render(v=ShellCode("$PORT")) == "'$PORTx'"
+    with pytest.raises(ValueError, match="not a valid environment variable"):
+        ENV.from_string("{{ v|env_name }}").render(v="A;B")
+    with pytest.raises(jinja2.UndefinedError):
+        ENV.from_string("{{ missing }}").render()
+
+
+@settings(max_examples=50, deadline=None)
+@given(hostile)
+def test_comments_cannot_be_escaped(value: str) -> None:
+    script = ENV.from_string("# note: {{ v|comment }}\nprintf ok\n").render(v=value)
+    assert run_bash(script) == b"ok"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(hostile, min_size=3, max_size=3), hostile)
+def test_runtime_values_are_substituted_for_their_quoting_context(
+        values: list[str], url: str) -> None:
+    # A catalogue template concatenates a runtime value into a quoted word (lm-eval's
+    # --model_args); the placeholder becomes "$HPCEVAL_ENDPOINT_URL" in each quoting context.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["q"] = __import__("shlex").quote
+    token = "\x00hpceval:endpoint_url\x00"
+    a, b, c = values
+    text = env.from_string(
+        "printf '%s\\0' {{ (a ~ url ~ b)|q }} {{ url|q }} {{ c|q }} pre{{ url|q }}post "
+        "\"dq{{ url }}\" " + token).render(a=a, b=b, c=c, url=token)
+    script = f"HPCEVAL_ENDPOINT_URL={__import__('shlex').quote(url)}\n"
+    out = run_bash(script + substitute_runtime_values(text))
+    assert out.split(b"\0")[:-1] == [x.encode() for x in (
+        a + url + b, url, c, "pre" + url + "post", "dq" + url, url)]
