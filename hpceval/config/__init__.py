@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.layout import Layout, compute_layout
 from hpceval.config.schema import RunSpec
 
-__all__ = ["ConfigError", "ConfigIssue", "Layout", "ResolvedConfig", "RunSpec", "load_config"]
+__all__ = [
+    "ConfigError", "ConfigIssue", "Layout", "ResolvedConfig", "RunSpec", "load_config", "load_run",
+]
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,51 @@ class ResolvedConfig:
     composed: Composed
 
 
+def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
+             profile: str | None = None, environ: Mapping[str, str] | None = None,
+             check_environment: bool = True) -> list[ResolvedConfig]:
+    """One resolved config per model: a sweep's ``models:`` list, or the single model.
+
+    Every model is validated before anything is returned; errors name the model's entry.
+    """
+    composed = compose(run_file, overrides, profile=profile)
+    models = composed.data.pop("models", None)
+    if models is None:
+        return [_resolve(composed, environ, check_environment)]
+    from hpceval.config.compose import merge
+    from hpceval.config.sweep import expand_models
+
+    resolved: list[ResolvedConfig] = []
+    issues: list[ConfigIssue] = []
+    for label, _, patch in expand_models(models):
+        one = Composed(copy.deepcopy(composed.data), dict(composed.sources),
+                       list(composed.notes), composed.run_file, list(composed.layers))
+        merge(one.data, patch, one.sources, label)
+        try:
+            resolved.append(_resolve(one, environ, check_environment))
+        except ConfigError as exc:
+            issues += [ConfigIssue(f"{label}: {i.path}", i.message, i.fix) for i in exc.issues]
+    if issues:
+        raise ConfigError(issues)
+    return resolved
+
+
 def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
                 profile: str | None = None, environ: Mapping[str, str] | None = None,
                 check_environment: bool = True) -> ResolvedConfig:
-    """Compose and validate; raise ConfigError (exit code 2) with every issue found."""
+    """Compose and validate a single-model run; raise ConfigError (exit 2) with every issue."""
+    runs = load_run(run_file, overrides, profile=profile, environ=environ,
+                    check_environment=check_environment)
+    if len(runs) != 1:
+        raise ConfigError.at("models", f"this run is a sweep of {len(runs)} models",
+                             "use load_run() for sweeps")
+    return runs[0]
+
+
+def _resolve(composed: Composed, environ: Mapping[str, str] | None,
+             check_environment: bool) -> ResolvedConfig:
     from hpceval.config.checks import expand_paths, semantic_issues, task_issues
 
-    composed = compose(run_file, overrides, profile=profile)
     env = os.environ if environ is None else environ
     path_issues = expand_paths(composed.data, env)
     if path_issues:
