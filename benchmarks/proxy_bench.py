@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import shutil
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "upstream":
         serve_upstream(args.port, args.latency)
         return 0
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)  # rows appear as measured, also in a file
     if args.soak is None:
         args.soak = 10_000 if args.quick else 100_000
     work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))

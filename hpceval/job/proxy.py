@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import signal
 import time
 from collections.abc import Coroutine
@@ -291,5 +292,18 @@ async def serve(config: ProxyConfig) -> None:
         await server.stop()
 
 
+def raise_open_file_limit() -> None:
+    """Each proxied request holds two sockets; a harness at parallelism 1024 would hit the usual
+    soft limit of 1024 descriptors and see refused connections. Raise it to the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d: %s", soft, exc)
+
+
 def run_proxy(config: ProxyConfig) -> None:
+    raise_open_file_limit()
     asyncio.run(serve(config))
