@@ -64,7 +64,9 @@ def write_run(run: PreparedRun) -> None:
     config: dict[str, Any] = dataclasses.asdict(run.resolved.spec)
     atomic_write_text(run.run_dir / "run.yaml", yaml.safe_dump(config, sort_keys=False))
     atomic_write_text(run.run_dir / JOB_SCRIPT, run.script, mode=0o755)
-    (run.run_dir / "models").mkdir()
+    # Slurm opens the job's --output file in the model's folder before the script runs: a
+    # missing folder fails the job with no log at all.
+    (run.run_dir / "models" / model_key(run.resolved)).mkdir(parents=True)
 
 
 def record_jobs(run_dir: Path, job_ids: list[str], *, kind: str = "slurm") -> None:
