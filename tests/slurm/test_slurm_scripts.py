@@ -14,6 +14,8 @@ SCRIPTS = [
     ROOT / "scripts/slurm/stop-cluster.sh",
     ROOT / "scripts/slurm/verify.sh",
     ROOT / "scripts/run-tests.sh",
+    ROOT / "scripts/demo.sh",
+    ROOT / "scripts/lib/env.sh",
     ROOT / ".ci/run",
 ]
 
@@ -23,6 +25,8 @@ def test_shellcheck_clean(script: Path) -> None:
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck not installed (scripts/run-tests.sh installs it)")
     result = subprocess.run(
-        ["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True, check=False
+        # -x from the repository root: follow `source scripts/lib/env.sh` as the scripts do
+        ["shellcheck", "-x", "--shell=bash", str(script.relative_to(ROOT))],
+        capture_output=True, text=True, check=False, cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
