@@ -50,22 +50,31 @@ def _compiled(command: str) -> jinja2.Template:
     return _environment().from_string(command)
 
 
-def params_for(task: TaskDef, spec_task: TaskSpec) -> dict[str, Any]:
-    """The catalogue's per-task defaults, overridden by the run config's values."""
+def params_for(task: TaskDef, spec_task: TaskSpec,
+               explicit: frozenset[str] | None = None) -> dict[str, Any]:
+    """Parameters for the command template: what the run config set explicitly wins, then the
+    catalogue's per-task defaults, then hpceval's schema defaults. ``explicit`` None: every
+    non-null run-config value counts as set."""
     params: dict[str, Any] = dict.fromkeys(GENERIC_PARAMS)
-    params.update({k: v for k, v in task.params.items() if k != "extra"})
     for name, value in vars(spec_task.params).items():
-        if name != "extra" and value is not None:
+        if name == "extra":
+            continue
+        if (explicit is None or name in explicit) and value is not None:
+            params[name] = value
+        elif task.params.get(name) is not None:
+            params[name] = task.params[name]
+        else:
             params[name] = value
     extra = {**dict(task.params.get("extra", {})), **spec_task.params.extra}
     return {**params, "extra": extra}
 
 
 def render_command(harness: HarnessDef, task: TaskDef, spec_task: TaskSpec, *, model_id: str,
-                   api_key_env: str | None, where: str) -> ShellCode:
+                   api_key_env: str | None, where: str,
+                   explicit: frozenset[str] | None = None) -> ShellCode:
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
-        "params": params_for(task, spec_task),
+        "params": params_for(task, spec_task, explicit),
         **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
     }
     try:

@@ -76,7 +76,8 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
         harness = catalogue.harness(task.harness)
         key = _key(task.qualified_name, seen)
         command = render_command(harness, task, task_spec, model_id=model_id,
-                                 api_key_env=ep.api_key_name, where=where)
+                                 api_key_env=ep.api_key_name, where=where,
+                                 explicit=explicit_params(resolved, index - 1))
         in_container = ex.container_runtime != "none" and (
             harness.runtime == "container" or task_spec.container is not None)
         runner = _runner(resolved, task, task_spec, key, where) if in_container else []
@@ -90,6 +91,17 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
         steps.append(Step(index, key, task.qualified_name, title, task_spec.timeout or 0,
                           command, runner, env))
     return steps
+
+
+def explicit_params(resolved: ResolvedConfig, index: int) -> frozenset[str]:
+    """Params the user wrote (evaluation.params or the task's own), as opposed to schema
+    defaults, read from the composed layers; catalogue defaults beat schema defaults."""
+    evaluation = resolved.composed.data.get("evaluation") or {}
+    names = set((evaluation.get("params") or {}).keys())
+    raw = evaluation.get("tasks") or []
+    if index < len(raw) and isinstance(raw[index], dict):
+        names |= set((raw[index].get("params") or {}).keys())
+    return frozenset(names - {"extra"})
 
 
 def _runner(resolved: ResolvedConfig, task: Any, task_spec: Any, key: str,

@@ -1,0 +1,128 @@
+"""Sweeps: N models, ONE Slurm array job. Pure, like render_job.
+
+The array's script is a short dispatcher (templates/sweep.sbatch.j2): the `#SBATCH` header
+every model's own job would carry, plus a `case "$SLURM_ARRAY_TASK_ID"` that execs
+``models/<key>/job.sh``, the full per-model script from ``render_job``. Element scripts carry
+their own (single-job) header too: under the dispatcher it is only comments, and it lets an
+admin sbatch one element by hand. A small CPU-only aggregation script, submitted with
+``--dependency=afterany:<array>``, writes the sweep's results table when every element ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import jinja2
+
+from hpceval import __version__
+from hpceval.config import ResolvedConfig
+from hpceval.config.errors import ConfigError
+from hpceval.render.context import ArraySpec, JobContext
+from hpceval.render.header import HeaderLine, header_lines, sbatch_value
+from hpceval.render.job import render_job
+from hpceval.render.quoting import ShellCode, make_environment
+from hpceval.resources import templates_dir
+from hpceval.tasks import Catalogue
+
+SWEEP_TEMPLATE = "sweep.sbatch.j2"
+AGGREGATE_MINUTES = 15
+
+_AGGREGATE = """\
+#!/bin/bash
+# hpceval sweep aggregation: runs once every element of array job $1 has ended (afterany),
+# reads each model's results.json files and writes the sweep's results table. CPU only.
+#   invocation {{ invocation_id|comment }}
+{% for line in header %}
+{{ line }}
+{% endfor %}
+set -uo pipefail
+exec {{ python }} -m hpceval.results.table aggregate --run-dir {{ run_dir }}
+"""
+
+
+@dataclass(frozen=True)
+class SweepScripts:
+    dispatcher: str  # what sbatch receives
+    elements: dict[str, str]  # model key -> its job script (models/<key>/job.sh)
+    aggregate: str  # the dependent aggregation job's script
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return make_environment(templates_dir())
+
+
+def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
+                 log_dir: str) -> list[HeaderLine]:
+    """The array header; ConfigError if any model would need a different one."""
+    first_key, first = models[0]
+    lines = header_lines(first.spec, ctx, log_dir)
+    texts = [line.text() for line in lines]
+    for key, resolved in models[1:]:
+        other = [line.text() for line in header_lines(resolved.spec, ctx, log_dir)]
+        if other != texts:
+            pairs = zip(texts, other, strict=False)
+            diff = next((b for a, b in pairs if a != b), "(a different length)")
+            raise ConfigError.at(f"models.{key}", f"needs the #SBATCH line {diff!r}, which "
+                                 f"differs from model {first_key!r}'s; one array job has one "
+                                 "header", "keep per-model settings out of execution")
+    return lines
+
+
+def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
+                 catalogue: Catalogue | None = None) -> SweepScripts:
+    """Dispatcher + element scripts for ``models`` ((key, config) in array index order)."""
+    if len(models) < 1:
+        raise ValueError("a sweep needs at least one model")
+    keys = [key for key, _ in models]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"model keys must be unique: {keys}")
+    if catalogue is None:
+        from hpceval.tasks import load_catalogue
+
+        catalogue = load_catalogue()
+    ex = models[0][1].spec.execution
+    array_ctx = replace(ctx, model_key="sweep",
+                        array=ArraySpec(len(models), ex.array_parallelism))
+    run_dir = ctx.run_dir_text
+    header = sweep_header(models, array_ctx, f"{run_dir}/logs")
+    elements = {key: render_job(resolved, replace(ctx, model_key=key, array=None), catalogue)
+                for key, resolved in models}
+    views = [{"index": i, "key": key, "summary": _summary(resolved)}
+             for i, (key, resolved) in enumerate(models)]
+    version = ctx.hpceval_version or __version__
+    dispatcher = _environment().get_template(SWEEP_TEMPLATE).render(
+        header=[ShellCode(line.text()) for line in header], models=views,
+        job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version})
+    return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx))
+
+
+def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
+    """The dependent CPU job: same partition/account/QOS as the sweep, one CPU, 15 minutes."""
+    ex = resolved.spec.execution
+    lines = [HeaderLine("job-name", sbatch_value(f"hpceval-aggregate-{ctx.invocation_id}",
+                                                 "execution.job_name"))]
+    for flag, value, key in (("account", ex.account, "execution.account"),
+                             ("partition", ex.partition, "execution.partition"),
+                             ("qos", ex.qos, "execution.qos"),
+                             ("reservation", ex.reservation, "execution.reservation")):
+        if value is not None:
+            lines.append(HeaderLine(flag, sbatch_value(value, key)))
+    # Slurm expands %j in --output; a literal % in the run directory is written %%.
+    log_dir = ctx.run_dir_text.replace("%", "%%") + "/logs"
+    out = sbatch_value(f"{log_dir}/aggregate-%j.log", "execution.output_dir")
+    lines += [HeaderLine("time", str(AGGREGATE_MINUTES), "reading result files is quick"),
+              HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
+              HeaderLine("cpus-per-task", "1", "no GPU: only result files are read"),
+              HeaderLine("output", out), HeaderLine("no-requeue", None)]
+    return _environment().from_string(_AGGREGATE).render(
+        header=[ShellCode(line.text()) for line in lines], invocation_id=ctx.invocation_id,
+        python=ctx.python, run_dir=ctx.run_dir_text)
+
+
+def _summary(resolved: ResolvedConfig) -> str:
+    dep = resolved.spec.deployment
+    source = dep.checkpoint_path or dep.hf_model_handle or resolved.spec.target.api_endpoint.url
+    return f"{dep.type} deployment of {source or dep.served_model_name}"
