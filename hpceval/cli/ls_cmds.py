@@ -53,8 +53,38 @@ def tasks(harness: str | None, endpoint_type: str | None, as_json: bool) -> None
 
 
 @ls.command("runs")
-def runs() -> None:
-    """Runs in the registry (not built yet: part of the controller)."""
-    click.echo("hpceval ls runs: not built yet (part of the controller's run registry); "
-               "nothing was done", err=True)
-    raise SystemExit(3)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--limit", default=20, show_default=True, help="Newest N runs (0: all).")
+@click.option("--output-dir", "output_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also list runs of this output directory.")
+def runs(as_json: bool, limit: int, output_dirs: tuple[str, ...]) -> None:
+    """Runs in the registries of known output directories, newest first (no Slurm call).
+
+    Known: every output directory you submitted to, $HPCEVAL_OUTPUT_DIRS and --output-dir.
+    For their state use `hpceval status`.
+    """
+    import time
+    from pathlib import Path
+
+    from hpceval.runs.index import list_runs
+
+    found = list_runs([Path(d) for d in output_dirs])
+    if limit:
+        found = found[:limit]
+    if as_json:
+        click.echo(json.dumps([{"invocation_id": r.invocation_id, "run_dir": str(r.run_dir),
+                                "submitted_at": r.submitted_at, "user": r.user, "kind": r.kind,
+                                "sweep": r.sweep, "models": list(r.models)} for r in found],
+                              indent=2))
+        return
+    if not found:
+        click.echo("no runs yet (submit one, or pass --output-dir / set $HPCEVAL_OUTPUT_DIRS)")
+        return
+    click.echo(f"{'INVOCATION':<24}  {'SUBMITTED':<16}  {'USER':<10}  {'KIND':<5}  MODELS")
+    for r in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.submitted_at))
+        models = ", ".join(r.models[:4]) + (f" (+{len(r.models) - 4})" if len(r.models) > 4
+                                            else "")
+        click.echo(f"{r.invocation_id:<24}  {when:<16}  {r.user[:10]:<10}  {r.kind:<5}  "
+                   f"{models}")
+        click.echo(f"{'':<24}  {r.run_dir}")

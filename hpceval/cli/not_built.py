@@ -9,11 +9,6 @@ import click
 NOT_BUILT_EXIT = 3
 
 _PLANNED = {
-    "status": "the controller (sacct tracking and progress)",
-    "info": "the controller (run registry)",
-    "logs": "the controller (run registry)",
-    "kill": "the controller (run registry and scancel)",
-    "resume": "the controller and in-job runtime (resume after timeout)",
     "results": "the results layer (tables and report)",
     "export": "the results layer (exporters)",
     "stage": "the task catalogue (offline staging of images and data)",
@@ -33,11 +28,6 @@ def _not_built(name: str) -> click.Command:
     return command
 
 
-status = _not_built("status")
-info = _not_built("info")
-logs = _not_built("logs")
-kill = _not_built("kill")
-resume = _not_built("resume")
 results = _not_built("results")
 export = _not_built("export")
 stage = _not_built("stage")

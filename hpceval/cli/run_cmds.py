@@ -1,4 +1,8 @@
-"""``hpceval render`` and ``hpceval submit``: validate first, then render, then (maybe) submit."""
+"""``hpceval render`` and ``hpceval submit``: validate first, then render, then (maybe) submit.
+
+A run file with a ``models:`` list is a sweep: ONE array job whose dispatcher execs each
+model's own job script. render prints exactly those files, submit sends exactly those files.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,35 @@ from typing import Any
 
 import click
 
-from hpceval.cli.options import config_options, load_from_options
+from hpceval.cli.options import config_options, run_file_from
 
 
-def _scripts(resolved: Any) -> dict[str, str]:
-    """Rendered job scripts by file name (one per model; one array script for a sweep)."""
-    from hpceval.runs.rundir import JOB_SCRIPT, prepare_run
+def load_all(config_file: str | None, config_opt: str | None, config_dir: str | None,
+             config_name: str | None, profile: str | None, overrides: tuple[str, ...],
+             *, check_environment: bool = True) -> list[Any]:
+    """Every model's resolved config (one for a plain run); notes go to stderr."""
+    from hpceval.config import load_run
+    from hpceval.tasks import load_catalogue
 
-    return {JOB_SCRIPT: prepare_run(resolved).script}
+    run_file = run_file_from(config_file, config_opt, config_dir, config_name)
+    configs = load_run(run_file, overrides, profile=profile, check_environment=check_environment)
+    for note in configs[0].composed.notes:
+        click.echo(f"hpceval: note: {note}", err=True)
+    catalogue = load_catalogue()
+    for task in configs[0].spec.evaluation.tasks:
+        resolution = catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
+        if resolution.task.qualified_name != task.name:
+            click.echo(f"hpceval: note: task {resolution.note}", err=True)
+    return configs
+
+
+def _print_scripts(scripts: dict[str, str], run_dir: Path | None = None,
+                   note: str = "") -> None:
+    for name, text in scripts.items():
+        if len(scripts) > 1 or run_dir is not None:
+            where = f"{run_dir}/{name}" if run_dir is not None else name
+            click.echo(f"# ===== {where}{note} =====")
+        click.echo(text, nl=False)
 
 
 @click.command()
@@ -26,50 +51,59 @@ def render(config_file: str | None, config_opt: str | None, config_dir: str | No
            out_dir: str | None) -> None:
     """Print exactly the job scripts that submit would send (nothing is submitted).
 
-    Secrets are checked by name only at submit time, so render works on any machine.
+    A sweep prints the array dispatcher (what sbatch receives), every model's job script and
+    the dependent aggregation script. Secrets are checked by name only at submit time, so
+    render works on any machine.
     """
-    resolved = load_from_options(config_file, config_opt, config_dir, config_name, profile,
-                                 overrides, check_environment=False)
-    scripts = _scripts(resolved)
+    from hpceval.runs.rundir import prepare_run
+
+    configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides,
+                       check_environment=False)
+    scripts = prepare_run(configs).scripts
     if out_dir is None:
-        for name, text in scripts.items():
-            if len(scripts) > 1:
-                click.echo(f"# ===== {name} =====")
-            click.echo(text, nl=False)
+        _print_scripts(scripts)
         return
     target = Path(out_dir)
-    target.mkdir(parents=True, exist_ok=True)
     for name, text in scripts.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_text(text, encoding="utf-8")
         click.echo(str(target / name))
 
 
 @click.command()
 @config_options
-@click.option("--dry-run", is_flag=True, help="Validate and render, submit nothing.")
+@click.option("--dry-run", is_flag=True, help="Validate and render, write and submit nothing.")
+@click.option("--no-aggregate", is_flag=True,
+              help="Sweeps: no dependent job writing the results table.")
 def submit(config_file: str | None, config_opt: str | None, config_dir: str | None,
            config_name: str | None, profile: str | None, overrides: tuple[str, ...],
-           dry_run: bool) -> None:
-    """Validate a run, render its job scripts and submit them with sbatch.
+           dry_run: bool, no_aggregate: bool) -> None:
+    """Validate a run, render its job scripts and submit them with sbatch (one call).
 
     Validation runs before anything is written: a config error names the key and the fix,
-    exits 2, and submits nothing.
+    exits 2, and submits nothing. execution.type local runs the same job here with bash.
     """
     from hpceval.runs.rundir import prepare_run
+    from hpceval.runs.submit import create_run, submit_prepared
+    from hpceval.slurm.client import SlurmError
 
-    resolved = load_from_options(config_file, config_opt, config_dir, config_name, profile,
-                                 overrides)
-    run = prepare_run(resolved)
+    configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
     if dry_run:
-        click.echo(f"# ===== {run.run_dir}/job.sbatch (dry run: not submitted) =====")
-        click.echo(run.script, nl=False)
+        run = prepare_run(configs)
+        _print_scripts(run.scripts, run.run_dir, " (dry run: not written, not submitted)")
         return
-    if resolved.spec.execution.type != "slurm":
-        click.echo("hpceval submit: execution.type=local is not built yet (part of the "
-                   "controller); nothing was run", err=True)
-        raise SystemExit(3)
-    from hpceval.runs.submit import submit_prepared
-
-    job_id = submit_prepared(run)
-    click.echo(f"submitted {run.invocation_id}: Slurm job {job_id}")
-    click.echo(f"run directory: {run.run_dir}")
+    run = create_run(configs)
+    try:
+        result = submit_prepared(run, aggregate=not no_aggregate, written=True)
+    except SlurmError as exc:
+        raise click.ClickException(f"sbatch failed: {exc} (run directory kept for "
+                                   f"inspection: {run.run_dir})") from exc
+    what = (f"array job {result.job_ids[0]} ({len(result.models)} models)" if run.sweep
+            else f"job {result.job_ids[0]}")
+    if result.kind == "local":
+        what = f"local runner {result.job_ids[0]} (this machine)"
+    click.echo(f"submitted {result.invocation_id}: {what}")
+    if len(result.job_ids) > 1:
+        click.echo(f"aggregation job {result.job_ids[1]} (runs after the array)")
+    click.echo(f"run directory: {result.run_dir}")
+    click.echo(f"follow it with: hpceval status {result.invocation_id} --watch")

@@ -1,17 +1,99 @@
-"""Submit a prepared run: write its directory, sbatch the script, record job ids."""
+"""Submit: write the run directory, hand the entry script to sbatch (or bash), record the jobs.
+
+One sbatch call per run: a single model is one job, a sweep is one array job. A Slurm sweep
+adds one dependent CPU job (``--dependency=afterany:<array>``) that writes the results table.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpceval.config import ResolvedConfig
+from hpceval.runs.jobs import JobEntry, append_jobs
 from hpceval.runs.registry import register_run
-from hpceval.runs.rundir import JOB_SCRIPT, PreparedRun, record_jobs, write_run
+from hpceval.runs.rundir import AGGREGATE_SCRIPT, PreparedRun, prepare_run, write_run
 from hpceval.slurm.client import CommandSlurmClient, SlurmClient
+from hpceval.tasks import Catalogue
+
+_ID_ATTEMPTS = 5
 
 
-def submit_prepared(run: PreparedRun, client: SlurmClient | None = None) -> str:
-    write_run(run)
-    slurm = client or CommandSlurmClient()
-    job_id = slurm.submit(run.run_dir / JOB_SCRIPT)
-    record_jobs(run.run_dir, [job_id])
-    register_run(run.run_dir.parent, {"invocation_id": run.invocation_id,
-                                      "run_dir": str(run.run_dir), "jobs": [job_id]})
-    return job_id
+@dataclass(frozen=True)
+class Submitted:
+    invocation_id: str
+    run_dir: Path
+    job_ids: tuple[str, ...]  # main job first, then the aggregation job if any
+    kind: str
+    models: tuple[str, ...]
+
+
+def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
+               python: str | None = None, catalogue: Catalogue | None = None) -> PreparedRun:
+    """Prepare and write a new run directory; a clashing invocation id gets a fresh one."""
+    for _ in range(_ID_ATTEMPTS):
+        run = prepare_run(configs, python=python, catalogue=catalogue)
+        try:
+            write_run(run)
+        except FileExistsError:
+            continue
+        return run
+    raise RuntimeError(f"could not create a new run directory in {run.run_dir.parent} after "
+                       f"{_ID_ATTEMPTS} tries")
+
+
+def submit_prepared(run: PreparedRun, client: SlurmClient | None = None, *,
+                    aggregate: bool = True, written: bool = False) -> Submitted:
+    """Submit a prepared run (writing its directory first unless `written`)."""
+    if not written:
+        write_run(run)
+    indices = tuple(m.index for m in run.models)
+    entries: list[JobEntry] = []
+    if run.kind == "local":
+        from hpceval.runs.local import start_local
+
+        entries.append(start_local(run.run_dir, indices))
+    else:
+        slurm = client or CommandSlurmClient()
+        submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
+        job_id = slurm.submit(run.run_dir / run.entry)
+        entries.append(JobEntry(job_id, "slurm", "main", indices, run.sweep, submitted_at))
+        # Recorded before the aggregation sbatch: if that one fails, the array is still known.
+        append_jobs(run.run_dir, run.kind, entries)
+        if run.aggregate is not None and aggregate:
+            agg_at = time.time()
+            agg_id = slurm.submit(run.run_dir / AGGREGATE_SCRIPT,
+                                  dependency=f"afterany:{job_id}")
+            agg = JobEntry(agg_id, "slurm", "aggregate", (), False, agg_at)
+            append_jobs(run.run_dir, run.kind, [agg])
+            entries.append(agg)
+    if run.kind == "local":
+        append_jobs(run.run_dir, run.kind, entries)
+    result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
+                       tuple(m.key for m in run.models))
+    _register(run, result)
+    return result
+
+
+def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],
+                   client: SlurmClient | None = None, *, aggregate: bool = True,
+                   python: str | None = None) -> Submitted:
+    run = create_run(configs, python=python)
+    return submit_prepared(run, client, aggregate=aggregate, written=True)
+
+
+def _register(run: PreparedRun, result: Submitted) -> None:
+    from hpceval.runs.index import remember_output_dir
+    from hpceval.runs.rundir import current_user
+
+    output_dir = run.run_dir.parent
+    register_run(output_dir, {
+        "invocation_id": run.invocation_id, "run_dir": str(run.run_dir), "kind": run.kind,
+        "models": list(result.models), "sweep": run.sweep, "jobs": list(result.job_ids),
+        "user": current_user(), "submitted_at": time.time()})
+    # A read-only home must not turn a submitted run into an error.
+    with contextlib.suppress(OSError):
+        remember_output_dir(output_dir)

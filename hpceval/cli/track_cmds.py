@@ -1,0 +1,218 @@
+"""``hpceval status|info|logs|kill|resume``: follow and steer submitted runs.
+
+RUN is an invocation id, a unique prefix of one, or a run directory. Runs are found through the
+local index (hpceval.runs.index), which knows every output directory you submitted to and those
+in $HPCEVAL_OUTPUT_DIRS; `--output-dir` adds one for this call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_dir_option(func: F) -> F:
+    decorator = click.option("--output-dir", "output_dirs", multiple=True,
+                             type=click.Path(file_okay=False),
+                             help="Also look for runs in this output directory.")
+    return decorator(func)
+
+
+def find(ref: str, output_dirs: tuple[str, ...]) -> Any:
+    from hpceval.runs.index import RunNotFound, find_run
+
+    try:
+        return find_run(ref, [Path(d) for d in output_dirs])
+    except RunNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _slurm_errors(func: Callable[[], Any]) -> Any:
+    from hpceval.slurm.client import SlurmError
+
+    try:
+        return func()
+    except SlurmError as exc:
+        raise click.ClickException(f"Slurm: {exc}") from exc
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@click.option("--watch", is_flag=True, help="Refresh until every run ended (progress bars).")
+@click.option("--interval", default=5.0, show_default=True,
+              help="Seconds between refreshes with --watch (one sacct call each; min 2).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--limit", default=5, show_default=True, help="Recent runs shown without RUN.")
+@click.option("--no-tasks", is_flag=True, help="Leave out the per-task lines.")
+@output_dir_option
+def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
+           no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
+    """State of runs, their models and tasks, with live request progress.
+
+    One sacct call per refresh, whatever the number of runs, models or array tasks. A job
+    sacct does not list yet is "unknown", never "failed".
+    """
+    from hpceval.runs.index import list_runs
+    from hpceval.runs.state import Tracker
+    from hpceval.runs.views import format_states, rich_states, state_to_dict
+
+    refs = ([find(r, output_dirs) for r in runs] if runs
+            else list_runs([Path(d) for d in output_dirs])[:limit])
+    if not refs:
+        click.echo("no runs yet (submit one, or pass --output-dir)")
+        return
+    tracker = Tracker(min_interval_s=2.0)
+    for ref in refs:
+        tracker.add(ref)
+    states = _slurm_errors(lambda: tracker.refresh(force=True))
+    if not watch:
+        if as_json:
+            click.echo(json.dumps([state_to_dict(s) for s in states], indent=2))
+        else:
+            click.echo(format_states(states, tasks=not no_tasks), nl=False)
+        return
+    from rich.console import Console
+    from rich.live import Live
+
+    with Live(rich_states(states), console=Console(), refresh_per_second=2) as live:
+        while not all(s.phase.terminal for s in states):
+            time.sleep(max(2.0, interval))
+            states = _slurm_errors(tracker.refresh)
+            live.update(rich_states(states))
+    click.echo(format_states(states, tasks=not no_tasks), nl=False)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--script", is_flag=True, help="Print the submitted script(s).")
+@click.option("--config", "show_config", is_flag=True, help="Print the resolved config.")
+@output_dir_option
+def info(run: str, as_json: bool, script: bool, show_config: bool,
+         output_dirs: tuple[str, ...]) -> None:
+    """Paths, job ids (the whole chain), scripts and resolved config of a run."""
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.state import read_run
+
+    ref = find(run, output_dirs)
+    manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
+    scripts = [manifest["entry"], *(m["script"] for m in manifest["models"]
+                                    if m["script"] != manifest["entry"])]
+    if as_json:
+        click.echo(json.dumps({"run": manifest, "run_dir": str(ref.run_dir),
+                               "scripts": [str(ref.run_dir / s) for s in scripts],
+                               "config": str(ref.run_dir / "run.yaml"),
+                               "jobs": [e.to_json() for e in jobs.chain]}, indent=2))
+        return
+    n = len(manifest["models"])
+    sweep = f", sweep of {n} models" if manifest["sweep"] else ""
+    click.echo(f"run        {ref.invocation_id} ({manifest['kind']}{sweep})")
+    click.echo(f"directory  {ref.run_dir}")
+    click.echo(f"config     {ref.run_dir / 'run.yaml'}")
+    for name in scripts:
+        click.echo(f"script     {ref.run_dir / name}")
+    click.echo(f"submitted  {time.ctime(manifest['created_at'])} by {manifest.get('user') or '?'}"
+               f" (hpceval {manifest.get('hpceval_version')})")
+    for e in jobs.chain:
+        tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
+        extra = f" pid {e.pid} on {e.host}" if e.kind == "local" else ""
+        gone = " (cancelled)" if e.cancelled_at else ""
+        click.echo(f"job        {e.id} {e.role} ({e.reason}, {time.ctime(e.submitted_at)})"
+                   f"{tasks}{extra}{gone}")
+    for m in manifest["models"]:
+        click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "
+                   f"({len(m['tasks'])} tasks: {', '.join(t['task'] for t in m['tasks'])})")
+    if script:
+        for name in scripts:
+            click.echo(f"\n# ===== {name} =====")
+            click.echo((ref.run_dir / name).read_text(), nl=False)
+    if show_config:
+        click.echo("\n# ===== run.yaml =====")
+        click.echo((ref.run_dir / "run.yaml").read_text(), nl=False)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--model", help="Only this model (its key or model id).")
+@click.option("--task", help="The harness log of this task (harness.task or short name).")
+@click.option("--server", is_flag=True, help="Server and proxy logs instead of the job log.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the run ends.")
+@click.option("-n", "--lines", type=int, help="Only the last N lines of each log.")
+@output_dir_option
+def logs(run: str, model: str | None, task: str | None, server: bool, follow: bool,
+         lines: int | None, output_dirs: tuple[str, ...]) -> None:
+    """Job, server and harness logs of a run (the newest job of each model)."""
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.logs import LogSelectionError, log_files, print_logs
+    from hpceval.runs.logs import follow as follow_logs
+    from hpceval.runs.state import Tracker, read_run
+
+    ref = find(run, output_dirs)
+    try:
+        files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),
+                          model=model, task=task, server=server)
+    except LogSelectionError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not files:
+        raise click.ClickException("no logs found for that selection yet")
+    if not follow:
+        print_logs(files, tail=lines)
+        return
+    tracker = Tracker(min_interval_s=5.0)  # at most one sacct per 5 s while following
+    tracker.add(ref)
+
+    def ended() -> bool:
+        (state,) = tracker.refresh()
+        return bool(state.phase.terminal)
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, not an error
+        follow_logs(files, ended)
+
+
+@click.command()
+@click.argument("run")
+@output_dir_option
+def kill(run: str, output_dirs: tuple[str, ...]) -> None:
+    """Cancel every job of a run (array, successors, aggregation), then verify."""
+    from hpceval.runs.control import kill_run
+
+    ref = find(run, output_dirs)
+    report = _slurm_errors(lambda: kill_run(ref))
+    if not report.cancelled:
+        click.echo(f"{ref.invocation_id}: no job to cancel")
+        return
+    click.echo(f"{ref.invocation_id}: cancelled {', '.join(report.cancelled)}")
+    if report.still_active:
+        raise click.ClickException("still queued or running after the cancel: "
+                                   + ", ".join(report.still_active))
+    click.echo("verified: nothing of this run is queued or running")
+
+
+@click.command()
+@click.argument("run")
+@click.option("--force", is_flag=True, help="Resubmit even if sacct shows live jobs.")
+@click.option("--no-aggregate", is_flag=True, help="Sweeps: no dependent aggregation job.")
+@output_dir_option
+def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ...]) -> None:
+    """Resubmit only the unfinished models of a run (done tasks are skipped in the job)."""
+    from hpceval.runs.control import ResumeRefused, resume_run
+
+    ref = find(run, output_dirs)
+    try:
+        entries = _slurm_errors(lambda: resume_run(ref, force=force,
+                                                   aggregate=not no_aggregate))
+    except ResumeRefused as exc:
+        raise click.ClickException(str(exc)) from exc
+    main = entries[0]
+    models = ", ".join(map(str, main.models))
+    click.echo(f"{ref.invocation_id}: resumed as {main.kind} job {main.id} "
+               f"(model indices {models})" + (f"; aggregation job {entries[1].id}"
+                                              if len(entries) > 1 else ""))

@@ -1,0 +1,119 @@
+"""kill and resume: act on every job of a run, through the chain in jobs.json."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpceval.runs.index import RunRef
+from hpceval.runs.jobs import JobEntry, append_jobs, mark_cancelled, read_jobs
+from hpceval.runs.rundir import AGGREGATE_SCRIPT
+from hpceval.runs.state import Tracker, _all_done, read_run
+from hpceval.slurm.client import CommandSlurmClient, SlurmClient
+
+# squeue states of a job that still holds (or waits for) resources
+_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+
+
+class ResumeRefused(RuntimeError):
+    """The run still has live jobs, or nothing is left to do."""
+
+
+@dataclass(frozen=True)
+class KillReport:
+    cancelled: list[str]  # job ids (or local runner ids) that were signalled
+    still_active: list[str]  # what squeue (or /proc) still showed at the end: should be empty
+    final: dict[str, str]  # job id -> state seen by the last check
+
+
+def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
+             sleep: Callable[[float], None] = time.sleep) -> KillReport:
+    """Cancel every job in the chain (array, successors, aggregation), then verify."""
+    jobs = read_jobs(ref.run_dir)
+    if jobs.kind == "local":
+        from hpceval.runs.local import kill_local, local_alive
+
+        live = [e for e in jobs.chain if local_alive(e)]
+        mark_cancelled(ref.run_dir, [e.id for e in live])
+        left = [e.id for e in live if not kill_local(e)]
+        return KillReport([e.id for e in live], left, {e.id: "ended" for e in live})
+    slurm = client or CommandSlurmClient()
+    ids = jobs.ids
+    if not ids:
+        return KillReport([], [], {})
+    mark_cancelled(ref.run_dir, ids)  # first: status reads "cancelled" even if we are stopped
+    slurm.cancel(ids)  # base ids: scancel takes every task of an array with them
+    deadline = time.monotonic() + verify_s
+    while True:
+        queue = slurm.squeue(ids)
+        active = sorted(j for j, e in queue.items() if e.state in _ACTIVE)
+        if not active or time.monotonic() >= deadline:
+            break
+        sleep(1.0)
+    final = {j: e.state for j, e in queue.items()}
+    if not active:
+        # squeue forgets jobs after MinJobAge; sacct is the record that stays. One call.
+        records = slurm.sacct(ids)
+        final.update({j: r.state for j, r in records.items()})
+        active = sorted(j for j, r in records.items() if r.state in _ACTIVE - {"COMPLETING"})
+    return KillReport(ids, active, final)
+
+
+def unfinished_models(run_dir: Path) -> list[dict[str, object]]:
+    run = read_run(run_dir)
+    return [m for m in run["models"] if not _all_done(run_dir, m)]
+
+
+def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: bool = True,
+               force: bool = False, tracker: Tracker | None = None) -> list[JobEntry]:
+    """Resubmit the unfinished models with the same scripts; append the jobs to the chain.
+
+    Done tasks are skipped by the job script itself and the response cache replays the
+    requests an interrupted task had already sent, so nothing finished is redone.
+    """
+    run = read_run(ref.run_dir)
+    todo = unfinished_models(ref.run_dir)
+    if not todo:
+        raise ResumeRefused(f"{ref.invocation_id}: every task is done; nothing to resume")
+    jobs = read_jobs(ref.run_dir)
+    if not force:
+        watch = tracker or Tracker(client)
+        watch.add(ref)
+        (state,) = watch.refresh(force=True)
+        live = [m for m in state.models if not m.phase.terminal]
+        if live:
+            names = ", ".join(f"{m.key} ({m.phase.value})" for m in live)
+            raise ResumeRefused(f"{ref.invocation_id} still has live work: {names}; wait, or "
+                                "`hpceval kill` it first (--force resubmits anyway)")
+    indices = tuple(sorted(int(str(m["index"])) for m in todo))
+    if jobs.kind == "local":
+        from hpceval.runs.local import start_local
+
+        entry = start_local(ref.run_dir, indices, [str(m["key"]) for m in todo], "resume")
+        append_jobs(ref.run_dir, "local", [entry])
+        return [entry]
+    slurm = client or CommandSlurmClient()
+    entries: list[JobEntry] = []
+    submitted_at = time.time()
+    if run.get("sweep"):
+        spec = ",".join(map(str, indices))
+        if run.get("array_parallelism"):
+            spec += f"%{run['array_parallelism']}"
+        # --array on the command line overrides the script's: the same dispatcher runs only
+        # the unfinished elements, each keeping its index (so its model).
+        job_id = slurm.submit(ref.run_dir / run["entry"], extra_args=[f"--array={spec}"])
+    else:
+        job_id = slurm.submit(ref.run_dir / run["entry"])
+    entries.append(JobEntry(job_id, "slurm", "main", indices, bool(run.get("sweep")),
+                            submitted_at, "resume"))
+    append_jobs(ref.run_dir, "slurm", entries)
+    if run.get("sweep") and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file():
+        agg_at = time.time()
+        agg_id = slurm.submit(ref.run_dir / AGGREGATE_SCRIPT, dependency=f"afterany:{job_id}")
+        agg = JobEntry(agg_id, "slurm", "aggregate", (), False, agg_at, "resume")
+        append_jobs(ref.run_dir, "slurm", [agg])
+        entries.append(agg)
+    return entries

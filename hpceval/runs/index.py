@@ -1,0 +1,138 @@
+"""The local run index (~/.cache/hpceval/runs.json): makes `ls runs` and RUN look-ups fast.
+
+The shared registries (one per output directory) are the truth; the index is a per-user copy
+that is rebuilt for an output directory whenever that registry's size or mtime changed, so a
+look-up costs one stat() per known output directory, not a scan of run directories on a
+parallel file system. Known output directories: every one this user submitted to, plus
+$HPCEVAL_OUTPUT_DIRS (os.pathsep-separated) and any passed explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpceval.results.store import atomic_write_json
+from hpceval.runs.registry import read_registry, registry_stamp
+from hpceval.runs.rundir import RUN_FILE
+
+INDEX_FILE = "runs.json"
+INDEX_VERSION = 1
+
+
+class RunNotFound(LookupError):
+    """RUN matched no run, or several (then the message lists them)."""
+
+
+@dataclass(frozen=True)
+class RunRef:
+    invocation_id: str
+    run_dir: Path
+    submitted_at: float
+    user: str
+    kind: str
+    models: tuple[str, ...]
+    sweep: bool
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> RunRef:
+        return cls(str(entry["invocation_id"]), Path(entry["run_dir"]),
+                   float(entry.get("submitted_at") or entry.get("registered_at") or 0.0),
+                   str(entry.get("user", "")), str(entry.get("kind", "slurm")),
+                   tuple(entry.get("models") or ()), bool(entry.get("sweep", False)))
+
+
+def cache_dir() -> Path:
+    if os.environ.get("HPCEVAL_CACHE_DIR"):
+        return Path(os.environ["HPCEVAL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "hpceval"
+
+
+def _index_path() -> Path:
+    return cache_dir() / INDEX_FILE
+
+
+def _read() -> dict[str, Any]:
+    try:
+        data = json.loads(_index_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"version": INDEX_VERSION, "output_dirs": {}}
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+        return {"version": INDEX_VERSION, "output_dirs": {}}  # an old format: rebuilt
+    return data
+
+
+def _lock() -> Any:
+    from filelock import FileLock
+
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    return FileLock(str(_index_path()) + ".lock", timeout=30)
+
+
+def env_output_dirs() -> list[Path]:
+    raw = os.environ.get("HPCEVAL_OUTPUT_DIRS", "")
+    return [Path(os.path.expanduser(p)) for p in raw.split(os.pathsep) if p]
+
+
+def remember_output_dir(output_dir: Path) -> None:
+    """Add an output directory to the index (submit calls this); its runs load on next use."""
+    with _lock():
+        data = _read()
+        data["output_dirs"].setdefault(str(output_dir), {"stamp": None, "runs": []})
+        atomic_write_json(_index_path(), data)
+
+
+def list_runs(extra_dirs: Iterable[Path] = ()) -> list[RunRef]:
+    """Every run in every known output directory, newest first (stale entries refreshed)."""
+    with _lock():
+        data = _read()
+        dirs: dict[str, Any] = data["output_dirs"]
+        for extra in [*env_output_dirs(), *extra_dirs]:
+            dirs.setdefault(str(extra), {"stamp": None, "runs": []})
+        changed = False
+        for name, cached in dirs.items():
+            stamp = registry_stamp(Path(name))
+            if stamp != cached.get("stamp"):
+                cached["stamp"] = stamp
+                cached["runs"] = read_registry(Path(name))
+                changed = True
+        if changed:
+            atomic_write_json(_index_path(), data)
+    refs = {}
+    for cached in dirs.values():
+        for entry in cached["runs"]:
+            ref = RunRef.from_entry(entry)
+            refs[ref.invocation_id] = ref
+    return sorted(refs.values(), key=lambda r: (r.submitted_at, r.invocation_id), reverse=True)
+
+
+def ref_from_dir(run_dir: Path) -> RunRef:
+    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    return RunRef(data["invocation_id"], run_dir, float(data.get("created_at", 0.0)),
+                  data.get("user", ""), data.get("kind", "slurm"),
+                  tuple(m["key"] for m in data.get("models", [])), bool(data.get("sweep")))
+
+
+def find_run(ref: str, extra_dirs: Iterable[Path] = ()) -> RunRef:
+    """An invocation id, a unique prefix of one, or a run directory path."""
+    path = Path(os.path.expanduser(ref))
+    if (path / RUN_FILE).is_file():
+        return ref_from_dir(path.resolve())
+    runs = list_runs(extra_dirs)
+    exact = [r for r in runs if r.invocation_id == ref]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if r.invocation_id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        known = ", ".join(sorted({str(p.run_dir.parent) for p in runs})) or "none yet"
+        raise RunNotFound(f"no run {ref!r} (searched output dirs: {known}; give a run "
+                          "directory path, or add its output dir to $HPCEVAL_OUTPUT_DIRS)")
+    listed = ", ".join(r.invocation_id for r in matches[:8])
+    raise RunNotFound(f"{ref!r} matches {len(matches)} runs ({listed}); give more of the id")

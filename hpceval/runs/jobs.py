@@ -1,0 +1,125 @@
+"""jobs.json: the chain of jobs (or local processes) that worked on a run, oldest first.
+
+Every submission appends entries, it never rewrites them: the first sbatch, a `resume` (only
+the unfinished models), the dependent aggregation job. The newest main entry that covers a
+model is the one whose state that model has; older entries stay for `kill` and `info`.
+A filelock beside the file serialises writers (a resume racing a kill); each write is atomic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpceval import __version__
+from hpceval.results.store import atomic_write_json
+
+JOBS_FILE = "jobs.json"
+JOBS_SCHEMA = 2
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    id: str  # Slurm job id (the array's base id) or "local-<pid>"
+    kind: str  # slurm | local
+    role: str  # main | aggregate
+    models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
+    array: bool  # True: model i runs as array task "<id>_<i>"
+    submitted_at: float
+    reason: str = "submit"  # submit | resume
+    pid: int | None = None  # local runs: the runner's pid (its own session and group)
+    pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
+    host: str | None = None
+    cancelled_at: float | None = None
+
+    def watch_id(self, model_index: int) -> str:
+        return f"{self.id}_{model_index}" if self.array else self.id
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["models"] = list(self.models)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobEntry:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["models"] = tuple(values.get("models", ()))
+        values["id"] = str(values["id"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Jobs:
+    kind: str
+    chain: tuple[JobEntry, ...] = field(default_factory=tuple)
+
+    def main_for(self, model_index: int) -> list[JobEntry]:
+        """Main entries that ran (or run) this model, oldest first."""
+        return [e for e in self.chain if e.role == "main" and model_index in e.models]
+
+    def current(self, model_index: int) -> JobEntry | None:
+        entries = self.main_for(model_index)
+        return entries[-1] if entries else None
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.chain]
+
+
+def _path(run_dir: Path) -> Path:
+    return run_dir / JOBS_FILE
+
+
+def read_jobs(run_dir: Path) -> Jobs:
+    import json
+
+    path = _path(run_dir)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Jobs(kind="unknown")
+    if "chain" not in data:  # schema 1 (early hpceval): {"kind", "jobs": [ids]}
+        at = float(data.get("submitted_at") or path.stat().st_mtime)
+        entries = tuple(JobEntry(str(j), data.get("kind", "slurm"), "main", (0,), False, at)
+                        for j in data.get("jobs", []))
+        return Jobs(data.get("kind", "slurm"), entries)
+    return Jobs(data["kind"], tuple(JobEntry.from_json(e) for e in data["chain"]))
+
+
+def _write(run_dir: Path, jobs: Jobs) -> None:
+    atomic_write_json(_path(run_dir), {
+        "schema": JOBS_SCHEMA, "kind": jobs.kind, "updated_at": time.time(),
+        "hpceval_version": __version__,
+        "jobs": jobs.ids,  # flat list for humans and scripts; the chain has the details
+        "chain": [e.to_json() for e in jobs.chain]})
+
+
+def _lock(run_dir: Path) -> Any:
+    from filelock import FileLock
+
+    return FileLock(str(run_dir / f".{JOBS_FILE}.lock"), timeout=60)
+
+
+def append_jobs(run_dir: Path, kind: str, entries: Iterable[JobEntry]) -> Jobs:
+    with _lock(run_dir):
+        jobs = read_jobs(run_dir)
+        updated = Jobs(kind if jobs.kind == "unknown" else jobs.kind,
+                       (*jobs.chain, *entries))
+        _write(run_dir, updated)
+        return updated
+
+
+def mark_cancelled(run_dir: Path, ids: Iterable[str]) -> Jobs:
+    wanted, now = set(ids), time.time()
+    with _lock(run_dir):
+        jobs = read_jobs(run_dir)
+        chain = tuple(dataclasses.replace(e, cancelled_at=e.cancelled_at or now)
+                      if e.id in wanted else e for e in jobs.chain)
+        updated = Jobs(jobs.kind, chain)
+        _write(run_dir, updated)
+        return updated

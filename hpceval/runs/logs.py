@@ -1,0 +1,113 @@
+"""Where a run's logs are: the job's own log, the servers', the proxy's, each harness's."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from hpceval.runs.jobs import Jobs
+from hpceval.runs.local import LOG_FILE
+
+
+class LogSelectionError(LookupError):
+    pass
+
+
+def job_log(run_dir: Path, key: str, index: int, jobs: Jobs) -> Path | None:
+    """The newest job's log for a model (Slurm --output, or the local runner's file)."""
+    entry = jobs.current(index)
+    if entry is None:
+        return None
+    if entry.kind == "local":
+        return run_dir / "models" / key / LOG_FILE
+    if entry.array:
+        return run_dir / "logs" / f"slurm-{entry.id}_{index}.log"
+    return run_dir / "models" / key / f"slurm-{entry.id}.log"
+
+
+def select_models(run: dict[str, Any], model: str | None) -> list[dict[str, Any]]:
+    models: list[dict[str, Any]] = run["models"]
+    if model is None:
+        return models
+    chosen = [m for m in models if m["key"] == model or m.get("model_id") == model]
+    if not chosen:
+        raise LogSelectionError(f"no model {model!r} in this run; it has: "
+                                + ", ".join(m["key"] for m in models))
+    return chosen
+
+
+def _task_key(model: dict[str, Any], task: str) -> str:
+    for t in model["tasks"]:
+        if task in (t["key"], t["task"]) or t["task"].endswith(f".{task}"):
+            return str(t["key"])
+    raise LogSelectionError(f"no task {task!r} for model {model['key']}; it has: "
+                            + ", ".join(t["task"] for t in model["tasks"]))
+
+
+def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | None = None,
+              task: str | None = None, server: bool = False) -> list[tuple[str, Path]]:
+    """(label, path) of the logs asked for; paths may not exist yet (a queued job)."""
+    out: list[tuple[str, Path]] = []
+    for m in select_models(run, model):
+        model_dir = run_dir / "models" / m["key"]
+        if task is not None:
+            key = _task_key(m, task)
+            out.append((f"{m['key']} task {key}", model_dir / "tasks" / key / "harness.log"))
+            continue
+        if server:
+            found = sorted((model_dir / "server").glob("*.log"))
+            out += [(f"{m['key']} server {p.stem}", p) for p in found]
+            if (model_dir / "proxy.log").is_file():  # only jobs with several instances
+                out.append((f"{m['key']} proxy", model_dir / "proxy.log"))
+            continue
+        path = job_log(run_dir, m["key"], m["index"], jobs)
+        if path is not None:
+            out.append((f"{m['key']} job", path))
+    return out
+
+
+def print_logs(files: Sequence[tuple[str, Path]], out: IO[str] = sys.stdout,
+               tail: int | None = None) -> None:
+    for label, path in files:
+        print(f"===== {label}: {path}", file=out)
+        if not path.is_file():
+            print("(not written yet)", file=out)
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for line in lines[-tail:] if tail else lines:
+            print(line, file=out)
+
+
+def follow(files: Sequence[tuple[str, Path]], stop: Callable[[], bool],
+           out: IO[str] = sys.stdout, poll_s: float = 1.0,
+           sleep: Callable[[float], None] = time.sleep) -> None:
+    """tail -f for several files (some may appear later) until `stop()` says the run ended."""
+    offsets = {path: 0 for _, path in files}
+    labels = {path: label for label, path in files}
+    last: Path | None = None
+    while True:
+        ended = stop()  # asked before reading, so what was written until the end is printed
+        for path in offsets:
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if size < offsets[path]:
+                offsets[path] = 0  # truncated or replaced: start again
+            if size == offsets[path]:
+                continue
+            with path.open("rb") as handle:
+                handle.seek(offsets[path])
+                chunk = handle.read(size - offsets[path])
+            offsets[path] = size
+            if len(offsets) > 1 and last != path:
+                print(f"===== {labels[path]}", file=out)
+            last = path
+            out.write(chunk.decode("utf-8", errors="replace"))
+            out.flush()
+        if ended:
+            return
+        sleep(poll_s)

@@ -1,0 +1,68 @@
+"""Live progress of a model: the in-job proxy's progress.json, read and summarised.
+
+The proxy replaces the file atomically every ~2 s (hpceval.job.progress), so a read sees a
+whole document or none. Only jobs with more than one server instance run the proxy; others
+have no live request counts, and status says so rather than inventing numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+PROGRESS_FILE = "progress.json"
+STALE_AFTER_S = 60.0  # no update for this long: the proxy (or the job) stopped writing
+
+
+def read_progress(model_dir: Path) -> dict[str, Any] | None:
+    """{done, failed, expected, cached, rate, eta_s, updated_age_s, state} or None."""
+    path = model_dir / PROGRESS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        age = max(0.0, time.time() - path.stat().st_mtime)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    requests = data.get("requests") or {}
+    return {
+        "done": int(requests.get("done") or 0),
+        "failed": int(requests.get("failed") or 0),
+        "cached": int(requests.get("cached") or 0),
+        "in_flight": int(requests.get("in_flight") or 0),
+        "expected": requests.get("expected"),
+        "rate_per_s": float(data.get("rate_per_s") or 0.0),
+        "eta_s": data.get("eta_s"),
+        "state": data.get("state", "running"),
+        "updated_age_s": round(age, 1),
+        "stale": age > STALE_AFTER_S,
+        "upstream_error": data.get("upstream_error"),
+    }
+
+
+def format_progress(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return ""
+    expected = p.get("expected")
+    text = f"{p['done']}/{expected}" if expected else f"{p['done']} requests"
+    if p["failed"]:
+        text += f" ({p['failed']} failed)"
+    text += f", {p['rate_per_s']:.1f}/s"
+    if p.get("eta_s") is not None:
+        text += f", ETA {format_duration(float(p['eta_s']))}"
+    if p.get("stale"):
+        text += f" (no update for {format_duration(p['updated_age_s'])})"
+    if p.get("upstream_error"):
+        text += f"; {p['upstream_error']}"
+    return text
+
+
+def format_duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

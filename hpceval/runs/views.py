@@ -1,0 +1,88 @@
+"""Run states as JSON-ready dicts, plain text, and rich renderables (for `status --watch`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hpceval.runs.progress import format_duration, format_progress
+from hpceval.runs.state import ModelState, RunState
+
+_STYLE = {"queued": "yellow", "running": "cyan", "resuming": "magenta", "done": "green",
+          "failed": "red", "cancelled": "bright_black", "unknown": "white"}
+
+
+def state_to_dict(state: RunState) -> dict[str, Any]:
+    return {
+        "invocation_id": state.ref.invocation_id, "run_dir": str(state.ref.run_dir),
+        "kind": state.ref.kind, "sweep": state.ref.sweep, "user": state.ref.user,
+        "submitted_at": state.ref.submitted_at, "state": state.phase.value,
+        "reason": state.reason, "jobs": [e.to_json() for e in state.jobs.chain],
+        "models": [model_to_dict(m) for m in state.models],
+    }
+
+
+def model_to_dict(m: ModelState) -> dict[str, Any]:
+    return {"model": m.key, "index": m.index, "state": m.phase.value, "reason": m.reason,
+            "job_id": m.job_id, "attempts": m.attempts, "progress": m.progress,
+            "tasks": [{"task": t.task, "key": t.key, "state": t.phase.value,
+                       "reason": t.reason} for t in m.tasks]}
+
+
+def _age(ts: float) -> str:
+    return format_duration(max(0.0, time.time() - ts)) + " ago" if ts else "?"
+
+
+def format_states(states: list[RunState], *, tasks: bool = True) -> str:
+    lines: list[str] = []
+    for st in states:
+        head = f"{st.ref.invocation_id}  {st.phase.value.upper()}"
+        if st.reason:
+            head += f"  ({st.reason})"
+        lines.append(head)
+        lines.append(f"  {st.ref.kind}{' sweep' if st.ref.sweep else ''}, submitted "
+                     f"{_age(st.ref.submitted_at)} by {st.ref.user or '?'}: {st.ref.run_dir}")
+        width = max((len(m.key) for m in st.models), default=5)
+        for m in st.models:
+            done = sum(t.phase.value == "done" for t in m.tasks)
+            detail = format_progress(m.progress) or m.reason
+            job = m.job_id or "-"
+            if m.attempts > 1:
+                job += f" (attempt {m.attempts})"
+            lines.append(f"  {m.key:<{width}}  {m.phase.value:<9}  {done}/{len(m.tasks)} tasks"
+                         f"  job {job}" + (f"  {detail}" if detail else ""))
+            if tasks:
+                for t in m.tasks:
+                    lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def rich_states(states: list[RunState]) -> Any:
+    """A rich renderable: one table per run, progress bars for tasks and requests."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for st in states:
+        table = Table(title=f"{st.ref.invocation_id}  [{_STYLE[st.phase.value]}]"
+                      f"{st.phase.value}[/]  {st.reason}", title_justify="left",
+                      expand=False, show_edge=False)
+        for name in ("model", "state", "job", "tasks", "", "requests", "", "detail"):
+            table.add_column(name)
+        for m in st.models:
+            done = sum(t.phase.value == "done" for t in m.tasks)
+            p = m.progress or {}
+            expected = p.get("expected") or 0
+            req_bar: Any = (ProgressBar(total=expected, completed=p.get("done", 0), width=20)
+                            if expected else Text(""))
+            table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
+                          m.job_id or "-", ProgressBar(total=max(len(m.tasks), 1),
+                                                       completed=done, width=12),
+                          f"{done}/{len(m.tasks)}", req_bar,
+                          f"{p.get('done', 0)}/{expected}" if expected else "",
+                          format_progress(m.progress) or m.reason)
+        parts.append(table)
+    return Group(*parts)

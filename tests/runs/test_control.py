@@ -1,0 +1,150 @@
+"""kill and resume through the job chain; logs and info; local execution for real."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from run_helpers import FakeSlurm, configs, finish_task
+
+from hpceval.runs.control import ResumeRefused, kill_run, resume_run
+from hpceval.runs.index import find_run
+from hpceval.runs.jobs import read_jobs
+from hpceval.runs.local import walltime_seconds
+from hpceval.runs.logs import log_files
+from hpceval.runs.state import Tracker, read_run
+from hpceval.runs.submit import submit_configs
+from hpceval.slurm.states import Phase
+
+ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
+
+
+def test_kill_cancels_every_job_of_the_chain_and_verifies(tmp_path: Path,
+                                                          fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path, 3), fake)
+    array, aggregate = result.job_ids
+    fake.states.update({f"{array}_0": "RUNNING", f"{array}_1": "PENDING",
+                        f"{array}_2": "COMPLETED", aggregate: "PENDING"})
+    report = kill_run(find_run(result.invocation_id), fake, sleep=lambda _: None)
+    assert fake.cancels == [[array, aggregate]]  # one scancel, the array by its base id
+    assert report.still_active == []
+    assert len(fake.squeue_calls) == 1 and len(fake.sacct_calls) == 1
+    assert all(e.cancelled_at for e in read_jobs(result.run_dir).chain)
+
+
+def test_kill_reports_what_stays_active(tmp_path: Path, fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path), fake)
+    fake.states[result.job_ids[0]] = "COMPLETING"
+    report = kill_run(find_run(result.invocation_id), fake, verify_s=0.0,
+                      sleep=lambda _: None)
+    assert report.still_active == [result.job_ids[0]]
+
+
+def test_resume_resubmits_only_unfinished_array_elements(tmp_path: Path,
+                                                         fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path, 4), fake)
+    array = result.job_ids[0]
+    for i in range(4):
+        fake.states[f"{array}_{i}"] = "TIMEOUT"
+    fake.states[result.job_ids[1]] = "COMPLETED"
+    for model in ("model-00", "model-02"):
+        for key in (ONE, TWO):
+            finish_task(result.run_dir, model, key)
+    finish_task(result.run_dir, "model-01", ONE)  # half done: the job skips it
+    entries = resume_run(find_run(result.invocation_id), fake)
+    resubmit, aggregate = fake.submits[2:]
+    assert resubmit["script"] == result.run_dir / "sweep.sbatch"  # the same dispatcher
+    assert resubmit["extra_args"] == ["--array=1,3%2"]
+    assert aggregate["dependency"] == f"afterany:{resubmit['id']}"
+    jobs = read_jobs(result.run_dir)
+    assert jobs.ids == [array, result.job_ids[1], resubmit["id"], aggregate["id"]]
+    assert jobs.current(1).watch_id(1) == f"{resubmit['id']}_1"  # type: ignore[union-attr]
+    assert jobs.current(0).id == array  # type: ignore[union-attr]
+    assert entries[0].reason == "resume"
+
+
+def test_resume_refuses_while_jobs_live_and_when_all_done(tmp_path: Path,
+                                                          fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path), fake)
+    ref = find_run(result.invocation_id)
+    fake.states[result.job_ids[0]] = "RUNNING"
+    with pytest.raises(ResumeRefused, match="still has live work"):
+        resume_run(ref, fake)
+    for key in (ONE, TWO):
+        finish_task(result.run_dir, "solo", key)
+    with pytest.raises(ResumeRefused, match="every task is done"):
+        resume_run(ref, fake)
+    assert len(fake.submits) == 1
+
+
+def test_logs_point_at_the_newest_job(tmp_path: Path, fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path, 2), fake, aggregate=False)
+    run, jobs = read_run(result.run_dir), read_jobs(result.run_dir)
+    files = log_files(result.run_dir, run, jobs)
+    array = result.job_ids[0]
+    assert [p for _, p in files] == [result.run_dir / "logs" / f"slurm-{array}_{i}.log"
+                                     for i in range(2)]
+    (task,) = log_files(result.run_dir, run, jobs, model="model-01", task="ut_two")
+    assert task[1] == result.run_dir / "models/model-01/tasks" / TWO / "harness.log"
+
+
+def test_info_lists_scripts_and_chain(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.cli.main import cli
+
+    result = submit_configs(configs(tmp_path, 2), fake)
+    out = CliRunner().invoke(cli, ["info", result.invocation_id, "--script"])
+    assert out.exit_code == 0, out.output
+    assert f"job        {result.job_ids[0]} main" in out.output
+    assert "# ===== sweep.sbatch =====" in out.output
+    assert "models/model-01/job.sh" in out.output
+    missing = CliRunner().invoke(cli, ["info", "nope"])
+    assert missing.exit_code == 1 and "no run 'nope'" in missing.output
+
+
+def test_walltime_formats() -> None:
+    assert walltime_seconds("30") == 1800
+    assert walltime_seconds("01:30") == 90
+    assert walltime_seconds("04:00:00") == 14400
+    assert walltime_seconds("1-02") == 93600
+    assert walltime_seconds("1-00:00:10") == 86410
+
+
+def _local_run(tmp_path: Path, command: str, walltime: str = "00:05:00") -> Path:
+    run = {
+        "defaults": [{"execution": "local"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "out"),
+                      "walltime": walltime, "signal_seconds": 30},
+        "deployment": {"type": "command", "runtime": "host", "command": command,
+                       "health_timeout": 20, "served_model_name": "loc"},
+        "evaluation": {"tasks": [{"name": "ut_one"}]},
+    }
+    path = tmp_path / "job-on-this-machine.yaml"  # not local.yaml: that would be the profile
+    path.write_text(yaml.safe_dump(run))
+    return path
+
+
+def test_local_execution_runs_kills_and_resumes(tmp_path: Path) -> None:
+    from hpceval.config import load_run
+
+    # A "server" that never becomes healthy: the job waits in the health loop until killed.
+    path = _local_run(tmp_path, "exec sleep 300")
+    result = submit_configs(load_run(path, check_environment=False))
+    ref = find_run(result.invocation_id)
+    entry = read_jobs(result.run_dir).chain[0]
+    assert entry.kind == "local" and entry.pid and entry.pid_start
+    tracker = Tracker()
+    tracker.add(ref)
+    deadline = time.monotonic() + 20
+    while tracker.refresh(force=True)[0].phase is not Phase.RUNNING:
+        assert time.monotonic() < deadline, "the local job did not start"
+        time.sleep(0.2)
+    report = kill_run(ref)
+    assert report.cancelled == [entry.id] and report.still_active == []
+    (state,) = tracker.refresh(force=True)
+    assert state.phase is Phase.CANCELLED
+    resumed = resume_run(ref)
+    assert resumed[0].reason == "resume" and len(read_jobs(result.run_dir).chain) == 2
+    assert kill_run(ref).still_active == []
