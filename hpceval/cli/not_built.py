@@ -9,8 +9,6 @@ import click
 NOT_BUILT_EXIT = 3
 
 _PLANNED = {
-    "results": "the results layer (tables and report)",
-    "export": "the results layer (exporters)",
     "stage": "the task catalogue (offline staging of images and data)",
     "tasks": "the task catalogue (discover tasks inside a SIF image)",
 }
@@ -28,7 +26,5 @@ def _not_built(name: str) -> click.Command:
     return command
 
 
-results = _not_built("results")
-export = _not_built("export")
 stage = _not_built("stage")
 tasks = _not_built("tasks")

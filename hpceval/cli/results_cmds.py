@@ -1,0 +1,124 @@
+"""``hpceval results`` and ``hpceval export``: finished tasks across runs, as tables or files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpceval.cli.track_cmds import find, output_dir_option
+
+
+def _run_dirs(runs: tuple[str, ...], output_dirs: tuple[str, ...], limit: int) -> list[Path]:
+    from hpceval.runs.index import list_runs
+
+    if runs:
+        return [find(r, output_dirs).run_dir for r in runs]
+    known = list_runs([Path(d) for d in output_dirs])
+    return [r.run_dir for r in (known[:limit] if limit else known) if r.run_dir.is_dir()]
+
+
+def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
+           output_dirs: tuple[str, ...], limit: int) -> Any:
+    from hpceval.results.table import results_frame
+
+    return results_frame(_run_dirs(runs, output_dirs, limit), models=models, tasks=tasks)
+
+
+def selection_options(func: Any) -> Any:
+    for decorator in reversed([
+        click.option("--run", "runs", multiple=True, help="Only this run (repeatable)."),
+        click.option("--model", "models", multiple=True, help="Only this model (repeatable)."),
+        click.option("--task", "tasks", multiple=True,
+                     help="Only this task: harness.task or short name (repeatable)."),
+        click.option("--limit", default=0, help="Without --run: only the newest N runs."),
+        output_dir_option,
+    ]):
+        func = decorator(func)
+    return func
+
+
+@click.command()
+@selection_options
+@click.option("--format", "fmt", default="table", show_default=True,
+              type=click.Choice(["table", "csv", "json", "markdown", "parquet"]))
+@click.option("--output", "-O", "output", type=click.Path(dir_okay=False),
+              help="Write to this file (required for parquet).")
+@click.option("--leaderboard", "board", is_flag=True,
+              help="One row per model, one column per task's primary metric.")
+@click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False),
+              help="Also write a static HTML report (a chart per task) to this file.")
+def results(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
+            output_dirs: tuple[str, ...], fmt: str, output: str | None, board: bool,
+            metric: str | None, html_file: str | None) -> None:
+    """Results of finished tasks across runs: models x tasks x metrics.
+
+    Only tasks with a `done` marker count. Without --run, every run of the known output
+    directories is read (see `hpceval ls runs`).
+    """
+    from hpceval.results.table import leaderboard, parquet_available, render, write_parquet
+
+    frame = _frame(runs, models, tasks, output_dirs, limit)
+    shown = leaderboard(frame, metric) if board else frame
+    if html_file:
+        from hpceval.results.report import write_report
+
+        write_report(frame, Path(html_file))
+        click.echo(f"report: {html_file}", err=True)
+    if fmt == "parquet":
+        if not parquet_available():
+            raise click.ClickException("parquet needs pyarrow, which is not installed here "
+                                       "(pip install pyarrow); use --format csv or json")
+        if not output:
+            raise click.UsageError("--format parquet writes a file: give --output FILE")
+        write_parquet(shown.reset_index() if board else shown, Path(output))
+        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
+        return
+    text = render(shown, fmt, index=board)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@selection_options
+@click.option("--dest", type=click.Choice(["local", "mlflow", "wandb"]), default="local",
+              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json",
+              show_default=True, help="--dest local: file format.")
+@click.option("--output", "-O", "output", type=click.Path(file_okay=False),
+              default="hpceval-export", show_default=True, help="--dest local: folder.")
+@click.option("--tracking-uri", help="--dest mlflow: tracking URI (default: MLflow's own).")
+@click.option("--experiment", default="hpceval", show_default=True,
+              help="MLflow experiment / W&B project.")
+@click.option("--online", is_flag=True, help="--dest wandb: sync now (default: offline mode).")
+def export(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
+           output_dirs: tuple[str, ...], dest: str, fmt: str, output: str,
+           tracking_uri: str | None, experiment: str, online: bool) -> None:
+    """Export results; re-exporting the same results changes nothing (idempotent).
+
+    local: one file per run under --output. mlflow / wandb (optional extras:
+    pip install 'hpceval[mlflow]' or 'hpceval[wandb]'): one tracking run per
+    (run, model, task), found again by a deterministic name/id on re-export.
+    """
+    from hpceval.results import export as ex
+
+    frame = _frame(runs, models, tasks, output_dirs, limit)
+    try:
+        if dest == "local":
+            written = ex.export_local(frame, Path(output), fmt)
+            click.echo(f"{len(written)} file(s) in {output} ({len(frame)} metric rows)")
+        elif dest == "mlflow":
+            report = ex.export_mlflow(frame, experiment=experiment, tracking_uri=tracking_uri)
+            click.echo(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
+                       f"{report.unchanged} unchanged (experiment {experiment!r})")
+        else:
+            report = ex.export_wandb(frame, project=experiment, offline=not online)
+            click.echo(f"wandb: {report.created + report.updated} run(s) written "
+                       f"({'offline' if not online else 'online'}, project {experiment!r})")
+    except ex.ExportError as exc:
+        raise click.ClickException(str(exc)) from exc

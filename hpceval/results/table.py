@@ -1,0 +1,185 @@
+"""Results across runs as pandas tables: one row per metric, and a leaderboard.
+
+Only finished tasks count: a task's results.json is read when its `done` marker exists, so a
+half-written or superseded result never reaches a table. Columns of the long table::
+
+    invocation_id, model, task, harness, harness_version, subtask, metric, filter,
+    value, stderr, n_samples, run_dir
+
+The primary metric of a task (the leaderboard's number) is, in order: the metric named by
+``extra.primary_metric`` in results.json; else the first metric reported for the task itself
+(``subtask`` equal to the task's short name, or the only subtask); else the first metric.
+Harness adapters list the headline metric first, so "first" is meaningful and stable.
+
+``python -m hpceval.results.table aggregate --run-dir DIR`` (the sweep's dependent job) writes
+DIR/results.csv and, when pyarrow is importable, DIR/results.parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpceval.results.schema import TaskResult
+from hpceval.results.store import RESULTS_FILE, atomic_write_text, is_done
+
+COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
+           "filter", "value", "stderr", "n_samples", "primary", "run_dir"]
+FORMATS = ("table", "csv", "json", "markdown", "parquet")
+
+
+def parquet_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def _read_run_json(run_dir: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        return data
+    except (OSError, ValueError):
+        return {"invocation_id": run_dir.name, "models": []}
+
+
+def _primary_index(result: TaskResult) -> int:
+    wanted = result.extra.get("primary_metric")
+    if wanted:
+        for i, m in enumerate(result.metrics):
+            if m.name == wanted:
+                return i
+    short = result.task.rsplit(".", 1)[-1]
+    subtasks = {m.task for m in result.metrics}
+    for i, m in enumerate(result.metrics):
+        if m.task == short or len(subtasks) == 1:
+            return i
+    return 0
+
+
+def run_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Rows for every finished task of one run directory."""
+    run = _read_run_json(run_dir)
+    models = run.get("models") or [{"key": p.name} for p in sorted((run_dir / "models").glob("*"))
+                                   if p.is_dir()]
+    rows: list[dict[str, Any]] = []
+    for model in models:
+        tasks_dir = run_dir / "models" / model["key"] / "tasks"
+        keys = ([t["key"] for t in model["tasks"]] if "tasks" in model
+                else sorted(p.name for p in tasks_dir.glob("*") if p.is_dir()))
+        for key in keys:
+            task_dir = tasks_dir / key
+            if not is_done(task_dir):
+                continue
+            result = TaskResult.from_json((task_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+            primary = _primary_index(result)
+            for i, m in enumerate(result.metrics):
+                rows.append({
+                    "invocation_id": run["invocation_id"], "model": model["key"],
+                    "task": result.task, "harness": result.harness,
+                    "harness_version": result.harness_version, "subtask": m.task,
+                    "metric": m.name, "filter": m.filter, "value": m.value,
+                    "stderr": m.stderr, "n_samples": m.n_samples, "primary": i == primary,
+                    "run_dir": str(run_dir)})
+    return rows
+
+
+def results_frame(run_dirs: Iterable[Path], *, models: Sequence[str] = (),
+                  tasks: Sequence[str] = ()) -> Any:
+    """The long table (a pandas DataFrame) for these runs, filtered by model / task name."""
+    import pandas as pd
+
+    rows = [row for run_dir in run_dirs for row in run_rows(Path(run_dir))]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    if models:
+        frame = frame[frame["model"].isin(models)]
+    if tasks:
+        short = frame["task"].str.rsplit(".", n=1).str[-1]
+        frame = frame[frame["task"].isin(tasks) | short.isin(tasks)]
+    return frame.reset_index(drop=True)
+
+
+def leaderboard(frame: Any, metric: str | None = None) -> Any:
+    """One row per model, one column per task: its primary metric (or `metric`).
+
+    A model evaluated in several runs shows its newest run's value (invocation ids sort by
+    time)."""
+    import pandas as pd
+
+    if frame.empty:
+        return pd.DataFrame()
+    chosen = frame[frame["metric"] == metric] if metric else frame[frame["primary"]]
+    chosen = chosen.sort_values("invocation_id").drop_duplicates(["model", "task"], keep="last")
+    board = chosen.pivot(index="model", columns="task", values="value")
+    board.columns.name = None
+    board["mean"] = board.mean(axis=1, numeric_only=True)
+    return board.sort_values("mean", ascending=False)
+
+
+def render(frame: Any, fmt: str, *, index: bool = False) -> str:
+    """Text for table / csv / json / markdown (parquet is binary: use write_parquet)."""
+    if fmt == "csv":
+        text: str = frame.to_csv(index=index)
+        return text
+    if fmt == "json":
+        data = frame.reset_index() if index else frame
+        return json.dumps(json.loads(data.to_json(orient="records")), indent=2) + "\n"
+    if fmt == "markdown":
+        return _markdown(frame.reset_index() if index else frame)
+    if fmt == "table":
+        if frame.empty:
+            return "(no finished tasks)\n"
+        shown = frame.drop(columns=[c for c in ("run_dir", "primary") if c in frame.columns])
+        return str(shown.to_string(index=index, float_format=lambda v: f"{v:.4g}")) + "\n"
+    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _markdown(frame: Any) -> str:
+    # pandas' to_markdown needs the `tabulate` package; a plain pipe table needs nothing.
+    cols = [str(c) for c in frame.columns]
+
+    def cell(v: Any) -> str:
+        text = f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
+        return text.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def write_parquet(frame: Any, path: Path) -> None:
+    if not parquet_available():
+        raise RuntimeError("parquet needs pyarrow, which is not installed here "
+                           "(pip install pyarrow); use --format csv or json")
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+def aggregate(run_dir: Path) -> Any:
+    frame = results_frame([run_dir])
+    atomic_write_text(run_dir / "results.csv", render(frame, "csv"))
+    if parquet_available():
+        write_parquet(frame, run_dir / "results.parquet")
+    return frame
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpceval.results.table")
+    sub = parser.add_subparsers(dest="command", required=True)
+    agg = sub.add_parser("aggregate", help="write RUN_DIR/results.csv (+ .parquet)")
+    agg.add_argument("--run-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    frame = aggregate(args.run_dir)
+    models = frame["model"].nunique() if not frame.empty else 0
+    print(f"aggregate: {len(frame)} metric rows from {models} model(s) -> "
+          f"{args.run_dir / 'results.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
