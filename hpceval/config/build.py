@@ -69,6 +69,8 @@ class _Builder:
         return cls(**values)
 
     def convert(self, tp: Any, value: Any, path: str, meta: Any = None) -> Any:
+        if tp is Any:  # free-form values (sbatch_extra_flags, params.extra): null is meaningful
+            return value
         origin = get_origin(tp)
         if origin in (Union, types.UnionType):
             args = [a for a in get_args(tp) if a is not type(None)]

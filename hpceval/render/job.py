@@ -78,7 +78,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "layout_text": _layout_text(resolved),
         "health_path": dep.health_path,
         "health_timeout": dep.health_timeout,
-        "proxy": layout.instances > 1,
+        # Always, even for one instance: the proxy's response cache is what lets a resumed job
+        # replay finished requests, and its progress file is what `hpceval status` shows.
+        "proxy": layout.instances >= 1,
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
                      "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": build_steps(resolved, catalogue),

@@ -66,7 +66,11 @@ def _vllm_argv(resolved: ResolvedConfig, *, nnodes: int, rank: int) -> list[Any]
                        "--served-model-name", served_name(resolved),
                        "--tensor-parallel-size", dep.tensor_parallel_size,
                        "--pipeline-parallel-size", dep.pipeline_parallel_size,
-                       "--gpu-memory-utilization", str(dep.gpu_memory_utilization)]
+                       "--gpu-memory-utilization", str(dep.gpu_memory_utilization),
+                       # lm-eval's API models tokenize through /tokenize and /tokenizer_info;
+                       # without them they download a tokenizer from the hub, which offline
+                       # compute nodes cannot do.
+                       "--enable-tokenizer-info-endpoint"]
     if dep.max_model_len is not None:
         argv += ["--max-model-len", dep.max_model_len]
     if nnodes > 1 and dep.multi_node_backend == "ray":

@@ -156,7 +156,7 @@ def test_server_gets_its_command_line_unchanged(catalogue: Catalogue, tmp_path_f
     assert proc.returncode != 0
     expected = ["serve", v[0], "--served-model-name", v[1], "--tensor-parallel-size", "4",
                 "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.9",
-                "--port", "8000", *extra_args]
+                "--enable-tokenizer-info-endpoint", "--port", "8000", *extra_args]
     assert argv_out.read_bytes().split(b"\0")[:-1] == [a.encode() for a in expected]
     # The recorded launch command is the same argv, in a form bash reads back.
     cmd_file = tmp / "run" / "models" / "m" / "server" / "instance-0.cmd"
