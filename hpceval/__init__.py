@@ -13,6 +13,13 @@ __version__ = "0.1.0"
 _API = {
     "load_config": "hpceval.config",
     "ConfigError": "hpceval.config",
+    # hpceval.results and hpceval.render are subpackages: their API functions are exposed here
+    # as load_results and render_scripts (hpceval.api has both names).
+    "submit": "hpceval.api",
+    "status": "hpceval.api",
+    "evaluate": "hpceval.api",
+    "load_results": "hpceval.api",
+    "render_scripts": "hpceval.api",
 }
 
 __all__ = ["__version__", *_API]

@@ -13,6 +13,9 @@ import yaml
 from hpceval.config import ResolvedConfig, load_run
 from hpceval.slurm.records import JobRecord, QueueEntry, base_job_id
 
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+ASK_HARNESS = FAKES / "ask-harness.yaml"  # one scored chat request (see the file)
+
 CATALOGUE = """\
 schema: 1
 harness:

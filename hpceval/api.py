@@ -1,0 +1,141 @@
+"""The Python API: what the CLI does, as functions (docs/controller.md has examples).
+
+    from hpceval.api import submit, status, results, render, evaluate
+
+``hpceval.results`` and ``hpceval.render`` are subpackages, so at the top level these two are
+``hpceval.load_results`` and ``hpceval.render_scripts``; the others are ``hpceval.submit``,
+``hpceval.status`` and ``hpceval.evaluate``. Everything heavy is imported inside the calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpceval.slurm.client import SlurmClient
+
+ConfigSource = str | Path | Mapping[str, Any] | None
+
+
+def _configs(config: ConfigSource, overrides: Sequence[str], profile: str | None,
+             check_environment: bool) -> list[Any]:
+    """A run file path, or a run config as a dict (written to a temporary run file)."""
+    from hpceval.config import load_run
+
+    if isinstance(config, Mapping):
+        import tempfile
+
+        import yaml
+
+        with tempfile.TemporaryDirectory(prefix="hpceval-api-") as tmp:
+            # not named after a profile: profiles are also looked up next to the run file
+            path = Path(tmp) / "api-run.yaml"
+            path.write_text(yaml.safe_dump(dict(config), sort_keys=False), encoding="utf-8")
+            return load_run(path, list(overrides), profile=profile,
+                            check_environment=check_environment)
+    run_file = Path(config) if config is not None else None
+    return load_run(run_file, list(overrides), profile=profile, check_environment=check_environment)
+
+
+def render(config: ConfigSource, overrides: Sequence[str] = (), *,
+           profile: str | None = None) -> dict[str, str]:
+    """The scripts submit would write, by path inside the run directory (nothing written)."""
+    from hpceval.runs.rundir import prepare_run
+
+    return prepare_run(_configs(config, overrides, profile, False)).scripts
+
+
+def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
+           aggregate: bool = True, client: SlurmClient | None = None) -> Any:
+    """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
+
+    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models).
+    execution.type local starts the same job on this machine in the background.
+    """
+    from hpceval.runs.submit import submit_configs
+
+    return submit_configs(_configs(config, overrides, profile, True), client,
+                          aggregate=aggregate)
+
+
+def status(runs: Sequence[str | Path] | None = None, *, limit: int = 5,
+           client: SlurmClient | None = None) -> list[dict[str, Any]]:
+    """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as dicts.
+
+    One sacct call whatever the number of runs and jobs."""
+    from hpceval.runs.index import find_run, list_runs
+    from hpceval.runs.state import Tracker
+    from hpceval.runs.views import state_to_dict
+
+    refs = [find_run(str(r)) for r in runs] if runs else list_runs()[:limit]
+    tracker = Tracker(client)
+    for ref in refs:
+        tracker.add(ref)
+    return [state_to_dict(s) for s in tracker.refresh(force=True)] if refs else []
+
+
+def results(runs: Sequence[str | Path] | None = None, *, models: Sequence[str] = (),
+            tasks: Sequence[str] = (), leaderboard: bool = False,
+            metric: str | None = None) -> Any:
+    """A pandas DataFrame of finished tasks (default: every known run), or the leaderboard."""
+    from hpceval.results.table import leaderboard as board
+    from hpceval.results.table import results_frame
+    from hpceval.runs.index import find_run, list_runs
+
+    run_dirs = ([find_run(str(r)).run_dir for r in runs] if runs
+                else [r.run_dir for r in list_runs() if r.run_dir.is_dir()])
+    frame = results_frame(run_dirs, models=models, tasks=tasks)
+    return board(frame, metric) if leaderboard else frame
+
+
+def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: str,
+             output_dir: str | Path | None = None, endpoint_type: str = "chat",
+             api_key_name: str | None = None, params: Mapping[str, Any] | None = None,
+             wait: bool = True, timeout_s: float | None = None,
+             overrides: Sequence[str] = ()) -> Any:
+    """Run tasks against one OpenAI-compatible endpoint here, without Slurm.
+
+    The local execution path with deployment.type none: the same rendered job script runs
+    with bash on this machine. With ``wait`` (default) it blocks until the run ends and
+    returns its results DataFrame; otherwise it returns the Submitted record at once.
+    ``api_key_name`` is the NAME of an environment variable holding the key.
+    """
+    run: dict[str, Any] = {
+        "defaults": [{"execution": "local"}],
+        "deployment": {"type": "none"},
+        "target": {"api_endpoint": {"url": url, "model_id": model_id, "type": endpoint_type,
+                                    "api_key_name": api_key_name}},
+        "evaluation": {"tasks": [t if isinstance(t, Mapping) else {"name": t} for t in tasks],
+                       "params": dict(params or {})},
+    }
+    if output_dir is not None:
+        run["execution"] = {"output_dir": str(output_dir)}
+    submitted = submit(run, overrides)
+    if not wait:
+        return submitted
+    from hpceval.results.table import results_frame
+    from hpceval.runs.state import Tracker
+
+    tracker = Tracker(client=None if submitted.kind == "slurm" else _NoSlurm())
+    tracker.add(submitted.run_dir)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not tracker.refresh(force=True)[0].phase.terminal:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"{submitted.invocation_id} still running after {timeout_s} s; "
+                               f"it goes on in the background ({submitted.run_dir})")
+        time.sleep(1.0)
+    return results_frame([submitted.run_dir])
+
+
+# Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
+load_results = results
+render_scripts = render
+
+
+class _NoSlurm:
+    """A local run needs no scheduler: any Slurm call here would be a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"a local evaluation called Slurm ({name})")
