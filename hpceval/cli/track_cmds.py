@@ -87,7 +87,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
             time.sleep(max(2.0, interval))
             states = _slurm_errors(tracker.refresh)
             live.update(rich_states(states))
-    click.echo(format_states(states, tasks=not no_tasks), nl=False)
+    # Live leaves its last frame on screen: that is the final state, nothing more to print.
 
 
 @click.command()

@@ -11,8 +11,9 @@ admin sbatch one element by hand. A small CPU-only aggregation script, submitted
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Any
 
 import jinja2
 
@@ -88,7 +89,7 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
                         array=ArraySpec(len(models), ex.array_parallelism))
     run_dir = ctx.run_dir_text
     header = sweep_header(models, array_ctx, f"{run_dir}/logs")
-    elements = {key: render_job(resolved, replace(ctx, model_key=key, array=None), catalogue)
+    elements = {key: render_job(resolved, _element_context(ctx, key), catalogue)
                 for key, resolved in models}
     views = [{"index": i, "key": key, "summary": _summary(resolved)}
              for i, (key, resolved) in enumerate(models)]
@@ -97,6 +98,17 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
         header=[ShellCode(line.text()) for line in header], models=views,
         job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version})
     return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx))
+
+
+def _element_context(ctx: JobContext, key: str) -> JobContext:
+    """An element runs as models/<key>/job.sh; a successor it submits (auto-resume) is that
+    script as a single job, not the whole array."""
+    element = replace(ctx, model_key=key, array=None)
+    if "script_path" in {f.name for f in fields(JobContext)}:
+        # (by keyword dict: the field is new in render/context.py)
+        extra: dict[str, Any] = {"script_path": f"{ctx.run_dir_text}/models/{key}/job.sh"}
+        element = replace(element, **extra)
+    return element
 
 
 def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:

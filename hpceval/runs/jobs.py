@@ -19,6 +19,7 @@ from hpceval import __version__
 from hpceval.results.store import atomic_write_json
 
 JOBS_FILE = "jobs.json"
+SUCCESSORS_FILE = "jobs.chain"  # written by the job script (auto-resume)
 JOBS_SCHEMA = 2
 
 
@@ -76,6 +77,7 @@ def _path(run_dir: Path) -> Path:
 
 
 def read_jobs(run_dir: Path) -> Jobs:
+    """The chain from jobs.json, followed by successors the jobs submitted themselves."""
     import json
 
     path = _path(run_dir)
@@ -87,8 +89,47 @@ def read_jobs(run_dir: Path) -> Jobs:
         at = float(data.get("submitted_at") or path.stat().st_mtime)
         entries = tuple(JobEntry(str(j), data.get("kind", "slurm"), "main", (0,), False, at)
                         for j in data.get("jobs", []))
-        return Jobs(data.get("kind", "slurm"), entries)
-    return Jobs(data["kind"], tuple(JobEntry.from_json(e) for e in data["chain"]))
+        jobs = Jobs(data.get("kind", "slurm"), entries)
+    else:
+        jobs = Jobs(data["kind"], tuple(JobEntry.from_json(e) for e in data["chain"]))
+    return _with_successors(run_dir, jobs)
+
+
+def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
+    """Auto-resume: a job stopped by the walltime sbatch'es its successor itself and appends
+    "<id> [model key]" to jobs.chain (the run's, or its model's); those jobs join the chain
+    here, in file order, after the submissions hpceval made."""
+    import json
+
+    if jobs.kind != "slurm" or not jobs.chain:
+        return jobs
+    try:
+        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        run = {"models": []}
+    index = {m["key"]: m["index"] for m in run.get("models", [])}
+    single = len(index) <= 1
+    files = [(run_dir / SUCCESSORS_FILE, None)]
+    files += [(run_dir / "models" / k / SUCCESSORS_FILE, k) for k in index]
+    known = {e.id for e in jobs.chain}
+    # Successors start after the first submission: its time is a safe sacct -S bound.
+    at = jobs.chain[0].submitted_at
+    added: list[JobEntry] = []
+    for path, owner in files:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            words = line.split()
+            if not words or not words[0].isdigit() or words[0] in known:
+                continue
+            key = words[1] if len(words) > 1 else owner
+            models: tuple[int, ...] = ((index[key],) if key in index
+                                       else (0,) if single else ())  # () : kill-only
+            added.append(JobEntry(words[0], "slurm", "main", models, False, at, "auto-resume"))
+            known.add(words[0])
+    return Jobs(jobs.kind, (*jobs.chain, *added)) if added else jobs
 
 
 def _write(run_dir: Path, jobs: Jobs) -> None:
@@ -96,6 +137,7 @@ def _write(run_dir: Path, jobs: Jobs) -> None:
         "schema": JOBS_SCHEMA, "kind": jobs.kind, "updated_at": time.time(),
         "hpceval_version": __version__,
         "jobs": jobs.ids,  # flat list for humans and scripts; the chain has the details
+        # successors read from jobs.chain are written too: a later resume stays after them
         "chain": [e.to_json() for e in jobs.chain]})
 
 

@@ -148,3 +148,24 @@ def test_local_execution_runs_kills_and_resumes(tmp_path: Path) -> None:
     resumed = resume_run(ref)
     assert resumed[0].reason == "resume" and len(read_jobs(result.run_dir).chain) == 2
     assert kill_run(ref).still_active == []
+
+
+def test_follow_prints_what_appears_until_the_run_ends(tmp_path: Path) -> None:
+    import io
+
+    from hpceval.runs.logs import follow
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("one\n")
+    out = io.StringIO()
+    polls = iter([False, False, True])
+
+    def sleep(_: float) -> None:  # the job writes between polls; b appears later
+        with a.open("a") as handle:
+            handle.write("two\n")
+        b.write_text("server up\n")
+
+    follow([("job", a), ("server", b)], lambda: next(polls), out, sleep=sleep)
+    text = out.getvalue()
+    assert text.count("one\n") == 1 and text.count("two\n") == 2
+    assert "===== server" in text and "server up" in text

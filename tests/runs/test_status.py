@@ -147,3 +147,25 @@ def test_status_cli_json(tmp_path: Path, fake: FakeSlurm, monkeypatch: object) -
     assert run["models"][1]["reason"] == "the job ended but tasks are unfinished"
     assert text.exit_code == 0 and "model-00  running" in text.output
     assert result.invocation_id in listing.output
+
+
+def test_successors_a_job_submitted_itself_are_followed(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.runs.jobs import read_jobs
+
+    single = submit_configs(configs(tmp_path / "one"), fake)
+    first = single.job_ids[0]
+    (single.run_dir / "jobs.chain").write_text("4001\n")  # auto-resume, single model
+    fake.states.update({first: "TIMEOUT", "4001": "PENDING"})
+    sweep = submit_configs(configs(tmp_path / "two", 2), fake, aggregate=False)
+    (sweep.run_dir / "jobs.chain").write_text("4002 model-01\n")  # a sweep: key given
+    fake.states.update({f"{sweep.job_ids[0]}_0": "COMPLETED",
+                        f"{sweep.job_ids[0]}_1": "TIMEOUT", "4002": "RUNNING"})
+    tracker = Tracker(fake)
+    tracker.add(single.run_dir)
+    tracker.add(sweep.run_dir)
+    one, two = tracker.refresh(force=True)
+    assert (one.models[0].phase, one.models[0].job_id) == (Phase.RESUMING, "4001")
+    assert [m.job_id for m in two.models] == [f"{sweep.job_ids[0]}_0", "4002"]
+    assert two.models[1].phase is Phase.RUNNING
+    assert len(fake.sacct_calls) == 1
+    assert read_jobs(single.run_dir).ids == [first, "4001"]
