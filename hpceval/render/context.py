@@ -30,6 +30,9 @@ class JobContext:
     python: str
     array: ArraySpec | None = None
     hpceval_version: str = ""
+    # Where this script lies on shared storage, for the successor job that auto-resume submits
+    # (Slurm runs a spooled copy, so the script cannot find itself); default run_dir/job.sbatch.
+    script_path: str | None = None
 
     @property
     def run_dir_text(self) -> str:

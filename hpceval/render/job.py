@@ -55,6 +55,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
     instances = build_instances(resolved)
     block = 64 * -(-(2 * max(layout.instances, 1) + 2) // 64)
     fixed_url = ep.url if dep.type == "none" else None
+    steps = build_steps(resolved, catalogue)
     return {
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
@@ -83,9 +84,21 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "proxy": layout.instances >= 1,
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
                      "model_id": ep.model_id or dep.served_model_name or ""},
-        "steps": build_steps(resolved, catalogue),
+        "steps": steps,
+        "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
     }
+
+
+def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
+    from hpceval.config.checks import walltime_minutes
+
+    ex = resolved.spec.execution
+    wall = walltime_minutes(ex.walltime) or 1
+    cap = walltime_minutes(ex.max_walltime) or wall
+    return {"enabled": ex.auto_resume and ex.type == "slurm",
+            "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
+            "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime}
 
 
 def _instance_view(inst: Instance) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""Auto-resume on the real dev cluster: a job stopped by its walltime submits its successor,
+which skips what is done and finishes; a completed job leaves no successor behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpceval.config import load_config
+from hpceval.runs.rundir import prepare_run
+from hpceval.runs.submit import submit_prepared
+from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.test_rendered_job import SERVER, job_log, wait_done
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# it_resumable stands for a harness whose requests are cached: the first allocation gets
+# stopped mid-way, the next one finds its progress (the marker) and finishes quickly.
+CATALOGUE = """\
+schema: 1
+harness:
+  name: resume-harness
+  description: host tools that finish on their second allocation
+  runtime: host
+  parser: lm_eval
+  default_endpoint_type: chat
+  command: |
+    if [ -e {{ params.extra.marker | q }} ]; then
+      echo '{"results": {"it_resumable": {"acc,none": 1.0}}}' > {{ output_dir | q }}/results_0.json
+    else
+      touch {{ params.extra.marker | q }} && sleep 900
+    fi
+tasks:
+  - {name: it_resumable, endpoint_type: chat, description: done on the second allocation}
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "catalogue").mkdir()
+    (tmp_path / "catalogue" / "resume.yaml").write_text(CATALOGUE)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    yield tmp_path
+    mp.undo()
+
+
+def run_file(workdir: Path, walltime: str, marker: Path) -> Path:
+    run = {
+        "execution": {"nodes": 1, "gpus_per_node": 0, "output_dir": str(workdir / "runs"),
+                      "walltime": walltime, "signal_seconds": 50, "max_walltime": "00:05:00"},
+        "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
+                       "command": f"exec python3 {SERVER} --model ref-model",
+                       "health_timeout": 60},
+        "evaluation": {"tasks": [{"name": "it_resumable",
+                                  "params": {"extra": {"marker": str(marker)}}}]},
+    }
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    return path
+
+
+def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
+                                              workdir: Path) -> None:
+    resolved = load_config(run_file(workdir, "1", workdir / "marker"), profile="local-dev")
+    run = prepare_run(resolved)
+    first = submit_prepared(run, slurm_cluster).job_ids[0]
+    model_dir = run.run_dir / "models" / "ref-model"
+    # USR1 comes 50 s before the 1-minute limit, within slurmctld's ~30 s check period.
+    state = wait_done(slurm_cluster, first, timeout=150)
+    log = job_log(model_dir, first)
+    assert state in ("FAILED", "TIMEOUT"), log
+    assert "successor job" in log, log
+    chain = (run.run_dir / "jobs.chain").read_text().split()
+    assert len(chain) == 1
+    assert wait_done(slurm_cluster, chain[0], timeout=150) == "COMPLETED", job_log(
+        model_dir, chain[0])
+    task_dir = model_dir / "tasks" / "resume-harness.it_resumable"
+    assert (task_dir / "done").exists()
+    assert len((model_dir / "allocations").read_text().splitlines()) == 2
+    time.sleep(2)
+    assert (run.run_dir / "jobs.chain").read_text().split() == chain  # no third job
+    queued = slurm_cluster.squeue([first, *chain])
+    assert not [e for e in queued.values() if e.state in ("PENDING", "RUNNING")], queued
+
+
+def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
+                                           workdir: Path) -> None:
+    marker = workdir / "marker"
+    marker.touch()  # the task finishes at once
+    resolved = load_config(run_file(workdir, "4", marker), profile="local-dev")
+    run = prepare_run(resolved)
+    job = submit_prepared(run, slurm_cluster).job_ids[0]
+    assert wait_done(slurm_cluster, job) == "COMPLETED"
+    assert not (run.run_dir / "jobs.chain").exists()
+    # A resubmission of a finished run exits before starting any server.
+    again = slurm_cluster.submit(run.run_dir / "job.sbatch")
+    assert wait_done(slurm_cluster, again) == "COMPLETED"
+    log = job_log(run.run_dir / "models" / "ref-model", again)
+    assert "every task is done already" in log and "instance 0" not in log
