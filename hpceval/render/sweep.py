@@ -11,9 +11,8 @@ admin sbatch one element by hand. A small CPU-only aggregation script, submitted
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
 
 import jinja2
 
@@ -103,12 +102,8 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
 def _element_context(ctx: JobContext, key: str) -> JobContext:
     """An element runs as models/<key>/job.sh; a successor it submits (auto-resume) is that
     script as a single job, not the whole array."""
-    element = replace(ctx, model_key=key, array=None)
-    if "script_path" in {f.name for f in fields(JobContext)}:
-        # (by keyword dict: the field is new in render/context.py)
-        extra: dict[str, Any] = {"script_path": f"{ctx.run_dir_text}/models/{key}/job.sh"}
-        element = replace(element, **extra)
-    return element
+    return replace(ctx, model_key=key, array=None,
+                   script_path=f"{ctx.run_dir_text}/models/{key}/job.sh")
 
 
 def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:

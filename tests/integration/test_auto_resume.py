@@ -76,15 +76,16 @@ def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     log = job_log(model_dir, first)
     assert state in ("FAILED", "TIMEOUT"), log
     assert "successor job" in log, log
-    chain = (run.run_dir / "jobs.chain").read_text().split()
-    assert len(chain) == 1
+    lines = (run.run_dir / "jobs.chain").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(" ref-model")  # "<job id> <model key>"
+    chain = [lines[0].split()[0]]
     assert wait_done(slurm_cluster, chain[0], timeout=150) == "COMPLETED", job_log(
         model_dir, chain[0])
     task_dir = model_dir / "tasks" / "resume-harness.it_resumable"
     assert (task_dir / "done").exists()
     assert len((model_dir / "allocations").read_text().splitlines()) == 2
     time.sleep(2)
-    assert (run.run_dir / "jobs.chain").read_text().split() == chain  # no third job
+    assert (run.run_dir / "jobs.chain").read_text().splitlines() == lines  # no third job
     queued = slurm_cluster.squeue([first, *chain])
     assert not [e for e in queued.values() if e.state in ("PENDING", "RUNNING")], queued
 
