@@ -86,17 +86,18 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
     return chosen
 
 
-def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = ()) -> list[
+def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = (),
+                  run_file: Path | None = None) -> list[
         tuple[dict[str, Any], str, str]]:
     """The profile's layers, most general first (``extends`` chains)."""
     if name in seen:
         chain = " -> ".join((*seen, name))
         raise ConfigError.at("extends", f"profiles extend each other in a loop: {chain}",
                              "remove one extends")
-    path, _ = find_file(name, "profile", near)
+    path, _ = find_file(name, "profile", near, exclude=run_file)
     raw = read_yaml(path, f"profile {name}")
     parent = raw.get("extends")
-    layers = _load_profile(str(parent), near, (*seen, name)) if parent else []
+    layers = _load_profile(str(parent), near, (*seen, name), run_file) if parent else []
     body = split_profile(raw)
     body.setdefault("execution", {}).setdefault("profile", name)
     return [*layers, (body, f"profile {name}", str(path))]
@@ -123,7 +124,8 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     out = Composed(data={}, run_file=run_file)
     layers: list[tuple[dict[str, Any], str, str]] = []
     if chosen["execution"]:
-        layers += _load_profile(chosen["execution"], near)
+        layers += _load_profile(chosen["execution"], near,
+                                run_file=run_file.resolve() if run_file else None)
     if chosen.get("deployment"):
         preset_file, _ = find_file(chosen["deployment"], "deployment", near)
         preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")

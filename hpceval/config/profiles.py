@@ -77,8 +77,13 @@ def _candidates(name: str) -> list[str]:
     return names
 
 
-def find_file(name: str, kind: str, near: Path | None = None) -> tuple[Path, str]:
-    """Locate profile ``name`` (kind "profile") or deployment preset (kind "deployment")."""
+def find_file(name: str, kind: str, near: Path | None = None,
+              exclude: Path | None = None) -> tuple[Path, str]:
+    """Locate profile ``name`` (kind "profile") or deployment preset (kind "deployment").
+
+    ``exclude`` is the run file itself: a run file called local.yaml that asks for the
+    ``local`` profile means the shipped one, not itself.
+    """
     if kind == "profile" and name.endswith((".yaml", ".yml")) and Path(name).expanduser().is_file():
         return Path(name).expanduser().resolve(), "path"
     tried: list[str] = []
@@ -89,7 +94,7 @@ def find_file(name: str, kind: str, near: Path | None = None) -> tuple[Path, str
         for candidate in _candidates(name):
             for ext in (".yaml", ".yml"):
                 path = base / f"{candidate}{ext}"
-                if path.is_file():
+                if path.is_file() and (exclude is None or path.resolve() != exclude):
                     return path, d.source
         tried.append(str(base))
     known = sorted({p.name for p in list_profiles()}) if kind == "profile" else []

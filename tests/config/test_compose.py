@@ -87,6 +87,13 @@ def test_profile_next_to_run_file_wins_over_shipped(run_file: Path) -> None:
     assert load_config(run_file).spec.execution.partition == "mine"
 
 
+def test_run_file_is_never_its_own_profile(tmp_path: Path) -> None:
+    run = write(tmp_path / "local.yaml", RUN.replace("execution: local-dev", "execution: local"))
+    r = load_config(run)
+    assert r.spec.execution.type == "local"
+    assert r.composed.source_of("execution.type").startswith("profile local")
+
+
 def test_profile_search_path_order(tmp_path: Path, run_file: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     env_dir = tmp_path / "envprofiles"
