@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "resume": ("hpceval.cli.track_cmds", "resume", "Resubmit the unfinished work of a run."),
     "results": ("hpceval.cli.results_cmds", "results", "Results table across runs."),
     "export": ("hpceval.cli.results_cmds", "export", "Export results (JSON/CSV, MLflow, W&B)."),
-    "stage": ("hpceval.cli.not_built", "stage", "Pre-fetch images and data for offline nodes."),
-    "tasks": ("hpceval.cli.not_built", "tasks", "Manage the task catalogue (discover)."),
+    "stage": ("hpceval.cli.stage_cmds", "stage", "Pre-fetch images and data for offline nodes."),
+    "tasks": ("hpceval.cli.stage_cmds", "tasks", "Manage the task catalogue (discover)."),
 }
 
 

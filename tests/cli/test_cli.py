@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
 
 from hpceval.cli.main import COMMANDS, cli
@@ -35,13 +34,6 @@ def test_help_lists_the_whole_command_tree() -> None:
     for name in ("submit", "run", "render", "status", "info", "logs", "kill", "resume", "ls",
                  "results", "export", "stage", "config"):
         assert f"  {name} " in result.output
-
-
-@pytest.mark.parametrize("name", ["stage", "tasks"])
-def test_unbuilt_commands_say_so_and_fail(name: str) -> None:
-    result = CliRunner().invoke(cli, [name, "anything"])
-    assert result.exit_code == 3
-    assert "not built yet" in result.stderr
 
 
 def test_run_is_an_alias_of_submit() -> None:

@@ -1,0 +1,137 @@
+"""Which container images a run needs, where the job expects each one, and where it comes from.
+
+Shared by ``hpceval stage`` (pull what is missing) and the submit preflight (refuse what is
+missing): both must agree with ``hpceval.render.steps`` on the SIF path a task runs from, so
+the same rules are spelled out here once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpceval.config import ResolvedConfig
+from hpceval.tasks import Catalogue
+
+DOCKER = "docker://"
+SIDECAR_SUFFIX = ".json"
+_HOSTLIKE = re.compile(r"[.:]|^localhost$")
+
+
+@dataclass(frozen=True)
+class ImageNeed:
+    """One image the job will run from."""
+
+    where: str  # config key to point at in messages (deployment.image, evaluation.tasks.X)
+    purpose: str  # "server" or "harness <name>"
+    in_job: str  # what the job script names: a SIF path, or a docker:// reference
+    sif: Path | None  # the SIF file stage writes (None: no image_dir to stage into)
+    reference: str | None  # docker reference (no scheme) to pull it from; None: unknown
+
+    @property
+    def pulled_at_run_time(self) -> bool:
+        return self.in_job.startswith(DOCKER)
+
+
+def sif_name(reference: str) -> str:
+    """The catalogue's SIF naming rule: the last two repository path components and the tag
+    (``nvcr.io/nvidia/eval-factory/simple-evals:26.03`` -> ``eval-factory_simple-evals_26.03.sif``);
+    a digest adds ``sha256-<12 hex>``."""
+    ref = reference.removeprefix(DOCKER)
+    name, _, digest = ref.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = ""
+    if ":" in last:  # a ':' in the last component is the tag, not a registry port
+        name, _, tag = name.rpartition(":")
+    parts = name.split("/")
+    if len(parts) > 1 and _HOSTLIKE.search(parts[0]):
+        parts = parts[1:]
+    stem = "_".join([*parts[-2:], *([tag] if tag else [])])
+    if digest:
+        algo, _, hexpart = digest.partition(":")
+        stem += f"_{algo}-{hexpart[:12]}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem) + ".sif"
+
+
+def sidecar_path(sif: Path) -> Path:
+    return sif.with_name(sif.name + SIDECAR_SUFFIX)
+
+
+def read_sidecar(sif: Path) -> dict[str, Any] | None:
+    """What ``hpceval stage`` recorded about a SIF it pulled, or None (absent or unreadable)."""
+    try:
+        data = json.loads(sidecar_path(sif).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("reference"), str) else None
+
+
+def _from_image_value(value: str, where: str, purpose: str, image_dir: str | None,
+                      known: dict[str, str]) -> ImageNeed | None:
+    """deployment.image or a task's container: a docker:// reference or a SIF path."""
+    if value.startswith(DOCKER):
+        ref = value[len(DOCKER):]
+        sif = Path(image_dir) / sif_name(ref) if image_dir else None
+        return ImageNeed(where, purpose, value, sif, ref)
+    if "://" in value:  # library://, oras://...: pulled by the runtime, not staged here
+        return None
+    sif = Path(value)
+    sidecar = read_sidecar(sif)
+    source = known.get(str(sif)) or known.get(sif.name)
+    if source is None and sidecar is not None:
+        source = sidecar["reference"]
+    return ImageNeed(where, purpose, value, sif, source.removeprefix(DOCKER) if source else None)
+
+
+def image_needs(resolved: ResolvedConfig, catalogue: Catalogue,
+                known: dict[str, str] | None = None) -> list[ImageNeed]:
+    """Every image of one model's job, one entry per distinct image (first user wins).
+
+    ``known`` maps a SIF path or file name to the docker reference it is built from, for SIF
+    paths in the config that have no sidecar yet (``hpceval stage --pull SIF=docker://REF``).
+    """
+    from hpceval.tasks import TaskLookupError
+
+    spec = resolved.spec
+    ex, dep = spec.execution, spec.deployment
+    refs = known or {}
+    if ex.container_runtime == "none":
+        return []  # render runs everything from the host then (or refuses the config)
+    needs: list[ImageNeed] = []
+    if dep.type != "none" and dep.runtime == "container" and dep.image:
+        need = _from_image_value(dep.image, "deployment.image", "server", ex.image_dir, refs)
+        if need is not None:
+            needs.append(need)
+    for task_spec in spec.evaluation.tasks:
+        where = f"evaluation.tasks.{task_spec.name}"
+        try:
+            task = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted).task
+        except TaskLookupError:
+            continue  # load_run has already refused unknown tasks
+        harness = catalogue.harness(task.harness)
+        purpose = f"harness {harness.name}"
+        if task_spec.container:
+            need = _from_image_value(task_spec.container, f"{where}.container", purpose,
+                                     ex.image_dir, refs)
+        elif harness.runtime != "container":
+            continue
+        elif ex.image_dir and task.sif:  # the rule of render.steps._runner
+            sif = Path(ex.image_dir) / task.sif
+            need = ImageNeed(where, purpose, str(sif), sif, task.image)
+        elif task.image:
+            need = ImageNeed(where, purpose, DOCKER + task.image, None, task.image)
+        else:
+            continue  # render refuses a container harness without an image
+        if need is not None:
+            needs.append(need)
+    return _unique(needs)
+
+
+def _unique(needs: list[ImageNeed]) -> list[ImageNeed]:
+    seen: dict[str, ImageNeed] = {}
+    for need in needs:
+        seen.setdefault(str(need.sif) if need.sif else need.in_job, need)
+    return list(seen.values())

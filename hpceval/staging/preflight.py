@@ -1,0 +1,158 @@
+"""Preflight: what would make a job fail after it waited in the queue, checked before sbatch.
+
+Each problem is a ConfigIssue naming the key and the command that fixes it, so ``submit`` can
+raise ConfigError (exit 2) and queue nothing. Everything is checked from the login node, which
+is why paths must be on shared storage that the login node mounts too. Secrets are checked by
+NAME only; their values are never read into a message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hpceval.config import ResolvedConfig
+from hpceval.config.checks import ENV_NAME
+from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.staging import data as hub
+from hpceval.staging.images import image_needs
+from hpceval.staging.stage import stage_command
+from hpceval.tasks import Catalogue, TaskLookupError
+
+_SHARED = ("hpceval checks it from the login node, so it must be on shared storage that the "
+           "login and compute nodes both mount")
+
+
+def preflight(resolved: ResolvedConfig, *, environ: Mapping[str, str] | None = None,
+              catalogue: Catalogue | None = None) -> list[ConfigIssue]:
+    """Every problem of one model's run that only shows once the job runs (empty: go)."""
+    from hpceval.tasks import load_catalogue
+
+    env = os.environ if environ is None else environ
+    catalogue = catalogue or load_catalogue()
+    issues = _image_issues(resolved, catalogue)
+    issues += _checkpoint_issues(resolved)
+    issues += _data_issues(resolved, catalogue)
+    issues += _env_issues(resolved, catalogue, env)
+    return list(dict.fromkeys(issues))
+
+
+def preflight_all(configs: Sequence[ResolvedConfig], *, environ: Mapping[str, str] | None = None,
+                  catalogue: Catalogue | None = None) -> list[ConfigIssue]:
+    """preflight() over every model of a sweep; an issue the models share is listed once."""
+    issues: list[ConfigIssue] = []
+    for resolved in configs:
+        issues += preflight(resolved, environ=environ, catalogue=catalogue)
+    return list(dict.fromkeys(issues))
+
+
+def check_preflight(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
+                    environ: Mapping[str, str] | None = None,
+                    catalogue: Catalogue | None = None) -> None:
+    """Raise ConfigError (exit status 2) listing every preflight issue; return if none."""
+    batch = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
+    issues = preflight_all(batch, environ=environ, catalogue=catalogue)
+    if issues:
+        raise ConfigError(issues)
+
+
+def _image_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigIssue]:
+    offline = resolved.spec.execution.offline
+    fix = stage_command(resolved)
+    issues: list[ConfigIssue] = []
+    for need in image_needs(resolved, catalogue):
+        if need.pulled_at_run_time:
+            if not offline:
+                continue  # online nodes pull it themselves
+            first = "" if need.sif else "set execution.image_dir to a shared folder, "
+            if need.where == "deployment.image" or need.where.endswith(".container"):
+                sif = need.sif or "the SIF it writes"
+                how = f"{first}run `{fix}`, then set {need.where}={sif}"
+            else:
+                how = f"{first}run `{fix}`"
+            issues.append(ConfigIssue(need.where, f"compute nodes are offline "
+                                      f"(execution.offline), but {need.in_job} ({need.purpose}) "
+                                      "would be pulled at run time", how))
+            continue
+        sif = Path(need.in_job)
+        if not sif.is_file() or sif.stat().st_size == 0:
+            how = f"run `{fix}` on the login node"
+            if need.reference is None:
+                how = f"run `{fix} --pull {sif.name}=docker://REPO:TAG` on the login node"
+            issues.append(ConfigIssue(need.where, f"SIF image {sif} ({need.purpose}) is "
+                                      f"missing", f"{how}; {_SHARED}"))
+    return issues
+
+
+def _checkpoint_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
+    dep = resolved.spec.deployment
+    if dep.type == "none" or not dep.checkpoint_path:
+        return []
+    path = Path(dep.checkpoint_path)
+    if path.is_dir():
+        try:
+            next(path.iterdir())
+        except StopIteration:
+            return [ConfigIssue("deployment.checkpoint_path", f"{path} is an empty folder",
+                                "copy the checkpoint there, or point to the right folder")]
+        except OSError as exc:
+            return [ConfigIssue("deployment.checkpoint_path", f"{path} cannot be read: "
+                                f"{exc.strerror}", "fix its permissions for your user")]
+        return []
+    if path.is_file() and path.suffix == ".gguf":  # vLLM also serves a single GGUF file
+        return []
+    return [ConfigIssue("deployment.checkpoint_path", f"{path} is not a directory here",
+                        f"check the path; {_SHARED}")]
+
+
+def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigIssue]:
+    ex = resolved.spec.execution
+    issues: list[ConfigIssue] = []
+    for key in ("hf_cache_dir", "dataset_dir"):
+        folder = getattr(ex, key)
+        if folder and not Path(folder).is_dir():
+            issues.append(ConfigIssue(f"execution.{key}", f"{folder} does not exist (the job "
+                                      "binds it into containers)",
+                                      f"mkdir -p {folder}, or fix the path; {_SHARED}"))
+    for where, extra in hub.task_extras(resolved, catalogue):
+        # Local files a harness reads: a custom lm-eval task folder, a tokenizer folder.
+        for name in ("include_path", "tokenizer"):
+            value = extra.get(name)
+            if (isinstance(value, str) and value.startswith("/")
+                    and not Path(value).exists()):
+                issues.append(ConfigIssue(f"{where}.params.extra.{name}",
+                                          f"{value} does not exist", f"check the path; {_SHARED}"))
+    if ex.offline:
+        for need in hub.data_needs(resolved, catalogue):
+            if ex.hf_cache_dir and hub.is_cached(need, ex.hf_cache_dir):
+                continue
+            where = f"in {hub.hub_dir(ex.hf_cache_dir)}" if ex.hf_cache_dir else (
+                "(no execution.hf_cache_dir to stage it into)")
+            issues.append(ConfigIssue(need.where, f"compute nodes are offline and {need.kind} "
+                                      f"{need.repo_id} is not staged {where}",
+                                      f"run `{stage_command(resolved)}` on the login node"))
+    return issues
+
+
+def _env_issues(resolved: ResolvedConfig, catalogue: Catalogue,
+                env: Mapping[str, str]) -> list[ConfigIssue]:
+    """A harness's required variables: set here (sbatch exports the submitting environment),
+    or given in env_vars (whose host:NAME references config validation already checked)."""
+    spec = resolved.spec
+    issues: list[ConfigIssue] = []
+    for task_spec in spec.evaluation.tasks:
+        try:
+            task = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted).task
+        except TaskLookupError:
+            continue
+        given = {**spec.execution.env_vars, **spec.evaluation.env_vars, **task_spec.env_vars}
+        for name in task.required_env:
+            if name in given or name in env or not ENV_NAME.match(name):
+                continue
+            issues.append(ConfigIssue(
+                f"evaluation.tasks.{task_spec.name}.env_vars",
+                f"{task.qualified_name} needs ${name}, which is not set",
+                f"export {name}=... before submitting (passed to the job by name; the value "
+                "is never stored)"))
+    return issues

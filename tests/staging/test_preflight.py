@@ -1,0 +1,124 @@
+"""Preflight: every failure that would only show after queueing is refused before sbatch, with
+the command that fixes it; secrets are named, never shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import Fakes, Site
+
+from hpceval.config.errors import ConfigError
+from hpceval.staging import check_preflight, preflight, preflight_all, stage
+
+SECRET = "s3cr3t-value-never-shown"
+
+
+def _issues(site: Site, run: Path, environ: dict[str, str] | None = None) -> list[str]:
+    [resolved] = site.load(run)
+    # gpqa_diamond needs $HF_TOKEN (gated data): set unless a test says otherwise
+    env = {"HF_TOKEN": SECRET} if environ is None else environ
+    return [str(i) for i in preflight(resolved, environ=env)]
+
+
+def test_missing_sifs_are_refused_with_the_stage_command(site: Site) -> None:
+    run = site.run_file()
+    issues = _issues(site, run)
+    assert len(issues) == 2  # simple_evals tasks share one image
+    sif = site.image_dir / "eval-factory_simple-evals_26.03.sif"
+    assert issues[0].startswith(f"evaluation.tasks.simple_evals.gpqa_diamond: SIF image {sif} "
+                                "(harness simple_evals) is missing")
+    assert f"run `hpceval stage {run}` on the login node" in issues[0]
+    assert "shared storage" in issues[0]
+
+
+def test_the_fix_names_the_same_overrides(site: Site) -> None:
+    run = site.run_file([{"name": "simple_evals.gpqa_diamond"}])
+    [resolved] = site.load(run, ("execution.nodes=2",))
+    [issue] = preflight(resolved, environ={"HF_TOKEN": SECRET})
+    assert f"hpceval stage {run} -o execution.nodes=2" in issue.fix
+
+
+def test_staged_images_pass(fakes: Fakes, site: Site) -> None:
+    run = site.run_file()
+    stage(site.load(run))
+    assert _issues(site, run) == []
+
+
+def test_offline_nodes_cannot_pull_at_run_time(site: Site) -> None:
+    run = site.run_file([{"name": "simple_evals.gpqa_diamond"}], execution={"image_dir": None})
+    [issue] = _issues(site, run)
+    assert "compute nodes are offline (execution.offline), but docker://nvcr.io/" in issue
+    assert "set execution.image_dir to a shared folder, run `hpceval stage" in issue
+    online = site.run_file([{"name": "simple_evals.gpqa_diamond"}], name="online.yaml",
+                           execution={"image_dir": None, "offline": False})
+    assert _issues(site, online) == []
+
+
+def test_checkpoint_must_be_visible_from_the_login_node(site: Site) -> None:
+    checkpoint = site.root / "ckpt"
+    run = site.run_file([{"name": "lm-eval-upstream.gsm8k"}],
+                        deployment={"type": "vllm", "runtime": "host", "served_model_name": "m",
+                                    "checkpoint_path": str(checkpoint)},
+                        execution={"gpus_per_node": 1}, target={"api_endpoint": {}})
+    [issue] = _issues(site, run)
+    assert issue.startswith(f"deployment.checkpoint_path: {checkpoint} is not a directory here")
+    assert "login and compute nodes both mount" in issue
+    checkpoint.mkdir()
+    [issue] = _issues(site, run)
+    assert "is an empty folder" in issue
+    (checkpoint / "config.json").write_text("{}")
+    assert _issues(site, run) == []
+
+
+def test_offline_hub_data_must_be_staged(site: Site) -> None:
+    run = site.run_file([{"name": "lm-eval-upstream.gsm8k",
+                          "params": {"extra": {"tokenizer": "org/tok"}}}])
+    [issue] = _issues(site, run)
+    assert issue.startswith("evaluation.tasks.lm-eval-upstream.gsm8k.params.extra.tokenizer: "
+                            "compute nodes are offline and tokenizer org/tok is not staged in "
+                            f"{site.hf_cache / 'hub'}")
+    snap = site.hf_cache / "hub" / "models--org--tok" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "tokenizer.json").write_text("{}")
+    assert _issues(site, run) == []
+
+
+def test_local_paths_a_harness_reads_must_exist(site: Site) -> None:
+    run = site.run_file([{"name": "lm-eval-upstream.my_task", "allow_unlisted": True,
+                          "params": {"extra": {"include_path": "/nonexistent/tasks"}}}],
+                        execution={"dataset_dir": str(site.root / "datasets")})
+    issues = _issues(site, run)
+    assert any(i.startswith(f"execution.dataset_dir: {site.root / 'datasets'} does not exist")
+               for i in issues)
+    assert any(i.startswith("evaluation.tasks.lm-eval-upstream.my_task.params.extra."
+                            "include_path: /nonexistent/tasks does not exist") for i in issues)
+
+
+def test_required_variables_are_named_never_shown(site: Site) -> None:
+    run = site.run_file([{"name": "simple_evals.AIME_2025"}], execution={"offline": False,
+                                                                         "image_dir": None})
+    [issue] = _issues(site, run, {"OTHER": SECRET})
+    assert issue == ("evaluation.tasks.simple_evals.AIME_2025.env_vars: simple_evals.AIME_2025 "
+                     "needs $JUDGE_API_KEY, which is not set (fix: export JUDGE_API_KEY=... "
+                     "before submitting (passed to the job by name; the value is never stored))")
+    assert _issues(site, run, {"JUDGE_API_KEY": SECRET}) == []
+    mapped = site.run_file([{"name": "simple_evals.AIME_2025",
+                             "env_vars": {"JUDGE_API_KEY": "host:MY_JUDGE_KEY"}}],
+                           name="mapped.yaml", execution={"offline": False, "image_dir": None})
+    assert _issues(site, mapped, {"MY_JUDGE_KEY": SECRET}) == []
+
+
+def test_check_preflight_raises_exit_2_with_every_issue(site: Site,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUDGE_API_KEY", SECRET)
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    run = site.run_file([{"name": "simple_evals.AIME_2025"}, {"name": "simple_evals.mgsm"},
+                         {"name": "lm-evaluation-harness.ifeval"}])
+    configs = site.load(run)
+    with pytest.raises(ConfigError) as caught:
+        check_preflight(configs)
+    assert caught.value.exit_code == 2
+    assert len(caught.value.issues) == 2  # one per missing SIF: tasks sharing an image count once
+    assert SECRET not in str(caught.value)
+    assert preflight_all(configs + configs) == caught.value.issues  # a sweep lists each once
