@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import DATA, FDF_PATH, INHOUSE_FDF_PATH, SIMPLE_EVALS, Fakes, Site, fake_sif
+from staging_helpers import DATA, FDF_PATH, INHOUSE_FDF_PATH, SIMPLE_EVALS, Fakes, Site, fake_sif
 
 from hpceval.cli.main import cli
 from hpceval.staging import stage

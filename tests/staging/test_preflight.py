@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import Fakes, Site
+from staging_helpers import Fakes, Site
 
 from hpceval.config.errors import ConfigError
 from hpceval.staging import check_preflight, preflight, preflight_all, stage

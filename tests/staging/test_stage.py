@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import LM_EVAL, SIMPLE_EVALS, Fakes, Site, digest
+from staging_helpers import LM_EVAL, SIMPLE_EVALS, Fakes, Site, digest
 
 from hpceval.cli.main import cli
 from hpceval.config.errors import ConfigError
