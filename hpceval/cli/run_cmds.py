@@ -89,6 +89,10 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
     if dry_run:
+        from hpceval.staging.preflight import preflight_all
+
+        for issue in preflight_all(configs):  # a dry run may be made away from the cluster
+            click.echo(f"hpceval: preflight warning: {issue}", err=True)
         run = prepare_run(configs)
         _print_scripts(run.scripts, run.run_dir, " (dry run: not written, not submitted)")
         return

@@ -33,7 +33,14 @@ class Submitted:
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                python: str | None = None, catalogue: Catalogue | None = None) -> PreparedRun:
-    """Prepare and write a new run directory; a clashing invocation id gets a fresh one."""
+    """Prepare and write a new run directory; a clashing invocation id gets a fresh one.
+
+    Preflight runs first: a missing image, checkpoint, staged data or secret stops the run
+    before anything is written or queued (ConfigError, exit 2, with the command that fixes it).
+    """
+    from hpceval.staging.preflight import check_preflight
+
+    check_preflight(configs, catalogue=catalogue)
     for _ in range(_ID_ATTEMPTS):
         run = prepare_run(configs, python=python, catalogue=catalogue)
         try:

@@ -187,3 +187,20 @@ def test_missing_extras_say_how_to_install(sweep: Path,
     out = CliRunner().invoke(cli, ["export", "--dest", "wandb", "--run", str(sweep)])
     assert out.exit_code == 1 and "pip install 'hpceval[wandb]'" in out.output
     assert wandb_run_id("a/b/c") == wandb_run_id("a/b/c") != wandb_run_id("a/b/d")
+
+
+def test_real_wandb_offline_export_is_idempotent(sweep: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="wandb is an optional extra (hpceval[wandb])")
+    from hpceval.results.export import export_wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    frame = results_frame([sweep])
+    assert export_wandb(frame, directory=tmp_path).created == 4
+    assert export_wandb(frame, directory=tmp_path).created == 4
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    # Re-export reuses each result's deterministic run id: 4 ids over 8 offline run folders.
+    ids = {p.name.rsplit("-", 1)[-1] for p in runs}
+    assert len(runs) == 8 and len(ids) == 4
