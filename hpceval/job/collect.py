@@ -19,17 +19,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hpceval.job import manifest as mf
 from hpceval.results.schema import TaskResult
-from hpceval.results.store import ResultsAlreadyFinal, atomic_write_json, finalize_task, is_done
+from hpceval.results.store import (
+    ResultsAlreadyFinal,
+    atomic_write_json,
+    finalize_task,
+    is_done,
+    read_json_object,
+)
 from hpceval.tasks import HarnessDef, TaskDef
 
 FAILED_FILE = "failed.json"
@@ -96,14 +100,6 @@ def resolve(task_dir: Path, task: str | None, harness: str | None,
     return Target(names[0], None, None, harness, parser, tuple(errors))
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _summary(result: TaskResult, limit: int = 8) -> str:
     parts = [f"{m.task}:{m.name}" + (f",{m.filter}" if m.filter else "") + f"={m.value:g}"
              for m in result.metrics[:limit]]
@@ -122,7 +118,7 @@ class Collector:
         except ValueError:
             print(f"collect: ignoring unreadable --started-at {args.started_at!r}")
         self.slurm = mf.slurm_facts(args.slurm_job_id, args.node_list)
-        self.previous = _read_json(self.task_dir / FAILED_FILE)
+        self.previous = read_json_object(self.task_dir / FAILED_FILE)
 
     def fail(self, target: Target, stage: str, reason: str) -> int:
         if is_done(self.task_dir):  # finished meanwhile (another job): its results stand

@@ -57,6 +57,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def is_done(task_dir: Path) -> bool:
     return (task_dir / DONE_MARKER).is_file() and (task_dir / RESULTS_FILE).is_file()
 

@@ -194,7 +194,7 @@ def _write_manifest(resolved: ResolvedConfig, report: StageReport) -> Path | Non
     folder without an image_dir), under a lock: several runs stage into one folder."""
     from filelock import FileLock
 
-    from hpceval.results.store import atomic_write_json
+    from hpceval.results.store import atomic_write_json, read_json_object
 
     ex = resolved.spec.execution
     folder = ex.image_dir or ex.hf_cache_dir
@@ -204,7 +204,7 @@ def _write_manifest(resolved: ResolvedConfig, report: StageReport) -> Path | Non
     path = Path(folder) / MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path.with_name(f".{MANIFEST}.lock")), timeout=600):
-        manifest = _read_json(path) or {"format": MANIFEST_FORMAT, "images": {}, "data": {}}
+        manifest = read_json_object(path) or {"format": MANIFEST_FORMAT, "images": {}, "data": {}}
         for item in done:
             section = "images" if item.kind == "image" else "data"
             entry = dict(item.record or {})
@@ -216,11 +216,3 @@ def _write_manifest(resolved: ResolvedConfig, report: StageReport) -> Path | Non
     return path
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
