@@ -16,11 +16,26 @@ Endpoints: ``/v1/completions`` and ``/v1/chat/completions`` (generation only: ``
 last three and then uses this server's tokenizer instead of downloading one from the hub, the
 same path it takes against ``vllm serve --enable-tokenizer-info-endpoint``. Tokens are Unicode
 code points: lossless, and no vocabulary to ship.
+
+Failure drills (tests/integration/test_resume_drills.py) use three more options, all off by
+default:
+
+* ``--request-log FILE``: one JSON line per answered generation request, appended with a single
+  ``write`` on an ``O_APPEND`` descriptor, so several instances (processes, nodes, jobs) can share
+  one file: ``{"hash": ..., "pid": ..., "time": ..., "job": ..., "node": ..., "path": ...,
+  "known": ...}``. ``hash`` is ``prompt_hash`` of the prompt (completions) or messages (chat):
+  the same request in a later job has the same hash. A line is written only once the whole
+  answer has been written to the socket, so a logged request is one the client could receive.
+* ``--delay SECONDS``: sleep that long before answering each generation request (a run slow
+  enough to interrupt).
+* ``--die-after N``: after the N-th answered generation request, exit at once with status 3
+  (``os._exit``: no shutdown, open connections are dropped), like a crashed instance.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -36,16 +51,47 @@ from answer_key import AnswerKey, reply
 
 UNKNOWN_REPLY = " I do not know."
 EOS = "<|endoftext|>"
+DIE_STATUS = 3  # --die-after's exit status
+
+
+def prompt_hash(prompt_or_messages: Any) -> str:
+    """A stable hash of a request's prompt (completions) or messages (chat): sha256 of canonical
+    JSON, so it depends neither on the process nor on the other request fields."""
+    text = json.dumps(prompt_or_messages, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class RequestLog:
+    """Appends one line per answered request; one write per line on an O_APPEND descriptor, so
+    lines from several processes sharing the file never interleave."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.job = os.environ.get("SLURM_JOB_ID")
+        self.node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+
+    def record(self, path: str, digest: str, known: bool) -> None:
+        line = json.dumps({"hash": digest, "pid": os.getpid(), "time": round(time.time(), 6),
+                           "job": self.job, "node": self.node, "path": path, "known": known},
+                          separators=(",", ":")) + "\n"
+        os.write(self.fd, line.encode("utf-8"))  # short only on errors, which should fail loudly
 
 
 class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "answered": 0, "unknown": 0}
+        self.delivered = 0  # generation answers written to the socket (for --die-after)
 
     def add(self, key: str) -> None:
         with self.lock:
             self.counts[key] += 1
+
+    def deliver(self) -> int:
+        with self.lock:
+            self.delivered += 1
+            return self.delivered
 
 
 def _prompts(prompt: Any) -> list[str]:
@@ -126,30 +172,53 @@ class Handler(BaseHTTPRequestHandler):
         stats.add("answered" if item else "unknown")
         return reply(item) if item else UNKNOWN_REPLY
 
+    def _delivered(self, digest: str, known: bool) -> None:
+        """A generation answer has been written: log it, then die if that was the last one."""
+        server = self.server
+        if server.request_log is None and server.die_after is None:
+            return
+        self.wfile.flush()
+        if server.request_log is not None:
+            server.request_log.record(self.path, digest, known)
+        n = server.stats.deliver()
+        if server.die_after is not None and n >= server.die_after:
+            print(f"oracle server: --die-after {server.die_after} reached, exiting with status "
+                  f"{DIE_STATUS}", file=sys.stderr, flush=True)
+            os._exit(DIE_STATUS)
+
     def _completions(self, body: dict[str, Any]) -> None:
         if body.get("echo") or body.get("logprobs"):
             self._error(400, "the oracle serves generation only (no echo/logprobs scoring)")
             return
+        if self.server.delay:
+            time.sleep(self.server.delay)
+        known = True
         choices = []
         for index, prompt in enumerate(_prompts(body["prompt"])):
-            text, finish = _cut(self._answer(prompt), body.get("stop"), body.get("max_tokens"))
+            answer = self._answer(prompt)
+            known = known and answer != UNKNOWN_REPLY
+            text, finish = _cut(answer, body.get("stop"), body.get("max_tokens"))
             choices.append({"index": index, "text": text, "finish_reason": finish,
                             "logprobs": None})
         self._send(200, {"id": "cmpl-oracle", "object": "text_completion",
                          "created": int(time.time()), "model": self.server.model,
                          "choices": choices})
+        self._delivered(prompt_hash(body["prompt"]), known)
 
     def _chat(self, body: dict[str, Any]) -> None:
         users = [m for m in body["messages"] if m.get("role") == "user"]
         content = users[-1]["content"] if users else ""
         if isinstance(content, list):  # OpenAI content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        text, finish = _cut(self._answer(str(content)).strip(), body.get("stop"),
-                            body.get("max_tokens"))
+        if self.server.delay:
+            time.sleep(self.server.delay)
+        answer = self._answer(str(content))
+        text, finish = _cut(answer.strip(), body.get("stop"), body.get("max_tokens"))
         self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion",
                          "created": int(time.time()), "model": self.server.model,
                          "choices": [{"index": 0, "finish_reason": finish,
                                       "message": {"role": "assistant", "content": text}}]})
+        self._delivered(prompt_hash(body["messages"]), answer != UNKNOWN_REPLY)
 
     def _tokenize(self, body: dict[str, Any]) -> None:
         tokens = [ord(c) for c in str(body["prompt"])]
@@ -162,12 +231,17 @@ class Handler(BaseHTTPRequestHandler):
 class OracleServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, host: str, port: int, model: str, verbose: bool = False) -> None:
+    def __init__(self, host: str, port: int, model: str, verbose: bool = False, *,
+                 request_log: Path | None = None, delay: float = 0.0,
+                 die_after: int | None = None) -> None:
         super().__init__((host, port), Handler)
         self.model = model
         self.verbose = verbose
         self.key = AnswerKey()
         self.stats = Stats()
+        self.request_log = RequestLog(request_log) if request_log is not None else None
+        self.delay = delay
+        self.die_after = die_after
 
 
 def write_port_file(path: Path, port: int) -> None:
@@ -185,8 +259,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-file", type=Path, help="write the bound port here")
     parser.add_argument("--model", default="oracle", help="served model name")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument("--request-log", type=Path, metavar="FILE",
+                        help="append one JSON line per answered generation request (shareable "
+                             "by several server processes)")
+    parser.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
+                        help="sleep this long before answering each generation request")
+    parser.add_argument("--die-after", type=int, metavar="N",
+                        help=f"exit with status {DIE_STATUS} right after the N-th answered "
+                             "generation request (a crashed instance)")
     args = parser.parse_args(argv)
-    server = OracleServer(args.host, args.port, args.model, args.verbose)
+    if args.delay < 0:
+        parser.error("--delay must be >= 0")
+    if args.die_after is not None and args.die_after < 1:
+        parser.error("--die-after must be >= 1")
+    server = OracleServer(args.host, args.port, args.model, args.verbose,
+                          request_log=args.request_log, delay=args.delay,
+                          die_after=args.die_after)
     port = server.server_address[1]
     # serve_forever runs in this thread; SIGTERM (scancel, test teardown) stops it from another.
     signal.signal(signal.SIGTERM,
