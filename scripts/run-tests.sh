@@ -83,6 +83,28 @@ vllm_venv() {
   echo "vllm $VLLM_PIN in $VLLM_VENV"
 }
 
+# hpceval supports Python 3.10-3.13; the project venv has one of them. Where other versions are
+# installed (pyenv on these machines), the login-node layers' unit tests run on the oldest and
+# the newest too.
+other_pythons() {
+  local v py venv candidate ran=0
+  for v in 3.10 3.13; do
+    py=
+    for candidate in "$HOME"/.pyenv/versions/"$v".*/bin/python; do
+      [ -x "$candidate" ] && py=$candidate
+    done
+    [ -n "$py" ] || py=$(command -v "python$v" || true)
+    [ -n "$py" ] || { echo "python$v not found: skipped"; continue; }
+    venv="$ROOT/.venv-py$v"
+    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || return 1
+    "$venv/bin/python" -m pip install -q -e . pytest hypothesis </dev/null || return 1
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slurm" \
+      tests/config tests/cli tests/tasks tests/slurm tests/render/test_quoting.py || return 1
+    ran=$((ran + 1))
+  done
+  echo "ran on $ran other Python version(s)"
+}
+
 # pytest exit code 5 = "no tests were collected": a green run that tested nothing is a failure.
 run_pytest() {
   local rc
@@ -104,4 +126,5 @@ if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then
 fi
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 phase pytest run_pytest "$@"
+phase pythons other_pythons
 summary
