@@ -69,8 +69,8 @@ def is_complete(dest: Path, source_sha: str) -> bool:
         marker = json.loads((dest / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return (marker.get("format") == FORMAT and marker.get("source_sha256") == source_sha
-            and marker.get("files") == file_hashes(dest))
+    return bool(marker.get("format") == FORMAT and marker.get("source_sha256") == source_sha
+                and marker.get("files") == file_hashes(dest))
 
 
 def convert(gguf: Path, out: Path) -> None:
@@ -88,7 +88,7 @@ def convert(gguf: Path, out: Path) -> None:
     state = loaded.state_dict()
     fits = all(t.abs().max().item() < 60000 for t in state.values() if t.is_floating_point())
     dtype = torch.float16 if fits else torch.float32
-    plain = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    plain = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     plain.load_state_dict(state)
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(out)

@@ -2,21 +2,15 @@
 
     python scripts/smollm2/serve.py MODEL_DIR [--port P] [--host H] [--model NAME]
 
-The port defaults to $PORT, which hpceval's ``command`` deployment sets. The model loads before
-the port is bound, so ``/health`` answering means ready. Endpoints:
-
-* ``/v1/completions``: string, string-list or token-id prompts; ``max_tokens`` (16),
-  ``temperature`` (0 = greedy, deterministic; else sampled, ``seed`` makes it repeatable),
-  ``top_p``, ``stop``; ``echo`` + ``logprobs`` score the prompt in the OpenAI format (first token
-  ``None``), which is what lm-eval's log-likelihood tasks read.
-* ``/v1/chat/completions``: the tokenizer's chat template; ``max_tokens`` or
-  ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``.
-* ``/v1/models``, ``/health``, and vLLM's ``/tokenize``, ``/detokenize``, ``/tokenizer_info``:
-  lm-eval's ``local-completions`` finds the last three and uses this server's tokenizer instead
-  of downloading one from the hub.
-
-One request computes at a time (a lock around the model); threads only keep connections apart.
-No streaming, no ``n`` > 1. Needs torch and transformers (scripts/smollm2/install.sh).
+The port defaults to $PORT (set by hpceval's ``command`` deployment). The model loads before the
+port is bound, so ``/health`` answering means ready. ``/v1/completions`` takes string or token-id
+prompts, ``max_tokens`` (16), ``temperature`` (0 = greedy and deterministic; sampled otherwise,
+repeatable with ``seed``), ``top_p``, ``stop``, and ``echo`` + ``logprobs`` for prompt scoring in
+the OpenAI format (what lm-eval's log-likelihood tasks read). ``/v1/chat/completions`` uses the
+tokenizer's chat template. vLLM's ``/tokenize``, ``/detokenize`` and ``/tokenizer_info`` let
+lm-eval's ``local-completions`` use this server's tokenizer instead of the hub's. Also
+``/v1/models`` and ``/health``. One request computes at a time (a lock around the model); no
+streaming, no ``n`` > 1. Needs torch and transformers (scripts/smollm2/install.sh).
 """
 
 from __future__ import annotations
@@ -43,6 +37,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TQDM_DISABLE"):
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
+SPECIALS = ("eos", "bos", "pad", "unk")
+
 
 @dataclass
 class Output:
@@ -58,10 +54,12 @@ class Engine:
     def __init__(self, model_dir: Path, threads: int) -> None:
         torch.set_num_threads(threads)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.eval()  # type: ignore[no-untyped-call]
         self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         eos = self.model.generation_config.eos_token_id
         self.eos = {*(eos if isinstance(eos, list) else [eos]), self.tok.eos_token_id} - {None}
+        self.vocab = len(self.tok)
         self.lock = threading.Lock()
 
     def encode(self, text: str, special: bool = False) -> list[int]:
@@ -88,8 +86,8 @@ class Engine:
             echo: bool = False, seed: int | None = None) -> Output:
         if not prompt:
             raise ValueError("the prompt is empty")
-        if not all(0 <= t < len(self.tok) for t in prompt):
-            raise ValueError(f"token ids must lie in [0, {len(self.tok)})")
+        if not all(0 <= t < self.vocab for t in prompt):
+            raise ValueError(f"token ids must lie in [0, {self.vocab})")
         if len(prompt) >= self.max_len:
             raise ValueError(f"the prompt has {len(prompt)} tokens; this model's context is "
                              f"{self.max_len}")
@@ -189,10 +187,9 @@ class Handler(BaseHTTPRequestHandler):
                 "root": str(srv.model_dir), "max_model_len": eng.max_len}]})
         elif self.path == "/tokenizer_info":
             tok = eng.tok
-            self._send(200, {"tokenizer_class": type(tok).__name__, "eos_token": tok.eos_token,
-                             "bos_token": tok.bos_token, "pad_token": tok.pad_token,
-                             "unk_token": tok.unk_token, "chat_template": tok.chat_template,
-                             "model_max_length": eng.max_len})
+            self._send(200, {"tokenizer_class": type(tok).__name__, "model_max_length": eng.max_len,
+                             "chat_template": tok.chat_template,
+                             **{f"{n}_token": getattr(tok, f"{n}_token") for n in SPECIALS}})
         else:
             self._error(404, f"no route {self.path}")
 
@@ -226,12 +223,10 @@ class Handler(BaseHTTPRequestHandler):
             return [p if isinstance(p, list) else eng.encode(str(p), special=True) for p in prompt]
         raise ValueError("prompt must be a string, a list of strings, token ids or lists of them")
 
-    def _log(self, kind: str, out: Output) -> None:
-        rate = out.n_gen / out.seconds if out.seconds > 0 else 0.0
-        print(f"{kind}: prompt {out.n_prompt} tok, generated {out.n_gen} tok in "
-              f"{out.seconds:.2f} s ({rate:.1f} tok/s), {out.finish}", flush=True)
-
-    def _usage(self, outs: list[Output]) -> dict[str, int]:
+    def _usage(self, kind: str, outs: list[Output]) -> dict[str, int]:
+        for o in outs:  # one log line per request: throughput in the server log
+            print(f"{kind}: prompt {o.n_prompt} tok, generated {o.n_gen} tok in {o.seconds:.2f} s"
+                  f" ({o.n_gen / max(o.seconds, 1e-9):.1f} tok/s), {o.finish}", flush=True)
         p, g = sum(o.n_prompt for o in outs), sum(o.n_gen for o in outs)
         return {"prompt_tokens": p, "completion_tokens": g, "total_tokens": p + g}
 
@@ -244,13 +239,12 @@ class Handler(BaseHTTPRequestHandler):
                           float(body.get("temperature") or 0.0), float(body.get("top_p") or 1.0),
                           _stops(body.get("stop")), None if logprobs is None else int(logprobs),
                           bool(body.get("echo")), body.get("seed"))
-            self._log("completion", out)
             outs.append(out)
         self._send(200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                          "created": int(time.time()), "model": self.server.name,
                          "choices": [{"index": i, "text": o.text, "logprobs": o.logprobs,
                                       "finish_reason": o.finish} for i, o in enumerate(outs)],
-                         "usage": self._usage(outs)})
+                         "usage": self._usage("completion", outs)})
 
     def _chat(self, body: dict[str, Any]) -> None:
         eng = self.server.engine
@@ -259,21 +253,18 @@ class Handler(BaseHTTPRequestHandler):
         out = eng.run(ids, int(limit), float(body.get("temperature") or 0.0),
                       float(body.get("top_p") or 1.0), _stops(body.get("stop")),
                       seed=body.get("seed"))
-        self._log("chat", out)
         self._send(200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                          "created": int(time.time()), "model": self.server.name,
                          "choices": [{"index": 0, "finish_reason": out.finish, "logprobs": None,
                                       "message": {"role": "assistant", "content": out.text}}],
-                         "usage": self._usage([out])})
+                         "usage": self._usage("chat", [out])})
 
     def _tokenize(self, body: dict[str, Any]) -> None:
         eng = self.server.engine
-        if "messages" in body:
-            text = eng.chat_prompt(list(body["messages"]),
-                                   bool(body.get("add_generation_prompt", True)))
-            tokens = eng.encode(text)
-        else:
-            tokens = eng.encode(str(body["prompt"]), bool(body.get("add_special_tokens", True)))
+        tokens = eng.encode(eng.chat_prompt(list(body["messages"]),
+                                            bool(body.get("add_generation_prompt", True)))) \
+            if "messages" in body else \
+            eng.encode(str(body["prompt"]), bool(body.get("add_special_tokens", True)))
         self._send(200, {"tokens": tokens, "count": len(tokens), "max_model_len": eng.max_len,
                          "token_strs": None})
 
