@@ -93,8 +93,9 @@ def resolve(task_dir: Path, task: str | None, harness: str | None,
                 errors.append(str(exc))
                 continue
             hdef = catalogue.harness(found.harness)
+            # Found: earlier misses (a listed lookup before the unlisted one) are not errors.
             return Target(found.qualified_name, found, hdef, harness or hdef.name,
-                          parser or hdef.parser, tuple(errors))
+                          parser or hdef.parser, ())
     except Exception as exc:  # a broken user catalogue must not hide the harness's results
         errors.append(f"catalogue: {type(exc).__name__}: {exc}")
     return Target(names[0], None, None, harness, parser, tuple(errors))
