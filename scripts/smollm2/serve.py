@@ -51,10 +51,10 @@ class Output:
 
 
 class Engine:
-    def __init__(self, model_dir: Path, threads: int) -> None:
+    def __init__(self, model_dir: Path, threads: int, dtype: str = "float32") -> None:
         torch.set_num_threads(threads)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
         self.model.eval()  # type: ignore[no-untyped-call]
         self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         eos = self.model.generation_config.eos_token_id
@@ -290,12 +290,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: $PORT (set by hpceval's command deployment), else 8000")
     parser.add_argument("--model", help="served model name (default: the directory's name)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (2)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="weights precision: the demo compares the two")
     parser.add_argument("--port-file", type=Path, help="write the bound port here when ready")
     parser.add_argument("--verbose", action="store_true", help="log every HTTP request")
     args = parser.parse_args(argv)
     start = time.monotonic()
     model_dir = args.model_dir.expanduser().resolve()
-    engine = Engine(model_dir, args.threads)
+    engine = Engine(model_dir, args.threads, args.dtype)
     server = ModelServer(args.host, args.port, engine, model_dir, args.model or model_dir.name,
                          args.verbose)
     signal.signal(signal.SIGTERM,

@@ -16,6 +16,7 @@ SCRIPTS = [
     ROOT / "scripts/run-tests.sh",
     ROOT / "scripts/demo.sh",
     ROOT / "scripts/lib/env.sh",
+    ROOT / "scripts/smollm2/install.sh",
     ROOT / ".ci/run",
 ]
 
