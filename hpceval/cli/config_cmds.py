@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hpceval.cli.options import config_options, load_from_options
+from hpceval.cli.options import config_options, load_all
 
 
 @click.group()
@@ -27,15 +27,28 @@ def show(config_file: str | None, config_opt: str | None, config_dir: str | None
 
     Layers, later winning: schema default, site profile, deployment preset, run file, -o.
     """
-    resolved = load_from_options(config_file, config_opt, config_dir, config_name, profile,
-                                 overrides, check_environment=False)
-    data = dataclasses.asdict(resolved.spec)
-    layout = dataclasses.asdict(resolved.layout)
+    configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides,
+                       check_environment=False)
     if as_json:
-        sources = {path: resolved.composed.source_of(path) for path in _leaf_paths(data, "")}
-        click.echo(json.dumps({"config": data, "sources": sources, "layout": layout},
-                              indent=2, sort_keys=True))
+        shown = [_json_view(resolved) for resolved in configs]
+        click.echo(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2, sort_keys=True))
         return
+    for index, resolved in enumerate(configs):
+        if len(configs) > 1:  # a sweep: every model's configuration, one after the other
+            spec = resolved.spec
+            name = spec.deployment.served_model_name or spec.target.api_endpoint.model_id
+            click.echo(f"# ===== model {index + 1} of {len(configs)}: {name} =====")
+        _show_one(resolved, no_sources)
+
+
+def _json_view(resolved: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(resolved.spec)
+    sources = {path: resolved.composed.source_of(path) for path in _leaf_paths(data, "")}
+    return {"config": data, "sources": sources, "layout": dataclasses.asdict(resolved.layout)}
+
+
+def _show_one(resolved: Any, no_sources: bool) -> None:
+    data = dataclasses.asdict(resolved.spec)
     click.echo("# layers, later wins: default (schema)")
     for label, origin in resolved.composed.layers:
         click.echo(f"#   {label}: {origin}")

@@ -43,21 +43,20 @@ def run_file_from(config_file: str | None, config_opt: str | None, config_dir: s
     return Path(chosen) if chosen else None
 
 
-def load_from_options(config_file: str | None, config_opt: str | None, config_dir: str | None,
-                      config_name: str | None, profile: str | None, overrides: tuple[str, ...],
-                      *, check_environment: bool = True) -> Any:
-    from hpceval.config import load_config
-
-    run_file = run_file_from(config_file, config_opt, config_dir, config_name)
-    resolved = load_config(run_file, overrides, profile=profile,
-                           check_environment=check_environment)
-    for note in resolved.composed.notes:
-        click.echo(f"hpceval: note: {note}", err=True)
+def load_all(config_file: str | None, config_opt: str | None, config_dir: str | None,
+             config_name: str | None, profile: str | None, overrides: tuple[str, ...],
+             *, check_environment: bool = True) -> list[Any]:
+    """Every model's resolved config (one for a plain run); notes go to stderr."""
+    from hpceval.config import load_run
     from hpceval.tasks import load_catalogue
 
+    run_file = run_file_from(config_file, config_opt, config_dir, config_name)
+    configs = load_run(run_file, overrides, profile=profile, check_environment=check_environment)
+    for note in configs[0].composed.notes:
+        click.echo(f"hpceval: note: {note}", err=True)
     catalogue = load_catalogue()
-    for task in resolved.spec.evaluation.tasks:
+    for task in configs[0].spec.evaluation.tasks:
         resolution = catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
         if resolution.task.qualified_name != task.name:
             click.echo(f"hpceval: note: task {resolution.note}", err=True)
-    return resolved
+    return configs

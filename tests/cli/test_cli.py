@@ -54,3 +54,13 @@ def test_ls_profiles_json_names_sources() -> None:
     listed = {p["name"]: p for p in json.loads(result.output)}
     assert listed["local-dev"]["source"] == "shipped"
     assert "dev cluster" in listed["local-dev"]["description"]
+
+
+def test_config_show_prints_every_model_of_a_sweep() -> None:
+    result = CliRunner().invoke(cli, [
+        "config", "show", "--profile", "local-dev", "-o", "execution.output_dir=/runs",
+        "-o", "evaluation.tasks=[ifeval]", "-o", "deployment.type=command",
+        "-o", "deployment.command=srv", "-o", "+models=[{name: a}, {name: b}]"])
+    assert result.exit_code == 0, result.output
+    assert "model 1 of 2: a" in result.output and "model 2 of 2: b" in result.output
+    assert "served_model_name: b" in result.output
