@@ -202,5 +202,6 @@ def test_real_wandb_offline_export_is_idempotent(sweep: Path, tmp_path: Path,
     assert export_wandb(frame, directory=tmp_path).created == 4
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     # Re-export reuses each result's deterministic run id: 4 ids over 8 offline run folders.
-    ids = {p.name.rsplit("-", 1)[-1] for p in runs}
+    # (The id is read from run-<id>.wandb: folder names get a -1 suffix within one second.)
+    ids = {f.stem.removeprefix("run-") for p in runs for f in p.glob("run-*.wandb")}
     assert len(runs) == 8 and len(ids) == 4
