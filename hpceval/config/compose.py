@@ -143,10 +143,8 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         dotted = ".".join(ov.path)
         if dotted in RENAMED:
             ov = type(ov)(RENAMED[dotted].split("."), ov.value, ov.delete, ov.text)
-        if isinstance(ov.value, list) and ov.path[-1] == "tasks":
-            ov = type(ov)(ov.path, [{"name": t} if isinstance(t, str) else t for t in ov.value],
-                          ov.delete, ov.text)
         path = apply_override(out.data, ov)
+        _normalize_tasks(out.data)  # before the next -o addresses a task by its name
         for stale in [p for p in out.sources if p == path or p.startswith(path + ".")]:
             del out.sources[stale]
         if not ov.delete:
