@@ -15,7 +15,9 @@
 # Must run as root. No systemd needed (PID 1 here is not systemd).
 #
 # Tunables (environment variables):
-#   SLURM_NUM_NODES   (2)      number of fake nodes node1..nodeN
+#   SLURM_NUM_NODES   (2)      fake compute nodes node1..nodeN, partition "debug" (default)
+#   SLURM_DRILL_NODES (1)      extra nodes after those, partition "drill" (never the default):
+#                              fault drills kill their slurmd without touching other jobs
 #   SLURM_NODE_CPUS   (4)      CPUs declared per node (may exceed real cores)
 #   SLURM_NODE_MEM_MB (8000)   RealMemory declared per node (bookkeeping only)
 #   SLURM_NODE_GPUS   (4)      fake GPUs per node; 0 = no GRES
@@ -29,7 +31,9 @@
 #                              0 = always start mariadbd-safe by hand (fallback path)
 set -euo pipefail
 
-NNODES=${SLURM_NUM_NODES:-2}
+NCOMPUTE=${SLURM_NUM_NODES:-2}
+NDRILL=${SLURM_DRILL_NODES:-1}
+NNODES=$((NCOMPUTE + NDRILL))
 NCPUS=${SLURM_NODE_CPUS:-4}
 MEM_MB=${SLURM_NODE_MEM_MB:-8000}
 NGPUS=${SLURM_NODE_GPUS:-4}
@@ -214,6 +218,8 @@ SlurmdParameters=config_overrides
 # fast kill on scancel/timeout (default KillWait=30)
 KillWait=2
 OverTimeLimit=0
+# a node whose slurmd died is DOWN (its jobs NODE_FAIL) after 30 s, not the default 300 s
+SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=300
 $ACCT_CONF
@@ -225,7 +231,11 @@ EOF
 for i in $(seq 1 "$NNODES"); do
   echo "NodeName=node$i NodeAddr=127.0.0.1 Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
 done
-echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
+echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP"
+if [ "$NDRILL" -gt 0 ]; then
+  echo "PartitionName=drill Nodes=$(node_range $((NCOMPUTE + 1)) "$NNODES") Default=NO MaxTime=INFINITE State=UP"
+fi
 }
 write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
 

@@ -36,7 +36,7 @@ expect() { if [[ $2 =~ $3 ]]; then pass "$1: $2"; else fail "$1: got '$2', want 
 
 command -v sbatch >/dev/null || { echo "FAIL  sbatch not found: run scripts/slurm/start-cluster.sh"; exit 1; }
 echo "verify.sh in $W ($(sinfo -V))"
-expect "nodes idle" "$(sinfo -h -N -o '%N=%T' | sort | paste -sd' ' -)" '^node1=(idle|mixed) node2=(idle|mixed)'
+expect "nodes idle" "$(sinfo -h -N -p debug -o '%N=%T' | sort | paste -sd' ' -)" '^node1=(idle|mixed) node2=(idle|mixed)'
 
 ok=$(submit --wrap 'hostname')
 bad=$(submit --wrap 'exit 3')
