@@ -73,13 +73,8 @@ case "$DEB_MAJOR" in
 esac
 
 # pid_alive PIDFILE -> 0 if the pid in PIDFILE is a live (non-zombie) process
-pid_alive() {
-  local f=$1 p
-  [ -s "$f" ] || return 1
-  p=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ -d "/proc/$p" ] || return 1
-  ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null
-}
+# shellcheck source=scripts/slurm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # wait_for SECONDS CMD... -> poll CMD every 0.2 s
 wait_for() {
   local t=$1; shift; local n=$(( t * 5 ))
@@ -92,7 +87,7 @@ kill_pidfile() {
   pid_alive "$f" || { rm -f "$f"; return 0; }
   p=$(cat "$f"); kill "$p" 2>/dev/null || true
   for _ in $(seq 75); do
-    if [ ! -d "/proc/$p" ] || grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then break; fi
+    if pid_gone "$p"; then break; fi
     sleep 0.2
   done
   rm -f "$f"

@@ -23,20 +23,15 @@ exec 9>/run/hpceval-slurm-cluster.lock
 flock -w 600 9 || { echo "stop-cluster: lock busy" >&2; exit 1; }
 log() { echo "[stop-cluster] $*"; }
 
-pid_alive() {
-  local f=$1 p
-  [ -s "$f" ] || return 1
-  p=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ -d "/proc/$p" ] || return 1
-  ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null
-}
+# shellcheck source=scripts/slurm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 kill_pidfile() {  # kill_pidfile PIDFILE NAME
   local f=$1 name=$2 p
   if ! pid_alive "$f"; then rm -f "$f"; return 0; fi
   p=$(cat "$f"); log "stopping $name (pid $p)"
   kill "$p" 2>/dev/null
   for _ in $(seq 100); do
-    if [ ! -d "/proc/$p" ] || grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then rm -f "$f"; return 0; fi
+    if pid_gone "$p"; then rm -f "$f"; return 0; fi
     sleep 0.2
   done
   log "$name (pid $p) ignored SIGTERM for 20 s: SIGKILL"; kill -9 "$p" 2>/dev/null; rm -f "$f"
