@@ -18,6 +18,9 @@ _ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQU
            "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 
 
+RESUME_LOCK = ".resume.lock"
+
+
 class ResumeRefused(RuntimeError):
     """The run still has live jobs, or nothing is left to do."""
 
@@ -72,8 +75,23 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
     """Resubmit the unfinished models with the same scripts; append the jobs to the chain.
 
     Done tasks are skipped by the job script itself and the response cache replays the
-    requests an interrupted task had already sent, so nothing finished is redone.
+    requests an interrupted task had already sent, so nothing finished is redone. A filelock
+    in the run directory serialises resumes: two users resuming one run at once get one job;
+    the second sees it live and is refused ("already resumed as job N").
     """
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
+            return _resume_locked(ref, client, aggregate=aggregate, force=force,
+                                  tracker=tracker)
+    except Timeout as exc:
+        raise ResumeRefused(f"{ref.invocation_id}: another `hpceval resume` of this run has "
+                            "held its lock for 2 minutes; check `hpceval status`") from exc
+
+
+def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, force: bool,
+                   tracker: Tracker | None) -> list[JobEntry]:
     run = read_run(ref.run_dir)
     todo = unfinished_models(ref.run_dir)
     if not todo:
@@ -84,6 +102,12 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
         watch.add(ref)
         (state,) = watch.refresh(force=True)
         live = [m for m in state.models if not m.phase.terminal]
+        resumed = [(m, e) for m in live if (e := jobs.current(m.index)) and e.reason == "resume"]
+        if resumed:
+            model, entry = resumed[0]
+            raise ResumeRefused(f"{ref.invocation_id}: already resumed as job {entry.id} "
+                                f"({model.phase.value}); follow it with `hpceval status "
+                                f"{ref.invocation_id}`")
         if live:
             names = ", ".join(f"{m.key} ({m.phase.value})" for m in live)
             raise ResumeRefused(f"{ref.invocation_id} still has live work: {names}; wait, or "

@@ -19,6 +19,7 @@ from hpceval.results.store import atomic_write_json, is_done
 from hpceval.runs.index import RunRef, cache_dir, ref_from_dir
 from hpceval.runs.jobs import JobEntry, Jobs, read_jobs
 from hpceval.runs.local import RC_FILE, local_alive
+from hpceval.runs.logs import job_log
 from hpceval.runs.progress import read_progress
 from hpceval.slurm.client import SlurmClient
 from hpceval.slurm.states import JobStatus, Phase
@@ -26,6 +27,9 @@ from hpceval.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
 FAILED_FILE = "failed.json"
+RESUME_HINT = "`hpceval resume` continues"
+# Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
+_SCHEDULER_ENDS = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE")
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,11 @@ class Tracker:
         else:
             job = self._job_status(entry, index)
         tasks = task_states(model_dir, model["tasks"], job)
-        phase, reason = model_phase(job, tasks, attempts, model_dir)
+        stopped = ""
+        if entry is not None and entry.kind == "slurm" and job.phase is Phase.CANCELLED:
+            stopped = stop_point(job_log(run_dir, key, index, jobs), model_dir, tasks,
+                                 entry.submitted_at)
+        phase, reason = model_phase(job, tasks, attempts, model_dir, stopped=stopped)
         job_id = None if entry is None else entry.watch_id(index)
         progress = read_progress(model_dir) if phase is Phase.RUNNING else None
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
@@ -207,8 +215,22 @@ def task_states(model_dir: Path, tasks: list[dict[str, str]], job: JobStatus
     return out
 
 
+def stop_point(log: Path | None, model_dir: Path, tasks: list[TaskState],
+               since: float) -> str:
+    """Where a cancelled Slurm job stood, from what it left on disk: Slurm creates its log when
+    the job starts, and each task it started writes command.sh (a task started by an earlier
+    job of the chain has an older one)."""
+    if log is None or not log.exists():
+        return "while queued (it never started)"
+    begun = [t for t in tasks if _mtime(model_dir / "tasks" / t.key / "command.sh") >= since]
+    if not begun:
+        return "while the model server was loading (no task had started)"
+    done = sum(t.phase is Phase.DONE for t in tasks)
+    return f"mid-task ({done}/{len(tasks)} tasks done)"
+
+
 def model_phase(job: JobStatus, tasks: list[TaskState], attempts: int,
-                model_dir: Path) -> tuple[Phase, str]:
+                model_dir: Path, *, stopped: str = "") -> tuple[Phase, str]:
     if tasks and all(t.phase is Phase.DONE for t in tasks):
         return Phase.DONE, ""
     failed = [t for t in tasks if t.phase is Phase.FAILED
@@ -220,16 +242,18 @@ def model_phase(job: JobStatus, tasks: list[TaskState], attempts: int,
         note = f"; {len(failed)} task(s) failed" if failed else ""
         return job.phase, job.reason + note
     if job.phase is Phase.CANCELLED:
-        return Phase.CANCELLED, job.reason
+        where = f" {stopped}" if stopped else ""
+        return Phase.CANCELLED, f"{job.reason}{where}; {RESUME_HINT}"
     if failed:
         first = failed[0]
         return Phase.FAILED, f"{len(failed)}/{len(tasks)} task(s) failed: {first.key}: " \
                              f"{first.reason}"
     if (model_dir / "interrupted").exists():
-        return Phase.FAILED, f"{job.reason}: stopped before the walltime; `hpceval resume` " \
-                             "continues"
+        return Phase.FAILED, f"{job.reason}: stopped before the walltime; {RESUME_HINT}"
     if job.phase is Phase.DONE:
         return Phase.FAILED, "the job ended but tasks are unfinished"
+    if job.raw_state.startswith(_SCHEDULER_ENDS):
+        return job.phase, f"{job.reason}; {RESUME_HINT}"
     return job.phase, job.reason
 
 
@@ -251,6 +275,13 @@ def combine_models(models: list[ModelState]) -> tuple[Phase, str]:
 def _all_done(run_dir: Path, model: dict[str, Any]) -> bool:
     base = run_dir / "models" / model["key"] / "tasks"
     return bool(model["tasks"]) and all(is_done(base / t["key"]) for t in model["tasks"])
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("-inf")
 
 
 def _failure(path: Path) -> str:

@@ -85,7 +85,9 @@ def classify(record: JobRecord | QueueEntry | None) -> JobStatus:
         by = f" by uid {who[1].strip()}" if len(who) == 2 else ""
         return JobStatus(Phase.CANCELLED, f"cancelled{by}", raw)
     if state in _FAILED_REASONS:
-        return JobStatus(Phase.FAILED, _FAILED_REASONS[state], raw)
+        # Which node failed is what an admin asks first: name it when Slurm says.
+        where = f" on {record.node_list}" if state == "NODE_FAIL" and record.node_list else ""
+        return JobStatus(Phase.FAILED, _FAILED_REASONS[state] + where, raw)
     return JobStatus(Phase.UNKNOWN, f"unrecognised Slurm state {raw!r}", raw)
 
 

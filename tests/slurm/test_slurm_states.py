@@ -39,7 +39,7 @@ def rec(raw_state: str, exit_code: str = "0:0", reason: str = "None") -> JobReco
         ("FAILED", "3:0", Phase.FAILED, "exit code 3"),
         ("FAILED", "0:9", Phase.FAILED, "killed by signal 9"),
         ("TIMEOUT", "0:0", Phase.FAILED, "walltime reached (TIMEOUT)"),
-        ("NODE_FAIL", "0:0", Phase.FAILED, "node failure (NODE_FAIL)"),
+        ("NODE_FAIL", "0:0", Phase.FAILED, "node failure (NODE_FAIL) on node1"),
         ("OUT_OF_MEMORY", "0:125", Phase.FAILED, "out of memory (OUT_OF_MEMORY)"),
         ("BOOT_FAIL", "0:0", Phase.FAILED, "node failed to boot (BOOT_FAIL)"),
         ("PREEMPTED", "0:0", Phase.FAILED, "preempted and not requeued (PREEMPTED)"),
