@@ -1,10 +1,12 @@
 """What users mean by a run's state: Slurm's answer merged with what the job left on disk.
 
 Markers beat the scheduler: a task with `done` is done whatever sacct says (it lags, or forgot
-an old job); `failed.json` says why a task failed. The scheduler says the rest: queued,
-running, resuming, or how the job ended. One `Tracker` serves any number of runs through ONE
-shared JobWatcher, so a refresh is one sacct call; finished jobs are remembered in the user's
-cache (job-states.json) so later `status` calls never ask about them again.
+an old job); `failed.json` says why a task failed; the model's `job-failure` says why the job
+itself failed (a server died, the results directory is not writable). The scheduler says the
+rest: queued, running, resuming, or how the job ended. One `Tracker` serves any number of
+runs through ONE shared JobWatcher, so a refresh is one sacct call; finished jobs are
+remembered in the user's cache (job-states.json) so later `status` calls never ask about them
+again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hpceval.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
 FAILED_FILE = "failed.json"
+JOB_FAILURE_FILE = "job-failure"  # one line, written by the job script (templates/steps.j2)
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
 _SCHEDULER_ENDS = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE")
@@ -160,6 +163,9 @@ class Tracker:
             stopped = stop_point(job_log(run_dir, key, index, jobs), model_dir, tasks,
                                  entry.submitted_at)
         phase, reason = model_phase(job, tasks, attempts, model_dir, stopped=stopped)
+        cause = job_failure(model_dir, entry.submitted_at) if entry is not None else ""
+        if phase is Phase.FAILED and cause:  # the likely cause first, then its effects
+            reason = f"{cause}; {reason}" if reason else cause
         job_id = None if entry is None else entry.watch_id(index)
         progress = read_progress(model_dir) if phase is Phase.RUNNING else None
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
@@ -270,6 +276,17 @@ def combine_models(models: list[ModelState]) -> tuple[Phase, str]:
             reason = summary or models[0].reason
             return phase, reason
     return Phase.DONE, summary
+
+
+def job_failure(model_dir: Path, since: float) -> str:
+    """The job-level cause the newest job recorded; a record older than it is an earlier job's."""
+    path = model_dir / JOB_FAILURE_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return ""
+        return " ".join(path.read_text(encoding="utf-8", errors="replace").split())
+    except OSError:
+        return ""
 
 
 def _all_done(run_dir: Path, model: dict[str, Any]) -> bool:
