@@ -9,6 +9,8 @@ The job script calls it after each harness (``--task-dir "$TASK_DIR" --exit-code
   ``failed.json`` left by an earlier attempt is removed once ``done`` exists (its content is
   kept in the manifest as ``previous_failure``).
 * harness failed, or its output does not parse: ``DIR/failed.json`` (atomic) says why; exit 1.
+  A harness failure's reason names its log, and with ``--timeout`` (the task's, which the job
+  script passes) tells a harness stopped by ``timeout`` from one that failed on its own.
 
 The task, harness and parser default to what the catalogue says for the task directory's name
 (the job script names it after the task's ``harness.task``), so the job script needs to pass
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="harness.task as in the catalogue (default: the directory name)")
     p.add_argument("--harness", help="harness name (default: the catalogue's for the task)")
     p.add_argument("--parser", help="results parser (default: the harness's `parser:`)")
+    p.add_argument("--timeout", type=int, metavar="SECONDS",
+                   help="the task's timeout (0: none); statuses 124/137 then say it timed out")
     p.add_argument("--started-at", metavar="TIME",
                    help="harness start, epoch seconds or ISO 8601 (default: mtime of "
                         "DIR/command.sh, written just before the harness starts)")
@@ -101,6 +105,18 @@ def resolve(task_dir: Path, task: str | None, harness: str | None,
     return Target(names[0], None, None, harness, parser, tuple(errors))
 
 
+def harness_failure(code: int, timeout: int | None) -> str:
+    """Why a harness failed, from its exit status as `timeout --kill-after` reports it."""
+    if timeout:  # coreutils timeout: 124 after SIGTERM, 137 when it had to send SIGKILL
+        if code == 124:
+            return f"harness timed out after {timeout} s (stopped with SIGTERM)"
+        if code == 137:
+            return (f"harness killed with SIGKILL: it outlived its {timeout} s timeout by the "
+                    "grace period, or ran out of memory")
+    why = TIMEOUT_CODES.get(code, "") if timeout is None else ""
+    return f"harness exited with status {code}" + (f": {why}" if why else "")
+
+
 def _summary(result: TaskResult, limit: int = 8) -> str:
     parts = [f"{m.task}:{m.name}" + (f",{m.filter}" if m.filter else "") + f"={m.value:g}"
              for m in result.metrics[:limit]]
@@ -131,9 +147,12 @@ class Collector:
             parser=target.parser, stage=stage, reason=reason, exit_code=self.args.exit_code,
             start=self.start, end=self.end, slurm=self.slurm, attempts=attempts,
             errors=target.errors)
-        atomic_write_json(self.task_dir / FAILED_FILE, record)
-        print(f"collect: task {target.name} FAILED ({stage}): {reason}; "
-              f"see {self.task_dir / FAILED_FILE}")
+        where = f"see {self.task_dir / FAILED_FILE}"
+        try:
+            atomic_write_json(self.task_dir / FAILED_FILE, record)
+        except OSError as exc:  # full or read-only: the job log is all that is left to say it
+            where = f"could not record {self.task_dir / FAILED_FILE}: {exc.strerror or exc}"
+        print(f"collect: task {target.name} FAILED ({stage}): {reason}; {where}")
         return 1
 
     def run(self) -> int:
@@ -143,9 +162,9 @@ class Collector:
         args = self.args
         target = resolve(self.task_dir, args.task, args.harness, args.parser)
         if args.exit_code != 0:
-            why = TIMEOUT_CODES.get(args.exit_code, "")
-            return self.fail(target, "harness", f"harness exited with status {args.exit_code}"
-                             + (f": {why}" if why else ""))
+            reason = harness_failure(args.exit_code, args.timeout)
+            return self.fail(target, "harness",
+                             f"{reason} (log: {self.task_dir / mf.HARNESS_LOG})")
         if target.parser is None:
             return self.fail(target, "resolve", "no parser known for this task: "
                              + ("; ".join(target.errors) or "pass --parser"))
@@ -182,7 +201,8 @@ class Collector:
             print(f"collect: {self.task_dir} was completed meanwhile; its results are kept")
             return 0
         except OSError as exc:
-            return self.fail(target, "write", f"could not write results: {exc}")
+            return self.fail(target, "write", f"could not write results into {self.task_dir}: "
+                             f"{exc.strerror or exc}")
         # Only now: a failed.json beside a done marker would be stale, and done is what counts.
         (self.task_dir / FAILED_FILE).unlink(missing_ok=True)
         print(f"collect: task {target.name} done, {len(result.metrics)} metrics: "

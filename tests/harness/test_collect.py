@@ -146,18 +146,34 @@ def test_harness_failure_writes_failed_json(tmp_path: Path, capsys: pytest.Captu
     assert collect(path, 3) == 1
     failed = json.loads((path / FAILED_FILE).read_text())
     assert failed["stage"] == "harness"
-    assert failed["reason"] == "harness exited with status 3"
+    # the reason says where the harness's own log is: status shows it as is
+    assert failed["reason"] == f"harness exited with status 3 (log: {path / 'harness.log'})"
     assert failed["exit_code"] == 3
     assert failed["attempts"] == 1
     assert failed["task"] == "lm-eval-upstream.gsm8k"
     assert failed["log_tail"][-1] == "line 99" and len(failed["log_tail"]) == 40
     assert not (path / "results.json").exists() and not (path / "done").exists()
     assert "FAILED (harness)" in capsys.readouterr().out
-    # the next attempt times out: counted, and said so
-    assert collect(path, 124) == 1
+    # the next attempt times out: counted, and said so, with the task's timeout
+    assert collect(path, 124, "--timeout", "30") == 1
     failed = json.loads((path / FAILED_FILE).read_text())
     assert failed["attempts"] == 2
-    assert "timed out" in failed["reason"]
+    assert failed["reason"].startswith("harness timed out after 30 s"), failed["reason"]
+
+
+@pytest.mark.parametrize("code, extra, reason", [
+    (124, ("--timeout", "5"), "harness timed out after 5 s (stopped with SIGTERM)"),
+    (137, ("--timeout", "5"), "harness killed with SIGKILL: it outlived its 5 s timeout by the "
+                              "grace period, or ran out of memory"),
+    (124, (), "harness exited with status 124: timed out (timeout sent SIGTERM)"),
+    (124, ("--timeout", "0"), "harness exited with status 124"),  # no timeout: its own status
+    (137, (), "harness exited with status 137: killed (SIGKILL, timeout or OOM)"),
+])
+def test_timeout_reasons(tmp_path: Path, code: int, extra: tuple[str, ...], reason: str) -> None:
+    path = task_dir(tmp_path)
+    assert collect(path, code, *extra) == 1
+    failed = json.loads((path / FAILED_FILE).read_text())
+    assert failed["reason"] == f"{reason} (log: {path / 'harness.log'})"
 
 
 def test_success_after_failure_keeps_the_failure_in_the_manifest(tmp_path: Path) -> None:
@@ -167,7 +183,7 @@ def test_success_after_failure_keeps_the_failure_in_the_manifest(tmp_path: Path)
     assert collect(path, 0) == 0
     assert not (path / FAILED_FILE).exists()
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["previous_failure"]["reason"] == "harness exited with status 1"
+    assert manifest["previous_failure"]["reason"].startswith("harness exited with status 1 ")
 
 
 @pytest.mark.parametrize("setup, reason", [
@@ -239,3 +255,39 @@ def test_module_entry_point_dispatches(tmp_path: Path) -> None:
     assert proxy.returncode == 0 and "--upstream" in proxy.stdout
     usage = run_module("collect", "--task-dir", str(path), cwd=tmp_path)
     assert usage.returncode == 2 and "--exit-code" in usage.stderr
+
+
+def _no_space_for(name: str) -> Callable[..., None]:
+    """os.replace that fails as a full disk would for files called `name` (temp file kept)."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == name:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+    return replace
+
+
+def test_a_full_disk_while_writing_results_records_why_and_leaves_nothing_half_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = task_dir(tmp_path)
+    lm_eval_output(path)
+    monkeypatch.setattr(os, "replace", _no_space_for("results.json"))
+    assert collect(path, 0) == 1
+    failed = json.loads((path / FAILED_FILE).read_text())
+    assert failed["stage"] == "write"
+    assert failed["reason"] == f"could not write results into {path}: No space left on device"
+    assert not (path / "results.json").exists() and not (path / "done").exists()
+    assert not list(path.glob(".*.tmp")), "a temporary file was left behind"
+
+
+def test_failed_json_that_cannot_be_written_is_reported_not_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = task_dir(tmp_path)
+    monkeypatch.setattr(os, "replace", _no_space_for(FAILED_FILE))
+    assert collect(path, 3) == 1
+    out = capsys.readouterr().out
+    assert "harness exited with status 3" in out
+    assert f"could not record {path / FAILED_FILE}: No space left on device" in out
+    assert not (path / FAILED_FILE).exists()
