@@ -202,8 +202,9 @@ ProctrackType=$PROCTRACK
 TaskPlugin=$TASKPLUGIN
 MpiDefault=none
 SchedulerType=sched/backfill
-# default batch_sched_delay=3 makes back-to-back sbatch wait ~2.7 s; 0 -> ~0.6 s
-SchedulerParameters=batch_sched_delay=0
+# default batch_sched_delay=3 makes back-to-back sbatch wait ~2.7 s; 0 -> ~0.6 s.
+# bf_interval=5 (default 30): a preempting job starts within seconds, not half a minute
+SchedulerParameters=batch_sched_delay=0,bf_interval=5
 SelectType=select/cons_tres
 # memory is not a consumable resource -> jobs without --mem do not block each other
 SelectTypeParameters=CR_Core
@@ -213,6 +214,9 @@ SlurmdParameters=config_overrides
 # fast kill on scancel/timeout (default KillWait=30)
 KillWait=2
 OverTimeLimit=0
+# partitions with a higher PriorityTier preempt lower ones (only "lowprio" is lower)
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 # a node whose slurmd died is DOWN (its jobs NODE_FAIL) after 30 s, not the default 300 s
 SlurmdTimeout=30
 InactiveLimit=0
@@ -227,9 +231,12 @@ for i in $(seq 1 "$NNODES"); do
   echo "NodeName=node$i NodeAddr=127.0.0.1 Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
 done
 node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
-echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP"
+echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP PriorityTier=10"
 if [ "$NDRILL" -gt 0 ]; then
-  echo "PartitionName=drill Nodes=$(node_range $((NCOMPUTE + 1)) "$NNODES") Default=NO MaxTime=INFINITE State=UP"
+  local drill; drill=$(node_range $((NCOMPUTE + 1)) "$NNODES")
+  echo "PartitionName=drill Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=10"
+  # preemption drills: a job in "drill" preempts one in "lowprio" (SIGTERM, 15 s grace, then gone)
+  echo "PartitionName=lowprio Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=15"
 fi
 }
 write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
@@ -351,8 +358,9 @@ done
 
 # ---------------------------------------------------------------- 7. wait until every node is usable
 nodes_ready() {
-  local states; states=$(sinfo -h -N -n "$NODE_RANGE" -o '%T' 2>/dev/null) || return 1
-  [ "$(echo "$states" | grep -cE '^(idle|mixed|allocated|completing)$')" = "$NNODES" ]
+  # one line per node and partition: a node in two partitions is counted once
+  local states; states=$(sinfo -h -N -n "$NODE_RANGE" -o '%N %T' 2>/dev/null | sort -u) || return 1
+  [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated|completing)$')" = "$NNODES" ]
 }
 for _ in $(seq 150); do
   nodes_ready && break

@@ -1,5 +1,6 @@
-"""Auto-resume on the real dev cluster: a job stopped by its walltime submits its successor,
-which skips what is done and finishes; a completed job leaves no successor behind."""
+"""Auto-resume on the real dev cluster: a job stopped by its walltime, or preempted, submits its
+successor, which skips what is done and finishes; a cancelled job and a completed job leave no
+successor behind."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import yaml
 
 from hpceval.config import load_config
 from hpceval.runs.rundir import prepare_run
+from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_prepared
 from hpceval.slurm.client import CommandSlurmClient
-from tests.integration.test_rendered_job import SERVER, job_log, wait_done
+from hpceval.slurm.states import Phase
+from tests.integration.test_rendered_job import SERVER, job_log, wait_done, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -50,10 +53,12 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     mp.undo()
 
 
-def run_file(workdir: Path, walltime: str, marker: Path) -> Path:
+def run_file(workdir: Path, walltime: str, marker: Path, partition: str = "debug",
+             max_walltime: str = "00:05:00") -> Path:
     run = {
         "execution": {"nodes": 1, "gpus_per_node": 0, "output_dir": str(workdir / "runs"),
-                      "walltime": walltime, "signal_seconds": 50, "max_walltime": "00:05:00"},
+                      "walltime": walltime, "signal_seconds": 50, "max_walltime": max_walltime,
+                      "partition": partition},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
                        "command": f"exec python3 {SERVER} --model ref-model",
                        "health_timeout": 60},
@@ -104,3 +109,54 @@ def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
     assert wait_done(slurm_cluster, again) == "COMPLETED"
     log = job_log(run.run_dir / "models" / "ref-model", again)
     assert "every task is done already" in log and "instance 0" not in log
+
+
+def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
+                                              workdir: Path) -> None:
+    """The dev cluster's "drill" partition preempts "lowprio" (PreemptMode=CANCEL): the job gets
+    TERM like a scancel, tells the two apart by Slurm's PreemptTime, and continues."""
+    marker = workdir / "marker"
+    resolved = load_config(run_file(workdir, "5", marker, partition="lowprio",
+                                    max_walltime="00:15:00"),
+                           profile="local-dev")
+    run = prepare_run(resolved)
+    first = submit_prepared(run, slurm_cluster).job_ids[0]
+    model_dir = run.run_dir / "models" / "ref-model"
+    wait_for(marker.exists, 90, "the task to start in the first allocation")
+    script = workdir / "preemptor.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --partition=drill --exclusive --time=2\n"
+                      f"#SBATCH --output={workdir}/preemptor-%j.out\nsleep 3\n")
+    other = slurm_cluster.submit(script)
+    try:
+        assert wait_done(slurm_cluster, first, timeout=120) == "PREEMPTED"
+        log = job_log(model_dir, first)
+        assert "preempted: stopping tasks" in log and "successor job" in log, log
+        lines = (run.run_dir / "jobs.chain").read_text().splitlines()
+        assert len(lines) == 1 and lines[0].endswith(" ref-model"), lines
+        successor = lines[0].split()[0]
+        assert wait_done(slurm_cluster, successor, timeout=150) == "COMPLETED", job_log(
+            model_dir, successor)
+    finally:
+        slurm_cluster.cancel([other])
+    assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
+    assert len((model_dir / "allocations").read_text().splitlines()) == 2
+    tracker = Tracker(slurm_cluster)
+    tracker.add(run.run_dir)
+    (state,) = tracker.refresh(force=True)
+    assert state.phase is Phase.DONE, state.reason
+
+
+def test_cancelled_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
+                                           workdir: Path) -> None:
+    """scancel sends the same TERM as a preemption: this job must stay cancelled."""
+    marker = workdir / "marker"
+    resolved = load_config(run_file(workdir, "5", marker, max_walltime="00:15:00"),
+                           profile="local-dev")
+    run = prepare_run(resolved)
+    job = submit_prepared(run, slurm_cluster).job_ids[0]
+    wait_for(marker.exists, 90, "the task to start")
+    slurm_cluster.cancel([job])
+    assert wait_done(slurm_cluster, job, timeout=60) == "CANCELLED"
+    time.sleep(2)
+    assert not (run.run_dir / "jobs.chain").exists(), job_log(
+        run.run_dir / "models" / "ref-model", job)
