@@ -1,6 +1,6 @@
 """CLI start-up cost as a ratio to a bare interpreter start, measured side by side.
 
-    .venv/bin/python benchmarks/bench_startup.py [--runs 21]
+    .venv/bin/python benchmarks/bench_startup.py [--runs 21] [--quick] [--json PATH]
 
 Prints a Markdown table: median wall time of `python -c pass`, `python -c "import click"`,
 `hpceval --help` and `hpceval config show` (a real config resolution), each as a ratio to the
@@ -17,6 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+from report_json import add_json_option, command_line, row, write_result
+
+BASELINE = "python -c pass (baseline)"
+CLICK = "python -c 'import click'"
 
 def median_seconds(cmd: list[str], runs: int) -> float:
     samples = []
@@ -29,27 +33,39 @@ def median_seconds(cmd: list[str], runs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=21, help="timed runs per command (21)")
+    parser.add_argument("--quick", action="store_true", help="5 runs per command")
+    add_json_option(parser)
     args = parser.parse_args()
+    runs = 5 if args.quick else args.runs
     py = sys.executable
     hpceval = str(Path(py).with_name("hpceval"))
     show = [hpceval, "config", "show", "--profile", "local-dev", "-o", "evaluation.tasks=[x]",
             "-o", "deployment.type=none", "-o", "target.api_endpoint.url=http://h/v1", "-o",
             "target.api_endpoint.model_id=m"]
     cases = {
-        "python -c pass (baseline)": [py, "-c", "pass"],
-        "python -c 'import click'": [py, "-c", "import click"],
+        BASELINE: [py, "-c", "pass"],
+        CLICK: [py, "-c", "import click"],
         "hpceval --help": [hpceval, "--help"],
         "hpceval config show (local-dev)": show,
     }
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "0")
     for cmd in cases.values():  # warm the page cache and .pyc files
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    times = {name: median_seconds(cmd, args.runs) for name, cmd in cases.items()}
-    base = times["python -c pass (baseline)"]
+    times = {name: median_seconds(cmd, runs) for name, cmd in cases.items()}
+    base = times[BASELINE]
     print("| command | median ms | ratio to bare python |\n|---|---:|---:|")
     for name, seconds in times.items():
         print(f"| {name} | {seconds * 1000:.1f} | {seconds / base:.2f}x |")
+    rows = [row(name, "ms", round(seconds * 1000, 1), round(base * 1000, 1),
+                baseline_label="python -c pass", better="lower")
+            for name, seconds in times.items() if name not in (BASELINE, CLICK)]
+    write_result(args.json, name="startup", title="CLI start-up", rows=rows,
+                 command=command_line("bench_startup.py"),
+                 notes=[f"Median of {runs} runs per command after one untimed run (warm page "
+                        "cache and .pyc files); each as a ratio to a bare interpreter start "
+                        "measured in the same run.",
+                        f"For reference, {CLICK} took {times[CLICK] * 1000:.1f} ms."])
 
 
 if __name__ == "__main__":

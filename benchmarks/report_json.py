@@ -1,0 +1,79 @@
+"""The benchmark JSON interface (see `run_all.py`): rows, and the atomic `--json` writer.
+
+Every script in benchmarks/ keeps its Markdown on stdout and, given `--json PATH`, also writes::
+
+    {"name", "title", "command", "rows": [{"metric", "unit", "hpceval", "baseline",
+     "baseline_label", "ratio", "better", "target", "ok"}], "notes": [...], "series": {...}}
+
+`run_all.py` reads these files; this module is what the scripts written here share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hpceval.results.store import atomic_write_json  # noqa: E402
+
+
+def ratio(value: Any, baseline: Any) -> float | None:
+    """hpceval / baseline when both are numbers and the baseline is not zero."""
+    numeric = (int, float)
+    if isinstance(value, bool) or isinstance(baseline, bool):
+        return None
+    if isinstance(value, numeric) and isinstance(baseline, numeric) and baseline:
+        return round(float(value) / float(baseline), 4)
+    return None
+
+
+def row(metric: str, unit: str, value: Any, baseline: Any = None, *,
+        baseline_label: str | None = None, better: str | None = None,
+        target: str | None = None, ok: bool | None = None,
+        with_ratio: bool = True) -> dict[str, Any]:
+    """One row; `ratio` is computed here so every script computes it the same way."""
+    if better not in (None, "higher", "lower"):
+        raise ValueError(f"better={better!r}: use 'higher', 'lower' or None")
+    return {"metric": metric, "unit": unit, "hpceval": value, "baseline": baseline,
+            "baseline_label": baseline_label,
+            "ratio": ratio(value, baseline) if with_ratio else None,
+            "better": better, "target": target, "ok": ok}
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write the figures as JSON (benchmarks/run_all.py reads it)")
+
+
+def command_line(script: str, argv: list[str] | None = None) -> str:
+    """The command that reproduces this run (without --json, which only picks a file)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--json":
+            skip = True
+            continue
+        if arg.startswith("--json="):
+            continue
+        kept.append(arg)
+    return " ".join([".venv/bin/python", f"benchmarks/{script}", *map(shlex.quote, kept)])
+
+
+def write_result(path: Path | None, *, name: str, title: str, command: str,
+                 rows: list[dict[str, Any]], notes: list[str] | None = None,
+                 series: dict[str, Any] | None = None) -> None:
+    """Write the JSON object atomically (nothing when `path` is None)."""
+    if path is None:
+        return
+    atomic_write_json(path, {"name": name, "title": title, "command": command, "rows": rows,
+                             "notes": list(notes or []), "series": dict(series or {})})
