@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import re
 import shutil
 import sys
 import time
@@ -35,25 +35,31 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.config import load_config
 from hpceval.runs.control import resume_run
 from hpceval.runs.index import find_run
-from hpceval.runs.jobs import read_jobs
-from hpceval.runs.submit import submit_configs
 from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.drill_support import (
+    FINAL,
+    Submitted,
+    answered,
+    hashes_by_job,
+    job_state,
+    oracle_command,
+    status,
+    submit_run,
+    wait_done,
+    wait_for,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 import answer_key
-from lm_eval_env import MODEL, ROOT, TASK_NAME, write_task_dir
+from lm_eval_env import MODEL, TASK_NAME, write_task_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-ORACLE = ROOT / "tests" / "fakes" / "oracle_server.py"
 QUALIFIED = f"lm-eval-upstream.{TASK_NAME}"
 FILTERS = ("strict-match", "flexible-extract")
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-         "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 MAX_RESENT = 0.01  # of the requests earlier jobs had answered
 
 
@@ -78,16 +84,8 @@ class Scenario:
         return self.work / "requests.jsonl"
 
     def server_command(self) -> str:
-        oracle = [sys.executable, str(ORACLE), "--model", MODEL, "--request-log",
-                  str(self.request_log), "--delay", str(self.delay)]
-        command = f"exec {shlex.join(oracle)}"
-        if self.die_after is None:
-            return command
-        if self.die_on is None:
-            return f"{command} --die-after {self.die_after}"
-        # Only the instance whose srun step runs on `die_on` gets the flag.
-        return (f'if [ "${{SLURMD_NODENAME:-}}" = {shlex.quote(self.die_on)} ]; then '
-                f"set -- --die-after {self.die_after}; fi; {command} \"$@\"")
+        return oracle_command(MODEL, self.request_log, delay=self.delay,
+                              die_after=self.die_after, die_on=self.die_on)
 
     def gsm8k(self, name: str = TASK_NAME, **params: Any) -> dict[str, Any]:
         return {"name": f"lm-eval-upstream.{name}", "allow_unlisted": True,
@@ -117,73 +115,11 @@ class Scenario:
         return path
 
 
-@dataclass
-class Submitted:
-    run_dir: Path
-    model_dir: Path
-    first_job: str
-    submitted_at: float  # time.monotonic()
-
-    def jobs(self) -> list[str]:
-        """Every job of the run: the first, resumes, successors the jobs submitted."""
-        return read_jobs(self.run_dir).ids
-
-    def log(self, job_id: str) -> str:
-        path = self.model_dir / f"slurm-{job_id}.log"
-        return path.read_text() if path.exists() else f"<no log {path}>"
-
-    def task_dir(self, key: str = QUALIFIED) -> Path:
-        return self.model_dir / "tasks" / key
-
-
 def submit(client: CommandSlurmClient, scenario: Scenario) -> Submitted:
-    resolved = load_config(scenario.run_file())
-    started = time.monotonic()
-    result = submit_configs(resolved, client, aggregate=False)
-    [job] = result.job_ids
-    [model] = result.models
-    return Submitted(result.run_dir, result.run_dir / "models" / model, job, started)
-
-
-def job_state(client: CommandSlurmClient, job_id: str) -> str | None:
-    record = client.sacct([job_id]).get(job_id)
-    return None if record is None else record.state.split()[0]
-
-
-def wait_done(client: CommandSlurmClient, job_id: str, timeout: float = 180) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job_state(client, job_id)
-        if state in FINAL:
-            return state
-        time.sleep(0.5)
-    client.cancel([job_id])
-    raise AssertionError(f"job {job_id} did not end in {timeout} s")
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
-             interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(interval)
+    return submit_run(client, scenario.run_file())
 
 
 # --- what the server saw -----------------------------------------------------------------------
-
-def answered(request_log: Path) -> list[dict[str, Any]]:
-    """The server's request log: one dict per answered generation request."""
-    if not request_log.exists():
-        return []
-    return [json.loads(line) for line in request_log.read_text().splitlines() if line]
-
-
-def hashes_by_job(request_log: Path) -> dict[str, list[str]]:
-    by_job: dict[str, list[str]] = {}
-    for line in answered(request_log):
-        by_job.setdefault(str(line["job"]), []).append(line["hash"])
-    return by_job
-
 
 @dataclass(frozen=True)
 class Waste:
@@ -354,8 +290,11 @@ class ResumeOutcome:
 
 
 def scancel_then_resume(client: CommandSlurmClient, scenario: Scenario,
-                        runs: list[Submitted] | None = None) -> ResumeOutcome:
-    """Drill (a): submit, scancel once CANCEL_AT answers are logged, resume, wait for the end."""
+                        runs: list[Submitted] | None = None,
+                        on_cancelled: Callable[[Submitted], None] | None = None
+                        ) -> ResumeOutcome:
+    """Drill (a): submit, scancel once CANCEL_AT answers are logged, resume, wait for the end.
+    `on_cancelled` checks the cancelled run before the resume (benchmarks leave it out)."""
     run = submit(client, scenario)
     if runs is not None:
         runs.append(run)
@@ -369,7 +308,9 @@ def scancel_then_resume(client: CommandSlurmClient, scenario: Scenario,
     wait_for(enough, 150, f"{CANCEL_AT} answered requests")
     client.cancel([first])
     assert wait_done(client, first, 60) == "CANCELLED"
-    assert not (run.task_dir() / "done").exists()
+    assert not (run.task_dir(QUALIFIED) / "done").exists()
+    if on_cancelled is not None:
+        on_cancelled(run)
     [entry] = resume_run(find_run(str(run.run_dir)), client)
     state = wait_done(client, entry.id)
     wall = time.monotonic() - run.submitted_at
@@ -383,7 +324,14 @@ def scancel_then_resume(client: CommandSlurmClient, scenario: Scenario,
 def test_a_scancel_mid_run_then_resume(slurm_cluster: CommandSlurmClient, drill_env: Path,
                                        started: list[Submitted]) -> None:
     scenario = Scenario(drill_env / "a", limit=60, parallelism=2, delay=0.2)
-    outcome = scancel_then_resume(slurm_cluster, scenario, started)
+
+    def says_cancelled_mid_task(run: Submitted) -> None:
+        shown = status(run.run_dir)
+        assert shown["state"] == "cancelled", shown
+        assert re.fullmatch(r"cancelled by uid \d+ mid-task \(0/1 tasks done\); "
+                            r"`hpceval resume` continues", shown["reason"]), shown
+
+    outcome = scancel_then_resume(slurm_cluster, scenario, started, says_cancelled_mid_task)
     run, w = outcome.run, outcome.waste
     first, resumed = outcome.jobs
     log = run.log(resumed)
@@ -396,7 +344,9 @@ def test_a_scancel_mid_run_then_resume(slurm_cluster: CommandSlurmClient, drill_
     progress = proxy_progress(run.model_dir)["requests"]
     assert progress["done"] == scenario.limit and progress["failed"] == 0, progress
     assert progress["cached"] == scenario.limit - w.answered[resumed], progress
-    assert_exact_scores(run.task_dir(), scenario.limit, log)
+    assert_exact_scores(run.task_dir(QUALIFIED), scenario.limit, log)
+    shown = status(run.run_dir)
+    assert (shown["state"], shown["models"][0]["attempts"]) == ("done", 2), shown
 
 
 # --- c. a dying instance -----------------------------------------------------------------------
@@ -408,7 +358,7 @@ def test_c_one_of_two_instances_dies_and_the_proxy_routes_around_it(
     state = wait_done(slurm_cluster, run.first_job)
     log = run.log(run.first_job)
     assert state == "COMPLETED", log[-4000:]
-    assert_exact_scores(run.task_dir(), scenario.limit, log)
+    assert_exact_scores(run.task_dir(QUALIFIED), scenario.limit, log)
     lines = answered(scenario.request_log)
     by_node: dict[str, int] = {}
     for line in lines:
@@ -434,8 +384,8 @@ def test_c_a_single_instance_that_dies_fails_the_job_and_keeps_earlier_results(
     assert state == "FAILED", log[-4000:]
     # the earlier task: passed, its results complete and exact
     assert f"task {QUALIFIED}: passed" in log, log[-4000:]
-    assert_exact_scores(run.task_dir(), C1_LIMITS[0], log)
-    assert not (run.task_dir() / "failed.json").exists()
+    assert_exact_scores(run.task_dir(QUALIFIED), C1_LIMITS[0], log)
+    assert not (run.task_dir(QUALIFIED) / "failed.json").exists()
     # the task that lost its server: failed, recorded, not done
     second_key = f"lm-eval-upstream.{TASK_NAME}_b"
     second = run.task_dir(second_key)
@@ -485,4 +435,8 @@ def test_b_walltime_stop_continues_in_a_successor(slurm_cluster: CommandSlurmCli
     assert w.earlier > 0, w
     assert w.resent <= MAX_RESENT * w.earlier, w
     assert w.distinct == scenario.limit, w
-    assert_exact_scores(run.task_dir(), scenario.limit, run.log(jobs[-1]))
+    assert_exact_scores(run.task_dir(QUALIFIED), scenario.limit, run.log(jobs[-1]))
+    shown = status(run.run_dir)  # the whole chain is followed, through to its last job
+    [model] = shown["models"]
+    assert (shown["state"], model["attempts"], model["job_id"]) == ("done", len(jobs),
+                                                                    jobs[-1]), shown

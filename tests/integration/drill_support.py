@@ -1,0 +1,157 @@
+"""Shared by the fault drills on the real Slurm dev cluster (test_resume_drills.py,
+test_fault_drills_slurm.py): submit a run, wait on its jobs, read the oracle server's request
+log, ask `hpceval status` what it says, and prove that finished results were not touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpceval.config import load_config
+from hpceval.runs.jobs import read_jobs
+from hpceval.runs.submit import submit_configs
+from hpceval.slurm.client import CommandSlurmClient
+
+ROOT = Path(__file__).resolve().parents[2]
+ORACLE = ROOT / "tests" / "fakes" / "oracle_server.py"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+# --- a submitted run ---------------------------------------------------------------------------
+
+@dataclass
+class Submitted:
+    run_dir: Path
+    model_dir: Path
+    first_job: str
+    submitted_at: float  # time.monotonic()
+
+    def jobs(self) -> list[str]:
+        """Every job of the run: the first, resumes, successors the jobs submitted."""
+        return read_jobs(self.run_dir).ids
+
+    def log(self, job_id: str) -> str:
+        path = self.model_dir / f"slurm-{job_id}.log"
+        return path.read_text() if path.exists() else f"<no log {path}>"
+
+    def task_dir(self, key: str) -> Path:
+        return self.model_dir / "tasks" / key
+
+
+def submit_run(client: CommandSlurmClient, run_file: Path) -> Submitted:
+    """`hpceval run` of a single-model run file, through the same code path."""
+    resolved = load_config(run_file)
+    started = time.monotonic()
+    result = submit_configs(resolved, client, aggregate=False)
+    [job] = result.job_ids
+    [model] = result.models
+    return Submitted(result.run_dir, result.run_dir / "models" / model, job, started)
+
+
+def job_state(client: CommandSlurmClient, job_id: str) -> str | None:
+    record = client.sacct([job_id]).get(job_id)
+    return None if record is None else record.state.split()[0]
+
+
+def wait_done(client: CommandSlurmClient, job_id: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(client, job_id)
+        if state in FINAL:
+            return state
+        time.sleep(0.5)
+    client.cancel([job_id])
+    raise AssertionError(f"job {job_id} did not end in {timeout} s")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
+             interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(interval)
+
+
+# --- the oracle server -------------------------------------------------------------------------
+
+def oracle_command(model: str, request_log: Path, *, delay: float = 0.0,
+                   die_after: int | None = None, die_on: str | None = None) -> str:
+    """A `command` deployment running tests/fakes/oracle_server.py; `die_after` answers, then
+    the instance exits (status 3): every instance, or only the one on node `die_on`."""
+    oracle = [sys.executable, str(ORACLE), "--model", model, "--request-log",
+              str(request_log), "--delay", str(delay)]
+    command = f"exec {shlex.join(oracle)}"
+    if die_after is None:
+        return command
+    if die_on is None:
+        return f"{command} --die-after {die_after}"
+    # Only the instance whose srun step runs on `die_on` gets the flag.
+    return (f'if [ "${{SLURMD_NODENAME:-}}" = {shlex.quote(die_on)} ]; then '
+            f"set -- --die-after {die_after}; fi; {command} \"$@\"")
+
+
+def answered(request_log: Path) -> list[dict[str, Any]]:
+    """The server's request log: one dict per answered generation request."""
+    if not request_log.exists():
+        return []
+    return [json.loads(line) for line in request_log.read_text().splitlines() if line]
+
+
+def hashes_by_job(request_log: Path) -> dict[str, list[str]]:
+    by_job: dict[str, list[str]] = {}
+    for line in answered(request_log):
+        by_job.setdefault(str(line["job"]), []).append(line["hash"])
+    return by_job
+
+
+# --- what hpceval says -------------------------------------------------------------------------
+
+def hpceval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it (this process's environment: caches, catalogue, PATH)."""
+    return subprocess.run([sys.executable, "-m", "hpceval", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, env=dict(os.environ))
+
+
+def status(run_dir: Path) -> dict[str, Any]:
+    """`hpceval status --json RUN` for one run."""
+    done = hpceval("status", "--json", str(run_dir))
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(done.stdout)
+    assert isinstance(run, dict)
+    return run
+
+
+# --- finished results stay as they were -----------------------------------------------------------
+
+Snapshot = dict[str, tuple[str, int]]  # path under the model dir -> (sha256, mtime_ns)
+
+
+def snapshot_done(model_dir: Path) -> Snapshot:
+    """Every file of every finished task (those with a `done` marker)."""
+    out: Snapshot = {}
+    for done in sorted(model_dir.glob("tasks/*/done")):
+        for path in sorted(p for p in done.parent.rglob("*") if p.is_file()):
+            st = path.stat()
+            out[str(path.relative_to(model_dir))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(), st.st_mtime_ns)
+    return out
+
+
+def assert_untouched(before: Snapshot, model_dir: Path, keys: Sequence[str] = ()) -> None:
+    """The files `before` listed have the same bytes and mtime now; `keys` must be among them."""
+    for key in keys:
+        assert any(p.startswith(f"tasks/{key}/") for p in before), (key, sorted(before))
+    after = snapshot_done(model_dir)
+    changed = {p: (v, after.get(p)) for p, v in before.items() if after.get(p) != v}
+    assert not changed, f"finished results changed: {changed}"

@@ -1,0 +1,366 @@
+"""Scheduler-level fault drills (issue 7) on the real Slurm dev cluster.
+
+Each drill breaks a run the way a cluster does, then checks three things: what
+`hpceval status` says (state AND reason, from the CLI), that no finished task's files changed
+(bytes and mtime, before and after), and that `hpceval resume` finishes the run.
+
+1. the job is cancelled while queued (submitted with --hold, scancel while PENDING);
+2. the job is cancelled while its model server loads (the server sleeps before it serves);
+3. the job is cancelled mid-task, then two users resume the run at the same moment: one
+   successor job, the other resume is told "already resumed as job N";
+4. node3's slurmd and the job's processes on it are killed: NODE_FAIL.
+
+The lm-eval drills (scancel mid-run with real scores, the walltime chain, dying instances) are
+in test_resume_drills.py. Here a cheap host harness (curl + a few lines of Python) talks to the
+oracle server (tests/fakes/oracle_server.py) behind a `command` deployment, so each drill takes
+seconds, not minutes. Task `hold` answers one request, then on its first run only (a marker
+file) waits ten minutes: the interruption always falls inside it, and the resumed job
+finishes it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.drill_support import (
+    Submitted,
+    assert_untouched,
+    hpceval,
+    oracle_command,
+    snapshot_done,
+    status,
+    submit_run,
+    wait_done,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+MODEL = "oracle"
+QUICK, HOLD = "drill-harness.quick", "drill-harness.hold"
+RESUMED = "`hpceval resume` continues"
+DRILL_NODE = "node3"  # alone in partition "drill": killing its slurmd touches no other job
+SLURMD_PID = Path(f"/run/slurm/slurmd-{DRILL_NODE}.pid")
+CLUSTER_LOCK = Path("/run/hpceval-slurm-cluster.lock")  # scripts/slurm/start-cluster.sh's
+SCORE = ("import json, sys; d = sys.argv[1]; r = json.load(open(d + '/response.json')); "
+         "a = r['choices'][0]['message']['content']; "
+         "json.dump({'results': {sys.argv[2]: {'answered,none': float(bool(a))}}}, "
+         "open(d + '/results_0.json', 'w'))")
+CATALOGUE = """\
+schema: 1
+harness:
+  name: drill-harness
+  description: one chat request with curl, scored; `hold` then waits on its first run
+  runtime: host
+  parser: lm_eval
+  default_endpoint_type: chat
+  command: |
+    {%- set rest = '", "messages": [{"role": "user", "content": "What is 2+2?"}]}' -%}
+    {%- set body = '{"model": "' ~ model_id ~ rest -%}
+    curl -sf -H 'Content-Type: application/json' -d {{ body | q }} {{ endpoint_url | q }} \\
+      -o {{ output_dir | q }}/response.json || exit 3
+    {% if task.task_id == "hold" -%}
+    {%- set marker = params.extra.marker | q %}
+    if [ ! -e {{ marker }} ]; then touch {{ marker }}; sleep 600; fi
+    {% endif -%}
+    python3 -c {{ score | q }} {{ output_dir | q }} {{ task.name | q }}
+tasks:
+  - {name: quick, task_id: quick, endpoint_type: chat, description: one request}
+  - {name: hold, task_id: hold, endpoint_type: chat, description: "one request, then waits once"}
+""".replace("{{ score | q }}", shlex.quote(SCORE))
+
+
+class HoldingClient(CommandSlurmClient):
+    """Submits with --hold: the job stays PENDING (JobHeldUser) until the drill cancels it.
+    Only the first submission goes through it; `resume` uses a plain client, so the resumed
+    job runs the same script unheld."""
+
+    def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
+               dependency: str | None = None) -> str:
+        return super().submit(script_path, extra_args=["--hold", *extra_args],
+                              dependency=dependency)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Iterator[Path]:
+    """The drill's own catalogue and caches (the nodes are this machine: tmp is shared)."""
+    (tmp_path / "catalogue").mkdir()
+    (tmp_path / "catalogue" / "drill.yaml").write_text(CATALOGUE)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
+    for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR"):
+        mp.setenv(name, str(tmp_path / name.lower()))
+    for name in ("HPCEVAL_PROFILE", "HPCEVAL_OUTPUT_DIRS"):
+        mp.delenv(name, raising=False)
+    yield tmp_path
+    mp.undo()
+
+
+@pytest.fixture
+def runs(slurm_cluster: CommandSlurmClient) -> Iterator[list[Submitted]]:
+    """Every job of the drill's runs (resumes too) is cancelled at the end, pass or fail."""
+    started: list[Submitted] = []
+    try:
+        yield started
+    finally:
+        slurm_cluster.cancel([j for run in started for j in run.jobs()])
+
+
+def run_file(work: Path, tasks: Sequence[str], *, partition: str | None = None,
+             load_once_s: int = 0) -> Path:
+    """One model, tasks of the drill harness; `load_once_s`: the server's first start sleeps
+    that long before serving (a model load), later starts serve at once."""
+    command = oracle_command(MODEL, work / "requests.jsonl")
+    if load_once_s:
+        marker = shlex.quote(str(work / "loaded-once"))
+        command = f"[ -e {marker} ] || {{ touch {marker}; sleep {load_once_s}; }}; {command}"
+    execution: dict[str, Any] = {"nodes": 1, "gpus_per_node": 0, "walltime": "00:15:00",
+                                 "output_dir": str(work / "runs")}
+    if partition:
+        execution["partition"] = partition
+    marker = str(work / "held-once")
+    run = {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
+        "execution": execution,
+        "deployment": {"served_model_name": MODEL, "health_timeout": 300, "command": command},
+        "evaluation": {"tasks": [{"name": f"drill-harness.{t}",
+                                  "params": {"extra": {"marker": marker}}} for t in tasks]},
+    }
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    return path
+
+
+def holding(run: Submitted, work: Path) -> bool:
+    """`quick` is done and `hold` has its answer (the server answers) and now waits."""
+    return (run.task_dir(QUICK) / "done").exists() and (work / "held-once").exists()
+
+
+def resume_and_finish(client: CommandSlurmClient, run: Submitted, tasks: Sequence[str]
+                      ) -> str:
+    """`hpceval resume RUN` (the CLI); the resumed job completes and every task is done."""
+    done = hpceval("resume", str(run.run_dir))
+    assert done.returncode == 0, done.stderr
+    match = re.search(r"resumed as slurm job (\d+)", done.stdout)
+    assert match, done.stdout
+    job = match.group(1)
+    assert run.jobs()[-1] == job
+    assert wait_done(client, job, 120) == "COMPLETED", run.log(job)[-3000:]
+    assert_finished(run, tasks, attempts=len(run.jobs()))
+    return job
+
+
+def assert_finished(run: Submitted, tasks: Sequence[str], attempts: int) -> None:
+    shown = status(run.run_dir)
+    [model] = shown["models"]
+    assert (shown["state"], model["attempts"]) == ("done", attempts), shown
+    for key in (f"drill-harness.{t}" for t in tasks):
+        result = json.loads((run.task_dir(key) / "results.json").read_text())
+        [metric] = result["metrics"]
+        assert (metric["name"], metric["value"]) == ("answered", 1.0), result
+
+
+def assert_status(run: Submitted, state: str, reason: str) -> dict[str, Any]:
+    """`hpceval status` shows `state`, and a reason that matches the regex `reason`."""
+    shown = status(run.run_dir)
+    assert shown["state"] == state and re.fullmatch(reason, shown["reason"]), shown
+    return shown
+
+
+# --- 1. cancelled while queued ------------------------------------------------------------------
+
+def test_cancelled_while_queued(slurm_cluster: CommandSlurmClient, work: Path,
+                                runs: list[Submitted]) -> None:
+    run = submit_run(HoldingClient(), run_file(work, ["quick"]))
+    runs.append(run)
+    wait_for(lambda: status(run.run_dir)["state"] == "queued", 30, "sacct to list it queued",
+             interval=1.0)
+    assert_status(run, "queued", "held by user")
+    slurm_cluster.cancel([run.first_job])
+    assert wait_done(slurm_cluster, run.first_job, 30) == "CANCELLED"
+    assert_status(run, "cancelled", rf"cancelled by uid \d+ while queued \(it never started\); "
+                                    rf"{re.escape(RESUMED)}")
+    assert not (run.model_dir / f"slurm-{run.first_job}.log").exists()
+    resume_and_finish(slurm_cluster, run, ["quick"])
+
+
+# --- 2. cancelled while the model server loads --------------------------------------------------
+
+def test_cancelled_while_the_server_loads(slurm_cluster: CommandSlurmClient, work: Path,
+                                          runs: list[Submitted]) -> None:
+    run = submit_run(slurm_cluster, run_file(work, ["quick"], load_once_s=300))
+    runs.append(run)
+    # in the health wait: the job polls a server that sleeps before it serves
+    wait_for(lambda: "waiting up to" in run.log(run.first_job)
+             and (work / "loaded-once").exists(), 60, "the health wait", interval=0.5)
+    slurm_cluster.cancel([run.first_job])
+    assert wait_done(slurm_cluster, run.first_job, 30) == "CANCELLED"
+    assert_status(run, "cancelled", rf"cancelled by uid \d+ while the model server was loading "
+                                    rf"\(no task had started\); {re.escape(RESUMED)}")
+    assert "all instances ready" not in run.log(run.first_job)
+    resume_and_finish(slurm_cluster, run, ["quick"])
+
+
+# --- 3. cancelled mid-task, then two users resume at once ---------------------------------------
+
+def test_cancelled_mid_task_then_two_resumes_at_once(slurm_cluster: CommandSlurmClient,
+                                                     work: Path, runs: list[Submitted]) -> None:
+    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"]))
+    runs.append(run)
+    wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
+    before = snapshot_done(run.model_dir)
+    slurm_cluster.cancel([run.first_job])
+    assert wait_done(slurm_cluster, run.first_job, 30) == "CANCELLED"
+    shown = assert_status(run, "cancelled", rf"cancelled by uid \d+ mid-task \(1/2 tasks done\); "
+                                            rf"{re.escape(RESUMED)}")
+    assert [t["state"] for t in shown["models"][0]["tasks"]] == ["done", "cancelled"], shown
+
+    # Two users, two processes, one moment: both pass the run's state check unless the
+    # resume lock serialises them.
+    command = [sys.executable, "-m", "hpceval", "resume", str(run.run_dir)]
+    both = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outputs = [(p.wait(120), *p.communicate()) for p in both]
+    ok = [out for rc, out, _ in outputs if rc == 0]
+    refused = [err for rc, _, err in outputs if rc != 0]
+    assert len(ok) == 1 and len(refused) == 1, outputs
+    match = re.search(r"resumed as slurm job (\d+)", ok[0])
+    assert match, ok
+    job = match.group(1)
+    assert f"already resumed as job {job}" in refused[0], refused
+    assert run.jobs() == [run.first_job, job]  # exactly one successor
+    assert wait_done(slurm_cluster, job, 120) == "COMPLETED", run.log(job)[-3000:]
+    assert f"task {QUICK}: done in an earlier job, skipped" in run.log(job)
+    assert_finished(run, ["quick", "hold"], attempts=2)
+    assert_untouched(before, run.model_dir, [QUICK])
+
+
+# --- 4. a node dies: NODE_FAIL ------------------------------------------------------------------
+
+def job_processes(job_id: str) -> list[int]:
+    """Every process of a job on this machine (all the dev cluster's nodes are local): its
+    slurmstepds ("slurmstepd: [<id>.batch]", "[<id>.0]", ...) and all that run with
+    SLURM_JOB_ID=<id> (the job script, srun, the server, the proxy, the harness)."""
+    stepd = f"slurmstepd: [{job_id}.".encode()
+    env = f"\0SLURM_JOB_ID={job_id}\0".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = b"\0" + (proc / "environ").read_bytes() + b"\0"
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        if cmdline.startswith(stepd) or env in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def kill_node(job_id: str) -> int:
+    """What a node crash does to a job: slurmd and every process of the job die at once, with
+    no chance to clean up (SIGKILL). Returns how many of the job's processes were killed."""
+    assert job_processes(job_id), f"no process of job {job_id} found"
+    os.kill(int(SLURMD_PID.read_text().strip()), signal.SIGKILL)
+    killed = 0
+    for _ in range(20):  # a process may fork while we kill: repeat until none is left
+        left = job_processes(job_id)
+        if not left:
+            return killed
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"processes of job {job_id} survive SIGKILL: {job_processes(job_id)}")
+
+
+def node_state() -> str:
+    done = subprocess.run(["sinfo", "-h", "-N", "-n", DRILL_NODE, "-o", "%T"],
+                          capture_output=True, text=True, timeout=20, check=False)
+    return done.stdout.split()[0] if done.stdout.split() else "?"
+
+
+def restore_node() -> None:
+    """slurmd back on node3, started as scripts/slurm/start-cluster.sh starts it (own UTS
+    namespace, under the script's lock, without inheriting the lock), and node3 usable again
+    (ReturnToService=2 returns it once slurmd registers; else `scontrol update ... resume`).
+    Only this slurmd: the script itself would also apply any slurm.conf change in the
+    working tree, restarting daemons other people's jobs depend on."""
+    import fcntl
+
+    alive = SLURMD_PID.exists() and Path(f"/proc/{SLURMD_PID.read_text().strip()}").exists()
+    if not alive:
+        with CLUSTER_LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subprocess.run(["unshare", "--uts", "sh", "-c",
+                            f"hostname {DRILL_NODE} && exec /usr/sbin/slurmd -N {DRILL_NODE}"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                           check=True, close_fds=True)
+    deadline = time.monotonic() + 90
+    while node_state().rstrip("*~#") not in ("idle", "mixed", "allocated", "completing"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{DRILL_NODE} stays {node_state()} after its slurmd restart")
+        if node_state().startswith(("down", "drain", "fail")):
+            subprocess.run(["scontrol", "update", f"nodename={DRILL_NODE}", "state=resume"],
+                           capture_output=True, timeout=20, check=False)
+        time.sleep(1)
+
+
+def others_on_drill_node(mine: str = "") -> list[str]:
+    """Jobs that run on node3, or wait for a partition that holds it (drill, and lowprio for
+    the preemption drills): a node failure would fail them too, and our job in "drill" would
+    preempt a "lowprio" one."""
+    parts = subprocess.run(["sinfo", "-h", "-n", DRILL_NODE, "-o", "%R"], capture_output=True,
+                           text=True, timeout=20, check=False).stdout.split()
+    done = subprocess.run(["squeue", "-h", "-o", "%i %P %N"], capture_output=True, text=True,
+                          timeout=20, check=False)
+    return [line.split()[0] for line in done.stdout.splitlines()
+            if line.split()[0] != mine and (line.split()[1] in parts or DRILL_NODE in line)]
+
+
+def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
+                      runs: list[Submitted]) -> None:
+    # Other drills' jobs on node3 would fail with ours: let them end first (bounded).
+    wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
+    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill"))
+    runs.append(run)
+    try:
+        # the server is answering: `quick` is done and `hold` got its answer
+        wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
+        assert_status(run, "running", "")
+        before = snapshot_done(run.model_dir)
+        assert not others_on_drill_node(run.first_job)  # none came meanwhile (or it fails too)
+        killed_at = time.monotonic()
+        assert kill_node(run.first_job) >= 3  # stepds, job script, server, harness...
+        # SlurmdTimeout=30: the controller gives node3 up after 30-40 s and fails its job
+        assert wait_done(slurm_cluster, run.first_job, 120) == "NODE_FAIL"
+        detected_s = time.monotonic() - killed_at
+        assert_status(run, "failed", rf"node failure \(NODE_FAIL\) on {DRILL_NODE}; "
+                                     rf"{re.escape(RESUMED)}")
+        assert run.jobs() == [run.first_job]  # --no-requeue: Slurm does not rerun it itself
+        assert "#SBATCH --no-requeue" in (run.run_dir / "job.sbatch").read_text()
+        assert_untouched(before, run.model_dir, [QUICK])
+    finally:
+        restore_node()
+    # the resumed job goes to the same partition, "drill": node3 again, now restored
+    job = resume_and_finish(slurm_cluster, run, ["quick", "hold"])
+    assert_untouched(before, run.model_dir, [QUICK])
+    print(f"NODE_FAIL seen {detected_s:.0f} s after the kill; resumed as job {job}")
+
