@@ -70,6 +70,7 @@ class _Builder:
 
     def convert(self, tp: Any, value: Any, path: str, meta: Any = None) -> Any:
         if tp is Any:  # free-form values (sbatch_extra_flags, params.extra): null is meaningful
+            self.no_nul(value, path)
             return value
         origin = get_origin(tp)
         if origin in (Union, types.UnionType):
@@ -100,8 +101,24 @@ class _Builder:
             if not isinstance(value, dict):
                 self.fail(path, f"expected a mapping, got {_kind(value)}", "write {key: value}")
                 return {}
+            for k in value:
+                self.no_nul(str(k), f"{path}.{k}")
             return {str(k): self.convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+        if isinstance(value, str):
+            self.no_nul(value, path)
         return self.scalar(tp, value, path, meta)
+
+    def no_nul(self, value: Any, path: str) -> None:
+        """bash cannot hold NUL (it would cut the value short): refused where it is written."""
+        if isinstance(value, str) and "\x00" in value:
+            self.fail(path, "contains a NUL character", "remove it")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.no_nul(str(k), f"{path}.{k}")
+                self.no_nul(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.no_nul(v, f"{path}[{i}]")
 
     def scalar(self, tp: Any, value: Any, path: str, meta: Any) -> Any:
         if tp is Any:

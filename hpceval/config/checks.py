@@ -111,6 +111,35 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("deployment.port", f"{dep.port} leaves no room for instance ports",
                           "use a port below 65000")
     yield from _env_issues(spec, environ)
+    yield from _word_issues(spec)
+
+
+# Values that become a word of a server's or harness's command line, or a directory name.
+_ARGUMENT_KEYS = ("deployment.served_model_name", "deployment.checkpoint_path",
+                  "deployment.hf_model_handle", "target.api_endpoint.model_id")
+_MAX_NAME = 200  # the model's name is also its directory name under the run directory
+
+
+def _word_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    for path in _ARGUMENT_KEYS:
+        section, _, key = path.rpartition(".")
+        value = getattr(spec.target.api_endpoint if section.startswith("target")
+                        else spec.deployment, key)
+        if isinstance(value, str) and value.startswith("-"):
+            # `vllm serve --help` or `--served-model-name --help` would read it as an option.
+            yield ConfigIssue(path, f"{value[:80]!r} starts with '-', so servers and harnesses "
+                              "would read it as an option", "remove the leading dash")
+        if path.endswith(("served_model_name", "model_id")) and len(value or "") > _MAX_NAME:
+            yield ConfigIssue(path, f"is {len(value or '')} characters long, more than a "
+                              "directory name can hold", f"use at most {_MAX_NAME} characters")
+    paths = [(path, getattr(getattr(spec, path.partition(".")[0]), path.partition(".")[2]))
+             for path in PATH_KEYS]
+    paths += [(f"evaluation.tasks.{t.name}.container", t.container)
+              for t in spec.evaluation.tasks]
+    for path, value in paths:
+        if isinstance(value, str) and any(len(part.encode()) > 255 for part in value.split("/")):
+            yield ConfigIssue(path, "has a folder or file name longer than 255 bytes, which "
+                              "file systems refuse", "use shorter names")
 
 
 def task_issues(spec: RunSpec) -> Iterator[ConfigIssue]:

@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def one_line(text: str) -> str:
+    """Non-printable characters (newlines, NUL, bidi marks) as escapes: a value or key quoted
+    in a message can neither continue it on a new line nor reorder what the terminal shows."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 @dataclass(frozen=True)
 class ConfigIssue:
     """One problem in a run configuration."""
@@ -15,7 +23,7 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message
-        return f"{text} (fix: {self.fix})" if self.fix else text
+        return one_line(f"{text} (fix: {self.fix})" if self.fix else text)
 
 
 class ConfigError(Exception):
