@@ -87,6 +87,11 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         if not FLAG_NAME.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",
                               "write the long name without dashes, e.g. mail-type")
+    if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:
+        # The URL is written into the job script and its logs; a password there is stored.
+        yield ConfigIssue("target.api_endpoint.url", "carries a user:password@ part",
+                          "remove it from the URL and set target.api_endpoint.api_key_name to "
+                          "the NAME of the variable holding the key")
     if dep.type == "none" and not ep.url:
         yield ConfigIssue("target.api_endpoint.url", "required when deployment.type is none",
                           "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
