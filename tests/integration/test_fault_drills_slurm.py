@@ -338,7 +338,9 @@ def others_on_drill_node(mine: str = "") -> list[str]:
 def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
                       runs: list[Submitted]) -> None:
     # Other drills' jobs on node3 would fail with ours: let them end first (bounded).
+    waited = time.monotonic()
     wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
+    waited = time.monotonic() - waited
     run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill"))
     runs.append(run)
     try:
@@ -362,5 +364,6 @@ def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
     # the resumed job goes to the same partition, "drill": node3 again, now restored
     job = resume_and_finish(slurm_cluster, run, ["quick", "hold"])
     assert_untouched(before, run.model_dir, [QUICK])
-    print(f"NODE_FAIL seen {detected_s:.0f} s after the kill; resumed as job {job}")
+    print(f"\nnode3 free after {waited:.0f} s; NODE_FAIL {detected_s:.0f} s after the kill; "
+          f"resumed as job {job}")
 
