@@ -3,19 +3,19 @@
     .venv/bin/python benchmarks/nemo_compare.py [--json out.json] [--repeat 3]
 
 The launcher (PyPI `nemo-evaluator-launcher`, pinned below) goes into its own venv, created by
-this script on first use (benchmarks/.venv-nemo, git-ignored; about 1 minute and 440 MB with
+this script on first use (benchmarks/.venv-nemo, git-ignored; 1-2 minutes and 440 MB with
 PyPI reachable) and reused while it holds the pinned version. It is never a dependency of
 hpceval. Timed figures are the median of --repeat whole-process runs of each CLI, both in a
 clean HOME; structural figures are counted in the scripts each tool renders for
 benchmarks/configs/{hpceval,nemo}/ (benchmarks/nemo_structure.py says how). Nothing is
 submitted and no cluster is needed. If the launcher cannot be installed, its column is null
-with the reason, never a guess.
+with the reason, never a guess. Once the venv exists: about 2 minutes on a 2-core VM under load
+average 5 (the launcher's dry-runs are most of it; the structural ones run side by side).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -33,6 +33,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from nemo_structure import Structure, hpceval_structure, nel_structure  # noqa: E402
+from report_json import add_json_option, command_line, row, write_result  # noqa: E402
 
 PIN = "0.2.6"  # the version these configs and nemo_structure.py's patterns were checked with
 PACKAGE = "nemo-evaluator-launcher"
@@ -41,19 +42,13 @@ DEFAULT_VENV = HERE / ".venv-nemo"
 NETWORK_WORDS = ("connection", "network", "resolve", "timed out", "unreachable", "urlopen")
 
 
-@dataclass
-class Row:
-    metric: str
-    unit: str
-    hpceval: float | int | str | None
-    baseline: float | int | str | None
-    better: str | None = "lower"
-    ratio: float | None = None
+Row = dict[str, Any]
 
-    def __post_init__(self) -> None:
-        numbers = all(isinstance(v, int | float) for v in (self.hpceval, self.baseline))
-        if numbers and self.better and self.baseline:
-            self.ratio = round(float(self.hpceval) / float(self.baseline), 3)  # type: ignore[arg-type]
+
+def pair(metric: str, unit: str, hpceval: Any, launcher: Any, better: str | None = "lower"
+         ) -> Row:
+    """One row; its baseline_label is set once the launcher's version is known."""
+    return row(metric, unit, hpceval, launcher, better=better, with_ratio=better is not None)
 
 
 @dataclass
@@ -81,7 +76,7 @@ def ensure_launcher(venv: Path, install: bool) -> Launcher:
         return Launcher(venv / "bin", PIN)
     if not install:
         return Launcher(None, None, f"{PACKAGE}=={PIN} is not in {venv} (--no-install given)")
-    print(f"installing {PACKAGE}=={PIN} into {venv} (about 1 minute, 440 MB) ...",
+    print(f"installing {PACKAGE}=={PIN} into {venv} (1-2 minutes, 440 MB) ...",
           file=sys.stderr)
     start = time.perf_counter()
     steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
@@ -188,31 +183,31 @@ def measure(repeat: int, render_repeat: int, launcher: Launcher, home: Path
     bare = both([sys.executable, "-c", "pass"],
                 [str(nel / "python"), "-c", "pass"] if nel else None, warm=True)
     helps = both([*hpc_cli, "--help"], [*nel_cli, "--help"] if nel_cli else None, warm=True)
-    rows.append(Row("CLI start-up: `--help`", "s", helps[0].seconds,
+    rows.append(pair("CLI start-up: `--help`", "s", helps[0].seconds,
                     helps[1].seconds if helps[1] else None))
-    rows.append(Row("bare interpreter: `python -c pass` of each venv", "s", bare[0].seconds,
+    rows.append(pair("bare interpreter: `python -c pass` of each venv", "s", bare[0].seconds,
                     bare[1].seconds if bare[1] else None))
     def over_bare(i: int) -> float | None:
         h, b = helps[i], bare[i]
         return round(h.seconds / b.seconds, 2) if h and b and h.seconds and b.seconds else None
 
-    rows.append(Row("`--help` as a multiple of its own venv's bare interpreter", "x",
+    rows.append(pair("`--help` as a multiple of its own venv's bare interpreter", "x",
                     over_bare(0), over_bare(1)))
 
     run7 = both([*hpc_cli, "submit", "--dry-run", str(CONFIGS / "hpceval" / "run7.yaml")],
                 [*nel_cli, "run", "--config", str(CONFIGS / "nemo" / "run7.yaml"), "--dry-run"]
                 if nel_cli else None, runs=render_repeat)
-    rows.append(Row("validate + render a 7-task Slurm run (`submit --dry-run` / `run --dry-run`)",
+    rows.append(pair("validate + render a 7-task Slurm run (`submit --dry-run` / `run --dry-run`)",
                     "s", run7[0].seconds, run7[1].seconds if run7[1] else None))
 
     ls = both([*hpc_cli, "ls", "tasks"], [*nel_cli, "ls", "tasks"] if nel_cli else None)
     nel_ls: float | str | None = ls[1].seconds if ls[1] else None
     if ls[1] and needs_network(ls[1].problem):
         nel_ls = "needs network"
-    rows.append(Row("`ls tasks`", "s", ls[0].seconds, nel_ls))
-    rows.append(Row("tasks listed by `ls tasks`", "",
-                    count_tasks(ls[0].stdout, r"^(\d+) tasks in \d+ harness"),
-                    count_tasks(ls[1].stdout, r"^\s*(\d+) tasks available") if ls[1] else None,
+    rows.append(pair("`ls tasks`", "s", ls[0].seconds, nel_ls))
+    rows.append(pair("tasks listed by `ls tasks`", "",
+                    count_tasks(ls[0].stdout, r"^(\d+) tasks? in \d+ harness"),
+                    count_tasks(ls[1].stdout, r"^\s*(\d+) tasks? available") if ls[1] else None,
                     better=None))
     if nel and run7[1] and run7[1].seconds:
         seven = nel_structure([run7[1].stdout])
@@ -238,25 +233,31 @@ def structural_rows(nel: Path | None, env: dict[str, str], notes: list[str]) -> 
             nel_sweep = nel_structure([t for t in texts[:-2] if t])
         nel_dp = nel_structure([texts[-2]]) if texts[-2] else None
         nel_no_dp = nel_structure([texts[-1]]) if texts[-1] else None
+        if nel_no_dp:
+            notes.append(f"DP size not written (nemo/dp2x8_no_dp.yaml): the launcher's dry-run "
+                         f"exits 0 and renders {nel_no_dp.gpus_serving} of "
+                         f"{nel_no_dp.gpus_allocated} allocated GPUs serving; hpceval has no DP "
+                         "key to forget (it tiles the allocation, and refuses a TP x PP that "
+                         "would leave GPUs idle)")
 
-    def pair(metric: str, hpc: Structure, other: Structure | None, attr: str) -> Row:
-        return Row(metric, "", getattr(hpc, attr), getattr(other, attr) if other else None)
+    def counted(metric: str, hpc: Structure, other: Structure | None, attr: str) -> Row:
+        return pair(metric, "", getattr(hpc, attr), getattr(other, attr) if other else None)
 
     sweep = "3 models x 5 tasks"
     dp = "2 nodes x 8 GPUs, TP=2, data parallel"
     return [
-        pair(f"{sweep}: sbatch calls at submit", hpc_sweep, nel_sweep, "submit_sbatch"),
-        pair(f"{sweep}: jobs the scheduler starts", hpc_sweep, nel_sweep, "jobs"),
-        pair(f"{sweep}: sbatch calls every job makes when it starts", hpc_sweep, nel_sweep,
-             "start_sbatch"),
-        pair(f"{sweep}: model loads (server starts)", hpc_sweep, nel_sweep, "server_starts"),
-        pair(f"{dp}: GPUs allocated", hpc_dp, nel_dp, "gpus_allocated"),
-        Row(f"{dp}: GPUs serving requests", "", hpc_dp.gpus_serving,
-            nel_dp.gpus_serving if nel_dp else None, better="higher"),
-        Row(f"{dp}: model replicas", "", hpc_dp.replicas, nel_dp.replicas if nel_dp else None,
-            better="higher"),
-        Row(f"{dp}, DP size not written: GPUs serving requests", "", hpc_dp.gpus_serving,
-            nel_no_dp.gpus_serving if nel_no_dp else None, better="higher"),
+        counted(f"{sweep}: sbatch calls at submit", hpc_sweep, nel_sweep, "submit_sbatch"),
+        counted(f"{sweep}: jobs the scheduler starts", hpc_sweep, nel_sweep, "jobs"),
+        counted(f"{sweep}: sbatch calls every job makes when it starts", hpc_sweep, nel_sweep,
+                "start_sbatch"),
+        counted(f"{sweep}: model loads (server starts)", hpc_sweep, nel_sweep, "server_starts"),
+        counted(f"{dp}: GPUs allocated", hpc_dp, nel_dp, "gpus_allocated"),
+        pair(f"{dp}: GPUs serving requests", "", hpc_dp.gpus_serving,
+             nel_dp.gpus_serving if nel_dp else None, better="higher"),
+        pair(f"{dp}: model replicas", "", hpc_dp.replicas, nel_dp.replicas if nel_dp else None,
+             better="higher"),
+        pair(f"{dp}, DP size not written: GPUs serving requests", "", hpc_dp.gpus_serving,
+             nel_no_dp.gpus_serving if nel_no_dp else None, better="higher"),
     ]
 
 
@@ -269,40 +270,35 @@ def fmt(value: float | int | str | None) -> str:
 def markdown(rows: list[Row], label: str, notes: list[str]) -> str:
     lines = [f"| metric | unit | hpceval | {label} | ratio (hpceval / launcher) |",
              "|---|---|---:|---:|---:|"]
-    lines += [f"| {r.metric} | {r.unit} | {fmt(r.hpceval)} | {fmt(r.baseline)} | "
-              f"{fmt(r.ratio)} |" for r in rows]
+    lines += [f"| {r['metric']} | {r['unit']} | {fmt(r['hpceval'])} | {fmt(r['baseline'])} | "
+              f"{fmt(r['ratio'])} |" for r in rows]
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, help="also write the rows here (benchmarks JSON)")
+    add_json_option(parser)
     parser.add_argument("--repeat", type=int, default=3,
                         help="whole-process runs per timed figure; the median is kept")
     parser.add_argument("--render-repeat", type=int, default=1,
                         help="runs of the timed 7-task dry-run (the launcher's takes 20-60 s)")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV,
                         help="the launcher's own venv (created if missing)")
+    parser.add_argument("--quick", action="store_true", help="one run per timed figure")
     parser.add_argument("--no-install", action="store_true",
                         help="never pip-install the launcher; its column is null if absent")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat = 1
     if min(args.repeat, args.render_repeat) < 1:
         parser.error("--repeat and --render-repeat must be at least 1")
     start = time.perf_counter()
     launcher = ensure_launcher(args.venv, not args.no_install)
     label = f"{PACKAGE} {launcher.version or PIN}"
-    notes = [f"{label} in its own venv ({args.venv}); telemetry off, clean HOME for both tools; "
-             f"timings: median of {args.repeat} whole-process runs ({args.render_repeat} for the "
-             "7-task dry-run) on this machine"]
+    notes = [f"timings: median of {args.repeat} whole-process runs ({args.render_repeat} for "
+             "the 7-task dry-run) on this machine, both tools with a clean HOME"]
+    if launcher.bin_dir:
+        notes.append(f"{label} in its own venv ({args.venv}), telemetry off")
     if launcher.install_s is not None:
         notes.append(f"launcher installed in this run: {launcher.install_s:.0f} s")
     if launcher.problem:
@@ -320,16 +316,10 @@ def main(argv: list[str] | None = None) -> int:
         "node slice holds (benchmarks/nemo_structure.py)",
         f"total wall time of this benchmark: {time.perf_counter() - start:.0f} s"]
     print(markdown(rows, label, notes), end="")
-    if args.json:
-        write_json(args.json, {
-            "name": "nemo", "title": "hpceval vs NeMo Evaluator's launcher",
-            "command": " ".join([".venv/bin/python benchmarks/nemo_compare.py",
-                                 f"--repeat {args.repeat}",
-                                 f"--render-repeat {args.render_repeat}"]),
-            "rows": [{"metric": r.metric, "unit": r.unit, "hpceval": r.hpceval,
-                      "baseline": r.baseline, "baseline_label": label, "ratio": r.ratio,
-                      "better": r.better, "target": None, "ok": None} for r in rows],
-            "notes": notes})
+    for item in rows:
+        item["baseline_label"] = label
+    write_result(args.json, name="nemo", title="hpceval vs NeMo Evaluator's launcher",
+                 command=command_line("nemo_compare.py", argv), rows=rows, notes=notes)
     return 0
 
 
