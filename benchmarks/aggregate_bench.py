@@ -270,7 +270,7 @@ def scaling(run_dirs: list[Path], files: int, repeat: int) -> dict[str, Any]:
     for k in sorted({max(1, len(run_dirs) // 10), max(1, len(run_dirs) // 2), len(run_dirs)}):
         xs.append(min(files, round(k * per_run)))
         ys.append(round(median_s(partial(results_frame, run_dirs[:k]), repeat) * 1000, 1))
-    return {"results_frame ms vs files": {"x": xs, "y": ys}}
+    return {"results_frame ms": {"x": xs, "y": ys, "x_label": "task result files"}}
 
 
 def print_table(rows: list[dict[str, Any]], files: int, runs: int, metrics: int) -> None:

@@ -58,7 +58,7 @@ def main() -> None:
     for name, seconds in times.items():
         print(f"| {name} | {seconds * 1000:.1f} | {seconds / base:.2f}x |")
     rows = [row(name, "ms", round(seconds * 1000, 1), round(base * 1000, 1),
-                baseline_label="python -c pass", better="lower")
+                baseline_label="floor: python -c pass")
             for name, seconds in times.items() if name not in (BASELINE, CLICK)]
     write_result(args.json, name="startup", title="CLI start-up", rows=rows,
                  command=command_line("bench_startup.py"),

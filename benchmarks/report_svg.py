@@ -2,7 +2,8 @@
 
 Top panel: every row that has a ratio, as a bar from 1x on a log scale, green where hpceval is
 on the good side of its baseline (`better`), red where it is not, grey when neither is said.
-Below: one line chart per section that sent `series` ({"name": {"x": [...], "y": [...]}}).
+Below: one line chart per section that sent `series` ({"name": {"x": [...], "y": [...]}}, and
+optionally "x_label").
 A failed section shows as a line of red text, so the plot never hides a failure.
 """
 
@@ -114,10 +115,13 @@ def series_panel(title: str, series: dict[str, Any], top: float) -> tuple[list[s
              _text(left - 6, plot_bottom, number_label(y_lo), size=10, anchor="end"),
              _text(left, plot_bottom + 14, number_label(x_lo), size=10, anchor="middle"),
              _text(right, plot_bottom + 14, number_label(x_hi), size=10, anchor="middle")]
+    x_label = next((str(s["x_label"]) for s in series.values()
+                    if isinstance(s, dict) and s.get("x_label")), "")
     scale_note = ", ".join(n for n, on in (("x log", log_x), ("y log", log_y)) if on)
-    if scale_note:
-        parts.append(_text(right, plot_bottom + 28, scale_note, size=10, anchor="end",
-                           fill="#666"))
+    axis_note = "; ".join(t for t in (f"x: {x_label}" if x_label else "", scale_note) if t)
+    if axis_note:
+        parts.append(_text((left + right) / 2, plot_bottom + 28, axis_note, size=11,
+                           anchor="middle", fill="#444"))
     for i, (name, (x_values, y_values)) in enumerate(lines.items()):
         colour = LINES[i % len(LINES)]
         points = " ".join(f"{fx(x):.1f},{fy(y):.1f}" for x, y in zip(x_values, y_values,
