@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from report_json import add_json_option, command_line, row, write_result
+from report_json import add_json_option, command_line, exit_on_sigterm, row, write_result
 
 from hpceval.results.report import html_report
 from hpceval.results.schema import Metric, TaskResult
@@ -181,6 +181,7 @@ def main() -> None:
     shm = Path("/dev/shm")
     work = Path(tempfile.mkdtemp(prefix="hpceval-aggregate-bench-",
                                  dir=shm if os.access(shm, os.W_OK) else None))
+    exit_on_sigterm()
     os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
     os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)
     try:

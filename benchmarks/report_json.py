@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,12 @@ def row(metric: str, unit: str, value: Any, baseline: Any = None, *,
             "baseline_label": baseline_label,
             "ratio": ratio(value, baseline) if with_ratio else None,
             "better": better, "target": target, "ok": ok}
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (run_all's timeout, a user's kill) into SystemExit, so `finally` blocks
+    still cancel the script's jobs and delete its files."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

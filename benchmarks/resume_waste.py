@@ -30,7 +30,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from report_json import add_json_option, command_line, row, write_result  # puts ROOT on sys.path
+from report_json import (  # puts ROOT on sys.path
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    row,
+    write_result,
+)
 
 from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.test_resume_drills import (
@@ -108,6 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.limit = 40
+    exit_on_sigterm()
     client = CommandSlurmClient()
     work = Path(tempfile.mkdtemp(prefix="resume-waste-"))
     job_environment(work)

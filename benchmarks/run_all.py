@@ -59,11 +59,19 @@ def run_one(name: str, script: Path, out: Path, *, quick: bool, timeout_s: float
     print(f"run_all: {name}: {shlex.join(command)}", file=sys.stderr, flush=True)
     start = time.perf_counter()
     with (out / f"{name}.md").open("w") as stdout, log.open("w") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=ROOT)
         try:
-            rc: int | None = subprocess.run(command, stdout=stdout, stderr=stderr, cwd=ROOT,
-                                            timeout=timeout_s, check=False).returncode
+            rc: int | None = process.wait(timeout=timeout_s)
             why = "" if rc == 0 else f"exit status {rc}"
         except subprocess.TimeoutExpired:
+            # TERM first: the scripts clean up on it (scancel their held jobs, delete their
+            # trees); KILL only if that takes longer than a minute.
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             rc, why = None, f"timed out after {timeout_s:g} s"
     seconds = time.perf_counter() - start
     stderr_tail = tail(log.read_text(encoding="utf-8", errors="replace"))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from report_json import add_json_option, command_line, row, write_result
+from report_json import add_json_option, command_line, exit_on_sigterm, row, write_result
 
 from hpceval.config import load_run
 from hpceval.runs.index import list_runs
@@ -286,6 +286,7 @@ def main() -> None:
                                  dir=shm if os.access(shm, os.W_OK) else None))
     counter = Counter(work)
     sacct = str(shutil.which("sacct"))
+    exit_on_sigterm()
     isolate(work, counter)
     client = HeldClient()
     results: list[Measured] = []
