@@ -2,6 +2,7 @@
 
     proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy_cli)
     collect  parse a finished harness run into the task's results (hpceval.job.collect)
+    compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
 
 Each command is imported only when chosen: the proxy pulls in aiohttp, collect does not, and
 start-up time is paid once per task on the node.
@@ -17,6 +18,7 @@ USAGE = """usage: python -m hpceval.job COMMAND [ARGS...]
 commands:
   proxy    OpenAI-compatible proxy in front of the job's model servers
   collect  turn a finished harness run into results.json, manifest.json and done
+  compact-cache  merge the response cache's shard files (run after the proxy stopped)
 """
 
 
@@ -32,7 +34,14 @@ def _collect(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"proxy": _proxy, "collect": _collect}
+def _compact_cache(argv: Sequence[str]) -> int:
+    from hpceval.job.cache_compact import main
+
+    return main(list(argv))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,13 +21,22 @@ Key
     same way. Greedy requests (temperature 0) and embeddings always use the base key.
 
 Shard format (`<cache-dir>/shard-<host>-<pid>-<ts>.jsonl`), one line per response:
-    {"k":"<64 hex key>","s":<status>,"t":<unix time>,"p":"<path>","r":<response JSON, verbatim>}
-    The fixed prefix lets the start-up scan index a line without parsing the body; a hit reads
-    the line back with one `pread` and checks the key, the suffix and that the body parses, so a
-    torn or corrupted line is a miss, never a wrong answer. Lines are written with one `write`
-    on an O_APPEND descriptor and fsync'd in batches, at SIGUSR1/SIGTERM and at close.
-    Reads happen on the event loop: the start-up scan has just pulled the shards into the page
-    cache, and a thread hand-off per hit would cost more than the read.
+    {"k":"<64 hex key>","c":<crc32 of r>,"s":<status>,"t":<unix time>,"p":"<path>","r":<body>}
+    `r` is the response JSON verbatim. The fixed prefix lets the start-up scan index a line
+    without parsing the body; a hit reads the line back with `pread` and checks the key, the
+    framing and the CRC, so a torn or corrupted line is a miss, never a wrong answer (lines
+    without "c", from older versions, are checked by parsing the body instead). Lines are
+    written with one `write` on an O_APPEND descriptor and fsync'd in batches, at
+    SIGUSR1/SIGTERM and at close. Reads happen on the event loop: the start-up scan has just
+    pulled the shards into the page cache, and a thread hand-off per hit costs more than a read.
+
+Memory: the index keeps 16 bytes per entry (`cache_index.DigestMap`: a 64-bit slice of the key
+and the line's shard and offset; the line's end is found by reading to its newline), so 100,000
+new answers cost 1.6 MB, not the 13 MB of a dict. Counters of sampled repeats likewise.
+
+Leases: each process keeps `live-<host>-<pid>-<ts>` in the directory while it may read or write
+shards (touched every minute, removed at close), so `cache_compact` never deletes a shard that
+a running proxy is writing or reading; see there.
 
 Only 2xx, non-error JSON answers of `CACHED_PATHS` are stored; streamed answers are passed
 through and never cached (their bytes go to the client as they arrive).
@@ -42,20 +51,28 @@ import logging
 import os
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from hpceval.job.cache_index import DigestMap
 
 log = logging.getLogger(__name__)
 
 CACHED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
 IGNORED_FIELDS = frozenset({"stream", "stream_options", "user", "request_id", "priority"})
 SHARD_GLOB = "shard-*.jsonl"
+LEASE_GLOB = "live-*"
+LEASE_TOUCH_S = 60.0  # a lease untouched for LEASE_STALE_S belongs to a process that is gone
+LEASE_STALE_S = 600.0  # generous: node clocks and NFS attribute caches disagree by seconds
 _PREFIX = b'{"k":"'
 _KEY_END = len(_PREFIX) + 64
+_CRC_MARK = b',"c":'
 _BODY_MARK = b',"r":'
-# Index values pack (shard number, offset, length) into one int: ~3x less memory than a tuple.
-_LEN_BITS, _OFF_BITS = 32, 48
+_OFF_BITS = 48  # index values: shard number << 48 | offset (shards up to 256 TiB)
+_OFF_MASK = (1 << _OFF_BITS) - 1
+_FIRST_READ = 16384  # most answers fit; longer lines are read on in doubling chunks
 
 
 def request_key(path: str, body: dict[str, Any]) -> bytes:
@@ -71,7 +88,7 @@ def is_sampled(path: str, body: dict[str, Any]) -> bool:
     return not isinstance(temperature, (int, float)) or temperature > 0
 
 
-def _shard_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def shard_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(offset, line) for every line of a shard; the last one may be torn (no newline)."""
     offset = 0
     with path.open("rb") as f:
@@ -80,8 +97,8 @@ def _shard_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-def _line_key(line: bytes) -> bytes | None:
-    """The key of a well-formed line, or None for a torn or foreign one."""
+def line_key(line: bytes) -> bytes | None:
+    """The key of a well-framed line, or None for a torn or foreign one."""
     if len(line) <= _KEY_END or line[_KEY_END] != ord('"') or not (
             line.startswith(_PREFIX) and line.endswith(b"}\n")):
         return None
@@ -91,6 +108,45 @@ def _line_key(line: bytes) -> bytes | None:
         return None
 
 
+def line_body(line: bytes) -> bytes | None:
+    """The response body of a well-framed line if it passes its integrity check, else None."""
+    try:
+        body = line[line.index(_BODY_MARK, _KEY_END) + len(_BODY_MARK):-2]
+        if line.startswith(_CRC_MARK, _KEY_END + 1):
+            start = _KEY_END + 1 + len(_CRC_MARK)
+            crc = int(line[start:line.index(b",", start)])
+            return body if zlib.crc32(body) == crc else None
+        json.loads(body)  # a line written before the CRC field
+    except ValueError:
+        return None
+    return body
+
+
+def encode_line(key: bytes, path: str, status: int, body: bytes) -> bytes:
+    return b"".join((_PREFIX, key.hex().encode(), b'"', _CRC_MARK, b"%d" % zlib.crc32(body),
+                     b',"s":', b"%d" % status, b',"t":', b"%.3f" % time.time(), b',"p":',
+                     json.dumps(path).encode(), _BODY_MARK, body, b"}\n"))
+
+
+def read_line(fd: int, offset: int) -> bytes:
+    """The line starting at `offset`, through its newline (without one if the file ends)."""
+    chunk = os.pread(fd, _FIRST_READ, offset)
+    end = chunk.find(b"\n")
+    if end >= 0 or len(chunk) < _FIRST_READ:
+        return chunk[:end + 1] if end >= 0 else chunk
+    parts, size = [chunk], _FIRST_READ
+    while True:
+        offset, size = offset + len(chunk), size * 2
+        chunk = os.pread(fd, size, offset)
+        end = chunk.find(b"\n")
+        if end >= 0:
+            parts.append(chunk[:end + 1])
+            return b"".join(parts)
+        parts.append(chunk)
+        if len(chunk) < size:
+            return b"".join(parts)
+
+
 class ResponseCache:
     """Index of all shards in `cache_dir` plus this process's own shard (created on first put)."""
 
@@ -98,19 +154,23 @@ class ResponseCache:
         self.dir = cache_dir
         self.fsync_every = fsync_every
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._index: dict[bytes, int] = {}
+        self._stamp = stamp()
+        self._index = DigestMap()  # key -> shard number << 48 | offset of its line
         self._fds: list[int] = []  # read descriptors, by shard number
-        self._seen: dict[bytes, int] = {}  # occurrences of sampled requests in this process
+        self._seen = DigestMap()  # occurrences of sampled requests in this process
         self._own_fd: int | None = None
         self._own_no = -1
         self._own_size = 0
         self._unsynced = 0
         self._syncing = False
         self._flush_task: asyncio.Task[None] | None = None
+        self._lease = self.dir / f"live-{self._stamp}"
+        self._lease_touched = 0.0
         self.loaded_entries = 0
         self.torn_lines = 0
         self.corrupt_hits = 0
         self.write_error: str | None = None
+        self._take_lease()  # before the scan: a compaction starting now must see this process
         self._load()
 
     def __len__(self) -> int:
@@ -119,39 +179,39 @@ class ResponseCache:
     def key_for(self, path: str, body: dict[str, Any]) -> bytes:
         key = request_key(path, body)
         if is_sampled(path, body):
-            nth = self._seen.get(key, 0)
-            self._seen[key] = nth + 1
+            nth = self._seen.increment(key)
             if nth:
                 key = hashlib.sha256(key + nth.to_bytes(8, "little")).digest()
         return key
 
     def get(self, key: bytes) -> bytes | None:
         """The cached response body, or None (a miss, or a line that fails its checks)."""
-        loc = self._index.get(key)
-        if loc is None:
-            return None
-        length = loc & ((1 << _LEN_BITS) - 1)
-        offset = (loc >> _LEN_BITS) & ((1 << _OFF_BITS) - 1)
-        try:
-            line = os.pread(self._fds[loc >> (_LEN_BITS + _OFF_BITS)], length, offset)
-            if len(line) != length or _line_key(line) != key:
-                raise ValueError("key mismatch")
-            body = line[line.index(_BODY_MARK, _KEY_END) + len(_BODY_MARK):-2]
-            json.loads(body)
-        except (OSError, ValueError) as exc:
-            self.corrupt_hits += 1
-            del self._index[key]
-            log.warning("cache entry %s unreadable (%s): treated as a miss", key.hex()[:12], exc)
-            return None
-        return body
+        for loc in list(self._index.candidates(key)):
+            try:
+                line = read_line(self._fds[loc >> _OFF_BITS], loc & _OFF_MASK)
+            except OSError as exc:
+                self._drop(key, loc, str(exc))
+                continue
+            found = line_key(line)
+            if found is not None and found != key:
+                continue  # another key sharing the index's 64-bit slice: not an error
+            body = line_body(line) if found is not None else None
+            if body is None:
+                self._drop(key, loc, "torn or corrupted line")
+                continue
+            return body
+        return None
+
+    def _drop(self, key: bytes, loc: int, reason: str) -> None:
+        self.corrupt_hits += 1
+        self._index.discard(key, loc)
+        log.warning("cache entry %s unreadable (%s): treated as a miss", key.hex()[:12], reason)
 
     def put(self, key: bytes, path: str, status: int, body: bytes) -> None:
         """Append one response. `body` must be compact JSON (no newline). Never raises."""
         if self.write_error is not None:
             return
-        line = b"".join((_PREFIX, key.hex().encode(), b'","s":', str(status).encode(),
-                         b',"t":', b"%.3f" % time.time(), b',"p":', json.dumps(path).encode(),
-                         _BODY_MARK, body, b"}\n"))
+        line = encode_line(key, path, status, body)
         try:
             fd = self._own_fd if self._own_fd is not None else self._open_own()
             view = memoryview(line)
@@ -162,7 +222,7 @@ class ResponseCache:
             self.write_error = f"{type(exc).__name__}: {exc}"
             log.error("cache writes disabled: %s", self.write_error)
             return
-        self._index[key] = ((self._own_no << _OFF_BITS | self._own_size) << _LEN_BITS) | len(line)
+        self._index.add(key, self._own_no << _OFF_BITS | self._own_size)
         self._own_size += len(line)
         self._unsynced += 1
         if self._unsynced >= self.fsync_every and self._flush_task is None:
@@ -177,7 +237,11 @@ class ResponseCache:
         self._flush_task = None
 
     async def flush(self) -> None:
-        """fsync the own shard in a thread: on NFS it is a server round trip, not loop work."""
+        """fsync the own shard in a thread: on NFS it is a server round trip, not loop work.
+        Also renews the lease when due (likewise a round trip)."""
+        if time.monotonic() - self._lease_touched >= LEASE_TOUCH_S:
+            self._lease_touched = time.monotonic()
+            await asyncio.to_thread(self._touch_lease)
         if self._own_fd is None or not self._unsynced or self._syncing:
             return
         self._syncing, pending = True, self._unsynced
@@ -199,11 +263,29 @@ class ResponseCache:
             os.close(fd)
         self._fds.clear()
         self._own_fd = None
+        self._lease.unlink(missing_ok=True)  # after the fsync: compaction may now merge it
 
     def stats(self) -> dict[str, Any]:
         return {"entries": len(self._index), "loaded": self.loaded_entries,
                 "torn_lines": self.torn_lines, "corrupt_hits": self.corrupt_hits,
-                "shards_open": len(self._fds), "write_error": self.write_error}
+                "shards_open": len(self._fds), "write_error": self.write_error,
+                "index_bytes": self._index.nbytes() + self._seen.nbytes()}
+
+    def _take_lease(self) -> None:
+        try:
+            self._lease.write_text(json.dumps({"host": socket.gethostname(),
+                                               "pid": os.getpid()}) + "\n")
+            self._lease_touched = time.monotonic()
+        except OSError as exc:  # a read-only cache still answers; compaction then may not wait
+            log.error("could not write cache lease %s: %s", self._lease, exc)
+
+    def _touch_lease(self) -> None:
+        try:
+            os.utime(self._lease)
+        except FileNotFoundError:  # removed by hand or by a too eager compaction: take it again
+            self._take_lease()
+        except OSError as exc:
+            log.warning("could not renew cache lease %s: %s", self._lease, exc)
 
     def _load(self) -> None:
         for path in sorted(self.dir.glob(SHARD_GLOB)):
@@ -215,12 +297,12 @@ class ResponseCache:
             no, found = len(self._fds), 0
             self._fds.append(fd)
             try:
-                for offset, line in _shard_lines(path):
-                    key = _line_key(line)
+                for offset, line in shard_lines(path):
+                    key = line_key(line)
                     if key is None:
                         self.torn_lines += 1
                         continue
-                    self._index[key] = ((no << _OFF_BITS | offset) << _LEN_BITS) | len(line)
+                    self._index.add(key, no << _OFF_BITS | offset)
                     found += 1
             except OSError as exc:  # the lines indexed so far are still readable through fd
                 log.error("cache shard %s unreadable after %d entries: %s", path, found, exc)
@@ -232,71 +314,16 @@ class ResponseCache:
 
     def _open_own(self) -> int:
         # O_EXCL: offsets are counted from 0, so never append to a shard that already exists.
-        name = f"shard-{_stamp()}.jsonl"
+        name = f"shard-{self._stamp}.jsonl"
         fd = os.open(self.dir / name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         self._own_fd, self._own_no = fd, len(self._fds)
         self._fds.append(fd)
         return fd
 
 
-def compact(cache_dir: Path) -> dict[str, Any]:
-    """Merge all shards into one (after the job: a shard being written must not be compacted).
-
-    Keeps the first valid line of each key, drops torn lines, writes a temp file, fsyncs it and
-    `os.replace`s it into place before deleting the merged shards, so a crash at any point leaves
-    every entry readable (at worst twice, which the loader tolerates).
-    """
-    shards = sorted(cache_dir.glob(SHARD_GLOB))
-    stamp = _stamp()
-    tmp = cache_dir / f".compact-{stamp}.tmp"
-    seen: set[bytes] = set()
-    torn = 0
-    with tmp.open("wb") as out:
-        for shard in shards:
-            for _, line in _shard_lines(shard):
-                key = _line_key(line)
-                if key is not None and key in seen:
-                    continue
-                if key is None or not _parses(line):
-                    torn += 1
-                    continue
-                seen.add(key)
-                out.write(line)
-        out.flush()
-        os.fsync(out.fileno())
-    target = cache_dir / f"shard-compacted-{stamp}.jsonl"
-    os.replace(tmp, target)
-    _fsync_dir(cache_dir)
-    for shard in shards:
-        if shard != target:
-            shard.unlink()
-    return {"path": str(target), "entries": len(seen), "shards_merged": len(shards),
-            "dropped_lines": torn}
-
-
-def _stamp() -> str:
+def stamp() -> str:
     """<host>-<pid>-<UTC time to the microsecond>: unique per process and instance."""
     now = time.time()
     micros = int(now * 1e6) % 1_000_000
     return f"{socket.gethostname()}-{os.getpid()}-" \
            f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{micros:06d}"
-
-
-def _parses(line: bytes) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes the rename durable on local file systems; some network file systems refuse it.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from hpceval.job.cache import ResponseCache, compact, request_key
+from hpceval.job.cache import ResponseCache, request_key
+from hpceval.job.cache_compact import compact
 
 CHAT = "/v1/chat/completions"
 
@@ -127,3 +129,40 @@ def test_compaction_merges_and_preserves_entries(tmp_path: Path) -> None:
     assert cache.get(dup[0]) == answer(0)
     assert [cache.get(k) for k in keys] == [answer(n) for n in (0, 1, 2, 3, 10, 11, 12)]
     cache.close()
+
+
+def test_index_costs_16_bytes_per_entry_and_keeps_keys_sharing_its_slice(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    twins = [b"\x07" * 10 + bytes([n]) * 22 for n in (1, 2)]  # equal in the 64+10 indexed bits
+    for n, key in enumerate(twins):
+        cache.put(key, CHAT, 200, answer(n))
+    for n in range(2, 5002):
+        cache.put(cache.key_for(CHAT, body(f"q{n}", temperature=0)), CHAT, 200, answer(n))
+    assert [cache.get(k) for k in twins] == [answer(0), answer(1)]
+    assert cache.get(b"\x07" * 10 + b"\x03" * 22) is None  # same slice, not stored: a miss
+    assert cache.stats()["index_bytes"] <= 5002 * 16 * 1.2  # arrays' over-allocation only
+    cache.close()
+    cache = ResponseCache(tmp_path)
+    assert [cache.get(k) for k in twins] == [answer(0), answer(1)] and len(cache) == 5002
+    cache.close()
+
+
+def test_long_answers_and_lines_without_crc_are_read_back(tmp_path: Path) -> None:
+    long_answer = json.dumps({"choices": [{"text": "x" * 100_000}]}).encode()
+    old_key = bytes(range(32))
+    old_line = b'{"k":"' + old_key.hex().encode() + b'","s":200,"t":1.0,"p":"' + CHAT.encode() \
+        + b'","r":' + answer(7) + b"}\n"  # as written before lines carried a CRC
+    (tmp_path / "shard-old-1-x.jsonl").write_bytes(old_line)
+    cache = ResponseCache(tmp_path)
+    key = cache.key_for(CHAT, body(temperature=0))
+    cache.put(key, CHAT, 200, long_answer)
+    assert cache.get(key) == long_answer and cache.get(old_key) == answer(7)
+    cache.close()
+
+
+def test_lease_held_while_open(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    leases = list(tmp_path.glob("live-*"))
+    assert len(leases) == 1 and json.loads(leases[0].read_text())["pid"] == os.getpid()
+    cache.close()
+    assert not list(tmp_path.glob("live-*"))
