@@ -24,7 +24,7 @@ class Outcome:
     name: str
     script: str
     command: list[str]  # what run_all ran
-    returncode: int | None  # None: never started (script missing) or timed out
+    returncode: int | None  # None: not started (script missing) or stopped (timed out)
     seconds: float
     result: dict[str, Any] | None = None  # the script's JSON, when valid
     error: str = ""  # why it failed, plus the stderr tail
@@ -102,7 +102,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def section(outcome: Outcome, level: str = "##") -> str:
     out = [f"{level} {outcome.title}", ""]
     if not outcome.ok:
-        code = "not started" if outcome.returncode is None else f"exit {outcome.returncode}"
+        code = (outcome.error.strip().splitlines() or ["not run"])[0] \
+            if outcome.returncode is None else f"exit {outcome.returncode}"
         out += [f"**FAILED** ({code}, after {outcome.seconds:.0f} s): `{outcome.script}`", "",
                 "```", outcome.error.strip() or "(no output)", "```", ""]
         if outcome.log:

@@ -44,6 +44,7 @@ print("Traceback: boom: sacct exploded", file=sys.stderr)
 sys.exit(3)
 """
 SILENT = "print('ran, but wrote no JSON')\n"
+SLOW = "import time\ntime.sleep(60)\n"
 
 
 @pytest.fixture
@@ -53,6 +54,7 @@ def scripts(tmp_path: Path) -> Path:
     (folder / "good.py").write_text(GOOD)
     (folder / "bad.py").write_text(BAD)
     (folder / "silent.py").write_text(SILENT)
+    (folder / "slow.py").write_text(SLOW)
     return folder
 
 
@@ -97,6 +99,14 @@ def test_only_and_missing_json(scripts: Path, tmp_path: Path) -> None:
     md = (out / "report.md").read_text()
     assert "no JSON written" in md and "Good section" not in md
     assert not (out / "good.json").exists()
+
+
+def test_timeout_is_a_failure(scripts: Path, tmp_path: Path) -> None:
+    rc = run_all.main(["--out", str(tmp_path / "out"), "--timeout", "1"],
+                      scripts={"slow": "slow.py"}, folder=scripts)
+    assert rc == 1
+    assert "**FAILED** (timed out after 1 s, after " in (
+        tmp_path / "out" / "report.md").read_text()
 
 
 def test_load_result_names_the_bad_row(tmp_path: Path) -> None:
