@@ -15,6 +15,7 @@ times, median of --repeat, with the page cache warm for both sides:
   naive loop and `csv.DictWriter`, plus `--leaderboard` and `--format parquet`.
 
 Row counts are checked on every output (CSV, parquet) so a fast wrong answer fails the run.
+About 1.5 minutes with --quick (one timed call each) and 3 with the defaults on 2 cores.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ and the in-process `Tracker.refresh()` behind it, and counts Slurm invocations w
 put first on PATH that logs every sacct / squeue / scontrol call before running the real one.
 Baseline, in the same run: naive polling, one `sacct -j ID` per job (timed on up to
 --baseline-max jobs and scaled linearly to N when N is larger; the notes say so). Every job is
-cancelled at the end (always, in a finally), and the run directories are deleted.
+cancelled at the end (always, in a finally, also on SIGTERM), and the run directories deleted.
+Takes about 1.5 minutes with --quick and 4 with the defaults on a busy 2-core machine, most of
+it submitting (a 1000-model sweep, 1000 single runs) and the per-job baseline.
 """
 
 from __future__ import annotations
