@@ -39,14 +39,12 @@ from report_json import (  # puts ROOT on sys.path
 )
 
 from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.drill_support import Submitted, answered, wait_done
 from tests.integration.test_resume_drills import (
     CANCEL_AT,
     Scenario,
-    Submitted,
-    answered,
     scancel_then_resume,
     submit,
-    wait_done,
 )
 
 
