@@ -175,6 +175,9 @@ def test_a_server_that_dies_fails_the_job_fast(slurm_cluster: CommandSlurmClient
     assert "asked to fail at start-up" in log  # the tail of the server's own log
     assert "its launch command" in log and f"{SERVER}" in log and "--fail" in log
     assert "started (timeout" not in log  # no task was started
+    # status leads with this line (models/<m>/job-failure)
+    failure = (model_dir / "job-failure").read_text()
+    assert failure.startswith("model server instance 0") and "exited while loading" in failure
 
 
 def test_scancel_leaves_no_process_behind(slurm_cluster: CommandSlurmClient,
