@@ -9,8 +9,9 @@ hpceval. Timed figures are the median of --repeat whole-process runs of each CLI
 clean HOME; structural figures are counted in the scripts each tool renders for
 benchmarks/configs/{hpceval,nemo}/ (benchmarks/nemo_structure.py says how). Nothing is
 submitted and no cluster is needed. If the launcher cannot be installed, its column is null
-with the reason, never a guess. Once the venv exists: about 2 minutes on a 2-core VM under load
-average 5 (the launcher's dry-runs are most of it; the structural ones run side by side).
+with the reason, never a guess. Once the venv exists: 2-3 minutes on a 2-core VM at load
+average 5 from other work, about 1.5 on a quiet one (the launcher's dry-runs are most of it;
+the untimed structural ones run side by side).
 """
 
 from __future__ import annotations
@@ -229,10 +230,20 @@ def structural_rows(nel: Path | None, env: dict[str, str], notes: list[str]) -> 
             outs = list(pool.map(lambda j: nel_dry_run(nel, j[0], j[1], env), jobs))
         notes += [problem for _, problem in outs if problem]
         texts = [text for text, _ in outs]
-        if all(texts[:-2]):
-            nel_sweep = nel_structure([t for t in texts[:-2] if t])
-        nel_dp = nel_structure([texts[-2]]) if texts[-2] else None
-        nel_no_dp = nel_structure([texts[-1]]) if texts[-1] else None
+
+        def read(outputs: list[str | None], what: str) -> Structure | None:
+            if not all(outputs):
+                return None
+            found = nel_structure([t for t in outputs if t])
+            if found.server_starts == 0:  # every config here deploys vLLM: the layout changed
+                notes.append(f"launcher {what}: no server launch found in its dry-run output "
+                             "(output format differs from 0.2.x?); not counted")
+                return None
+            return found
+
+        nel_sweep = read(texts[:-2], "3x5 sweep")
+        nel_dp = read(texts[-2:-1], "dp2x8")
+        nel_no_dp = read(texts[-1:], "dp2x8_no_dp")
         if nel_no_dp:
             notes.append(f"DP size not written (nemo/dp2x8_no_dp.yaml): the launcher's dry-run "
                          f"exits 0 and renders {nel_no_dp.gpus_serving} of "
