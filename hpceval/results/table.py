@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.schema import TaskResult
-from hpceval.results.store import RESULTS_FILE, atomic_write_text, is_done
+from hpceval.results.store import DONE_MARKER, RESULTS_FILE, atomic_write_text
 
 COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
            "filter", "value", "stderr", "n_samples", "primary", "run_dir"]
@@ -46,45 +46,71 @@ def _read_run_json(run_dir: Path) -> dict[str, Any]:
         return {"invocation_id": run_dir.name, "models": []}
 
 
-def _primary_index(result: TaskResult) -> int:
-    wanted = result.extra.get("primary_metric")
+def _primary_index(task: str, extra: dict[str, Any], metrics: list[dict[str, Any]]) -> int:
+    wanted = extra.get("primary_metric")
     if wanted:
-        for i, m in enumerate(result.metrics):
-            if m.name == wanted:
+        for i, m in enumerate(metrics):
+            if m["name"] == wanted:
                 return i
-    short = result.task.rsplit(".", 1)[-1]
-    subtasks = {m.task for m in result.metrics}
-    for i, m in enumerate(result.metrics):
-        if m.task == short or len(subtasks) == 1:
+    short = task.rsplit(".", 1)[-1]
+    subtasks = {m["task"] for m in metrics}
+    for i, m in enumerate(metrics):
+        if m["task"] == short or len(subtasks) == 1:
             return i
     return 0
+
+
+def _finished_result(task_dir: str) -> dict[str, Any] | None:
+    """results.json of a finished task as the plain dict TaskResult.to_json wrote, else None.
+
+    Plain dicts and os.path strings, not TaskResult and Path: a table over 10,000 tasks spent
+    most of its time building objects (benchmarks/aggregate_bench.py). The done marker is
+    written after results.json, so it alone says the results are final.
+    """
+    if not os.path.isfile(os.path.join(task_dir, DONE_MARKER)):
+        return None
+    try:
+        with open(os.path.join(task_dir, RESULTS_FILE), encoding="utf-8") as handle:
+            data: dict[str, Any] = json.load(handle)
+    except FileNotFoundError:
+        return None
+    return data
 
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Rows for every finished task of one run directory."""
     run = _read_run_json(run_dir)
+    invocation, run_dir_text = run["invocation_id"], str(run_dir)
     models = run.get("models") or [{"key": p.name} for p in sorted((run_dir / "models").glob("*"))
                                    if p.is_dir()]
     rows: list[dict[str, Any]] = []
     for model in models:
-        tasks_dir = run_dir / "models" / model["key"] / "tasks"
+        tasks_dir = os.path.join(run_dir_text, "models", model["key"], "tasks")
         keys = ([t["key"] for t in model["tasks"]] if "tasks" in model
-                else sorted(p.name for p in tasks_dir.glob("*") if p.is_dir()))
+                else sorted(e.name for e in _scandir(tasks_dir) if e.is_dir()))
         for key in keys:
-            task_dir = tasks_dir / key
-            if not is_done(task_dir):
+            result = _finished_result(os.path.join(tasks_dir, key))
+            if result is None:
                 continue
-            result = TaskResult.from_json((task_dir / RESULTS_FILE).read_text(encoding="utf-8"))
-            primary = _primary_index(result)
-            for i, m in enumerate(result.metrics):
+            metrics = result["metrics"]
+            primary = _primary_index(result["task"], result.get("extra") or {}, metrics)
+            for i, m in enumerate(metrics):
                 rows.append({
-                    "invocation_id": run["invocation_id"], "model": model["key"],
-                    "task": result.task, "harness": result.harness,
-                    "harness_version": result.harness_version, "subtask": m.task,
-                    "metric": m.name, "filter": m.filter, "value": m.value,
-                    "stderr": m.stderr, "n_samples": m.n_samples, "primary": i == primary,
-                    "run_dir": str(run_dir)})
+                    "invocation_id": invocation, "model": model["key"],
+                    "task": result["task"], "harness": result["harness"],
+                    "harness_version": result.get("harness_version"), "subtask": m["task"],
+                    "metric": m["name"], "filter": m.get("filter"), "value": m["value"],
+                    "stderr": m.get("stderr"), "n_samples": m.get("n_samples"),
+                    "primary": i == primary, "run_dir": run_dir_text})
     return rows
+
+
+def _scandir(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return list(entries)
+    except FileNotFoundError:
+        return []
 
 
 def results_frame(run_dirs: Iterable[Path], *, models: Sequence[str] = (),
