@@ -74,6 +74,22 @@ def env_name(value: Any) -> ShellCode:
     return ShellCode(value)
 
 
+# A secret or host variable the job reads by NAME: the script stops with this message when it
+# is missing. `hpceval resume` finds the names again in the scripts (passed_env_names).
+UNSET_IN_JOB = "is not set in the job environment"
+_PASSED_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?" + re.escape(UNSET_IN_JOB) + r"\}")
+
+
+def passed_env(name: str) -> ShellCode:
+    """``"${NAME:?...}"``: the variable's value in the job, which fails loudly when unset."""
+    return ShellCode(f'"${{{env_name(name)}:?{UNSET_IN_JOB}}}"')
+
+
+def passed_env_names(script: str) -> list[str]:
+    """The variables a rendered script reads by name (passed_env), sorted, each once."""
+    return sorted(set(_PASSED_ENV.findall(script)))
+
+
 def shell_code(value: Any) -> ShellCode:
     """Trusted shell, emitted verbatim. Only for execution.pre_commands (admin-written)."""
     return ShellCode(str(value))

@@ -10,7 +10,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
 from hpceval.render.harness import render_command
-from hpceval.render.quoting import LineStart, ShellCode, env_name, var
+from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
 from hpceval.tasks import Catalogue, TaskLookupError
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
@@ -35,7 +35,7 @@ def env_value(value: str) -> Any:
     ref = env_reference(value)
     if ref is None:
         return literal_env(value)
-    return ShellCode(f'"${{{env_name(ref)}:?is not set in the job environment}}"')
+    return passed_env(ref)
 
 
 def container_prefix(resolved: ResolvedConfig) -> str:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import JobEntry, append_jobs, mark_cancelled, read_jobs
-from hpceval.runs.rundir import AGGREGATE_SCRIPT
+from hpceval.runs.rundir import AGGREGATE_SCRIPT, ELEMENT_SCRIPT
 from hpceval.runs.state import Tracker, _all_done, read_run
 from hpceval.slurm.client import CommandSlurmClient, SlurmClient
 
@@ -112,6 +114,7 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
             names = ", ".join(f"{m.key} ({m.phase.value})" for m in live)
             raise ResumeRefused(f"{ref.invocation_id} still has live work: {names}; wait, or "
                                 "`hpceval kill` it first (--force resubmits anyway)")
+    _check_passed_env(ref, run, todo)
     indices = tuple(sorted(int(str(m["index"])) for m in todo))
     if jobs.kind == "local":
         from hpceval.runs.local import start_local
@@ -141,3 +144,27 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
         append_jobs(ref.run_dir, "slurm", [agg])
         entries.append(agg)
     return entries
+
+
+def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]],
+                      environ: Mapping[str, str] | None = None) -> None:
+    """Refuse before submitting when a variable the scripts read by name is unset here.
+
+    submit checked them in the submitting shell; a resume may come from another one, and sbatch
+    passes this shell's environment to the job, which would otherwise queue, load the model and
+    only then stop at ``${NAME:?...}``.
+    """
+    from hpceval.render.quoting import passed_env_names
+
+    env = os.environ if environ is None else environ
+    scripts = ([ref.run_dir / "models" / str(m["key"]) / ELEMENT_SCRIPT for m in todo]
+               if run.get("sweep") else [ref.run_dir / run["entry"]])
+    names = {n for script in scripts if script.is_file()
+             for n in passed_env_names(script.read_text(encoding="utf-8"))}
+    missing = sorted(n for n in names if n not in env)
+    if missing:
+        exports = " ".join(f"{n}=..." for n in missing)
+        raise ResumeRefused(f"{ref.invocation_id}: the job reads "
+                            f"{', '.join('$' + n for n in missing)} by name and this shell does "
+                            f"not set it; `export {exports}` and resume again (sbatch passes "
+                            "this shell's environment; values are never stored)")

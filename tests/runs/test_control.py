@@ -169,3 +169,24 @@ def test_follow_prints_what_appears_until_the_run_ends(tmp_path: Path) -> None:
     text = out.getvalue()
     assert text.count("one\n") == 1 and text.count("two\n") == 2
     assert "===== server" in text and "server up" in text
+
+
+@pytest.mark.parametrize("n_models", [1, 2])
+def test_resume_refuses_while_a_variable_the_job_reads_is_unset(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch, n_models: int) -> None:
+    """submit checked it in its shell; a resume from another shell must check again, before
+    the job queues and loads the model only to stop at ${NAME:?...}."""
+    result = submit_configs(configs(tmp_path, n_models, execution={
+        "env_vars": {"UT_TOKEN": "host:UT_TOKEN"}}), fake)
+    for job_id in result.job_ids:
+        fake.states[job_id] = "TIMEOUT"
+    for i in range(n_models):
+        fake.states[f"{result.job_ids[0]}_{i}"] = "TIMEOUT"
+    monkeypatch.delenv("UT_TOKEN", raising=False)
+    before = len(fake.submits)
+    with pytest.raises(ResumeRefused, match=r"\$UT_TOKEN by name .* `export UT_TOKEN=\.\.\.`"):
+        resume_run(find_run(result.invocation_id), fake)
+    assert len(fake.submits) == before  # nothing submitted
+    monkeypatch.setenv("UT_TOKEN", "s3cret")
+    assert resume_run(find_run(result.invocation_id), fake)
+    assert len(fake.submits) > before
