@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,7 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
     return entries
 
 
-def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]],
-                      environ: Mapping[str, str] | None = None) -> None:
+def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:
     """Refuse before submitting when a variable the scripts read by name is unset here.
 
     submit checked them in the submitting shell; a resume may come from another one, and sbatch
@@ -156,12 +155,11 @@ def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any
     """
     from hpceval.render.quoting import passed_env_names
 
-    env = os.environ if environ is None else environ
     scripts = ([ref.run_dir / "models" / str(m["key"]) / ELEMENT_SCRIPT for m in todo]
                if run.get("sweep") else [ref.run_dir / run["entry"]])
     names = {n for script in scripts if script.is_file()
              for n in passed_env_names(script.read_text(encoding="utf-8"))}
-    missing = sorted(n for n in names if n not in env)
+    missing = sorted(n for n in names if n not in os.environ)
     if missing:
         exports = " ".join(f"{n}=..." for n in missing)
         raise ResumeRefused(f"{ref.invocation_id}: the job reads "
