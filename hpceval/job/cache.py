@@ -273,8 +273,9 @@ class ResponseCache:
 
     def _take_lease(self) -> None:
         try:
-            self._lease.write_text(json.dumps({"host": socket.gethostname(),
-                                               "pid": os.getpid()}) + "\n")
+            owner = {"host": socket.gethostname(), "pid": os.getpid(),
+                     "job": os.environ.get("SLURM_JOB_ID")}
+            self._lease.write_text(json.dumps(owner) + "\n")
             self._lease_touched = time.monotonic()
         except OSError as exc:  # a read-only cache still answers; compaction then may not wait
             log.error("could not write cache lease %s: %s", self._lease, exc)

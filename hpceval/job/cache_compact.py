@@ -7,8 +7,9 @@ another job of the same run may be starting or running:
 
 - It does nothing while any other process holds a live lease (`live-*`, see `cache.py`): a shard
   being appended must not be merged, and on NFS a shard deleted under a reader on another node
-  fails its reads (ESTALE). A lease is live if its process runs (same host) or it was touched
-  within `LEASE_STALE_S` (other hosts); the others are leftovers of killed proxies, and removed.
+  fails its reads (ESTALE). A lease is live if its process runs (same host), else if its Slurm
+  job still runs (squeue), else if it was touched within `LEASE_STALE_S`; the others are
+  leftovers of killed proxies, and removed.
 - A shard is deleted only after a file holding every valid line of it was fsync'd and renamed
   into place, so a crash at any point leaves each answer readable (at worst twice, which the
   loader tolerates). If a lease appeared while merging, the inputs are kept as well.
@@ -24,9 +25,10 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +47,31 @@ from hpceval.job.cache_index import DigestMap
 log = logging.getLogger(__name__)
 
 _OFF_BITS = 48
+JobState = Callable[[str], "str | None"]  # Slurm job id -> state (see squeue_state)
 
 
-def _lease_is_live(lease: Path, now: float, stale_after: float) -> bool:
+def squeue_state(job_id: str) -> str | None:
+    """The Slurm state of a job; "" when Slurm no longer knows it; None when Slurm can't say."""
+    try:
+        done = subprocess.run(["squeue", "--noheader", "--format=%T", "--jobs", job_id],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return "" if "Invalid job id" in done.stderr else None
+    return done.stdout.strip().split("\n")[0].strip()
+
+
+# A job in any other state (ended, pending, requeued) runs no process that could hold a lease.
+_JOB_LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
+                              "STAGE_OUT", "SUSPENDED", "STOPPED"})
+
+
+def _lease_is_live(lease: Path, now: float, stale_after: float,
+                   job_state: JobState | None) -> bool:
+    """Whether the lease's process may still use the cache. Exact for a process on this host
+    (is it running?) and for one in a Slurm job that has ended (a killed proxy never removes
+    its lease: the successor's teardown must not wait 10 minutes for it); else by age."""
     try:
         mtime = lease.stat().st_mtime
     except FileNotFoundError:
@@ -58,9 +82,10 @@ def _lease_is_live(lease: Path, now: float, stale_after: float) -> bool:
         owner = json.loads(lease.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # half-written or just removed: judge by age alone
         owner = None
-    pid = owner.get("pid") if isinstance(owner, dict) else None
-    if isinstance(owner, dict) and owner.get("host") == socket.gethostname() \
-            and isinstance(pid, int) and pid > 0:
+    if not isinstance(owner, dict):
+        return now - mtime < stale_after
+    pid, job = owner.get("pid"), owner.get("job")
+    if owner.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0:
         try:
             os.kill(pid, 0)  # signal 0: only asks whether the process exists
         except ProcessLookupError:
@@ -68,24 +93,30 @@ def _lease_is_live(lease: Path, now: float, stale_after: float) -> bool:
         except OSError:
             return True  # another user's process
         return True
+    if isinstance(job, str) and job and job_state is not None:
+        state = job_state(job)
+        if state is not None:
+            return state in _JOB_LIVE_STATES
     return now - mtime < stale_after
 
 
 def live_leases(cache_dir: Path, stale_after: float = LEASE_STALE_S,
-                remove_stale: bool = False) -> list[str]:
+                remove_stale: bool = False, job_state: JobState | None = squeue_state
+                ) -> list[str]:
     """Names of the leases of processes that may still use the directory."""
     now, live = time.time(), []
     for lease in sorted(cache_dir.glob(LEASE_GLOB)):
-        if _lease_is_live(lease, now, stale_after):
+        if _lease_is_live(lease, now, stale_after, job_state):
             live.append(lease.name)
         elif remove_stale:
             lease.unlink(missing_ok=True)
     return live
 
 
-def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S) -> dict[str, Any]:
+def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
+            job_state: JobState | None = squeue_state) -> dict[str, Any]:
     """Merge every shard of `cache_dir` into one; see the module doc for when it declines."""
-    live = live_leases(cache_dir, stale_after, remove_stale=True)
+    live = live_leases(cache_dir, stale_after, remove_stale=True, job_state=job_state)
     if live:
         return {"skipped": f"in use by {len(live)} other process(es): {', '.join(live)}"}
     _remove_stale_temps(cache_dir, stale_after)
@@ -121,7 +152,7 @@ def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S) -> dict[str, An
     _fsync_dir(cache_dir)
     result: dict[str, Any] = {"path": str(target), "entries": entries,
                               "shards_merged": len(shards), "dropped_lines": dropped}
-    late = live_leases(cache_dir, stale_after)
+    late = live_leases(cache_dir, stale_after, job_state=job_state)
     if late:  # a proxy started meanwhile and may have opened the inputs: keep them this time
         result["inputs_kept"] = f"in use by {', '.join(late)}"
         return result

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +53,7 @@ from tests.integration.drill_support import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 import answer_key
-from lm_eval_env import MODEL, TASK_NAME, write_task_dir
+from lm_eval_env import MODEL, TASK_NAME, require_lm_eval, write_task_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -177,18 +176,7 @@ def assert_exact_scores(task_dir: Path, limit: int, log: str = "") -> None:
 def drill_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """What scripts/demo.sh exports (the venv first on PATH: lm_eval and hpceval on the nodes,
     sbatch passes the environment on), caches in a tmp dir the nodes share."""
-    problem = None
-    if shutil.which("lm_eval", path=str(Path(sys.executable).parent)) is None:
-        problem = "lm_eval is not installed in this venv (pip install 'lm-eval[api]==0.4.13')"
-    else:
-        try:
-            answer_key.gsm8k_jsonl()
-        except FileNotFoundError as exc:
-            problem = str(exc)
-    if problem:  # CI (HPCEVAL_REQUIRE_LM_EVAL=1) must never turn the drills into skips
-        if os.environ.get("HPCEVAL_REQUIRE_LM_EVAL") == "1":
-            pytest.fail(f"HPCEVAL_REQUIRE_LM_EVAL=1 but {problem}")
-        pytest.skip(problem)
+    require_lm_eval()  # CI (HPCEVAL_REQUIRE_LM_EVAL=1) fails here rather than skip
     work = tmp_path_factory.mktemp("drills")
     mp = pytest.MonkeyPatch()
     mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

@@ -17,9 +17,10 @@ from hpceval.job.cache import LEASE_STALE_S, ResponseCache
 from hpceval.job.cache_compact import compact
 
 
-def lease(cache_dir: Path, host: str, pid: int, age_s: float = 0.0) -> Path:
+def lease(cache_dir: Path, host: str, pid: int, age_s: float = 0.0, job: str | None = None
+          ) -> Path:
     path = cache_dir / f"live-{host}-{pid}-x"
-    path.write_text(json.dumps({"host": host, "pid": pid}))
+    path.write_text(json.dumps({"host": host, "pid": pid, "job": job}))
     then = time.time() - age_s
     os.utime(path, (then, then))
     return path
@@ -56,6 +57,20 @@ def test_a_recent_lease_from_another_node_blocks(tmp_path: Path) -> None:
     lease(tmp_path, "other-node", 1, age_s=30)
     assert "skipped" in compact(tmp_path)
     assert len(list(tmp_path.glob("shard-*.jsonl"))) == 2
+
+
+def test_a_lease_of_an_ended_slurm_job_is_dead_at_once(tmp_path: Path) -> None:
+    """A proxy killed with its job (scancel) leaves its lease; the successor's teardown asks
+    Slurm instead of waiting for the lease to age."""
+    fill(tmp_path, 1)
+    fill(tmp_path, 1, start=3)
+    lease(tmp_path, "other-node", 1, age_s=5, job="4242")
+    states = {"4242": "RUNNING"}
+    assert "skipped" in compact(tmp_path, job_state=states.get)
+    assert "skipped" in compact(tmp_path, job_state=lambda _job: None)  # Slurm silent: by age
+    states["4242"] = "CANCELLED"
+    assert compact(tmp_path, job_state=states.get)["entries"] == 2
+    assert not list(tmp_path.glob("live-*"))
 
 
 def test_inputs_kept_when_a_proxy_starts_during_the_merge(
