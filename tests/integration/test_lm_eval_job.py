@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from hpceval.slurm.client import CommandSlurmClient
 from hpceval.staging import preflight_all
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, write_task_dir
+from lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -37,22 +36,6 @@ QUALIFIED = f"lm-eval-upstream.{TASK_NAME}"
 LIMIT = 20
 FILTERS = ("strict-match", "flexible-extract")
 TIMEOUT = 240  # seconds; about 60 once both nodes are free (other tests may hold one)
-
-
-def _lm_eval_ready() -> None:
-    venv_bin = Path(sys.executable).parent
-    problem = None
-    if shutil.which("lm_eval", path=str(venv_bin)) is None:
-        problem = "lm_eval is not installed in this venv (pip install 'lm-eval[api]==0.4.13')"
-    else:
-        try:
-            answer_key.gsm8k_jsonl()
-        except FileNotFoundError as exc:
-            problem = str(exc)
-    if problem:
-        if os.environ.get("HPCEVAL_REQUIRE_LM_EVAL") == "1":
-            pytest.fail(f"HPCEVAL_REQUIRE_LM_EVAL=1 but {problem}")
-        pytest.skip(problem)
 
 
 def _run_file(work: Path) -> Path:
@@ -88,7 +71,7 @@ def _wait(client: CommandSlurmClient, job_id: str) -> str:
 def test_lm_eval_in_a_slurm_job_scores_exactly_the_answer_key(
         slurm_cluster: CommandSlurmClient, tmp_path_factory: pytest.TempPathFactory,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    _lm_eval_ready()
+    require_lm_eval()
     work = tmp_path_factory.mktemp("lm-eval-job")
     # What demo.sh exports: the venv first on PATH (lm_eval, python -m hpceval.job on the
     # nodes; sbatch passes the environment on) and the repository for the server command.
