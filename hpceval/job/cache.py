@@ -30,9 +30,9 @@ Shard format (`<cache-dir>/shard-<host>-<pid>-<ts>.jsonl`), one line per respons
     SIGUSR1/SIGTERM and at close. Reads happen on the event loop: the start-up scan has just
     pulled the shards into the page cache, and a thread hand-off per hit costs more than a read.
 
-Memory: the index keeps 16 bytes per entry (`cache_index.DigestMap`: a 64-bit slice of the key
+Memory: the index keeps 12 bytes per entry (`cache_index.DigestMap`: a 32-bit slice of the key
 and the line's shard and offset; the line's end is found by reading to its newline), so 100,000
-new answers cost 1.6 MB, not the 13 MB of a dict. Counters of sampled repeats likewise.
+new answers cost ~2 MiB of RSS, not the 14 MiB of a dict. Counters of sampled repeats likewise.
 
 Leases: each process keeps `live-<host>-<pid>-<ts>` in the directory while it may read or write
 shards (touched every minute, removed at close), so `cache_compact` never deletes a shard that
@@ -194,7 +194,7 @@ class ResponseCache:
                 continue
             found = line_key(line)
             if found is not None and found != key:
-                continue  # another key sharing the index's 64-bit slice: not an error
+                continue  # another key sharing the index's slice of it: not an error
             body = line_body(line) if found is not None else None
             if body is None:
                 self._drop(key, loc, "torn or corrupted line")

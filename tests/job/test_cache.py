@@ -131,16 +131,16 @@ def test_compaction_merges_and_preserves_entries(tmp_path: Path) -> None:
     cache.close()
 
 
-def test_index_costs_16_bytes_per_entry_and_keeps_keys_sharing_its_slice(tmp_path: Path) -> None:
+def test_index_costs_12_bytes_per_entry_and_keeps_keys_sharing_its_slice(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
-    twins = [b"\x07" * 10 + bytes([n]) * 22 for n in (1, 2)]  # equal in the 64+10 indexed bits
+    twins = [b"\x07" * 10 + bytes([n]) * 22 for n in (1, 2)]  # equal in the 8+32 indexed bits
     for n, key in enumerate(twins):
         cache.put(key, CHAT, 200, answer(n))
     for n in range(2, 5002):
         cache.put(cache.key_for(CHAT, body(f"q{n}", temperature=0)), CHAT, 200, answer(n))
     assert [cache.get(k) for k in twins] == [answer(0), answer(1)]
     assert cache.get(b"\x07" * 10 + b"\x03" * 22) is None  # same slice, not stored: a miss
-    assert cache.stats()["index_bytes"] <= 5002 * 16 * 1.2  # arrays' over-allocation only
+    assert cache.stats()["index_bytes"] == 5002 * 12
     cache.close()
     cache = ResponseCache(tmp_path)
     assert [cache.get(k) for k in twins] == [answer(0), answer(1)] and len(cache) == 5002

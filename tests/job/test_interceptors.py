@@ -70,8 +70,9 @@ def test_split_reasoning(text: str, expected: tuple[str | None, str]) -> None:
 
 def test_strip_reasoning_chat_and_completions_custom_markers() -> None:
     strip = strip_reasoning("[R]", "[/R]")
-    chat = {"choices": [{"message": {"role": "assistant", "content": "[R]why[/R] yes"}},
-                        {"message": {"role": "assistant", "content": None}}]}
+    chat: dict[str, Any] = {"choices": [
+        {"message": {"role": "assistant", "content": "[R]why[/R] yes"}},
+        {"message": {"role": "assistant", "content": None}}]}
     assert strip(CHAT, chat)
     assert chat["choices"][0]["message"] == {"role": "assistant", "content": "yes",
                                              "reasoning_content": "why"}
