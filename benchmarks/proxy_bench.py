@@ -231,7 +231,11 @@ async def bench(args: argparse.Namespace, upstream: str, proxy: str, pid: int
     print(f"(reference: NeMo Evaluator's adapter proxy spends {NEMO_CPU_MS} ms CPU per request)")
 
     total, step, par = args.soak, max(args.soak // 10, 1), 256
-    print(f"\nsoak: {total} unique requests through the proxy, parallelism {par}\n")
+    # Every connection of parallelism 256 open first, so the baseline counts them (the replay
+    # ran at 64 and idle connections time out): growth is then what requests leave behind.
+    await load(proxy, make_bodies("warm", par * 4), par)
+    print(f"\nsoak: {total} unique requests through the proxy, parallelism {par} "
+          f"(after {par * 4} to open its connections)\n")
     print("| requests | RSS MiB | open fds | proxy CPU ms/req (last step) |")
     print("|---:|---:|---:|---:|")
     samples = [(0, rss_mib(pid), open_fds(pid))]
