@@ -272,8 +272,8 @@ def json_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     (n0, rss0, fds0), (n1, rss1, fds1) = result["soak"][0], result["soak"][-1]
     growth = rss1 - rss0
     rows.append(row(f"RSS growth over {n1 - n0:,} new requests", "MiB", round(growth, 2),
-                    better="lower", target="flat (< 3 MiB per 100,000)",
-                    ok=growth * 100_000 / max(n1 - n0, 1) < 3.0))
+                    better="lower", target="flat (< 2 MiB per 100,000)",
+                    ok=growth * 100_000 / max(n1 - n0, 1) < 2.0))
     rows.append(row(f"open files growth over {n1 - n0:,} new requests", "", fds1 - fds0,
                     better="lower", target="flat (within 16)", ok=abs(fds1 - fds0) <= 16))
     return rows
