@@ -23,7 +23,7 @@ node sees either the previous or the next complete document, never a partial one
       "instances": [{"url": "http://node002:8000", "state": "up" | "down", "outstanding": 32,
                      "done": 600, "failures": 0, "last_error": null, "down_since": null}],
       "cache": {"entries": 1900, "loaded": 700, "torn_lines": 0, "corrupt_hits": 0,
-                "shards_open": 3, "write_error": null} | null
+                "shards_open": 3, "write_error": null, "index_bytes": 22800} | null
     }
 """
 
