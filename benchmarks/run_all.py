@@ -117,7 +117,12 @@ def parse_args(argv: Sequence[str] | None, names: Sequence[str]) -> argparse.Nam
                         help="--publish target (default docs/benchmarks.md)")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds before a script is stopped and counted failed (3600)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.publish and args.only:
+        # the published page replaces the whole file: a partial run would drop every section
+        # it did not run
+        parser.error("--publish runs every benchmark; leave out --only")
+    return args
 
 
 def reproduce(argv: Sequence[str]) -> str:
