@@ -29,7 +29,7 @@ from hpceval.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
 FAILED_FILE = "failed.json"
-JOB_FAILURE_FILE = "job-failure"  # one line, written by the job script (templates/steps.j2)
+JOB_FAILURE_FILE = "job-failure"  # one line, by the job script's job_failure (teardown.j2)
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
 _SCHEDULER_ENDS = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE")
