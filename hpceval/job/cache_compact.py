@@ -43,6 +43,7 @@ from hpceval.job.cache import (
     stamp,
 )
 from hpceval.job.cache_index import DigestMap
+from hpceval.results.store import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
     finally:
         for fd in fds:
             os.close(fd)
-    _fsync_dir(cache_dir)
+    fsync_dir(cache_dir)
     result: dict[str, Any] = {"path": str(target), "entries": entries,
                               "shards_merged": len(shards), "dropped_lines": dropped}
     late = live_leases(cache_dir, stale_after, job_state=job_state)
@@ -177,18 +178,6 @@ def _remove_stale_temps(cache_dir: Path, stale_after: float) -> None:
                 tmp.unlink()
         except FileNotFoundError:
             pass
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes the rename durable on local file systems; some network file systems refuse it.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

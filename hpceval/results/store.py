@@ -36,14 +36,14 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def atomic_write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     # Makes the rename itself durable; not every file system allows it, which is fine.
     try:
         fd = os.open(folder, os.O_RDONLY)
