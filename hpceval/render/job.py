@@ -22,7 +22,7 @@ from hpceval.tasks import Catalogue
 
 # The vLLM release whose `vllm serve` parser the rendered command lines are checked against
 # (scripts/check-vllm-args.py); see docs/rendering.md.
-VLLM_VERSION = "0.33.0"
+VLLM_VERSION = "0.32.0"
 _MAX_PORT_SLOTS = 500
 
 
