@@ -58,10 +58,50 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
     return "\n".join(lines)
 
 
+def bar(done: int, total: int, *, width: int = 12) -> Any:
+    """A progress bar readable without colour: filled and empty cells are different glyphs
+    (rich's ProgressBar draws both as the same line, so 0/1 looked like a full bar)."""
+    from rich.text import Text
+
+    filled = round(width * done / total) if total > 0 else 0
+    filled = min(width, max(0, filled))
+    text = Text("█" * filled, style="green")
+    text.append("░" * (width - filled), style="bright_black")
+    text.append(f" {done}/{total}")
+    return text
+
+
+def _requests(p: dict[str, Any] | None) -> Any:
+    from rich.text import Text
+
+    if p is None:
+        return Text("")
+    expected = p.get("expected") or 0
+    if expected:
+        return bar(int(p["done"]), int(expected), width=20)
+    return Text(f"{p['done']}")
+
+
+def _detail(m: ModelState) -> str:
+    """The request rate, ETA and warnings; the count itself is in the requests column."""
+    p = m.progress
+    if p is None:
+        return m.reason
+    text = f"{p['rate_per_s']:.1f}/s"
+    if p["failed"]:
+        text = f"{p['failed']} failed, " + text
+    if p.get("eta_s") is not None:
+        text += f", ETA {format_duration(float(p['eta_s']))}"
+    if p.get("stale"):
+        text += f" (no update for {format_duration(p['updated_age_s'])})"
+    if p.get("upstream_error"):
+        text += f"; {p['upstream_error']}"
+    return text
+
+
 def rich_states(states: list[RunState]) -> Any:
     """A rich renderable: one table per run, progress bars for tasks and requests."""
     from rich.console import Group
-    from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
 
@@ -70,19 +110,12 @@ def rich_states(states: list[RunState]) -> Any:
         table = Table(title=f"{st.ref.invocation_id}  [{_STYLE[st.phase.value]}]"
                       f"{st.phase.value}[/]  {st.reason}", title_justify="left",
                       expand=False, show_edge=False)
-        for name in ("model", "state", "job", "tasks", "", "requests", "", "detail"):
+        for name in ("model", "state", "job", "tasks", "requests", "detail"):
             table.add_column(name)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
-            p = m.progress or {}
-            expected = p.get("expected") or 0
-            req_bar: Any = (ProgressBar(total=expected, completed=p.get("done", 0), width=20)
-                            if expected else Text(""))
             table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
-                          m.job_id or "-", ProgressBar(total=max(len(m.tasks), 1),
-                                                       completed=done, width=12),
-                          f"{done}/{len(m.tasks)}", req_bar,
-                          f"{p.get('done', 0)}/{expected}" if expected else "",
-                          format_progress(m.progress) or m.reason)
+                          m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
+                          _detail(m))
         parts.append(table)
     return Group(*parts)
