@@ -27,12 +27,15 @@ def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
 
 
 def selection_options(func: Any) -> Any:
+    """[RUN]... or --run RUN (both repeatable, merged), --model, --task, --limit, --output-dir."""
     for decorator in reversed([
-        click.option("--run", "runs", multiple=True, help="Only this run (repeatable)."),
+        click.argument("run_args", nargs=-1, metavar="[RUN]..."),
+        click.option("--run", "run_opts", multiple=True,
+                     help="Only this run (repeatable; same as the RUN argument)."),
         click.option("--model", "models", multiple=True, help="Only this model (repeatable)."),
         click.option("--task", "tasks", multiple=True,
                      help="Only this task: harness.task or short name (repeatable)."),
-        click.option("--limit", default=0, help="Without --run: only the newest N runs."),
+        click.option("--limit", default=0, help="Without RUN: only the newest N runs."),
         output_dir_option,
     ]):
         func = decorator(func)
@@ -50,16 +53,24 @@ def selection_options(func: Any) -> Any:
 @click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a static HTML report (a chart per task) to this file.")
-def results(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
-            output_dirs: tuple[str, ...], fmt: str, output: str | None, board: bool,
-            metric: str | None, html_file: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
+            tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], fmt: str,
+            output: str | None, board: bool, metric: str | None, html_file: str | None,
+            as_json: bool) -> None:
     """Results of finished tasks across runs: models x tasks x metrics.
 
-    Only tasks with a `done` marker count. Without --run, every run of the known output
-    directories is read (see `hpceval ls runs`).
+    RUN (or --run RUN) is an invocation id, a unique prefix of one, or a run directory. Only
+    tasks with a `done` marker count. Without RUN, every run of the known output directories
+    is read (see `hpceval ls runs`).
     """
     from hpceval.results.table import leaderboard, parquet_available, render, write_parquet
 
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise click.UsageError("--json is --format json: give one of them")
+        fmt = "json"
+    runs = run_args + run_opts
     frame = _frame(runs, models, tasks, output_dirs, limit)
     shown = leaderboard(frame, metric) if board else frame
     if html_file:
@@ -96,10 +107,11 @@ def results(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ..
 @click.option("--experiment", default="hpceval", show_default=True,
               help="MLflow experiment / W&B project.")
 @click.option("--online", is_flag=True, help="--dest wandb: sync now (default: offline mode).")
-def export(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
-           output_dirs: tuple[str, ...], dest: str, fmt: str, output: str,
-           tracking_uri: str | None, experiment: str, online: bool) -> None:
-    """Export results; re-exporting the same results changes nothing (idempotent).
+def export(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
+           tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], dest: str, fmt: str,
+           output: str, tracking_uri: str | None, experiment: str, online: bool) -> None:
+    """Export results of RUN(s) (default: every known run); re-exporting the same results
+    changes nothing (idempotent).
 
     local: one file per run under --output. mlflow / wandb (optional extras:
     pip install 'hpceval[mlflow]' or 'hpceval[wandb]'): one tracking run per
@@ -107,7 +119,7 @@ def export(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
     """
     from hpceval.results import export as ex
 
-    frame = _frame(runs, models, tasks, output_dirs, limit)
+    frame = _frame(run_args + run_opts, models, tasks, output_dirs, limit)
     try:
         if dest == "local":
             written = ex.export_local(frame, Path(output), fmt)
