@@ -26,6 +26,27 @@ def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
     return results_frame(_run_dirs(runs, output_dirs, limit), models=models, tasks=tasks)
 
 
+def _watcher() -> Any:
+    from hpceval.slurm.client import CommandSlurmClient
+    from hpceval.slurm.watcher import JobWatcher
+
+    return JobWatcher(CommandSlurmClient())
+
+
+def _cost_frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
+                output_dirs: tuple[str, ...], limit: int) -> Any:
+    from hpceval.results.cost import cost_frame
+
+    frame = cost_frame(_run_dirs(runs, output_dirs, limit), _watcher)
+    if models:
+        frame = frame[frame["model"].isin(models)]
+    if tasks:
+        short = frame["task"].str.rsplit(".", n=1).str[-1]
+        frame = frame[frame["task"].isin(tasks) | short.isin(tasks) | (frame["task"] ==
+                                                                       "(all jobs)")]
+    return frame.reset_index(drop=True)
+
+
 def selection_options(func: Any) -> Any:
     """[RUN]... or --run RUN (both repeatable, merged), --model, --task, --limit, --output-dir."""
     for decorator in reversed([
@@ -54,10 +75,13 @@ def selection_options(func: Any) -> Any:
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a static HTML report (a chart per task) to this file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+@click.option("--cost", is_flag=True,
+              help="GPU-hours and node-hours per model (all its jobs) and per task, instead of "
+                   "metrics (one sacct call for jobs not seen ended before).")
 def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
             tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], fmt: str,
             output: str | None, board: bool, metric: str | None, html_file: str | None,
-            as_json: bool) -> None:
+            as_json: bool, cost: bool) -> None:
     """Results of finished tasks across runs: models x tasks x metrics.
 
     RUN (or --run RUN) is an invocation id, a unique prefix of one, or a run directory. Only
@@ -71,8 +95,14 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
             raise click.UsageError("--json is --format json: give one of them")
         fmt = "json"
     runs = run_args + run_opts
-    frame = _frame(runs, models, tasks, output_dirs, limit)
-    shown = leaderboard(frame, metric) if board else frame
+    if cost:
+        if board or html_file:
+            raise click.UsageError("--cost is a table of its own: leave out --leaderboard/--html")
+        shown = _cost_frame(runs, models, tasks, output_dirs, limit)
+        frame = shown
+    else:
+        frame = _frame(runs, models, tasks, output_dirs, limit)
+        shown = leaderboard(frame, metric) if board else frame
     if html_file:
         from hpceval.results.report import write_report
 

@@ -33,7 +33,19 @@ def _age(ts: float) -> str:
     return format_duration(max(0.0, time.time() - ts)) + " ago" if ts else "?"
 
 
-def format_states(states: list[RunState], *, tasks: bool = True) -> str:
+def _model_costs(costs: dict[Any, dict[str, Any]] | None, st: RunState
+                 ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    cost = (costs or {}).get(st.ref.run_dir)
+    if cost is None or not cost["accounted"]:
+        return None, {}
+    return cost, {m["model"]: m for m in cost["models"]}
+
+
+def format_states(states: list[RunState], *, tasks: bool = True,
+                  costs: dict[Any, dict[str, Any]] | None = None) -> str:
+    """Plain text; `costs` (run_dir -> hpceval.results.cost.run_cost) adds GPU-hours."""
+    from hpceval.results.cost import format_cost
+
     lines: list[str] = []
     for st in states:
         head = f"{st.ref.invocation_id}  {st.phase.value.upper()}"
@@ -42,6 +54,9 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
         lines.append(head)
         lines.append(f"  {st.ref.kind}{' sweep' if st.ref.sweep else ''}, submitted "
                      f"{_age(st.ref.submitted_at)} by {st.ref.user or '?'}: {st.ref.run_dir}")
+        cost, by_model = _model_costs(costs, st)
+        if cost is not None:
+            lines.append(f"  cost: {format_cost(cost)}")
         width = max((len(m.key) for m in st.models), default=5)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
@@ -49,8 +64,10 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
             job = m.job_id or "-"
             if m.attempts > 1:
                 job += f" (attempt {m.attempts})"
+            spent = (f"  {by_model[m.key]['gpu_hours']:.3g} GPU-h" if m.key in by_model
+                     else "")
             lines.append(f"  {m.key:<{width}}  {m.phase.value:<9}  {done}/{len(m.tasks)} tasks"
-                         f"  job {job}" + (f"  {detail}" if detail else ""))
+                         f"  job {job}{spent}" + (f"  {detail}" if detail else ""))
             if tasks:
                 for t in m.tasks:
                     lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
@@ -99,23 +116,28 @@ def _detail(m: ModelState) -> str:
     return text
 
 
-def rich_states(states: list[RunState]) -> Any:
+def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None) -> Any:
     """A rich renderable: one table per run, progress bars for tasks and requests."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    from hpceval.results.cost import format_cost
+
     parts: list[Any] = []
     for st in states:
+        cost, by_model = _model_costs(costs, st)
         table = Table(title=f"{st.ref.invocation_id}  [{_STYLE[st.phase.value]}]"
                       f"{st.phase.value}[/]  {st.reason}", title_justify="left",
-                      expand=False, show_edge=False)
-        for name in ("model", "state", "job", "tasks", "requests", "detail"):
+                      caption=f"cost: {format_cost(cost)}" if cost else None,
+                      caption_justify="left", expand=False, show_edge=False)
+        for name in ("model", "state", "job", "tasks", "requests", "GPU-h", "detail"):
             table.add_column(name)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
+            spent = f"{by_model[m.key]['gpu_hours']:.3g}" if m.key in by_model else "-"
             table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
                           m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
-                          _detail(m))
+                          spent, _detail(m))
         parts.append(table)
     return Group(*parts)

@@ -214,7 +214,8 @@ def test_allocated_gpus_and_nodes_from_recorded_sacct() -> None:
 def test_lines_without_usage_columns_still_parse() -> None:
     old = parse_sacct(sample("sacct-22.05-later.txt"))
     assert old and all(r.alloc_gpus is None and r.alloc_nodes is None for r in old.values())
-    piped = "7|a|b|c|RUNNING|0:0|None|Unknown|Unknown|00:00:00||2026-11-30T03:04:28|debug|gres/gpu=2|1"
+    piped = ("7|a|b|c|RUNNING|0:0|None|Unknown|Unknown|00:00:00||2026-11-30T03:04:28|debug"
+             "|gres/gpu=2|1")
     (rec,) = parse_sacct(piped).values()
     assert (rec.name, rec.alloc_gpus, rec.alloc_nodes) == ("a|b|c", 2, 1)
 
