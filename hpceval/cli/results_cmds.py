@@ -73,7 +73,10 @@ def selection_options(func: Any) -> Any:
               help="One row per model, one column per task's primary metric.")
 @click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
-              help="Also write a static HTML report (a chart per task) to this file.")
+              help="Also write a static HTML report to this file: what was run, comparison "
+                   "with 95% intervals, GPU-hours, per-sample answers.")
+@click.option("--samples", "n_samples", default=20, show_default=True,
+              help="With --html: per task, the first N samples (and the first N wrong ones).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
 @click.option("--cost", is_flag=True,
               help="GPU-hours and node-hours per model (all its jobs) and per task, instead of "
@@ -81,7 +84,7 @@ def selection_options(func: Any) -> Any:
 def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
             tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], fmt: str,
             output: str | None, board: bool, metric: str | None, html_file: str | None,
-            as_json: bool, cost: bool) -> None:
+            as_json: bool, cost: bool, n_samples: int) -> None:
     """Results of finished tasks across runs: models x tasks x metrics.
 
     RUN (or --run RUN) is an invocation id, a unique prefix of one, or a run directory. Only
@@ -104,9 +107,12 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         frame = _frame(runs, models, tasks, output_dirs, limit)
         shown = leaderboard(frame, metric) if board else frame
     if html_file:
+        from hpceval.results.cost import cost_frame
         from hpceval.results.report import write_report
 
-        write_report(frame, Path(html_file))
+        run_dirs = sorted({Path(d) for d in frame["run_dir"]}) if not frame.empty else []
+        write_report(frame, Path(html_file), run_dirs=run_dirs, samples=n_samples,
+                     cost=cost_frame(run_dirs, _watcher))
         click.echo(f"report: {html_file}", err=True)
     if fmt == "parquet":
         if not parquet_available():
