@@ -89,8 +89,9 @@ hpceval status "$inv" --watch --interval 5
 say "6/6 results"
 hpceval results --run "$inv"
 hpceval results --run "$inv" --leaderboard
-hpceval results --run "$inv" --html "$DEMO/report.html" >/dev/null
-echo "HTML report with a chart per task: $DEMO/report.html"
+hpceval results "$inv" --cost
+hpceval results "$inv" --html "$DEMO/report.html" >/dev/null
+echo "HTML report (what was run, comparison, GPU-hours, per-sample answers): $DEMO/report.html"
 state=$(hpceval status "$inv" --json | python -c 'import json, sys
 runs = json.load(sys.stdin)
 print(runs[0]["state"] if runs else "unknown")')

@@ -42,7 +42,8 @@ h2{margin-top:2em;border-bottom:1px solid #ddd}.meta{color:#666;font-size:90%}
 table.models td,table.tasks td,table.samples td{text-align:left}
 pre{white-space:pre-wrap;margin:0;max-width:40em;max-height:14em;overflow:auto;font-size:85%}
 tr.wrong td:last-child{color:#b00020}tr.right td:last-child{color:#1b7f2a}
-li.apart{color:#1b5e20}li.overlap{color:#795548}nav a{margin-right:1em}"""
+li.apart{color:#1b5e20}li.overlap{color:#795548}nav a{margin-right:1em}
+td{overflow-wrap:anywhere}"""
 
 # The wrong-answer filter. Rows are hidden with the `hidden` attribute (not CSS), so the
 # state is in the DOM: a headless browser's --dump-dom shows what a reader would see.

@@ -9,7 +9,7 @@ import html
 
 from hpceval.results.report.compare import Score
 
-_BAR_H, _GAP, _LABEL_W, _PLOT_W, _VALUE_W = 22, 6, 220, 420, 190
+_BAR_H, _GAP, _LABEL_W, _PLOT_W, _VALUE_W = 22, 6, 220, 420, 280
 _COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
 

@@ -9,6 +9,8 @@ or from the sidecar ``hpceval stage`` wrote beside its SIF file; otherwise it is
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,20 +82,27 @@ def image_digest(image: str | None, sif: str | None) -> str:
     return "not recorded" if image or sif else ""
 
 
-def layout_text(config: dict[str, Any]) -> str:
-    """'2 nodes x 4 GPUs, TP 2, PP 1: 4 instances' from a model's resolved config."""
+def layout_text(config: dict[str, Any], layout: dict[str, Any] | None) -> str:
+    """'2 node(s) x 4 GPU(s), TP 2, PP 1: 4 instance(s)' from a model's resolved config and the
+    layout submit computed (run.json); runs from before it was recorded get it computed."""
     ex, dep = config.get("execution") or {}, config.get("deployment") or {}
     nodes, gpus = ex.get("nodes", "?"), ex.get("gpus_per_node", "?")
     tp, pp = dep.get("tensor_parallel_size", 1), dep.get("pipeline_parallel_size", 1)
     text = f"{nodes} node(s) x {gpus} GPU(s), TP {tp}, PP {pp}"
+    instances = (layout or {}).get("instances") or _instances(json.dumps(config, sort_keys=True))
+    return f"{text}: {instances} instance(s)" if instances else text
+
+
+@functools.lru_cache(maxsize=256)
+def _instances(config_json: str) -> int | None:
     try:
         from hpceval.config.build import build_run_spec
         from hpceval.config.layout import compute_layout
 
-        layout, _issues = compute_layout(build_run_spec(config))
-        return f"{text}: {layout.instances} instance(s)"
+        layout, _issues = compute_layout(build_run_spec(json.loads(config_json)))
+        return layout.instances
     except Exception:
-        return text
+        return None
 
 
 def _task_info(task_dir: str, task: dict[str, str]) -> TaskInfo:
@@ -141,7 +150,8 @@ def read_run_info(run_dir: Path) -> RunInfo | None:
             server_image=str(image), server_digest=image_digest(
                 image if image.startswith("docker://") else None,
                 image if image.endswith(".sif") else None),
-            layout=layout_text(config), config_text=config_text, jobs=entry_ids,
+            layout=layout_text(config, model.get("layout")), config_text=config_text,
+            jobs=entry_ids,
             tasks=[_task_info(os.path.join(model_dir, "tasks", t["key"]), t)
                    for t in model.get("tasks", [])]))
     return info

@@ -24,6 +24,10 @@ def _duration(seconds: float | None) -> str:
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s")
 
 
+def _with_digest(image: str, digest: str) -> str:
+    return image if not digest or digest in image else f"{image} ({digest})"
+
+
 def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     """rows hold HTML already escaped by the caller."""
     out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
@@ -92,7 +96,7 @@ def runs_section(infos: list[RunInfo]) -> str:
                    f"{_e(info.config_text)}</pre></details>")
         rows = []
         for m in info.models:
-            image = m.server_image + (f" ({m.server_digest})" if m.server_digest else "")
+            image = _with_digest(m.server_image, m.server_digest)
             rows.append([_e(m.key), _e(m.model_id), _e(m.checkpoint), _e(m.deployment),
                          _e(m.layout), _e(image), _e(", ".join(m.jobs)),
                          _e(_duration(m.wall_s))])
@@ -101,7 +105,7 @@ def runs_section(infos: list[RunInfo]) -> str:
         task_rows = []
         for m in info.models:
             for t in m.tasks:
-                image = t.image + (f" ({t.digest})" if t.digest else "")
+                image = _with_digest(t.image, t.digest)
                 task_rows.append([_e(m.key), _e(t.task), _e("done" if t.done else "not done"),
                                   _e(t.harness), _e(t.harness_version), _e(image),
                                   _e(t.job_id), _e(_duration(t.duration_s))])
