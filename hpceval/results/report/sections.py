@@ -137,8 +137,8 @@ def samples_section(per_task: list[tuple[str, str, TaskSamples]], first: int) ->
             rows.append(f'<tr class="sample {state}" data-line="{s.line}">'
                         f"<td>{_e(s.doc_id)}</td><td><pre>{_e(s.prompt)}</pre></td>"
                         f"<td><pre>{_e(s.answer)}</pre></td><td><pre>{_e(s.reference)}</pre>"
-                        f"</td><td>{_e(s.metric)} {'' if s.score is None else f'{s.score:.3g}'}"
-                        "</td></tr>")
+                        f"</td><td>{_e(s.metric)}{_e(f' ({s.filter})' if s.filter else '')} "
+                        f"{'' if s.score is None else f'{s.score:.3g}'}</td></tr>")
         out.append('<table class="samples"><thead><tr><th>doc</th><th>prompt</th>'
                    "<th>answer</th><th>reference</th><th>score</th></tr></thead><tbody>"
                    + "".join(rows) + "</tbody></table></div>")
