@@ -82,7 +82,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     refs = ([find(r, output_dirs) for r in runs] if runs
             else list_runs([Path(d) for d in output_dirs])[:limit])
     if not refs:
-        click.echo("no runs yet (submit one, or pass --output-dir)")
+        click.echo("[]" if as_json else "no runs yet (submit one, or pass --output-dir)")
         return
     tracker = Tracker(min_interval_s=2.0)
     for ref in refs:

@@ -108,3 +108,11 @@ def test_empty_run_ids_are_refused_not_prefix_matched(ref: str, tmp_path: Path,
         out = CliRunner().invoke(cli, command)
         assert out.exit_code != 0 and "empty" in out.output, (command, out.output)
     assert fake.cancels == []
+
+
+def test_json_read_commands_print_json_when_there_is_nothing(tmp_path: Path) -> None:
+    for command in (["status", "--json"], ["ls", "runs", "--json"], ["results", "--json"],
+                    ["results", "--cost", "--json"]):
+        out = CliRunner().invoke(cli, command)
+        assert out.exit_code == 0, (command, out.output)
+        assert json.loads(out.output) == [], (command, out.output)
