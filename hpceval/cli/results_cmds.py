@@ -75,7 +75,7 @@ def selection_options(func: Any) -> Any:
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a static HTML report to this file: what was run, comparison "
                    "with 95% intervals, GPU-hours, per-sample answers.")
-@click.option("--samples", "n_samples", default=20, show_default=True,
+@click.option("--samples", "n_samples", default=20, show_default=True, type=click.IntRange(0),
               help="With --html: per task, the first N samples (and the first N wrong ones).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
 @click.option("--cost", is_flag=True,
