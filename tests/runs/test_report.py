@@ -41,7 +41,7 @@ def test_report_answers_what_was_run_and_what_it_cost(sweep: Path, tmp_path: Pat
     assert "https://" not in page and "http://" not in page.replace("http://www.w3.org", "")
     run_yaml = (sweep / "run.yaml").read_text().splitlines()[0]
     assert run_yaml.split(":")[0] in page  # the resolved config is on the page
-    assert "1 node(s) x 0 GPU(s), TP 1, PP 1: 1 instance(s)" in page
+    assert "1 node(s) x 0 GPU(s): 1 instance(s) x 0 GPU(s), TP 1, PP 1" in page
     assert "sha256:" + "ab" * 32 in page and "ut-harness" in page
     assert "16_0" in page and "16_1" in page  # job ids
     assert "1m00s" in page  # wall time per task
@@ -97,3 +97,26 @@ def test_model_and_task_filters_narrow_the_samples(sweep: Path) -> None:
     page = html_report(frame, run_dirs=[sweep])
     assert page.count('class="task-samples"') == 1
     assert f'data-model="model-01" data-task="{TWO}"' in page
+
+
+def test_layout_of_runs_from_before_run_json_recorded_it(sweep: Path) -> None:
+    import json
+
+    import yaml
+
+    from hpceval.results.report.runinfo import layout_text, read_run_info
+
+    run = json.loads((sweep / "run.json").read_text())
+    assert run["models"][0]["layout"]["instances"] == 1
+    config = yaml.safe_load((sweep / "models" / "model-00" / "run.yaml").read_text())
+    config["execution"]["gpus_per_node"] = 4  # 4 GPUs, 2 per instance: 2 (computed here)
+    config["deployment"]["gpus_per_instance"] = 2
+    assert layout_text(config, None) == (
+        "1 node(s) x 4 GPU(s): 2 instance(s) x 2 GPU(s), TP 1, PP 1")
+    for model in run["models"]:
+        del model["layout"]
+    (sweep / "run.json").write_text(json.dumps(run))
+    info = read_run_info(sweep)
+    assert info is not None
+    assert info.models[0].layout == (
+        "1 node(s) x 0 GPU(s): 1 instance(s) x 0 GPU(s), TP 1, PP 1")

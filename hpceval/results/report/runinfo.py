@@ -83,26 +83,29 @@ def image_digest(image: str | None, sif: str | None) -> str:
 
 
 def layout_text(config: dict[str, Any], layout: dict[str, Any] | None) -> str:
-    """'2 node(s) x 4 GPU(s), TP 2, PP 1: 4 instance(s)' from a model's resolved config and the
-    layout submit computed (run.json); runs from before it was recorded get it computed."""
+    """'2 node(s) x 4 GPU(s): 4 instance(s) x 2 GPU(s), TP 2, PP 1' from a model's resolved
+    config and the layout submit computed (run.json); older runs get it computed here."""
     ex, dep = config.get("execution") or {}, config.get("deployment") or {}
     nodes, gpus = ex.get("nodes", "?"), ex.get("gpus_per_node", "?")
     tp, pp = dep.get("tensor_parallel_size", 1), dep.get("pipeline_parallel_size", 1)
-    text = f"{nodes} node(s) x {gpus} GPU(s), TP {tp}, PP {pp}"
-    instances = (layout or {}).get("instances") or _instances(json.dumps(config, sort_keys=True))
-    return f"{text}: {instances} instance(s)" if instances else text
+    if layout is None:
+        layout = _layout(json.dumps(config, sort_keys=True))
+    shape = (f": {layout['instances']} instance(s) x {layout['gpus_per_instance']} GPU(s)"
+             if layout else "")
+    return f"{nodes} node(s) x {gpus} GPU(s){shape}, TP {tp}, PP {pp}"
 
 
 @functools.lru_cache(maxsize=256)
-def _instances(config_json: str) -> int | None:
-    try:
-        from hpceval.config.build import build_run_spec
-        from hpceval.config.layout import compute_layout
+def _layout(config_json: str) -> dict[str, Any] | None:
+    from hpceval.config.build import build_run_spec
+    from hpceval.config.errors import ConfigError
+    from hpceval.config.layout import compute_layout
 
+    try:
         layout, _issues = compute_layout(build_run_spec(json.loads(config_json)))
-        return layout.instances
-    except Exception:
-        return None
+    except (ConfigError, LookupError, TypeError, ValueError, AttributeError):
+        return None  # an old or hand-edited run.yaml: show what is written
+    return {"instances": layout.instances, "gpus_per_instance": layout.gpus_per_instance}
 
 
 def _task_info(task_dir: str, task: dict[str, str]) -> TaskInfo:
