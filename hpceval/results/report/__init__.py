@@ -39,11 +39,12 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;
 text-align:right;vertical-align:top}th:first-child,td:first-child{text-align:left}
 h2{margin-top:2em;border-bottom:1px solid #ddd}.meta{color:#666;font-size:90%}
-table.models td,table.tasks td,table.samples td{text-align:left}
+table.models td,table.tasks td,table.samples td,table.models th,table.tasks th,
+table.samples th{text-align:left}
 pre{white-space:pre-wrap;margin:0;max-width:40em;max-height:14em;overflow:auto;font-size:85%}
 tr.wrong td:last-child{color:#b00020}tr.right td:last-child{color:#1b7f2a}
 li.apart{color:#1b5e20}li.overlap{color:#795548}nav a{margin-right:1em}
-td{overflow-wrap:anywhere}"""
+td{overflow-wrap:break-word;word-break:break-word}"""
 
 # The wrong-answer filter. Rows are hidden with the `hidden` attribute (not CSS), so the
 # state is in the DOM: a headless browser's --dump-dom shows what a reader would see.
