@@ -96,8 +96,9 @@ hpceval logs "$inv" | grep -F ': vllm serve ' || { echo "demo: no vllm serve lin
 say "7/7 results"
 hpceval results --run "$inv"
 hpceval results --run "$inv" --leaderboard
-hpceval results --run "$inv" --html "$DEMO/report.html" >/dev/null
-echo "HTML report with a chart per task: $DEMO/report.html"
+hpceval results "$inv" --cost
+hpceval results "$inv" --html "$DEMO/report.html" >/dev/null
+echo "HTML report (what was run, comparison, GPU-hours, per-sample answers): $DEMO/report.html"
 state=$(hpceval status "$inv" --json | python -c 'import json, sys
 runs = json.load(sys.stdin)
 print(runs[0]["state"] if runs else "unknown")')
