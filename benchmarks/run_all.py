@@ -36,6 +36,7 @@ SCRIPTS: dict[str, str] = {
     "report": "report_bench.py",
     "proxy": "proxy_bench.py",
     "resume": "resume_waste.py",
+    "vllm": "vllm_bench.py",
 }
 HERE = Path(__file__).resolve().parent
 

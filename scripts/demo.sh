@@ -90,7 +90,7 @@ echo "$out"
 inv=$(sed -n 's/^submitted \([^:]*\):.*/\1/p' <<<"$out" | head -n1)
 [ -n "$inv" ] || { echo "demo: could not read the invocation id from submit's output" >&2; exit 1; }
 hpceval status "$inv" --watch --interval 5
-echo "the server each element started, from its job log (hpceval logs):"
+echo; echo "the server each element started, from its job log (hpceval logs):"
 hpceval logs "$inv" | grep -F ': vllm serve ' || { echo "demo: no vllm serve line in the job logs" >&2; exit 1; }
 
 say "7/7 results"
