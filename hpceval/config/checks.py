@@ -9,28 +9,11 @@ from typing import Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
+from hpceval.slurm.timelimit import walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-
-
-def walltime_minutes(text: str) -> int | None:
-    """Slurm time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. None if invalid."""
-    m = _WALLTIME.match(text.strip())
-    if not m:
-        return None
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
-    if days is not None:
-        hours, minutes, seconds = [*nums, 0, 0][:3]
-        total = int(days) * 1440 + hours * 60 + minutes + (seconds > 0)
-    elif len(nums) == 3:
-        total = nums[0] * 60 + nums[1] + (nums[2] > 0)
-    else:  # MM or MM:SS
-        total = nums[0] + (len(nums) == 2 and nums[1] > 0)
-    return total
 
 
 PATH_KEYS = ("execution.output_dir", "execution.image_dir", "execution.hf_cache_dir",

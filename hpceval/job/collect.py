@@ -29,13 +29,8 @@ from pathlib import Path
 
 from hpceval.job import manifest as mf
 from hpceval.results.schema import TaskResult
-from hpceval.results.store import (
-    ResultsAlreadyFinal,
-    atomic_write_json,
-    finalize_task,
-    is_done,
-    read_json_object,
-)
+from hpceval.results.store import ResultsAlreadyFinal, finalize_task, is_done
+from hpceval.storage import atomic_write_json, read_json_object
 from hpceval.tasks import HarnessDef, TaskDef
 
 FAILED_FILE = "failed.json"

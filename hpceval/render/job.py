@@ -9,7 +9,7 @@ from typing import Any
 
 import jinja2
 
-from hpceval import __version__
+from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.render.context import JobContext
@@ -91,12 +91,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.config.checks import walltime_minutes
+    from hpceval.backends import backend_for
+    from hpceval.slurm.timelimit import walltime_minutes
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1
     cap = walltime_minutes(ex.max_walltime) or wall
-    return {"enabled": ex.auto_resume and ex.type == "slurm",
+    return {"enabled": ex.auto_resume and backend_for(ex.type).resubmits_itself,
             "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
             "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime}
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import jinja2
 
-from hpceval import __version__
+from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.render.context import ArraySpec, JobContext

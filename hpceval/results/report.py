@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import atomic_write_text
 from hpceval.results.table import leaderboard
+from hpceval.storage import atomic_write_text
 
 _BAR_H, _GAP, _LABEL_W, _PLOT_W, _VALUE_W = 22, 6, 220, 420, 110
 _COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")

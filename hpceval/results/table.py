@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import DONE_MARKER, RESULTS_FILE, atomic_write_text
+from hpceval.results.store import DONE_MARKER, RESULTS_FILE
+from hpceval.storage import atomic_write_text
 
 COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
            "filter", "value", "stderr", "n_samples", "primary", "run_dir"]

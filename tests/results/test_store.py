@@ -6,12 +6,8 @@ from pathlib import Path
 import pytest
 
 from hpceval.results.schema import Metric, TaskResult
-from hpceval.results.store import (
-    ResultsAlreadyFinal,
-    atomic_write_text,
-    finalize_task,
-    is_done,
-)
+from hpceval.results.store import ResultsAlreadyFinal, finalize_task, is_done
+from hpceval.storage import atomic_write_text
 from hpceval.tasks.adapters.lm_eval import parse
 
 LM_EVAL_OUTPUT = {
@@ -40,7 +36,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path,
     def quota_exceeded(fd: int) -> None:
         raise OSError(122, "Disk quota exceeded")
 
-    monkeypatch.setattr("hpceval.results.store.os.fsync", quota_exceeded)
+    monkeypatch.setattr("hpceval.storage.os.fsync", quota_exceeded)
     with pytest.raises(OSError, match="quota"):
         atomic_write_text(target, "partial")
     assert target.read_text() == "complete"

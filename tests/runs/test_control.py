@@ -13,11 +13,11 @@ from run_helpers import FakeSlurm, configs, finish_task
 from hpceval.runs.control import ResumeRefused, kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
-from hpceval.runs.local import walltime_seconds
 from hpceval.runs.logs import log_files
 from hpceval.runs.state import Tracker, read_run
 from hpceval.runs.submit import submit_configs
 from hpceval.slurm.states import Phase
+from hpceval.slurm.timelimit import walltime_seconds
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 

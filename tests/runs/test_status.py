@@ -8,7 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs, finish_task
 
-from hpceval.runs.jobs import JobEntry, append_jobs
+from hpceval.backends.base import JobEntry
+from hpceval.runs.jobs import append_jobs
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_configs
 from hpceval.slurm.states import Phase
