@@ -22,8 +22,8 @@ from typing import ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
 from hpceval.contract import LOCAL_LOG_FILE, LOCAL_RC_FILE, LOCAL_RUNNER, LOCAL_RUNNER_LOG
+from hpceval.slurm.formats import walltime_seconds
 from hpceval.slurm.states import JobStatus, Phase
-from hpceval.slurm.timelimit import walltime_seconds
 
 
 class LocalBackend:

@@ -9,10 +9,9 @@ from typing import Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
-from hpceval.slurm.timelimit import walltime_minutes
+from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-FLAG_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -67,7 +66,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
     for flag in ex.sbatch_extra_flags:
-        if not FLAG_NAME.match(flag):
+        if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",
                               "write the long name without dashes, e.g. mail-type")
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:

@@ -16,8 +16,8 @@ from hpceval.runs.jobs import read_jobs
 from hpceval.runs.logs import log_files
 from hpceval.runs.state import Tracker, read_run
 from hpceval.runs.submit import submit_configs
+from hpceval.slurm.formats import walltime_seconds
 from hpceval.slurm.states import Phase
-from hpceval.slurm.timelimit import walltime_seconds
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 

@@ -1,12 +1,15 @@
-"""Slurm's time-limit formats, parsed in one place (validation, the local runner, resume caps).
+"""Slurm's own formats, written once: time limits, sbatch flag names, --output file names.
 
-Formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (minutes and seconds of at most two digits).
+Time limits: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (minutes and seconds of at most two digits);
+read by validation, the render (resume caps) and the local backend's runner.
 """
 
 from __future__ import annotations
 
 import re
 
+# A long sbatch option name without its dashes ("mail-type"): validation and the header.
+SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 _WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 
 
@@ -31,3 +34,8 @@ def walltime_minutes(text: str) -> int | None:
     except ValueError:
         return None
     return -(-seconds // 60)
+
+
+def slurm_filename(path: str) -> str:
+    """A path for --output / --error: Slurm expands %j, %A, %a ..., so a literal % is %%."""
+    return path.replace("%", "%%")
