@@ -56,7 +56,7 @@ def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | No
         if server:
             found = sorted((model_dir / "server").glob("*.log"))
             out += [(f"{m['key']} server {p.stem}", p) for p in found]
-            if (model_dir / "proxy.log").is_file():  # only jobs with several instances
+            if (model_dir / "proxy.log").is_file():  # not in jobs against an external endpoint
                 out.append((f"{m['key']} proxy", model_dir / "proxy.log"))
             continue
         path = job_log(run_dir, m["key"], m["index"], jobs)
