@@ -7,6 +7,8 @@ This module imports nothing, so every layer can use it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 # -- written by submit (hpceval.runs.rundir) ------------------------------------------------
 RUN_FILE = "run.json"  # what the controller needs; written last: the directory is complete
 JOB_SCRIPT = "job.sbatch"  # single model: the job script exactly as submitted
@@ -27,6 +29,25 @@ FAILED_FILE = "failed.json"  # models/<key>/tasks/<task>/: why the task failed
 RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
 MANIFEST_FILE = "manifest.json"  # models/<key>/tasks/<task>/: provenance
 DONE_MARKER = "done"  # models/<key>/tasks/<task>/: written last; results are final
+
+# The names the job script uses, handed to the templates as `files` (render/job.py): the
+# templates write {{ files.done }}, never the literal, so bash and Python cannot drift apart.
+JOB_FILES = {
+    "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
+    "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
+    "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE,
+}
+
+
+def is_done(task_dir: Path) -> bool:
+    """THE definition of a finished task, in Python; the job script tests the same marker.
+
+    `done` is written last, after results.json and manifest.json are in place (atomically), so
+    its presence alone says the results are whole and final: nothing overwrites them, and a
+    later job skips the task.
+    """
+    return (task_dir / DONE_MARKER).is_file()
+
 
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status

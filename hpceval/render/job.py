@@ -9,6 +9,7 @@ from typing import Any
 from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
+from hpceval.contract import JOB_FILES
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
 from hpceval.render.quoting import LineStart, ShellCode, shipped_environment, var
@@ -70,6 +71,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "layout_text": _layout_text(resolved),
         "health_path": dep.health_path,
         "health_timeout": dep.health_timeout,
+        "files": JOB_FILES,  # the run directory's file names, as Python reads them
         # Always, even for one instance: the proxy's response cache is what lets a resumed job
         # replay finished requests, and its progress file is what `hpceval status` shows.
         "proxy": layout.instances >= 1,

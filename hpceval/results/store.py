@@ -9,19 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE, RESULTS_FILE, is_done
 from hpceval.storage import atomic_write_json, atomic_write_text
-
-RESULTS_FILE = "results.json"
-MANIFEST_FILE = "manifest.json"
-DONE_MARKER = "done"
 
 
 class ResultsAlreadyFinal(RuntimeError):
     """A task is marked done; its results must not be replaced by a partial run."""
-
-
-def is_done(task_dir: Path) -> bool:
-    return (task_dir / DONE_MARKER).is_file() and (task_dir / RESULTS_FILE).is_file()
 
 
 def finalize_task(task_dir: Path, results_json: str, manifest: dict[str, Any]) -> None:

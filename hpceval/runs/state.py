@@ -23,8 +23,8 @@ from hpceval.contract import (
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
     RUN_FILE,
+    is_done,
 )
-from hpceval.results.store import is_done
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress

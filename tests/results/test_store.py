@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from hpceval.contract import is_done
 from hpceval.results.schema import Metric, TaskResult
-from hpceval.results.store import ResultsAlreadyFinal, finalize_task, is_done
+from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_text
 from hpceval.tasks.adapters.lm_eval import parse
 
