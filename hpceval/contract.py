@@ -30,12 +30,18 @@ RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
 MANIFEST_FILE = "manifest.json"  # models/<key>/tasks/<task>/: provenance
 DONE_MARKER = "done"  # models/<key>/tasks/<task>/: written last; results are final
 
-# The names the job script uses, handed to the templates as `files` (render/job.py): the
-# templates write {{ files.done }}, never the literal, so bash and Python cannot drift apart.
+# -- written by the local backend's runner ----------------------------------------------------
+LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
+LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
+LOCAL_RUNNER_LOG = "logs/local-runner.log"
+
+# The names the scripts use, handed to the templates as `files` (the job script, the local
+# runner): templates write {{ files.done }}, never the literal, so bash and Python agree.
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE,
+    "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
 }
 
 
@@ -47,9 +53,3 @@ def is_done(task_dir: Path) -> bool:
     later job skips the task.
     """
     return (task_dir / DONE_MARKER).is_file()
-
-
-# -- written by the local backend's runner ----------------------------------------------------
-LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
-LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
-LOCAL_RUNNER_LOG = "logs/local-runner.log"

@@ -11,7 +11,6 @@ table is written by the runner itself after the last model: no separate aggregat
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -21,9 +20,17 @@ from pathlib import Path
 from typing import ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
-from hpceval.contract import LOCAL_LOG_FILE, LOCAL_RC_FILE, LOCAL_RUNNER, LOCAL_RUNNER_LOG
+from hpceval.contract import (
+    JOB_FILES,
+    LOCAL_LOG_FILE,
+    LOCAL_RC_FILE,
+    LOCAL_RUNNER,
+    LOCAL_RUNNER_LOG,
+)
 from hpceval.slurm.formats import walltime_seconds
 from hpceval.slurm.states import JobStatus, Phase
+
+RUNNER_TEMPLATE = "local.sh.j2"
 
 
 class LocalBackend:
@@ -68,36 +75,17 @@ class LocalBackend:
 
 
 def runner_script(layout: RunLayout) -> str:
+    """local.sh, from templates/local.sh.j2 (every value shell-quoted by the renderer)."""
+    if layout.render is None:
+        raise ValueError("the local runner is rendered from templates/: RunLayout.render is "
+                         "required")
     total = walltime_seconds(layout.walltime)
     warn = layout.signal_seconds if total > layout.signal_seconds else 0
-    keys = " ".join(shlex.quote(key) for key, _ in layout.models)
-    scripts = "\n".join(f"  [{shlex.quote(key)}]={shlex.quote(script)}"
-                        for key, script in layout.models)
-    aggregate = ""
-    if len(layout.models) > 1:
-        aggregate = (f'{shlex.quote(layout.python)} -m hpceval.results.table aggregate '
-                     f'--run-dir "$RUN_DIR" >> "$RUN_DIR/logs/aggregate-local.log" 2>&1\n')
-    rc, log, wall = LOCAL_RC_FILE, LOCAL_LOG_FILE, layout.walltime
-    return f"""#!/bin/bash
-# hpceval local runner (execution.type local): runs the job script of each model in turn on
-# this machine. Walltime {wall}: USR1 {warn} s before it (as #SBATCH --signal would), KILL
-# at the end. Usage: local.sh [MODEL_KEY...] (default: every model; resume passes the
-# unfinished ones). Each model's output goes to models/<key>/{log}, its status to {rc}.
-set -u
-RUN_DIR={shlex.quote(str(layout.run_dir))}
-declare -A SCRIPT=(
-{scripts}
-)
-ORDER=({keys})
-if [ $# -gt 0 ]; then ORDER=("$@"); fi
-for key in "${{ORDER[@]}}"; do rm -f "$RUN_DIR/models/$key/{rc}"; done
-for key in "${{ORDER[@]}}"; do
-  timeout --signal=USR1 --kill-after={warn or 1} {total - warn} \\
-    bash "$RUN_DIR/${{SCRIPT[$key]}}" >> "$RUN_DIR/models/$key/{log}" 2>&1
-  echo "$?" > "$RUN_DIR/models/$key/.{rc}.tmp"
-  mv -f "$RUN_DIR/models/$key/.{rc}.tmp" "$RUN_DIR/models/$key/{rc}"
-done
-{aggregate}"""
+    return layout.render(RUNNER_TEMPLATE, {
+        "walltime": layout.walltime, "warn": warn, "total": total,
+        "run_dir": str(layout.run_dir), "models": list(layout.models),
+        "keys": [key for key, _ in layout.models], "python": layout.python,
+        "files": JOB_FILES})
 
 
 def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:

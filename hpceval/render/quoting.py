@@ -123,6 +123,11 @@ def shipped_environment() -> jinja2.Environment:
     return make_environment(templates_dir())
 
 
+def render_template(name: str, values: dict[str, Any]) -> str:
+    """One shipped template, rendered with the quoting environment (handed to backends)."""
+    return shipped_environment().get_template(name).render(values)
+
+
 def make_environment(template_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir)),

@@ -24,19 +24,8 @@ from hpceval.slurm.formats import slurm_filename
 from hpceval.tasks import Catalogue
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
+AGGREGATE_TEMPLATE = "aggregate.sbatch.j2"
 AGGREGATE_MINUTES = 15
-
-_AGGREGATE = """\
-#!/bin/bash
-# hpceval sweep aggregation: runs once every element of array job $1 has ended (afterany),
-# reads each model's results.json files and writes the sweep's results table. CPU only.
-#   invocation {{ invocation_id|comment }}
-{% for line in header %}
-{{ line }}
-{% endfor %}
-set -uo pipefail
-exec {{ python }} -m hpceval.results.table aggregate --run-dir {{ run_dir }}
-"""
 
 
 @dataclass(frozen=True)
@@ -115,7 +104,7 @@ def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
               HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
               HeaderLine("cpus-per-task", "1", "no GPU: only result files are read"),
               HeaderLine("output", out), HeaderLine("no-requeue", None)]
-    return shipped_environment().from_string(_AGGREGATE).render(
+    return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in lines], invocation_id=ctx.invocation_id,
         python=ctx.python, run_dir=ctx.run_dir_text)
 

@@ -107,6 +107,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                 catalogue: Catalogue | None = None) -> PreparedRun:
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
+    from hpceval.render.quoting import render_template
     from hpceval.render.steps import build_steps
     from hpceval.render.sweep import render_sweep
 
@@ -143,7 +144,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         for i, (key, resolved, name) in enumerate(zip(keys, runs, names, strict=True)))
     scripts.update(backend_for(ex.type).scripts(RunLayout(
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
-        ex.signal_seconds, ctx.python, aggregate)))
+        ex.signal_seconds, ctx.python, aggregate, render_template)))
     return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT))
 
 

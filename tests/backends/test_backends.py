@@ -15,6 +15,7 @@ from hpceval.backends import JobQuery, JobRequest, RunLayout, backend_for
 from hpceval.backends.base import JobEntry
 from hpceval.backends.local import LocalBackend
 from hpceval.backends.slurm import SlurmBackend
+from hpceval.render.quoting import render_template
 from hpceval.slurm.states import Phase
 
 PACKAGE = Path(__file__).parents[2] / "hpceval"
@@ -71,7 +72,8 @@ def test_slurm_states_of_many_jobs_cost_one_sacct(tmp_path: Path) -> None:
 
 def test_only_the_slurm_backend_adds_an_aggregation_job(tmp_path: Path) -> None:
     layout = RunLayout(tmp_path, (("a", "models/a/job.sh"), ("b", "models/b/job.sh")),
-                       "00:10:00", 60, "/usr/bin/python3", aggregate="#!/bin/bash\n")
+                       "00:10:00", 60, "/usr/bin/python3", aggregate="#!/bin/bash\n",
+                       render=render_template)
     assert backend_for("slurm").scripts(layout) == {"aggregate.sbatch": "#!/bin/bash\n"}
     local = backend_for("local").scripts(layout)
     assert list(local) == ["local.sh"]
