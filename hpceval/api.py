@@ -51,7 +51,8 @@ def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str 
            aggregate: bool = True, client: SlurmClient | None = None) -> Any:
     """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
 
-    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models).
+    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models,
+    what: how the backend names the main job).
     execution.type local starts the same job on this machine in the background.
     """
     from hpceval.runs.submit import submit_configs
