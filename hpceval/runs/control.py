@@ -96,8 +96,9 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
                       sweep=sweep, elements=indices if sweep else None,
                       max_parallel=run.get("array_parallelism"), reason="resume")
     with_aggregate = sweep and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file()
-    return submit_jobs(ref.run_dir, backend_for(jobs.kind, client=client), main,
-                       AGGREGATE_SCRIPT if with_aggregate else None)
+    # run.json's kind, not jobs.json's: a run whose first submission failed has no chain yet
+    backend = backend_for(str(run.get("kind") or jobs.kind), client=client)
+    return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None)
 
 
 def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:
