@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
 from hpceval.contract import AGGREGATE_SCRIPT, LOG_DIR
 from hpceval.slurm.client import SlurmClient
 from hpceval.slurm.states import JobStatus, Phase
-from hpceval.slurm.watcher import JobWatcher
 from hpceval.storage import atomic_write_json, cache_dir
+
+if TYPE_CHECKING:
+    from hpceval.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
 # squeue states of a job that still holds (or waits for) resources
@@ -50,6 +52,8 @@ class SlurmBackend:
     @property
     def watcher(self) -> JobWatcher:
         if self._watcher is None:
+            from hpceval.slurm.watcher import JobWatcher  # submitit: only when states are asked
+
             self._watcher = JobWatcher(self.client, min_interval_s=self._min_interval_s)
         return self._watcher
 

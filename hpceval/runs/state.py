@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpceval.backends import Backend, JobQuery, backend_for
 from hpceval.contract import (
@@ -30,7 +30,9 @@ from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress
 from hpceval.slurm.client import SlurmClient
 from hpceval.slurm.states import JobStatus, Phase
-from hpceval.slurm.watcher import JobWatcher
+
+if TYPE_CHECKING:
+    from hpceval.slurm.watcher import JobWatcher
 
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -89,3 +91,17 @@ def test_log_paths_follow_each_backend(tmp_path: Path) -> None:
     assert slurm.log_path(tmp_path, "m", 0, single) == tmp_path / "models/m/slurm-8.log"
     assert (backend_for("local").log_path(tmp_path, "m", 0, local)
             == tmp_path / "models/m/local.log")
+
+
+def test_submitit_loads_only_when_job_states_are_asked() -> None:
+    code = ("import sys\n"
+            "import hpceval.config.checks, hpceval.render, hpceval.runs.submit\n"
+            "import hpceval.runs.control, hpceval.runs.state\n"
+            "from hpceval.backends import backend_for\n"
+            "backend_for('slurm')\n"
+            "print('submitit' in sys.modules)\n"
+            "from hpceval.slurm import JobWatcher\n"
+            "print('submitit' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.split() == ["False", "True"]
