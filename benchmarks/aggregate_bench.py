@@ -41,9 +41,10 @@ from report_json import add_json_option, command_line, exit_on_sigterm, row, wri
 
 from hpceval.results.report import html_report
 from hpceval.results.schema import Metric, TaskResult
-from hpceval.results.store import atomic_write_json, finalize_task
+from hpceval.results.store import finalize_task
 from hpceval.results.table import leaderboard, parquet_available, render, results_frame
 from hpceval.runs.registry import register_run
+from hpceval.storage import atomic_write_json
 
 HARNESS = "lm-evaluation-harness"
 NAIVE = "naive json.load loop"

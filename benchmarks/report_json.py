@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hpceval.results.store import atomic_write_json  # noqa: E402
+from hpceval.storage import atomic_write_json  # noqa: E402
 
 
 def ratio(value: Any, baseline: Any) -> float | None:

@@ -168,7 +168,7 @@ def machine() -> dict[str, str]:
     root = Path(__file__).resolve().parents[1]
     commit = _output(["git", "-C", str(root), "rev-parse", "--short", "HEAD"])
     dirty = _output(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
-    from hpceval import __version__
+    from hpceval._version import __version__
 
     return {
         "CPU": _first(_read("/proc/cpuinfo"), "model name"),

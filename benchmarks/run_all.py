@@ -25,7 +25,7 @@ from report_json import ROOT
 from report_md import Outcome, load_result, machine, published, report, tail
 from report_svg import report_svg
 
-from hpceval.results.store import atomic_write_text
+from hpceval.storage import atomic_write_text
 
 # name -> script, in the order they run (and appear in the report)
 SCRIPTS: dict[str, str] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from hpceval._version import __version__
 
 _API = {
     "load_config": "hpceval.config",

@@ -51,7 +51,8 @@ def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str 
            aggregate: bool = True, client: SlurmClient | None = None) -> Any:
     """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
 
-    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models).
+    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models,
+    what: how the backend names the main job).
     execution.type local starts the same job on this machine in the background.
     """
     from hpceval.runs.submit import submit_configs
@@ -118,7 +119,7 @@ def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: st
     from hpceval.results.table import results_frame
     from hpceval.runs.state import Tracker
 
-    tracker = Tracker(client=None if submitted.kind == "slurm" else _NoSlurm())
+    tracker = Tracker()  # the run's own backend answers (a local run never asks Slurm)
     tracker.add(submitted.run_dir)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while not tracker.refresh(force=True)[0].phase.terminal:
@@ -133,9 +134,3 @@ def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: st
 load_results = results
 render_scripts = render
 
-
-class _NoSlurm:
-    """A local run needs no scheduler: any Slurm call here would be a bug."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(f"a local evaluation called Slurm ({name})")

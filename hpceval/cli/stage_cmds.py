@@ -89,8 +89,8 @@ def discover(image: Path, runtime: str, reference: str | None, out_dir: Path | N
     lacks to ~/.config/hpceval/tasks/<harness>.yaml (validated with the whole catalogue, then
     written atomically). Tasks already listed are left as they are.
     """
-    from hpceval.tasks.discover import DiscoverError
-    from hpceval.tasks.discover import discover as run_discover
+    from hpceval.staging.discover import DiscoverError
+    from hpceval.staging.discover import discover as run_discover
     from hpceval.tasks.models import CatalogueError
 
     try:

@@ -139,7 +139,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                f" (hpceval {manifest.get('hpceval_version')})")
     for e in jobs.chain:
         tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
-        extra = f" pid {e.pid} on {e.host}" if e.kind == "local" else ""
+        extra = f" pid {e.pid} on {e.host}" if e.pid is not None else ""
         gone = " (cancelled)" if e.cancelled_at else ""
         click.echo(f"job        {e.id} {e.role} ({e.reason}, {time.ctime(e.submitted_at)})"
                    f"{tasks}{extra}{gone}")

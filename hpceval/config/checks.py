@@ -9,28 +9,10 @@ from typing import Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
+from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-FLAG_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-
-
-def walltime_minutes(text: str) -> int | None:
-    """Slurm time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. None if invalid."""
-    m = _WALLTIME.match(text.strip())
-    if not m:
-        return None
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
-    if days is not None:
-        hours, minutes, seconds = [*nums, 0, 0][:3]
-        total = int(days) * 1440 + hours * 60 + minutes + (seconds > 0)
-    elif len(nums) == 3:
-        total = nums[0] * 60 + nums[1] + (nums[2] > 0)
-    else:  # MM or MM:SS
-        total = nums[0] + (len(nums) == 2 and nums[1] > 0)
-    return total
 
 
 PATH_KEYS = ("execution.output_dir", "execution.image_dir", "execution.hf_cache_dir",
@@ -84,7 +66,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
     for flag in ex.sbatch_extra_flags:
-        if not FLAG_NAME.match(flag):
+        if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",
                               "write the long name without dashes, e.g. mail-type")
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:

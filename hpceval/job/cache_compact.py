@@ -43,7 +43,7 @@ from hpceval.job.cache import (
     stamp,
 )
 from hpceval.job.cache_index import DigestMap
-from hpceval.results.store import fsync_dir
+from hpceval.storage import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -27,18 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpceval.contract import FAILED_FILE, is_done
 from hpceval.job import manifest as mf
 from hpceval.results.schema import TaskResult
-from hpceval.results.store import (
-    ResultsAlreadyFinal,
-    atomic_write_json,
-    finalize_task,
-    is_done,
-    read_json_object,
-)
+from hpceval.results.store import ResultsAlreadyFinal, finalize_task
+from hpceval.storage import atomic_write_json, read_json_object
 from hpceval.tasks import HarnessDef, TaskDef
 
-FAILED_FILE = "failed.json"
 HARNESS_DIR = "harness"
 TIMEOUT_CODES = {124: "timed out (timeout sent SIGTERM)", 137: "killed (SIGKILL, timeout or OOM)"}
 _DUPLICATE_SUFFIX = re.compile(r"-\d+$")  # the job script's key for a task listed twice

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import hpceval
+from hpceval._version import __version__
+from hpceval.contract import COMMAND_FILE, RESULTS_FILE
 from hpceval.tasks import HarnessDef, TaskDef, task_to_dict
 
 MANIFEST_VERSION = 1
-COMMAND_FILE = "command.sh"  # written by the job script just before the harness starts
 HARNESS_LOG = "harness.log"
 LOG_TAIL_LINES = 40
 # Slurm facts worth keeping; the job id and node list have their own options.
@@ -150,7 +150,7 @@ def build_manifest(*, task_dir: Path, task: TaskDef | None, task_name: str,
                    previous_failure: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "manifest_version": MANIFEST_VERSION,
-        "hpceval_version": hpceval.__version__,
+        "hpceval_version": __version__,
         "task": task_facts(task, task_name),
         "harness": harness_facts(harness, harness_name, parser, harness_version),
         # container image the harness ran in; null for host-side harnesses (pip lm-eval)
@@ -164,7 +164,7 @@ def build_manifest(*, task_dir: Path, task: TaskDef | None, task_name: str,
         "job": job_facts(),
         "command": {"file": COMMAND_FILE, "sha256": sha256_file(task_dir / COMMAND_FILE)},
         "run_config": run_config(task_dir),
-        "results": {"file": "results.json", "metrics": metrics, "source_file": source_file},
+        "results": {"file": RESULTS_FILE, "metrics": metrics, "source_file": source_file},
         "previous_failure": dict(previous_failure) if previous_failure else None,
     }
 
@@ -184,7 +184,7 @@ def build_failure(*, task_dir: Path, task_name: str, harness_name: str | None,
         "attempts": attempts,
         "started_at": iso(start) if start else None,
         "finished_at": iso(end),
-        "hpceval_version": hpceval.__version__,
+        "hpceval_version": __version__,
         "slurm": dict(slurm),
         "job": job_facts(),
         "log_tail": log_tail(task_dir),

@@ -17,6 +17,7 @@ from typing import Any
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.render.context import JobContext
+from hpceval.slurm.formats import SBATCH_FLAG, slurm_filename
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
 _BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tabs are fine inside quotes; lines are not
@@ -42,11 +43,6 @@ def sbatch_value(value: Any, key: str) -> str:
     if text and _PLAIN.match(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _slurm_filename(path: str) -> str:
-    # Slurm expands %j, %A, %a ... in --output; a literal % in the run directory is written %%.
-    return path.replace("%", "%%")
 
 
 def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLine]:
@@ -84,7 +80,7 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
         spec_text = f"0-{ctx.array.size - 1}" + (f"%{limit}" if limit else "")
         lines.append(HeaderLine("array", spec_text, "one element per sweep entry"))
     pattern = "slurm-%A_%a.log" if ctx.array else "slurm-%j.log"
-    out = sbatch_value(f"{_slurm_filename(log_dir)}/{pattern}", "execution.output_dir")
+    out = sbatch_value(f"{slurm_filename(log_dir)}/{pattern}", "execution.output_dir")
     lines.append(HeaderLine("output", out))
     lines.append(HeaderLine("error", out, "one log: errors next to what led to them"))
     lines.append(HeaderLine("signal", f"B:USR1@{ex.signal_seconds}",
@@ -94,7 +90,7 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
                                 "resuming is a new job that skips finished tasks"))
     for flag, value in ex.sbatch_extra_flags.items():
         key = f"execution.sbatch_extra_flags.{flag}"
-        if not re.match(r"^[a-z][a-z0-9-]*$", flag):
+        if not SBATCH_FLAG.match(flag):
             raise ConfigError(ConfigIssue(key, "is not an sbatch flag name", "e.g. mail-type"))
         if value is True:
             lines.append(HeaderLine(flag, None))

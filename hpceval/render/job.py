@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
-import jinja2
-
-from hpceval import __version__
+from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
+from hpceval.contract import JOB_FILES
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
-from hpceval.render.quoting import LineStart, ShellCode, make_environment, var
+from hpceval.render.quoting import LineStart, ShellCode, shipped_environment, var
 from hpceval.render.servers import Instance, build_instances
 from hpceval.render.steps import bind, build_steps, container_prefix, env_value
-from hpceval.resources import templates_dir
 from hpceval.tasks import Catalogue
 
 # The vLLM release whose `vllm serve` parser the rendered command lines are checked against
 # (scripts/check-vllm-args.py); see docs/rendering.md.
 VLLM_VERSION = "0.32.0"
 _MAX_PORT_SLOTS = 500
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return make_environment(templates_dir())
 
 
 def render_job(resolved: ResolvedConfig, ctx: JobContext,
@@ -40,7 +32,7 @@ def render_job(resolved: ResolvedConfig, ctx: JobContext,
 
         catalogue = load_catalogue()
     context = build_context(resolved, ctx, catalogue)
-    text = _environment().get_template("job.sbatch.j2").render(context)
+    text = shipped_environment().get_template("job.sbatch.j2").render(context)
     if "\x00" in text:  # belt and braces: bash would silently drop it
         raise ConfigError.at("", "a NUL character reached the job script")
     return text
@@ -79,6 +71,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "layout_text": _layout_text(resolved),
         "health_path": dep.health_path,
         "health_timeout": dep.health_timeout,
+        "files": JOB_FILES,  # the run directory's file names, as Python reads them
         # Always, even for one instance: the proxy's response cache is what lets a resumed job
         # replay finished requests, and its progress file is what `hpceval status` shows.
         "proxy": layout.instances >= 1,
@@ -91,12 +84,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.config.checks import walltime_minutes
+    from hpceval.backends import backend_for
+    from hpceval.slurm.formats import walltime_minutes
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1
     cap = walltime_minutes(ex.max_walltime) or wall
-    return {"enabled": ex.auto_resume and ex.type == "slurm",
+    return {"enabled": ex.auto_resume and backend_for(ex.type).resubmits_itself,
             "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
             "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime}
 

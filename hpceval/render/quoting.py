@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,19 @@ def _finalize(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):  # StrictUndefined raises before we get here
         return str(value)
     return quote(value)
+
+
+@lru_cache(maxsize=1)
+def shipped_environment() -> jinja2.Environment:
+    """The environment of the shipped templates/, made once per process (job and sweep)."""
+    from hpceval.resources import templates_dir
+
+    return make_environment(templates_dir())
+
+
+def render_template(name: str, values: dict[str, Any]) -> str:
+    """One shipped template, rendered with the quoting environment (handed to backends)."""
+    return shipped_environment().get_template(name).render(values)
 
 
 def make_environment(template_dir: Path) -> jinja2.Environment:

@@ -12,34 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
-import jinja2
-
-from hpceval import __version__
+from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.render.context import ArraySpec, JobContext
 from hpceval.render.header import HeaderLine, header_lines, sbatch_value
 from hpceval.render.job import render_job
-from hpceval.render.quoting import ShellCode, make_environment
-from hpceval.resources import templates_dir
+from hpceval.render.quoting import ShellCode, shipped_environment
+from hpceval.slurm.formats import slurm_filename
 from hpceval.tasks import Catalogue
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
+AGGREGATE_TEMPLATE = "aggregate.sbatch.j2"
 AGGREGATE_MINUTES = 15
-
-_AGGREGATE = """\
-#!/bin/bash
-# hpceval sweep aggregation: runs once every element of array job $1 has ended (afterany),
-# reads each model's results.json files and writes the sweep's results table. CPU only.
-#   invocation {{ invocation_id|comment }}
-{% for line in header %}
-{{ line }}
-{% endfor %}
-set -uo pipefail
-exec {{ python }} -m hpceval.results.table aggregate --run-dir {{ run_dir }}
-"""
 
 
 @dataclass(frozen=True)
@@ -47,11 +33,6 @@ class SweepScripts:
     dispatcher: str  # what sbatch receives
     elements: dict[str, str]  # model key -> its job script (models/<key>/job.sh)
     aggregate: str  # the dependent aggregation job's script
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return make_environment(templates_dir())
 
 
 def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
@@ -93,7 +74,7 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
     views = [{"index": i, "key": key, "summary": _summary(resolved)}
              for i, (key, resolved) in enumerate(models)]
     version = ctx.hpceval_version or __version__
-    dispatcher = _environment().get_template(SWEEP_TEMPLATE).render(
+    dispatcher = shipped_environment().get_template(SWEEP_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in header], models=views,
         job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version})
     return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx))
@@ -117,14 +98,13 @@ def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
                              ("reservation", ex.reservation, "execution.reservation")):
         if value is not None:
             lines.append(HeaderLine(flag, sbatch_value(value, key)))
-    # Slurm expands %j in --output; a literal % in the run directory is written %%.
-    log_dir = ctx.run_dir_text.replace("%", "%%") + "/logs"
+    log_dir = slurm_filename(ctx.run_dir_text) + "/logs"
     out = sbatch_value(f"{log_dir}/aggregate-%j.log", "execution.output_dir")
     lines += [HeaderLine("time", str(AGGREGATE_MINUTES), "reading result files is quick"),
               HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
               HeaderLine("cpus-per-task", "1", "no GPU: only result files are read"),
               HeaderLine("output", out), HeaderLine("no-requeue", None)]
-    return _environment().from_string(_AGGREGATE).render(
+    return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in lines], invocation_id=ctx.invocation_id,
         python=ctx.python, run_dir=ctx.run_dir_text)
 

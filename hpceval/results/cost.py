@@ -24,7 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from hpceval.results.store import DONE_MARKER, MANIFEST_FILE, atomic_write_json, read_json_object
+from hpceval.backends import backend_for
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE
+from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
 USAGE_FILE = "job-usage.json"
 
@@ -75,19 +77,25 @@ class RunJob:
 def run_jobs(run: dict[str, Any], jobs: Any) -> list[RunJob]:
     """Every Slurm attempt of every model of a run (run.json and its hpceval.runs.jobs.Jobs)."""
     out: list[RunJob] = []
-    if jobs.kind != "slurm":
+    if not _accounted(jobs.kind):
         return out
     for model in run.get("models", []):
         for entry in jobs.main_for(model["index"]):
-            if entry.kind == "slurm":
+            if _accounted(entry.kind):
                 out.append(RunJob(model["key"], entry.watch_id(model["index"]),
                                   entry.submitted_at))
     return out
 
 
-def _cache_path() -> Path:
-    from hpceval.runs.index import cache_dir
+def _accounted(kind: str) -> bool:
+    """Whether the scheduler that ran jobs of this kind records what they held."""
+    try:
+        return backend_for(kind).accounted
+    except ValueError:  # an unknown kind (a damaged jobs.json): nothing to ask
+        return False
 
+
+def _cache_path() -> Path:
     return cache_dir() / USAGE_FILE
 
 
@@ -184,7 +192,7 @@ def run_cost(run_dir: Path, run: dict[str, Any], jobs: Any, book: UsageBook) -> 
             "elapsed_s": sum(u.elapsed_s for u in known),
             "gpu_hours": round(sum(u.gpu_hours for u in known), 6),
             "node_hours": round(sum(u.node_hours for u in known), 6), "tasks": tasks})
-    return {"accounted": jobs.kind == "slurm",  # local runs: no Slurm accounting to ask
+    return {"accounted": _accounted(jobs.kind),  # local runs: no accounting to ask
             "gpu_hours": round(sum(m["gpu_hours"] for m in models), 6),
             "node_hours": round(sum(m["node_hours"] for m in models), 6),
             "unknown_jobs": sum(m["unknown_jobs"] for m in models), "models": models}

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import atomic_write_text
 from hpceval.results.table import render
+from hpceval.storage import atomic_write_text
 
 KEY_TAG = "hpceval.key"
 _SORT = ["model", "task", "subtask", "metric", "filter"]

@@ -1,73 +1,20 @@
-"""Atomic writes to shared storage, and the done marker that protects finished results.
+"""The done marker that protects finished results (writes are atomic: hpceval.storage).
 
-Shared file systems (NFS, Lustre, GPFS) make a half-written file visible to other nodes, so
-every write goes to a temporary file in the same folder, is fsync'd, then renamed over the
-target: readers see the old file or the new one, never a mix. A task's ``done`` marker is
-written last; once it exists, nothing overwrites that task's results.
+A task's ``done`` marker is written last; once it exists, nothing overwrites that task's
+results.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-RESULTS_FILE = "results.json"
-MANIFEST_FILE = "manifest.json"
-DONE_MARKER = "done"
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE, RESULTS_FILE, is_done
+from hpceval.storage import atomic_write_json, atomic_write_text
 
 
 class ResultsAlreadyFinal(RuntimeError):
     """A task is marked done; its results must not be replaced by a partial run."""
-
-
-def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
-
-
-def fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not every file system allows it, which is fine.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def read_json_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def is_done(task_dir: Path) -> bool:
-    return (task_dir / DONE_MARKER).is_file() and (task_dir / RESULTS_FILE).is_file()
 
 
 def finalize_task(task_dir: Path, results_json: str, manifest: dict[str, Any]) -> None:

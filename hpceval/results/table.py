@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import DONE_MARKER, RESULTS_FILE, atomic_write_text
+from hpceval.contract import DONE_MARKER, RESULTS_FILE, RUN_FILE
+from hpceval.storage import atomic_write_text
 
 COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
            "filter", "value", "stderr", "n_samples", "primary", "run_dir"]
@@ -40,7 +41,7 @@ def parquet_available() -> bool:
 
 def _read_run_json(run_dir: Path) -> dict[str, Any]:
     try:
-        data: dict[str, Any] = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         return data
     except (OSError, ValueError):
         return {"invocation_id": run_dir.name, "models": []}

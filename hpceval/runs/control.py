@@ -5,20 +5,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpceval.backends import CancelReport, JobEntry, JobRequest, backend_for
+from hpceval.contract import AGGREGATE_SCRIPT, ELEMENT_SCRIPT
 from hpceval.runs.index import RunRef
-from hpceval.runs.jobs import JobEntry, append_jobs, mark_cancelled, read_jobs
-from hpceval.runs.rundir import AGGREGATE_SCRIPT, ELEMENT_SCRIPT
+from hpceval.runs.jobs import mark_cancelled, read_jobs
 from hpceval.runs.state import Tracker, _all_done, read_run
-from hpceval.slurm.client import CommandSlurmClient, SlurmClient
-
-# squeue states of a job that still holds (or waits for) resources
-_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
-           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
-
+from hpceval.runs.submit import submit_jobs
+from hpceval.slurm.client import SlurmClient
 
 RESUME_LOCK = ".resume.lock"
 
@@ -27,44 +23,23 @@ class ResumeRefused(RuntimeError):
     """The run still has live jobs, or nothing is left to do."""
 
 
-@dataclass(frozen=True)
-class KillReport:
-    cancelled: list[str]  # job ids (or local runner ids) that were signalled
-    still_active: list[str]  # what squeue (or /proc) still showed at the end: should be empty
-    final: dict[str, str]  # job id -> state seen by the last check
+KillReport = CancelReport
 
 
 def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
              sleep: Callable[[float], None] = time.sleep) -> KillReport:
     """Cancel every job in the chain (array, successors, aggregation), then verify."""
     jobs = read_jobs(ref.run_dir)
-    if jobs.kind == "local":
-        from hpceval.runs.local import kill_local, local_alive
-
-        live = [e for e in jobs.chain if local_alive(e)]
-        mark_cancelled(ref.run_dir, [e.id for e in live])
-        left = [e.id for e in live if not kill_local(e)]
-        return KillReport([e.id for e in live], left, {e.id: "ended" for e in live})
-    slurm = client or CommandSlurmClient()
-    ids = jobs.ids
-    if not ids:
+    if not jobs.chain:
         return KillReport([], [], {})
-    mark_cancelled(ref.run_dir, ids)  # first: status reads "cancelled" even if we are stopped
-    slurm.cancel(ids)  # base ids: scancel takes every task of an array with them
-    deadline = time.monotonic() + verify_s
-    while True:
-        queue = slurm.squeue(ids)
-        active = sorted(j for j, e in queue.items() if e.state in _ACTIVE)
-        if not active or time.monotonic() >= deadline:
-            break
-        sleep(1.0)
-    final = {j: e.state for j, e in queue.items()}
-    if not active:
-        # squeue forgets jobs after MinJobAge; sacct is the record that stays. One call.
-        records = slurm.sacct(ids)
-        final.update({j: r.state for j, r in records.items()})
-        active = sorted(j for j, r in records.items() if r.state in _ACTIVE - {"COMPLETING"})
-    return KillReport(ids, active, final)
+    backend = backend_for(jobs.kind, client=client)
+    return backend.cancel(ref.run_dir, jobs.chain,
+                          mark=lambda ids: _mark(ref.run_dir, ids),
+                          verify_s=verify_s, sleep=sleep)
+
+
+def _mark(run_dir: Path, ids: list[str]) -> None:
+    mark_cancelled(run_dir, ids)
 
 
 def unfinished_models(run_dir: Path) -> list[dict[str, object]]:
@@ -116,34 +91,14 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
                                 "`hpceval kill` it first (--force resubmits anyway)")
     _check_passed_env(ref, run, todo)
     indices = tuple(sorted(int(str(m["index"])) for m in todo))
-    if jobs.kind == "local":
-        from hpceval.runs.local import start_local
-
-        entry = start_local(ref.run_dir, indices, [str(m["key"]) for m in todo], "resume")
-        append_jobs(ref.run_dir, "local", [entry])
-        return [entry]
-    slurm = client or CommandSlurmClient()
-    entries: list[JobEntry] = []
-    submitted_at = time.time()
-    if run.get("sweep"):
-        spec = ",".join(map(str, indices))
-        if run.get("array_parallelism"):
-            spec += f"%{run['array_parallelism']}"
-        # --array on the command line overrides the script's: the same dispatcher runs only
-        # the unfinished elements, each keeping its index (so its model).
-        job_id = slurm.submit(ref.run_dir / run["entry"], extra_args=[f"--array={spec}"])
-    else:
-        job_id = slurm.submit(ref.run_dir / run["entry"])
-    entries.append(JobEntry(job_id, "slurm", "main", indices, bool(run.get("sweep")),
-                            submitted_at, "resume"))
-    append_jobs(ref.run_dir, "slurm", entries)
-    if run.get("sweep") and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file():
-        agg_at = time.time()
-        agg_id = slurm.submit(ref.run_dir / AGGREGATE_SCRIPT, dependency=f"afterany:{job_id}")
-        agg = JobEntry(agg_id, "slurm", "aggregate", (), False, agg_at, "resume")
-        append_jobs(ref.run_dir, "slurm", [agg])
-        entries.append(agg)
-    return entries
+    sweep = bool(run.get("sweep"))
+    main = JobRequest(str(run["entry"]), indices, tuple(str(m["key"]) for m in todo),
+                      sweep=sweep, elements=indices if sweep else None,
+                      max_parallel=run.get("array_parallelism"), reason="resume")
+    with_aggregate = sweep and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file()
+    # run.json's kind, not jobs.json's: a run whose first submission failed has no chain yet
+    backend = backend_for(str(run.get("kind") or jobs.kind), client=client)
+    return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None)
 
 
 def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import atomic_write_json
+from hpceval.contract import RUN_FILE
 from hpceval.runs.registry import read_registry, registry_stamp
-from hpceval.runs.rundir import RUN_FILE
+from hpceval.storage import atomic_write_json, cache_dir
 
 INDEX_FILE = "runs.json"
 INDEX_VERSION = 1
@@ -45,12 +45,6 @@ class RunRef:
                    str(entry.get("user", "")), str(entry.get("kind", "slurm")),
                    tuple(entry.get("models") or ()), bool(entry.get("sweep", False)))
 
-
-def cache_dir() -> Path:
-    if os.environ.get("HPCEVAL_CACHE_DIR"):
-        return Path(os.environ["HPCEVAL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "hpceval"
 
 
 def _index_path() -> Path:

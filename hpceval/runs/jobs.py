@@ -15,43 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval import __version__
-from hpceval.results.store import atomic_write_json
+from hpceval._version import __version__
+from hpceval.backends.base import JobEntry
+from hpceval.contract import JOBS_FILE, RUN_FILE, SUCCESSORS_FILE
+from hpceval.storage import atomic_write_json
 
-JOBS_FILE = "jobs.json"
-SUCCESSORS_FILE = "jobs.chain"  # written by the job script (auto-resume)
 JOBS_SCHEMA = 2
-
-
-@dataclass(frozen=True)
-class JobEntry:
-    id: str  # Slurm job id (the array's base id) or "local-<pid>"
-    kind: str  # slurm | local
-    role: str  # main | aggregate
-    models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
-    array: bool  # True: model i runs as array task "<id>_<i>"
-    submitted_at: float
-    reason: str = "submit"  # submit | resume
-    pid: int | None = None  # local runs: the runner's pid (its own session and group)
-    pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
-    host: str | None = None
-    cancelled_at: float | None = None
-
-    def watch_id(self, model_index: int) -> str:
-        return f"{self.id}_{model_index}" if self.array else self.id
-
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["models"] = list(self.models)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobEntry:
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["models"] = tuple(values.get("models", ()))
-        values["id"] = str(values["id"])
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -101,10 +70,10 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
     here, in file order, after the submissions hpceval made."""
     import json
 
-    if jobs.kind != "slurm" or not jobs.chain:
+    if not jobs.chain:
         return jobs
     try:
-        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         run = {"models": []}
     index = {m["key"]: m["index"] for m in run.get("models", [])}
@@ -127,7 +96,8 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
             key = words[1] if len(words) > 1 else owner
             models: tuple[int, ...] = ((index[key],) if key in index
                                        else (0,) if single else ())  # () : kill-only
-            added.append(JobEntry(words[0], "slurm", "main", models, False, at, "auto-resume"))
+            added.append(JobEntry(words[0], jobs.kind, "main", models, False, at,
+                                  "auto-resume"))
             known.add(words[0])
     return Jobs(jobs.kind, (*jobs.chain, *added)) if added else jobs
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from hpceval.backends import backend_for
 from hpceval.runs.jobs import Jobs
-from hpceval.runs.local import LOG_FILE
 
 
 class LogSelectionError(LookupError):
@@ -17,15 +17,11 @@ class LogSelectionError(LookupError):
 
 
 def job_log(run_dir: Path, key: str, index: int, jobs: Jobs) -> Path | None:
-    """The newest job's log for a model (Slurm --output, or the local runner's file)."""
+    """The newest job's log for a model (where its backend writes it)."""
     entry = jobs.current(index)
     if entry is None:
         return None
-    if entry.kind == "local":
-        return run_dir / "models" / key / LOG_FILE
-    if entry.array:
-        return run_dir / "logs" / f"slurm-{entry.id}_{index}.log"
-    return run_dir / "models" / key / f"slurm-{entry.id}.log"
+    return backend_for(entry.kind).log_path(run_dir, key, index, entry)
 
 
 def select_models(run: dict[str, Any], model: str | None) -> list[dict[str, Any]]:
@@ -60,7 +56,7 @@ def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | No
         if server:
             found = sorted((model_dir / "server").glob("*.log"))
             out += [(f"{m['key']} server {p.stem}", p) for p in found]
-            if (model_dir / "proxy.log").is_file():  # only jobs with several instances
+            if (model_dir / "proxy.log").is_file():  # not in jobs against an external endpoint
                 out.append((f"{m['key']} proxy", model_dir / "proxy.log"))
             continue
         path = job_log(run_dir, m["key"], m["index"], jobs)

@@ -1,8 +1,9 @@
 """Live progress of a model: the in-job proxy's progress.json, read and summarised.
 
 The proxy replaces the file atomically every ~2 s (hpceval.job.progress), so a read sees a
-whole document or none. Only jobs with more than one server instance run the proxy; others
-have no live request counts, and status says so rather than inventing numbers.
+whole document or none. Every job that starts model servers runs the proxy (one instance or
+more); a job against an external endpoint (deployment.type none) has none, so no live request
+counts, and status says so rather than inventing numbers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROGRESS_FILE = "progress.json"
+from hpceval.contract import PROGRESS_FILE
+
 STALE_AFTER_S = 60.0  # no update for this long: the proxy (or the job) stopped writing
 
 

@@ -27,18 +27,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from hpceval import __version__
+from hpceval._version import __version__
+from hpceval.backends import RunLayout, backend_for
 from hpceval.config import ResolvedConfig
-from hpceval.results.store import atomic_write_json, atomic_write_text
+from hpceval.contract import (
+    AGGREGATE_SCRIPT,
+    ELEMENT_SCRIPT,
+    JOB_SCRIPT,
+    LOG_DIR,
+    RUN_FILE,
+    SWEEP_SCRIPT,
+)
+from hpceval.storage import atomic_write_json, atomic_write_text
 from hpceval.tasks import Catalogue
 
-JOB_SCRIPT = "job.sbatch"
-SWEEP_SCRIPT = "sweep.sbatch"
-ELEMENT_SCRIPT = "job.sh"
-AGGREGATE_SCRIPT = "aggregate.sbatch"
-LOCAL_RUNNER = "local.sh"
-RUN_FILE = "run.json"
-LOG_DIR = "logs"
 RUN_SCHEMA = 1
 
 
@@ -81,7 +83,7 @@ class PreparedRun:
     models: tuple[ModelPlan, ...]
     scripts: dict[str, str]  # relative path -> text: everything that runs, as written
     entry: str  # the script handed to sbatch (or to bash, for local runs)
-    aggregate: str | None = None  # sweeps on Slurm: the dependent aggregation script
+    aggregate: str | None = None  # a sweep whose backend runs aggregation as a job: its script
 
     @property
     def sweep(self) -> bool:
@@ -105,6 +107,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                 catalogue: Catalogue | None = None) -> PreparedRun:
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
+    from hpceval.render.quoting import render_template
     from hpceval.render.steps import build_steps
     from hpceval.render.sweep import render_sweep
 
@@ -122,7 +125,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                      python=python or ex.python or sys.executable, hpceval_version=__version__)
     keys = unique_keys(runs)
     scripts: dict[str, str] = {}
-    aggregate = None
+    aggregate = None  # a sweep's aggregation script, for the backend to use or not
     if len(runs) == 1:
         entry = JOB_SCRIPT
         scripts[entry] = render_job(runs[0], dataclasses.replace(ctx, model_key=keys[0]),
@@ -134,19 +137,15 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         scripts[entry] = sweep.dispatcher
         names = [f"models/{key}/{ELEMENT_SCRIPT}" for key in keys]
         scripts.update(dict(zip(names, sweep.elements.values(), strict=True)))
-        if ex.type == "slurm":
-            aggregate = sweep.aggregate
-            scripts[AGGREGATE_SCRIPT] = aggregate
+        aggregate = sweep.aggregate
     models = tuple(
         ModelPlan(key, i, resolved, name,
                   tuple((s.key, s.task) for s in build_steps(resolved, catalogue)))
         for i, (key, resolved, name) in enumerate(zip(keys, runs, names, strict=True)))
-    if ex.type == "local":
-        from hpceval.runs.local import runner_script
-
-        scripts[LOCAL_RUNNER] = runner_script(run_dir, models, ex.walltime, ex.signal_seconds,
-                                              ctx.python)
-    return PreparedRun(inv, run_dir, models, scripts, entry, aggregate)
+    scripts.update(backend_for(ex.type).scripts(RunLayout(
+        run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
+        ex.signal_seconds, ctx.python, aggregate, render_template)))
+    return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT))
 
 
 def redacted(value: Any) -> Any:

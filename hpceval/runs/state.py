@@ -4,32 +4,36 @@ Markers beat the scheduler: a task with `done` is done whatever sacct says (it l
 an old job); `failed.json` says why a task failed; the model's `job-failure` says why the job
 itself failed (a server died, the results directory is not writable). The scheduler says the
 rest: queued, running, resuming, or how the job ended. One `Tracker` serves any number of
-runs through ONE shared JobWatcher, so a refresh is one sacct call; finished jobs are
-remembered in the user's cache (job-states.json) so later `status` calls never ask about them
-again.
+runs through their execution backends (hpceval.backends), each asked once per refresh: on
+Slurm one sacct call for every job, rate limited, and finished jobs remembered in the user's
+cache so later `status` calls never ask about them again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpceval.results.store import atomic_write_json, is_done
-from hpceval.runs.index import RunRef, cache_dir, ref_from_dir
-from hpceval.runs.jobs import JobEntry, Jobs, read_jobs
-from hpceval.runs.local import RC_FILE, local_alive
-from hpceval.runs.logs import job_log
+from hpceval.backends import Backend, JobQuery, backend_for
+from hpceval.contract import (
+    COMMAND_FILE,
+    FAILED_FILE,
+    INTERRUPTED_FILE,
+    JOB_FAILURE_FILE,
+    RUN_FILE,
+    is_done,
+)
+from hpceval.runs.index import RunRef, ref_from_dir
+from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress
 from hpceval.slurm.client import SlurmClient
 from hpceval.slurm.states import JobStatus, Phase
-from hpceval.slurm.watcher import JobWatcher
 
-STATES_FILE = "job-states.json"
-FAILED_FILE = "failed.json"
-JOB_FAILURE_FILE = "job-failure"  # one line, by the job script's job_failure (teardown.j2)
+if TYPE_CHECKING:
+    from hpceval.slurm.watcher import JobWatcher
+
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
 _SCHEDULER_ENDS = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "DEADLINE")
@@ -66,102 +70,80 @@ class RunState:
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     return data
 
 
 class Tracker:
-    """Tracks runs through one shared watcher (ONE sacct per refresh, rate limited)."""
+    """Tracks runs through their backends: ONE scheduler call per refresh (rate limited)."""
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
-        if watcher is None:
-            if client is None:
-                from hpceval.slurm.client import CommandSlurmClient
-
-                client = CommandSlurmClient()
-            watcher = JobWatcher(client, min_interval_s=min_interval_s)
-        self.watcher = watcher
+        # read by the Slurm backend only (a fake client in tests, the sacct rate limit)
+        self._client, self._watcher, self._min_interval_s = client, watcher, min_interval_s
+        self._backends: dict[str, Backend] = {}
         self._runs: dict[Path, RunRef] = {}
-        self._cache = _load_cache()
-        self._cache_dirty = False
+
+    def backend(self, kind: str) -> Backend:
+        """The backend of a run kind, made on first use (a local run never makes Slurm's)."""
+        if kind not in self._backends:
+            self._backends[kind] = backend_for(kind, client=self._client, watcher=self._watcher,
+                                               min_interval_s=self._min_interval_s)
+        return self._backends[kind]
+
+    @property
+    def watcher(self) -> JobWatcher:
+        """The Slurm backend's shared watcher (its sacct call count, for benchmarks)."""
+        from hpceval.backends.slurm import SlurmBackend
+
+        slurm = self.backend("slurm")
+        assert isinstance(slurm, SlurmBackend)
+        return slurm.watcher
 
     def add(self, ref: RunRef | Path) -> None:
         run_ref = ref if isinstance(ref, RunRef) else ref_from_dir(ref)
         self._runs[run_ref.run_dir] = run_ref
 
     def refresh(self, *, force: bool = False) -> list[RunState]:
-        """Register what is unfinished, ask sacct once (if due), and build every run's state."""
+        """Ask each backend once about every job of every run, and build every run's state."""
         loaded = [(ref, read_run(ref.run_dir), read_jobs(ref.run_dir))
                   for ref in self._runs.values()]
+        queries: dict[str, list[JobQuery]] = {}
         for ref, run, jobs in loaded:
-            self._register(ref, run, jobs)
-        if any(j.kind == "slurm" for _, _, j in loaded):
-            self.watcher.refresh(force=force)
-        states = [self._run_state(ref, run, jobs) for ref, run, jobs in loaded]
-        if self._cache_dirty:
-            _save_cache(self._cache)
-            self._cache_dirty = False
-        return states
+            for model in run["models"]:
+                entry = jobs.current(model["index"])
+                if entry is not None:
+                    queries.setdefault(entry.kind, []).append(JobQuery(
+                        entry, ref.run_dir, model["key"], model["index"],
+                        finished=_all_done(ref.run_dir, model)))
+        answers: dict[tuple[Path, int], JobStatus] = {}
+        for kind, asked in queries.items():
+            states = self.backend(kind).states(asked, force=force)
+            answers.update({(q.run_dir, q.index): st
+                            for q, st in zip(asked, states, strict=True)})
+        return [self._run_state(ref, run, jobs, answers) for ref, run, jobs in loaded]
 
     # -- internals --------------------------------------------------------------------------
 
-    def _register(self, ref: RunRef, run: dict[str, Any], jobs: Jobs) -> None:
-        if jobs.kind != "slurm":
-            return
-        arrays: dict[str, tuple[JobEntry, list[int]]] = {}
-        for model in run["models"]:
-            entry = jobs.current(model["index"])
-            if entry is None or _all_done(ref.run_dir, model):
-                continue
-            if self._cached(entry, model["index"]) is not None:
-                continue
-            if entry.array:
-                arrays.setdefault(entry.id, (entry, []))[1].append(model["index"])
-            else:
-                self.watcher.register(entry.id, submitted_at=_dt(entry.submitted_at))
-        for base, (entry, indices) in arrays.items():
-            known = {j for j in self.watcher.job_ids if j.startswith(f"{base}_")}
-            wanted = sorted(set(indices) | {int(j.split("_")[1]) for j in known})
-            self.watcher.register_array(base, wanted, submitted_at=_dt(entry.submitted_at))
-
-    def _cached(self, entry: JobEntry, index: int) -> JobStatus | None:
-        hit = self._cache.get(_cache_key(entry, index))
-        return JobStatus(Phase(hit[0]), hit[1], hit[2]) if hit else None
-
-    def _job_status(self, entry: JobEntry, index: int) -> JobStatus:
-        cached = self._cached(entry, index)
-        if cached is not None:
-            return cached
-        status = self.watcher.status(entry.watch_id(index))
-        # PREEMPTED / NODE_FAIL jobs may be requeued by Slurm under the same id: not cached.
-        if status.terminal and not status.raw_state.startswith(("PREEMPTED", "NODE_FAIL")):
-            self._cache[_cache_key(entry, index)] = [status.phase.value, status.reason,
-                                                     status.raw_state]
-            self._cache_dirty = True
-        return status
-
-    def _run_state(self, ref: RunRef, run: dict[str, Any], jobs: Jobs) -> RunState:
-        models = [self._model_state(ref.run_dir, m, jobs) for m in run["models"]]
+    def _run_state(self, ref: RunRef, run: dict[str, Any], jobs: Jobs,
+                   answers: dict[tuple[Path, int], JobStatus]) -> RunState:
+        models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run["models"]]
         phase, reason = combine_models(models)
         return RunState(ref, phase, reason, models, jobs, run)
 
-    def _model_state(self, run_dir: Path, model: dict[str, Any], jobs: Jobs) -> ModelState:
+    def _model_state(self, run_dir: Path, model: dict[str, Any], jobs: Jobs,
+                     answers: dict[tuple[Path, int], JobStatus]) -> ModelState:
         key, index = model["key"], model["index"]
         model_dir = run_dir / "models" / key
         entry = jobs.current(index)
         attempts = len(jobs.main_for(index))
-        if entry is None:
-            job = JobStatus(Phase.UNKNOWN, "no job recorded (submission failed?)")
-        elif entry.kind == "local":
-            job = local_status(entry, model_dir)
-        else:
-            job = self._job_status(entry, index)
+        job = answers.get((run_dir, index),
+                          JobStatus(Phase.UNKNOWN, "no job recorded (submission failed?)"))
         tasks = task_states(model_dir, model["tasks"], job)
         stopped = ""
-        if entry is not None and entry.kind == "slurm" and job.phase is Phase.CANCELLED:
-            stopped = stop_point(job_log(run_dir, key, index, jobs), model_dir, tasks,
-                                 entry.submitted_at)
+        if entry is not None and job.phase is Phase.CANCELLED:
+            log = self.backend(entry.kind).log_path(run_dir, key, index, entry)
+            stopped = stop_point(log, model_dir, tasks, entry.submitted_at)
         phase, reason = model_phase(job, tasks, attempts, model_dir, stopped=stopped)
         cause = job_failure(model_dir, entry.submitted_at) if entry is not None else ""
         if phase is Phase.FAILED and cause:  # the likely cause first, then its effects
@@ -171,38 +153,13 @@ class Tracker:
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
 
 
-def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:
-    rc_file = model_dir / RC_FILE
-    if rc_file.is_file():
-        text = rc_file.read_text().strip()
-        rc = int(text) if text.lstrip("-").isdigit() else 1
-        if rc == 0:
-            return JobStatus(Phase.DONE, "", "exit 0")
-        if entry.cancelled_at:
-            return JobStatus(Phase.CANCELLED, "cancelled by hpceval kill", f"exit {rc}")
-        why = {124: "walltime reached", 137: "killed at the walltime",
-               143: "stopped (signal)"}.get(rc, f"exit code {rc}")
-        return JobStatus(Phase.FAILED, why, f"exit {rc}")
-    alive = local_alive(entry)
-    if alive is None:
-        return JobStatus(Phase.UNKNOWN, f"runs on host {entry.host}; ask there")
-    if alive:
-        log = model_dir / "local.log"
-        started = log.is_file() and log.stat().st_mtime >= entry.submitted_at - 1
-        return JobStatus(Phase.RUNNING if started else Phase.QUEUED,
-                         "" if started else "waiting for the models before it")
-    if entry.cancelled_at:
-        return JobStatus(Phase.CANCELLED, "cancelled by hpceval kill")
-    return JobStatus(Phase.FAILED, "the local runner ended without a status")
-
-
 def task_states(model_dir: Path, tasks: list[dict[str, str]], job: JobStatus
                 ) -> list[TaskState]:
     out: list[TaskState] = []
     for task in tasks:
         task_dir = model_dir / "tasks" / task["key"]
         failed = task_dir / FAILED_FILE
-        started = task_dir / "command.sh"
+        started = task_dir / COMMAND_FILE
         if is_done(task_dir):
             out.append(TaskState(task["key"], task["task"], Phase.DONE))
             continue
@@ -223,12 +180,12 @@ def task_states(model_dir: Path, tasks: list[dict[str, str]], job: JobStatus
 
 def stop_point(log: Path | None, model_dir: Path, tasks: list[TaskState],
                since: float) -> str:
-    """Where a cancelled Slurm job stood, from what it left on disk: Slurm creates its log when
-    the job starts, and each task it started writes command.sh (a task started by an earlier
-    job of the chain has an older one)."""
-    if log is None or not log.exists():
+    """Where a cancelled job stood, from what it left on disk: a job writes its log once it
+    starts (Slurm creates it; the local runner appends to it), and each task it started writes
+    command.sh (a task started by an earlier job of the chain has an older one)."""
+    if log is None or _mtime(log) < since - 1:
         return "while queued (it never started)"
-    begun = [t for t in tasks if _mtime(model_dir / "tasks" / t.key / "command.sh") >= since]
+    begun = [t for t in tasks if _mtime(model_dir / "tasks" / t.key / COMMAND_FILE) >= since]
     if not begun:
         return "while the model server was loading (no task had started)"
     done = sum(t.phase is Phase.DONE for t in tasks)
@@ -254,7 +211,7 @@ def model_phase(job: JobStatus, tasks: list[TaskState], attempts: int,
         first = failed[0]
         return Phase.FAILED, f"{len(failed)}/{len(tasks)} task(s) failed: {first.key}: " \
                              f"{first.reason}"
-    if (model_dir / "interrupted").exists():
+    if (model_dir / INTERRUPTED_FILE).exists():
         return Phase.FAILED, f"{job.reason}: stopped before the walltime; {RESUME_HINT}"
     if job.phase is Phase.DONE:
         return Phase.FAILED, "the job ended but tasks are unfinished"
@@ -307,28 +264,3 @@ def _failure(path: Path) -> str:
     except (OSError, ValueError):
         return "failed (failed.json unreadable)"
     return str(data.get("reason") or data.get("stage") or "failed")
-
-
-def _dt(ts: float) -> Any:
-    from datetime import datetime
-
-    return datetime.fromtimestamp(ts).astimezone()
-
-
-def _cache_key(entry: JobEntry, index: int) -> str:
-    # The submit time tells two jobs apart that got the same id (ids restart after a wipe).
-    return f"{entry.watch_id(index)}@{int(entry.submitted_at)}"
-
-
-def _load_cache() -> dict[str, list[str]]:
-    try:
-        data = json.loads((cache_dir() / STATES_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _save_cache(cache: dict[str, list[str]]) -> None:
-    # Only a cache: if it cannot be written, status still works and asks sacct next time.
-    with contextlib.suppress(OSError):
-        atomic_write_json(cache_dir() / STATES_FILE, cache)

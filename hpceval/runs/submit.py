@@ -1,7 +1,8 @@
-"""Submit: write the run directory, hand the entry script to sbatch (or bash), record the jobs.
+"""Submit: write the run directory, hand the entry script to the run's backend, record the jobs.
 
-One sbatch call per run: a single model is one job, a sweep is one array job. A Slurm sweep
-adds one dependent CPU job (``--dependency=afterany:<array>``) that writes the results table.
+One submission per run: a single model is one job, a sweep is one array job. A sweep on a
+backend that runs aggregation as a job of its own (Slurm) adds one dependent CPU job that
+writes the results table.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
 from hpceval.config import ResolvedConfig
-from hpceval.runs.jobs import JobEntry, append_jobs
+from hpceval.contract import AGGREGATE_SCRIPT
+from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import register_run
-from hpceval.runs.rundir import AGGREGATE_SCRIPT, PreparedRun, prepare_run, write_run
-from hpceval.slurm.client import CommandSlurmClient, SlurmClient
+from hpceval.runs.rundir import PreparedRun, prepare_run, write_run
+from hpceval.slurm.client import SlurmClient
 from hpceval.tasks import Catalogue
 
 _ID_ATTEMPTS = 5
@@ -29,6 +32,7 @@ class Submitted:
     job_ids: tuple[str, ...]  # main job first, then the aggregation job if any
     kind: str
     models: tuple[str, ...]
+    what: str = ""  # how the backend names the main job ("array job 12 (4 models)")
 
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
@@ -57,32 +61,32 @@ def submit_prepared(run: PreparedRun, client: SlurmClient | None = None, *,
     """Submit a prepared run (writing its directory first unless `written`)."""
     if not written:
         write_run(run)
-    indices = tuple(m.index for m in run.models)
-    entries: list[JobEntry] = []
-    if run.kind == "local":
-        from hpceval.runs.local import start_local
-
-        entries.append(start_local(run.run_dir, indices))
-    else:
-        slurm = client or CommandSlurmClient()
-        submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
-        job_id = slurm.submit(run.run_dir / run.entry)
-        entries.append(JobEntry(job_id, "slurm", "main", indices, run.sweep, submitted_at))
-        # Recorded before the aggregation sbatch: if that one fails, the array is still known.
-        append_jobs(run.run_dir, run.kind, entries)
-        if run.aggregate is not None and aggregate:
-            agg_at = time.time()
-            agg_id = slurm.submit(run.run_dir / AGGREGATE_SCRIPT,
-                                  dependency=f"afterany:{job_id}")
-            agg = JobEntry(agg_id, "slurm", "aggregate", (), False, agg_at)
-            append_jobs(run.run_dir, run.kind, [agg])
-            entries.append(agg)
-    if run.kind == "local":
-        append_jobs(run.run_dir, run.kind, entries)
+    backend = backend_for(run.kind, client=client)
+    main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep)
+    entries = submit_jobs(run.run_dir, backend, main,
+                          AGGREGATE_SCRIPT if run.aggregate is not None and aggregate else None)
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
-                       tuple(m.key for m in run.models))
+                       tuple(m.key for m in run.models),
+                       backend.describe(entries[0], len(run.models)))
     _register(run, result)
     return result
+
+
+def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
+                aggregate: str | None = None) -> list[JobEntry]:
+    """Submit a run's main job, then (if `aggregate` names a script) the aggregation job that
+    waits for it; each entry goes into jobs.json as soon as it exists. Submit and resume both
+    come here."""
+    entry = backend.submit(run_dir, main)
+    # Recorded before the aggregation job: if that submission fails, the main job is known.
+    append_jobs(run_dir, backend.name, [entry])
+    entries = [entry]
+    if aggregate is not None:
+        agg = backend.submit(run_dir, JobRequest(aggregate, after=entry.id, role="aggregate",
+                                                 reason=main.reason))
+        append_jobs(run_dir, backend.name, [agg])
+        entries.append(agg)
+    return entries
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],

@@ -1,9 +1,19 @@
-"""Slurm access for hpceval: the only package that runs sbatch, sacct, scancel and squeue."""
+"""Slurm access for hpceval: the only package that runs sbatch, sacct, scancel and squeue.
+
+`JobWatcher` (built on submitit) is imported on first use: rendering and validation read
+`hpceval.slurm.formats` and must not pay for importing submitit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from hpceval.slurm.client import CommandSlurmClient, SlurmClient, SlurmError
 from hpceval.slurm.records import JobRecord, QueueEntry, SlurmParseError
 from hpceval.slurm.states import JobStatus, Phase, classify, combine, resolve_preempted
-from hpceval.slurm.watcher import JobWatcher
+
+if TYPE_CHECKING:
+    from hpceval.slurm.watcher import JobWatcher
 
 __all__ = [
     "CommandSlurmClient",
@@ -19,3 +29,11 @@ __all__ = [
     "combine",
     "resolve_preempted",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JobWatcher":
+        from hpceval.slurm.watcher import JobWatcher
+
+        return JobWatcher
+    raise AttributeError(f"module 'hpceval.slurm' has no attribute {name!r}")

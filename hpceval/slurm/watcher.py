@@ -1,9 +1,16 @@
-"""One shared, rate-limited watcher for any number of Slurm jobs (submitit's design).
+"""One shared, rate-limited watcher for any number of Slurm jobs: submitit's, with more.
 
-Every `refresh()` asks sacct about *all* unfinished registered jobs in a single call, so a sweep
-of hundreds of jobs costs one RPC per interval instead of hundreds (sacct RPC storms are a
-classic way to get an HPC account throttled). Jobs missing from the answer stay UNKNOWN: sacct
-lags the controller, and missing is not failed.
+`JobWatcher` is submitit's `SlurmInfoWatcher` (registration, the finished-job set, the call
+counter, `get_state` / `is_done`). Every refresh asks sacct about *all* unfinished registered
+jobs in a single call, so a sweep of hundreds of jobs costs one RPC per interval instead of
+hundreds (sacct RPC storms are a classic way to get an HPC account throttled). Jobs missing
+from the answer stay UNKNOWN: sacct lags the controller, and missing is not failed.
+
+What hpceval adds (docs/controller.md, "Job states: submitit's watcher"): the sacct call goes
+through the `SlurmClient` (a fake in unit tests; -X, a start-time window -S, a timeout, a
+standard time format), a fixed minimum interval on an injectable clock instead of submitit's
+back-off, whole arrays registered task by task, requeues seen between two polls, and sacct
+failures counted rather than only logged.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from submitit.slurm.slurm import SlurmInfoWatcher
 
 from hpceval.slurm.client import SlurmClient, SlurmError
 from hpceval.slurm.records import JobRecord, base_job_id
@@ -22,14 +30,7 @@ from hpceval.slurm.states import UNKNOWN, JobStatus, Phase, classify, combine
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Watched:
-    submitted_at: datetime | None
-    status: JobStatus = UNKNOWN
-    record: JobRecord | None = None
-
-
-class JobWatcher:
+class JobWatcher(SlurmInfoWatcher):
     """Tracks registered job ids ("12", or "12_3" for one array task) through one sacct call.
 
     Register arrays with `register_array("12", range(4))`: each task "12_0".."12_3" is watched,
@@ -47,16 +48,19 @@ class JobWatcher:
         starttime_slack_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(delay_s=max(1, round(min_interval_s)))
         self._client = client
         self._min_interval_s = min_interval_s
         # -S is compared with the controller's clock: allow for skew between login node and it.
         self._slack = timedelta(seconds=starttime_slack_s)
         self._clock = clock
-        self._jobs: dict[str, _Watched] = {}
+        # registration order (submitit keeps a set): sacct is asked in the order jobs came
+        self._submitted: dict[str, datetime | None] = {}
+        self._statuses: dict[str, JobStatus] = {}
+        self._records: dict[str, JobRecord] = {}
         self._arrays: dict[str, list[str]] = {}  # base id -> its registered task ids
         self._last_call: float | None = None
         self._lock = threading.RLock()
-        self.sacct_calls = 0
         self.consecutive_errors = 0
         self.last_error: SlurmError | None = None
 
@@ -66,8 +70,12 @@ class JobWatcher:
         """Watch a job. `submitted_at` (just before sbatch) lets sacct skip older jobs that had
         the same id; leave it None for jobs of unknown age, which disables that filter."""
         with self._lock:
-            if job_id not in self._jobs and job_id not in self._arrays:
-                self._jobs[job_id] = _Watched(submitted_at)
+            if job_id not in self._submitted and job_id not in self._arrays:
+                self._submitted[job_id] = submitted_at
+                super().register_job(job_id)
+
+    def register_job(self, job_id: str) -> None:  # submitit's name (get_info registers too)
+        self.register(job_id)
 
     def register_array(
         self, base_id: str, tasks: Iterable[int], *, submitted_at: datetime | None = None
@@ -75,7 +83,7 @@ class JobWatcher:
         """Watch array tasks one by one; `status(base_id)` then combines exactly these tasks."""
         task_ids = [f"{base_id}_{task}" for task in tasks]
         with self._lock:
-            self._jobs.pop(base_id, None)
+            self._drop(base_id)
             self._arrays[base_id] = task_ids
             for task_id in task_ids:
                 self.register(task_id, submitted_at=submitted_at)
@@ -84,13 +92,17 @@ class JobWatcher:
     def forget(self, job_id: str) -> None:
         with self._lock:
             for task_id in self._arrays.pop(job_id, []):
-                self._jobs.pop(task_id, None)
-            self._jobs.pop(job_id, None)
+                self._drop(task_id)
+            self._drop(job_id)
 
     @property
     def job_ids(self) -> list[str]:
         with self._lock:
-            return [*self._jobs, *self._arrays]
+            return [*self._submitted, *self._arrays]
+
+    @property
+    def sacct_calls(self) -> int:
+        return self.num_calls
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -99,18 +111,22 @@ class JobWatcher:
         with self._lock:
             if job_id in self._arrays:
                 return combine(self.status(task_id) for task_id in self._arrays[job_id])
-            watched = self._jobs.get(job_id)
-            return watched.status if watched else UNKNOWN
+            return self._statuses.get(job_id, UNKNOWN)
 
     def record(self, job_id: str) -> JobRecord | None:
         """Last sacct record of a job (node list, times, exit code), if sacct has shown it."""
         with self._lock:
-            watched = self._jobs.get(job_id)
-            return watched.record if watched else None
+            return self._records.get(job_id)
 
     def statuses(self) -> dict[str, JobStatus]:
         with self._lock:
             return {job_id: self.status(job_id) for job_id in self.job_ids}
+
+    def is_done(self, job_id: str, mode: str = "standard") -> bool:
+        """submitit's question, answered with hpceval's states (a requeue is not an end)."""
+        with self._lock:
+            self.get_info(job_id, mode=mode)
+            return self.status(job_id).terminal
 
     def refresh(self, *, force: bool = False) -> dict[str, JobStatus]:
         """Update all unfinished jobs with ONE sacct call, unless the last call was less than
@@ -120,35 +136,7 @@ class JobWatcher:
         slurmdbd hiccups); `consecutive_errors`/`last_error` let callers give up eventually.
         """
         with self._lock:
-            now = self._clock()
-            if (
-                not force
-                and self._last_call is not None
-                and now - self._last_call < self._min_interval_s
-            ):
-                return self.statuses()
-            pending = {job_id: w for job_id, w in self._jobs.items() if not w.status.terminal}
-            if not pending:
-                return self.statuses()
-            self._last_call = now
-            self.sacct_calls += 1
-            try:
-                records = self._client.sacct(list(pending), starttime=self._starttime(pending))
-            except SlurmError as exc:
-                self.consecutive_errors += 1
-                self.last_error = exc
-                log.warning(
-                    "sacct failed (%d in a row), keeping last known states: %s",
-                    self.consecutive_errors,
-                    exc,
-                )
-                return self.statuses()
-            self.consecutive_errors = 0
-            self.last_error = None
-            for job_id, watched in pending.items():
-                status, found = _lookup(job_id, records)
-                watched.status = _follow(watched.status, status)
-                watched.record = found or watched.record
+            self.update_if_long_enough("force" if force else "standard")
             return self.statuses()
 
     def wait(
@@ -173,10 +161,65 @@ class JobWatcher:
                 return current
             sleep(max(0.05, min(interval, deadline - self._clock())))
 
+    # -- submitit's hooks -------------------------------------------------------------------
+
+    def update_if_long_enough(self, mode: str) -> None:
+        """A fixed minimum interval on our clock (submitit backs off from 2 s to `delay_s`,
+        which would leave `status --watch` minutes behind a long-running job)."""
+        if mode == "cache":
+            return
+        last = self._last_call
+        if mode != "force" and last is not None and self._clock() - last < self._min_interval_s:
+            return
+        self.update()
+
+    def update(self) -> None:
+        """ONE sacct call for every registered, unfinished job, through the SlurmClient."""
+        with self._lock:
+            pending = [j for j in self._submitted if j not in self._finished]
+            if not pending:
+                return
+            self._last_call = self._clock()
+            self._num_calls += 1
+            try:
+                records = self._client.sacct(pending, starttime=self._starttime(pending))
+            except SlurmError as exc:
+                self.consecutive_errors += 1
+                self.last_error = exc
+                log.warning("sacct failed (%d in a row), keeping last known states: %s",
+                            self.consecutive_errors, exc)
+                return
+            self.consecutive_errors = 0
+            self.last_error = None
+            self._last_status_check = time.time()
+            for job_id in pending:
+                status, found = _lookup(job_id, records)
+                current = _follow(self._statuses.get(job_id, UNKNOWN), status)
+                self._statuses[job_id] = current
+                if found is not None:
+                    self._records[job_id] = found
+                    self._info_dict[job_id] = {"JobID": found.job_id, "State": found.raw_state,
+                                               "NodeList": found.node_list}
+                if current.terminal:
+                    self._finished.add(job_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+            self._statuses.clear()
+            self._records.clear()
+            self._last_call = None
+
     # -- internals --------------------------------------------------------------------------
 
-    def _starttime(self, pending: Mapping[str, _Watched]) -> datetime | None:
-        times = [w.submitted_at for w in pending.values()]
+    def _drop(self, job_id: str) -> None:
+        self._registered.discard(job_id)
+        self._finished.discard(job_id)
+        for table in (self._submitted, self._statuses, self._records, self._info_dict):
+            table.pop(job_id, None)
+
+    def _starttime(self, pending: list[str]) -> datetime | None:
+        times = [self._submitted.get(job_id) for job_id in pending]
         known = [t for t in times if t is not None]
         if not known or len(known) != len(times):
             return None  # one job of unknown age: a filter could hide it, so use none

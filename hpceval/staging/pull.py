@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import atomic_write_json
 from hpceval.staging.images import DOCKER, read_sidecar, sidecar_path
+from hpceval.storage import atomic_write_json
 
 SIDECAR_FORMAT = 1
 _SKOPEO_TIMEOUT = 120

@@ -194,7 +194,7 @@ def _write_manifest(resolved: ResolvedConfig, report: StageReport) -> Path | Non
     folder without an image_dir), under a lock: several runs stage into one folder."""
     from filelock import FileLock
 
-    from hpceval.results.store import atomic_write_json, read_json_object
+    from hpceval.storage import atomic_write_json, read_json_object
 
     ex = resolved.spec.execution
     folder = ex.image_dir or ex.hf_cache_dir

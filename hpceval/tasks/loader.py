@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hpceval.storage import cache_dir
 from hpceval.tasks.models import CatalogueError
 
 INDEX_FORMAT = 1
@@ -37,10 +38,6 @@ def user_catalogue_paths() -> list[Path]:
             paths.append(Path(entry).expanduser())
     return paths
 
-
-def cache_dir() -> Path:
-    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache_home) / "hpceval"
 
 
 def catalogue_files(user_paths: list[Path] | None = None) -> list[Path]:

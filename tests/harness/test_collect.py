@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import hpceval
-from hpceval.job.collect import FAILED_FILE, main
+from hpceval.contract import FAILED_FILE
+from hpceval.job.collect import main
 from hpceval.results.schema import TaskResult
 
 DATA = Path(__file__).parent / "data" / "eval_factory"

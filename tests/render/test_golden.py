@@ -86,12 +86,29 @@ def test_golden(render: RenderFn, profile: str, name: str, run: dict[str, Any],
     text = render(profile, run, overrides, **ctx)
     path = golden_path(profile, name)
     if os.environ.get("UPDATE_GOLDEN") == "1":
+        refuse_update_in_ci()
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
     assert text == path.read_text(), (
         f"{path.name} differs from the rendered script; if the change is intended, "
         "run UPDATE_GOLDEN=1 pytest tests/render and review the diff")
+
+
+def refuse_update_in_ci() -> None:
+    """A golden test that rewrites its file compares it with itself: in CI that would pass
+    whatever the templates render, so UPDATE_GOLDEN there is a failure, not an update."""
+    if os.environ.get("CI"):
+        pytest.fail("UPDATE_GOLDEN=1 is set in CI (CI is set): golden files are regenerated "
+                    "by hand and reviewed, never in CI; unset UPDATE_GOLDEN")
+
+
+def test_update_golden_is_refused_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="never in CI"):
+        refuse_update_in_ci()
+    monkeypatch.delenv("CI")
+    refuse_update_in_ci()  # by hand: allowed
 
 
 def test_goldens_are_valid_bash() -> None:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import jinja2
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpceval.render.harness import substitute_runtime_values
-from hpceval.render.quoting import ShellCode, command_lines, make_environment
+from hpceval.render.quoting import (
+    UNSET_IN_JOB,
+    ShellCode,
+    argv,
+    command_lines,
+    comment,
+    env_name,
+    make_environment,
+    passed_env,
+    passed_env_names,
+    quote,
+    shell_code,
+    var,
+)
 from hpceval.resources import templates_dir
 
 # Everything bash treats specially, plus unicode and leading dashes; never NUL (bash cannot
@@ -25,8 +39,9 @@ hostile = st.text(
                      "--bind=/:/host", "x'\"'\"'y"])
 
 
-def run_bash(script: str) -> bytes:
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, check=False)
+def run_bash(script: str, env: dict[str, str] | None = None) -> bytes:
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, check=False,
+                          env={"PATH": os.environ["PATH"], **(env or {})})
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return proc.stdout
 
@@ -66,9 +81,14 @@ def test_shell_code_is_the_only_unquoted_path() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(hostile)
+@example("x\nprintf escaped")
+@example("\n\nprintf escaped; exit 3\n")
 def test_comments_cannot_be_escaped(value: str) -> None:
     script = ENV.from_string("# note: {{ v|comment }}\nprintf ok\n").render(v=value)
-    assert run_bash(script) == b"ok"
+    # bash ends a line only at \n: every such line of the comment must start with "#" ...
+    assert all(line.startswith("#") for line in script.split("\n")[:-2]), script
+    # ... and nothing of the value runs (set -e: any command that ran and failed stops it)
+    assert run_bash("set -e\n" + script) == b"ok"
 
 
 @settings(max_examples=40, deadline=None)
@@ -88,3 +108,52 @@ def test_runtime_values_are_substituted_for_their_quoting_context(
     out = run_bash(script + substitute_runtime_values(text))
     assert out.split(b"\0")[:-1] == [x.encode() for x in (
         a + url + b, url, c, "pre" + url + "post", "dq" + url, url)]
+
+
+# -- each helper, one behavioural test: the value comes back literal through bash -----------
+# (a value that bash would split, glob or expand if a helper dropped its quotes)
+SPLIT_AND_GLOB = st.sampled_from(["a  b", " lead", "trail ", "*", "/*", "a\tb", "x\ny", "?", "[ab]",
+                                  "$HOME", "-n", ""]) | hostile
+
+
+@settings(max_examples=30, deadline=None)
+@given(SPLIT_AND_GLOB)
+def test_var_is_one_literal_word_whatever_the_value(value: str) -> None:
+    out = run_bash(f"printf '%s\\0' {var('V')} end\n", env={"V": value})
+    assert out.split(b"\0")[:-1] == [value.encode(), b"end"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(SPLIT_AND_GLOB.filter(bool))  # ${NAME:?...} refuses an empty value like an unset one
+def test_passed_env_is_one_literal_word_and_refuses_unset(value: str) -> None:
+    script = f"printf '%s\\0' {passed_env('SECRET_NAME')} end\n"
+    assert run_bash(script, env={"SECRET_NAME": value}).split(b"\0")[:-1] == [value.encode(),
+                                                                                 b"end"]
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, check=False, env={})
+    assert proc.returncode != 0 and UNSET_IN_JOB.encode() in proc.stderr
+    assert passed_env_names(f"x={passed_env('B')} {passed_env('A')} {passed_env('B')}"
+                            " ${C} $D") == ["A", "B"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(SPLIT_AND_GLOB, max_size=8))
+def test_argv_and_quote_keep_every_value_one_literal_word(values: list[str]) -> None:
+    out = run_bash(f"printf '%s\\0' {argv(values)} end\n"
+                   f"printf '%s\\0' {quote(values)} end\n")
+    expected = [v.encode() for v in values] + [b"end"]
+    assert out.split(b"\0")[:-1] == expected + expected
+    assert run_bash(f"printf '%s' {quote(True)} {quote(7)} {quote(ShellCode('$((1+1))'))}"
+                    ) == b"true72"
+
+
+def test_env_name_admits_only_names_and_they_work_unquoted() -> None:
+    assert run_bash(f"export {env_name('MY_VAR_1')}=ok; printf '%s' \"$MY_VAR_1\"") == b"ok"
+    for bad in ("A;B", "1A", "A B", "$(id)", "", "A-B", "A\nB"):
+        with pytest.raises(ValueError, match="not a valid environment variable"):
+            env_name(bad)
+
+
+def test_shell_code_is_verbatim_and_comment_keeps_every_line_commented() -> None:
+    assert run_bash(f"{shell_code('printf %s shell')}\n") == b"shell"
+    text = comment("one\nprintf two\n\nprintf three")
+    assert run_bash(f"set -e\n# {text}\nprintf ok") == b"ok"

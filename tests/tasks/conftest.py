@@ -23,6 +23,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("HPCEVAL_TASKS_PATH", raising=False)
+    monkeypatch.delenv("HPCEVAL_CACHE_DIR", raising=False)  # it would win over XDG_CACHE_HOME
     clear_memory_cache()
     yield tmp_path
     clear_memory_cache()

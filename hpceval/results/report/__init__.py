@@ -28,8 +28,8 @@ from hpceval.results.report.sections import (
     runs_section,
     samples_section,
 )
-from hpceval.results.store import atomic_write_text
 from hpceval.results.table import leaderboard
+from hpceval.storage import atomic_write_text
 
 __all__ = ["DEFAULT_SAMPLES", "html_report", "task_chart", "write_report"]
 

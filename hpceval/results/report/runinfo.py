@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.store import DONE_MARKER, MANIFEST_FILE, read_json_object
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE
+from hpceval.storage import read_json_object
 
 
 @dataclass(frozen=True)

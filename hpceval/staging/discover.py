@@ -222,7 +222,7 @@ def _write_one(framework: dict[str, Any], fdf_path: str, sif: Path, reference: s
     text = _render(doc, sif, fdf_path)
     _validate(text, [f for f in catalogue_files() if not _same(str(f), own)], target)
     if not dry_run:
-        from hpceval.results.store import atomic_write_text
+        from hpceval.storage import atomic_write_text
 
         atomic_write_text(target, text)
         found.written = True

@@ -1,0 +1,140 @@
+"""The execution-backend interface: where a run's jobs run, how they are watched and stopped.
+
+A backend submits a script (or a sweep's array of elements) with an optional dependency,
+reports the states of many jobs in one call, and cancels jobs. The controller (hpceval.runs)
+talks only to this interface; whether a job is a Slurm job or a process on this machine is the
+backend's business. A judge job, a checkpoint watcher or another scheduler plug in here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from hpceval.slurm.states import JobStatus
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """One job (or local process) in a run's chain, as recorded in jobs.json."""
+
+    id: str  # Slurm job id (the array's base id) or "local-<pid>"
+    kind: str  # the backend that runs it: slurm | local
+    role: str  # main | aggregate
+    models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
+    array: bool  # True: model i runs as array task "<id>_<i>"
+    submitted_at: float
+    reason: str = "submit"  # submit | resume | auto-resume
+    pid: int | None = None  # local runs: the runner's pid (its own session and group)
+    pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
+    host: str | None = None
+    cancelled_at: float | None = None
+
+    def watch_id(self, model_index: int) -> str:
+        return f"{self.id}_{model_index}" if self.array else self.id
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["models"] = list(self.models)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobEntry:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["models"] = tuple(values.get("models", ()))
+        values["id"] = str(values["id"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One submission: a script of the run directory and what it runs."""
+
+    script: str  # relative to the run directory
+    models: tuple[int, ...] = ()  # model indices it runs (() for a job that runs none)
+    keys: tuple[str, ...] = ()  # their directory names; () means every model of the run
+    sweep: bool = False  # a sweep: one array element per model
+    elements: tuple[int, ...] | None = None  # run only these elements (None: as the script says)
+    max_parallel: int | None = None  # at most this many elements at once (with `elements`)
+    after: str | None = None  # a job id this one waits for, whatever its end
+    role: str = "main"  # main | aggregate
+    reason: str = "submit"  # submit | resume
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """A question for `Backend.states`: the job working on one model of a run."""
+
+    entry: JobEntry
+    run_dir: Path
+    key: str  # the model's directory name
+    index: int  # the model's index (its array element in a sweep)
+    finished: bool = False  # every task is done on disk: no need to ask the scheduler
+
+    @property
+    def model_dir(self) -> Path:
+        return self.run_dir / "models" / self.key
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    cancelled: list[str]  # job ids (or local runner ids) that were signalled
+    still_active: list[str]  # what was still alive at the end: should be empty
+    final: dict[str, str]  # job id -> state seen by the last check
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """What a backend needs to add its own scripts to a new run directory."""
+
+    run_dir: Path
+    models: tuple[tuple[str, str], ...]  # (model key, its job script relative to run_dir)
+    walltime: str
+    signal_seconds: int
+    python: str
+    aggregate: str | None = None  # a sweep's aggregation script, for a backend to run as a job
+    # renders one of templates/ (name, values): all shell comes from there, and the render
+    # layer hands its renderer down, so no backend imports it
+    render: Callable[[str, dict[str, Any]], str] | None = None
+
+
+class Backend(Protocol):
+    """What the controller needs from an execution backend."""
+
+    name: ClassVar[str]  # recorded as the run's kind and every JobEntry's kind
+    # a job stopped at its walltime may submit its own successor (auto-resume, teardown.j2)
+    resubmits_itself: ClassVar[bool]
+    # its jobs are in the scheduler's accounting (sacct's AllocTRES and Elapsed: GPU-hours)
+    accounted: ClassVar[bool]
+
+    def scripts(self, layout: RunLayout) -> dict[str, str]:
+        """Scripts this backend adds to a new run directory (relative path -> text)."""
+        ...
+
+    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
+        """Start (or queue) the request; the returned entry goes into jobs.json."""
+        ...
+
+    def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
+        """The state of each query's job, in order: ONE scheduler call for all of them at
+        most, and none when the last one was too recent (unless `force`)."""
+        ...
+
+    def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
+               mark: Callable[[list[str]], None], verify_s: float,
+               sleep: Callable[[float], None]) -> CancelReport:
+        """Stop every job of `entries` that still runs; `mark(ids)` records the cancellation
+        before any signal, so status reads "cancelled" even if we are stopped mid-way."""
+        ...
+
+    def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
+        """The job's own log for one model (it exists once the job has started)."""
+        ...
+
+    def describe(self, entry: JobEntry, models: int) -> str:
+        """How the CLI names a submitted entry ("job 12", "local runner local-4242 ...")."""
+        ...

@@ -1,0 +1,154 @@
+"""The local backend: the same rendered job script, run with bash on this machine.
+
+A small runner script (local.sh, written into the run directory, so what runs can be read)
+runs each model's job script in turn under timeout(1): USR1 `signal_seconds` before the
+walltime, like `#SBATCH --signal=B:USR1@N`, then KILL at the walltime. It is started in its own
+session (setsid), so `kill` can signal the whole process group; its pid and the pid's start
+time go into jobs.json (a pid alone can be reused by an unrelated process later). A sweep's
+table is written by the runner itself after the last model: no separate aggregation job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.contract import (
+    JOB_FILES,
+    LOCAL_LOG_FILE,
+    LOCAL_RC_FILE,
+    LOCAL_RUNNER,
+    LOCAL_RUNNER_LOG,
+)
+from hpceval.slurm.formats import walltime_seconds
+from hpceval.slurm.states import JobStatus, Phase
+
+RUNNER_TEMPLATE = "local.sh.j2"
+
+
+class LocalBackend:
+    name: ClassVar[str] = "local"
+    resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
+    accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
+
+    def scripts(self, layout: RunLayout) -> dict[str, str]:
+        return {LOCAL_RUNNER: runner_script(layout)}
+
+    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
+        """Start local.sh in the background, in its own session (the runner runs the request's
+        models in turn, or every model when it names none)."""
+        log = (run_dir / LOCAL_RUNNER_LOG).open("ab")
+        try:
+            proc = subprocess.Popen(["bash", str(run_dir / LOCAL_RUNNER), *request.keys],
+                                    cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    close_fds=True)
+        finally:
+            log.close()
+        started = _proc_start(proc.pid)
+        return JobEntry(f"local-{proc.pid}", self.name, request.role, request.models, False,
+                        time.time(), request.reason, pid=proc.pid,
+                        pid_start=started[0] if started else None, host=socket.gethostname())
+
+    def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
+        return [local_status(q.entry, q.model_dir) for q in queries]
+
+    def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
+               mark: Callable[[list[str]], None], verify_s: float,
+               sleep: Callable[[float], None]) -> CancelReport:
+        live = [e for e in entries if local_alive(e)]
+        mark([e.id for e in live])
+        left = [e.id for e in live if not kill_local(e)]
+        return CancelReport([e.id for e in live], left, {e.id: "ended" for e in live})
+
+    def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
+        return run_dir / "models" / key / LOCAL_LOG_FILE
+
+    def describe(self, entry: JobEntry, models: int) -> str:
+        return f"local runner {entry.id} (this machine)"
+
+
+def runner_script(layout: RunLayout) -> str:
+    """local.sh, from templates/local.sh.j2 (every value shell-quoted by the renderer)."""
+    if layout.render is None:
+        raise ValueError("the local runner is rendered from templates/: RunLayout.render is "
+                         "required")
+    total = walltime_seconds(layout.walltime)
+    warn = layout.signal_seconds if total > layout.signal_seconds else 0
+    return layout.render(RUNNER_TEMPLATE, {
+        "walltime": layout.walltime, "warn": warn, "total": total,
+        "run_dir": str(layout.run_dir), "models": list(layout.models),
+        "keys": [key for key, _ in layout.models], "python": layout.python,
+        "files": JOB_FILES})
+
+
+def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:
+    rc_file = model_dir / LOCAL_RC_FILE
+    if rc_file.is_file():
+        text = rc_file.read_text().strip()
+        rc = int(text) if text.lstrip("-").isdigit() else 1
+        if rc == 0:
+            return JobStatus(Phase.DONE, "", "exit 0")
+        if entry.cancelled_at:
+            return JobStatus(Phase.CANCELLED, "cancelled by hpceval kill", f"exit {rc}")
+        why = {124: "walltime reached", 137: "killed at the walltime",
+               143: "stopped (signal)"}.get(rc, f"exit code {rc}")
+        return JobStatus(Phase.FAILED, why, f"exit {rc}")
+    alive = local_alive(entry)
+    if alive is None:
+        return JobStatus(Phase.UNKNOWN, f"runs on host {entry.host}; ask there")
+    if alive:
+        log = model_dir / LOCAL_LOG_FILE
+        started = log.is_file() and log.stat().st_mtime >= entry.submitted_at - 1
+        return JobStatus(Phase.RUNNING if started else Phase.QUEUED,
+                         "" if started else "waiting for the models before it")
+    if entry.cancelled_at:
+        return JobStatus(Phase.CANCELLED, "cancelled by hpceval kill")
+    return JobStatus(Phase.FAILED, "the local runner ended without a status")
+
+
+def _proc_start(pid: int) -> tuple[int, str] | None:
+    """(start time in clock ticks since boot, state letter) of a live pid, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the command name may hold spaces and ')'
+    return int(fields[19]), fields[0]
+
+
+def local_alive(entry: JobEntry) -> bool | None:
+    """True/False for a runner on this host; None when it ran on another host (cannot tell)."""
+    if entry.pid is None:
+        return False
+    if entry.host and entry.host != socket.gethostname():
+        return None
+    found = _proc_start(entry.pid)
+    if found is None or found[1] == "Z":  # gone, or a zombie waiting for its parent
+        return False
+    return entry.pid_start is None or found[0] == entry.pid_start
+
+
+def kill_local(entry: JobEntry, grace_s: float = 45.0) -> bool:
+    """TERM the runner's process group (the job's EXIT trap stops its servers), KILL after
+    `grace_s`; True once nothing of it runs. The job script gives each server 30 s to stop."""
+    if not local_alive(entry) or entry.pid is None:
+        return local_alive(entry) is not True
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(entry.pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline:
+            if not local_alive(entry):
+                return True
+            time.sleep(0.2)
+    return not local_alive(entry)

@@ -1,0 +1,179 @@
+"""The Slurm backend: sbatch, one shared rate-limited sacct watcher, scancel + verification.
+
+Finished job states are remembered in the user's cache (job-states.json), so later `status`
+calls never ask sacct about them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.contract import AGGREGATE_SCRIPT, LOG_DIR
+from hpceval.slurm.client import SlurmClient
+from hpceval.slurm.states import JobStatus, Phase
+from hpceval.storage import atomic_write_json, cache_dir
+
+if TYPE_CHECKING:
+    from hpceval.slurm.watcher import JobWatcher
+
+STATES_FILE = "job-states.json"
+# squeue states of a job that still holds (or waits for) resources
+_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+           "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+
+
+class SlurmBackend:
+    name: ClassVar[str] = "slurm"
+    resubmits_itself: ClassVar[bool] = True  # sbatch works from inside a job
+    accounted: ClassVar[bool] = True
+
+    def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
+                 min_interval_s: float = 2.0) -> None:
+        self._client = client
+        self._watcher = watcher
+        self._min_interval_s = min_interval_s
+        self._cache: dict[str, list[str]] | None = None  # read on first use: no I/O before
+        self._dirty = False
+
+    @property
+    def client(self) -> SlurmClient:
+        if self._client is None:
+            from hpceval.slurm.client import CommandSlurmClient
+
+            self._client = CommandSlurmClient()
+        return self._client
+
+    @property
+    def watcher(self) -> JobWatcher:
+        if self._watcher is None:
+            from hpceval.slurm.watcher import JobWatcher  # submitit: only when states are asked
+
+            self._watcher = JobWatcher(self.client, min_interval_s=self._min_interval_s)
+        return self._watcher
+
+    # -- Backend ----------------------------------------------------------------------------
+
+    def scripts(self, layout: RunLayout) -> dict[str, str]:
+        # A sweep's table is written by a dependent CPU job once every element has ended.
+        return {AGGREGATE_SCRIPT: layout.aggregate} if layout.aggregate is not None else {}
+
+    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
+        extra: list[str] = []
+        if request.elements is not None:
+            spec = ",".join(map(str, request.elements))
+            if request.max_parallel:
+                spec += f"%{request.max_parallel}"
+            # --array on the command line overrides the script's: the same dispatcher runs
+            # only these elements, each keeping its index (so its model).
+            extra.append(f"--array={spec}")
+        dependency = f"afterany:{request.after}" if request.after else None
+        submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
+        job_id = self.client.submit(run_dir / request.script, extra_args=extra,
+                                    dependency=dependency)
+        return JobEntry(job_id, self.name, request.role, request.models, request.sweep,
+                        submitted_at, request.reason)
+
+    def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
+        self._register([q for q in queries if not q.finished])
+        self.watcher.refresh(force=force)  # no call when nothing registered is unfinished
+        answers = [self._status(q.entry, q.index) for q in queries]
+        self._save_cache()
+        return answers
+
+    def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
+               mark: Callable[[list[str]], None], verify_s: float,
+               sleep: Callable[[float], None]) -> CancelReport:
+        ids = [e.id for e in entries]
+        if not ids:
+            return CancelReport([], [], {})
+        mark(ids)
+        self.client.cancel(ids)  # base ids: scancel takes every task of an array with them
+        deadline = time.monotonic() + verify_s
+        while True:
+            queue = self.client.squeue(ids)
+            active = sorted(j for j, e in queue.items() if e.state in _ACTIVE)
+            if not active or time.monotonic() >= deadline:
+                break
+            sleep(1.0)
+        final = {j: e.state for j, e in queue.items()}
+        if not active:
+            # squeue forgets jobs after MinJobAge; sacct is the record that stays. One call.
+            records = self.client.sacct(ids)
+            final.update({j: r.state for j, r in records.items()})
+            active = sorted(j for j, r in records.items()
+                            if r.state in _ACTIVE - {"COMPLETING"})
+        return CancelReport(ids, active, final)
+
+    def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
+        # the --output of the rendered header (render/header.py)
+        if entry.array:
+            return run_dir / LOG_DIR / f"slurm-{entry.id}_{index}.log"
+        return run_dir / "models" / key / f"slurm-{entry.id}.log"
+
+    def describe(self, entry: JobEntry, models: int) -> str:
+        return f"array job {entry.id} ({models} models)" if entry.array else f"job {entry.id}"
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _register(self, queries: Sequence[JobQuery]) -> None:
+        arrays: dict[str, tuple[JobEntry, list[int]]] = {}
+        for q in queries:
+            if self._cached(q.entry, q.index) is not None:
+                continue
+            if q.entry.array:
+                arrays.setdefault(q.entry.id, (q.entry, []))[1].append(q.index)
+            else:
+                self.watcher.register(q.entry.id, submitted_at=_dt(q.entry.submitted_at))
+        for base, (entry, indices) in arrays.items():
+            known = {j for j in self.watcher.job_ids if j.startswith(f"{base}_")}
+            wanted = sorted(set(indices) | {int(j.split("_")[1]) for j in known})
+            self.watcher.register_array(base, wanted, submitted_at=_dt(entry.submitted_at))
+
+    def _cached(self, entry: JobEntry, index: int) -> JobStatus | None:
+        hit = self._states_cache().get(_cache_key(entry, index))
+        return JobStatus(Phase(hit[0]), hit[1], hit[2]) if hit else None
+
+    def _status(self, entry: JobEntry, index: int) -> JobStatus:
+        cached = self._cached(entry, index)
+        if cached is not None:
+            return cached
+        status = self.watcher.status(entry.watch_id(index))
+        # PREEMPTED / NODE_FAIL jobs may be requeued by Slurm under the same id: not cached.
+        if status.terminal and not status.raw_state.startswith(("PREEMPTED", "NODE_FAIL")):
+            self._states_cache()[_cache_key(entry, index)] = [
+                status.phase.value, status.reason, status.raw_state]
+            self._dirty = True
+        return status
+
+    def _states_cache(self) -> dict[str, list[str]]:
+        if self._cache is None:
+            try:
+                data = json.loads((cache_dir() / STATES_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = {}
+            self._cache = data if isinstance(data, dict) else {}
+        return self._cache
+
+    def _save_cache(self) -> None:
+        if self._cache is None or not self._dirty:
+            return
+        self._dirty = False
+        # Only a cache: if it cannot be written, status still works and asks sacct next time.
+        with contextlib.suppress(OSError):
+            atomic_write_json(cache_dir() / STATES_FILE, self._cache)
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts).astimezone()
+
+
+def _cache_key(entry: JobEntry, index: int) -> str:
+    # The submit time tells two jobs apart that got the same id (ids restart after a wipe).
+    return f"{entry.watch_id(index)}@{int(entry.submitted_at)}"

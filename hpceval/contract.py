@@ -1,0 +1,55 @@
+"""The run directory's file names, defined once for the Python readers and writers.
+
+A run directory is the contract between the login node (submit, status, resume, kill) and
+the job on the compute nodes; every name below is written by one side and read by the other.
+This module imports nothing, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# -- written by submit (hpceval.runs.rundir) ------------------------------------------------
+RUN_FILE = "run.json"  # what the controller needs; written last: the directory is complete
+JOB_SCRIPT = "job.sbatch"  # single model: the job script exactly as submitted
+SWEEP_SCRIPT = "sweep.sbatch"  # sweep: the array dispatcher exactly as submitted
+ELEMENT_SCRIPT = "job.sh"  # sweep: models/<key>/job.sh, one model's job script
+AGGREGATE_SCRIPT = "aggregate.sbatch"  # sweep on Slurm: the dependent aggregation job
+LOCAL_RUNNER = "local.sh"  # local execution: runs the job script(s) here with bash
+LOG_DIR = "logs"  # array element and aggregation logs
+JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
+
+# -- written by the job ---------------------------------------------------------------------
+SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job sbatch'ed itself
+JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
+INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
+PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
+COMMAND_FILE = "command.sh"  # models/<key>/tasks/<task>/: written when the task starts
+FAILED_FILE = "failed.json"  # models/<key>/tasks/<task>/: why the task failed
+RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
+MANIFEST_FILE = "manifest.json"  # models/<key>/tasks/<task>/: provenance
+DONE_MARKER = "done"  # models/<key>/tasks/<task>/: written last; results are final
+
+# -- written by the local backend's runner ----------------------------------------------------
+LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
+LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
+LOCAL_RUNNER_LOG = "logs/local-runner.log"
+
+# The names the scripts use, handed to the templates as `files` (the job script, the local
+# runner): templates write {{ files.done }}, never the literal, so bash and Python agree.
+JOB_FILES = {
+    "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
+    "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
+    "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE,
+    "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
+}
+
+
+def is_done(task_dir: Path) -> bool:
+    """THE definition of a finished task, in Python; the job script tests the same marker.
+
+    `done` is written last, after results.json and manifest.json are in place (atomically), so
+    its presence alone says the results are whole and final: nothing overwrites them, and a
+    later job skips the task.
+    """
+    return (task_dir / DONE_MARKER).is_file()

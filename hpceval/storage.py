@@ -1,0 +1,67 @@
+"""Writing to shared storage, and where the user's cache lives: helpers every layer may use.
+
+Shared file systems (NFS, Lustre, GPFS) make a half-written file visible to other nodes, so
+every write goes to a temporary file in the same folder, is fsync'd, then renamed over the
+target: readers see the old file or the new one, never a mix. This module imports nothing
+else of hpceval, so any layer can use it without an arrow pointing the wrong way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
+
+
+def fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every file system allows it, which is fine.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def cache_dir() -> Path:
+    """The user's hpceval cache: $HPCEVAL_CACHE_DIR, else $XDG_CACHE_HOME/hpceval, else
+    ~/.cache/hpceval (the run index, job states, the task catalogue's index)."""
+    if os.environ.get("HPCEVAL_CACHE_DIR"):
+        return Path(os.environ["HPCEVAL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "hpceval"

@@ -1,0 +1,107 @@
+"""The execution-backend seam: one place chooses the backend, nothing else asks "is it local?"."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runs"))
+from run_helpers import FakeSlurm
+
+from hpceval.backends import JobQuery, JobRequest, RunLayout, backend_for
+from hpceval.backends.base import JobEntry
+from hpceval.backends.local import LocalBackend
+from hpceval.backends.slurm import SlurmBackend
+from hpceval.render.quoting import render_template
+from hpceval.slurm.states import Phase
+
+PACKAGE = Path(__file__).parents[2] / "hpceval"
+# A test of an execution type written as a string comparison, e.g. `kind == "local"`.
+_KIND_TEST = re.compile(r"""(kind|type)\s*[!=]=\s*["'](local|slurm)["']""")
+
+
+def test_no_execution_type_test_outside_the_backends() -> None:
+    offenders = [f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+                 for path in PACKAGE.rglob("*.py")
+                 if "backends" not in path.parts
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if _KIND_TEST.search(line)]
+    assert offenders == []
+
+
+def test_backend_for_knows_both_execution_types_and_refuses_others() -> None:
+    assert isinstance(backend_for("slurm"), SlurmBackend)
+    assert isinstance(backend_for("local"), LocalBackend)
+    with pytest.raises(ValueError, match=r"unknown execution type 'lepton'.*slurm, local"):
+        backend_for("lepton")
+
+
+def test_slurm_submit_passes_elements_limit_and_dependency(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    backend = SlurmBackend(fake)
+    main = backend.submit(tmp_path, JobRequest("sweep.sbatch", (1, 3), sweep=True,
+                                               elements=(1, 3), max_parallel=2, reason="resume"))
+    agg = backend.submit(tmp_path, JobRequest("aggregate.sbatch", after=main.id,
+                                              role="aggregate"))
+    assert fake.submits[0]["extra_args"] == ["--array=1,3%2"]
+    assert fake.submits[0]["dependency"] is None
+    assert fake.submits[1] == {"script": tmp_path / "aggregate.sbatch", "extra_args": [],
+                               "dependency": f"afterany:{main.id}", "id": agg.id}
+    assert (main.kind, main.array, main.models, main.reason) == ("slurm", True, (1, 3), "resume")
+    assert (agg.role, agg.models, agg.array) == ("aggregate", (), False)
+
+
+def test_slurm_states_of_many_jobs_cost_one_sacct(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    backend = SlurmBackend(fake)
+    array = JobEntry("500", "slurm", "main", tuple(range(50)), True, 0.0)
+    singles = [JobEntry(str(600 + i), "slurm", "main", (0,), False, 0.0) for i in range(50)]
+    fake.states.update({f"500_{i}": "RUNNING" for i in range(50)})
+    fake.states.update({e.id: "PENDING" for e in singles})
+    queries = [JobQuery(array, tmp_path, f"m{i}", i) for i in range(50)]
+    queries += [JobQuery(e, tmp_path / e.id, "m", 0) for e in singles]
+    states = backend.states(queries, force=True)
+    assert len(fake.sacct_calls) == 1
+    assert [s.phase for s in states] == [Phase.RUNNING] * 50 + [Phase.QUEUED] * 50
+    backend.states(queries)  # within the rate limit: answered from what it knows
+    assert len(fake.sacct_calls) == 1
+
+
+def test_only_the_slurm_backend_adds_an_aggregation_job(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path, (("a", "models/a/job.sh"), ("b", "models/b/job.sh")),
+                       "00:10:00", 60, "/usr/bin/python3", aggregate="#!/bin/bash\n",
+                       render=render_template)
+    assert backend_for("slurm").scripts(layout) == {"aggregate.sbatch": "#!/bin/bash\n"}
+    local = backend_for("local").scripts(layout)
+    assert list(local) == ["local.sh"]
+    assert "-m hpceval.results.table aggregate" in local["local.sh"]  # the runner aggregates
+
+
+def test_log_paths_follow_each_backend(tmp_path: Path) -> None:
+    array = JobEntry("7", "slurm", "main", (2,), True, 0.0)
+    single = JobEntry("8", "slurm", "main", (0,), False, 0.0)
+    local = JobEntry("local-1", "local", "main", (0,), False, 0.0)
+    slurm = backend_for("slurm")
+    assert slurm.log_path(tmp_path, "m", 2, array) == tmp_path / "logs" / "slurm-7_2.log"
+    assert slurm.log_path(tmp_path, "m", 0, single) == tmp_path / "models/m/slurm-8.log"
+    assert (backend_for("local").log_path(tmp_path, "m", 0, local)
+            == tmp_path / "models/m/local.log")
+
+
+def test_submitit_loads_only_when_job_states_are_asked() -> None:
+    code = ("import sys\n"
+            "import hpceval.config.checks, hpceval.render, hpceval.runs.submit\n"
+            "import hpceval.runs.control, hpceval.runs.state\n"
+            "from hpceval.backends import backend_for\n"
+            "backend_for('slurm')\n"
+            "print('submitit' in sys.modules)\n"
+            "from hpceval.slurm import JobWatcher\n"
+            "print('submitit' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.split() == ["False", "True"]
