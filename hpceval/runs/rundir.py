@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import hashlib
+import os
 import re
 import secrets
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -174,6 +177,8 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
         "sweep": run.sweep, "entry": run.entry, "created_at": time.time(),
         "user": current_user(), "hpceval_version": __version__,
         "output_dir": str(run.run_dir.parent),
+        # resume resubmits these files: it refuses one that changed since submit
+        "scripts_sha256": {name: _sha256(text.encode()) for name, text in run.scripts.items()},
         "array_parallelism": run.resolved.spec.execution.array_parallelism,
         "models": [{"key": m.key, "index": m.index, "script": m.script_name,
                     "deployment": m.resolved.spec.deployment.type,
@@ -208,6 +213,29 @@ def write_run(run: PreparedRun) -> None:
         atomic_write_text(run.run_dir / name, text, mode=0o755)
     # run.json last: its presence says the directory is complete.
     atomic_write_json(run.run_dir / RUN_FILE, run_manifest(run))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def changed_scripts(run_dir: Path, run: dict[str, Any]) -> list[str]:
+    """Scripts of a run that are not what was submitted: a different sha256 than run.json
+    recorded, a symlink, or a file of another user. Runs from before the record: none."""
+    problems = []
+    for name, digest in sorted((run.get("scripts_sha256") or {}).items()):
+        path = run_dir / name
+        try:
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                problems.append(f"{name} is a symlink")
+            elif st.st_uid != os.getuid():
+                problems.append(f"{name} belongs to uid {st.st_uid}")
+            elif _sha256(path.read_bytes()) != digest:
+                problems.append(f"{name} changed since submit (sha256 differs)")
+        except OSError as exc:
+            problems.append(f"{name}: {exc.strerror or exc}")
+    return problems
 
 
 def current_user() -> str:
