@@ -11,7 +11,7 @@ from typing import Any
 
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import JobEntry, append_jobs, mark_cancelled, read_jobs
-from hpceval.runs.rundir import AGGREGATE_SCRIPT, ELEMENT_SCRIPT, changed_scripts
+from hpceval.runs.rundir import AGGREGATE_SCRIPT, ELEMENT_SCRIPT, changed_scripts, run_umask
 from hpceval.runs.state import Tracker, _all_done, read_run
 from hpceval.slurm.client import CommandSlurmClient, SlurmClient
 
@@ -89,7 +89,8 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
         raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
                             "only the user who submitted a run can resume it")
     try:
-        with FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
+        with run_umask(read_run(ref.run_dir).get("umask")), \
+                FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
             return _resume_locked(ref, client, aggregate=aggregate, force=force,
                                   tracker=tracker)
     except Timeout as exc:

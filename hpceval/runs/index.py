@@ -125,8 +125,11 @@ def ref_from_dir(run_dir: Path) -> RunRef:
 def find_run(ref: str, extra_dirs: Iterable[Path] = ()) -> RunRef:
     """An invocation id, a unique prefix of one, or a run directory path."""
     path = Path(os.path.expanduser(ref))
-    if (path / RUN_FILE).is_file():
-        return ref_from_dir(path.resolve())
+    try:
+        if (path / RUN_FILE).is_file():
+            return ref_from_dir(path.resolve())
+    except PermissionError as exc:  # another user's run directory
+        raise RunNotFound(f"cannot read run directory {path}: permission denied") from exc
     runs = list_runs(extra_dirs)
     # Owner checked again for the candidates only (one stat each): a directory replaced since
     # the index was built must not be handed out.

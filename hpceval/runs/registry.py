@@ -54,10 +54,10 @@ def _symlink(path: Path) -> bool:
 
 
 def check_writable(output_dir: Path) -> None:
-    """Create `.hpceval/` if needed and make sure this user can append to the registry.
+    """Make sure this user can append to the registry (writes nothing).
 
     Raises ConfigError (exit 2) naming the path and the fix; called before anything is
-    submitted, so a refused submit leaves no job behind.
+    written or submitted, so a refused submit leaves no job and no directory behind.
     """
     folder = output_dir / REGISTRY_DIR
     path = registry_path(output_dir)
@@ -66,17 +66,12 @@ def check_writable(output_dir: Path) -> None:
         if _symlink(candidate):
             raise ConfigError.at(where, f"{candidate} is a symlink; hpceval does not write "
                                  "through symlinks in a registry", f"remove {candidate}")
-    try:
-        if not folder.exists():
-            shared = _shared(output_dir)
-            folder.mkdir(parents=True, mode=0o2770 if shared else 0o750, exist_ok=True)
-            if shared:  # the umask must not take the group's write bit
-                os.chmod(folder, 0o2770)
-    except OSError as exc:
-        raise ConfigError.at(where, f"cannot create {folder}: {exc.strerror or exc}",
-                             "choose an output_dir you can write to") from exc
-    denied = [p for p in (folder, path, Path(str(path) + ".lock"))
-              if p.exists() and not os.access(p, os.W_OK)]
+    existing = folder
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent  # what would be created lies under the nearest existing dir
+    # os.path.lexists: False, not an exception, for a path inside a folder we cannot search
+    denied = [p for p in (existing, path, Path(str(path) + ".lock"))
+              if os.path.lexists(p) and not os.access(p, os.W_OK)]
     if denied:
         owner = _owner(denied[0])
         raise ConfigError.at(where, f"{denied[0]} is not writable by you (owned by {owner}): "
@@ -103,22 +98,27 @@ def register_run(output_dir: Path, entry: dict[str, Any]) -> None:
 
     path = registry_path(output_dir)
     shared = _shared(output_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o2770 if shared else 0o777, exist_ok=True)
+        if shared:  # the umask must not take the group's write bit
+            os.chmod(path.parent, 0o2770)
     line = json.dumps({**entry, "registered_at": time.time()}, sort_keys=True) + "\n"
     lock = Path(str(path) + ".lock")
     for candidate in (path, lock):
         if _symlink(candidate):
             raise RegistryError(f"{candidate} is a symlink; not following it")
-    with FileLock(str(lock), timeout=60, mode=0o660 if shared else 0o640):
+    # Modes: the umask (execution.umask) decides, except in a setgid (group-shared) output
+    # directory, where the group must be able to append whatever the umask says.
+    modes: dict[str, Any] = {"mode": 0o660} if shared else {}
+    with FileLock(str(lock), timeout=60, **modes):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                         0o660 if shared else 0o640)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:
             if _symlink(path):  # planted between the check and the open
                 raise RegistryError(f"{path} is a symlink; not following it") from exc
             raise
         try:
-            if shared:
+            if shared and os.fstat(fd).st_uid == os.getuid():  # only its owner may chmod
                 os.fchmod(fd, 0o660)
             os.write(fd, line.encode())
             os.fsync(fd)
