@@ -45,8 +45,9 @@ class SecondUser:
     def __init__(self, base: Path) -> None:
         self.base = base
         self.sbatch_log = base / "sbatch.log"
-        self.sbatch_log.touch()
-        self.sbatch_log.chmod(0o666)
+        for path in (self.sbatch_log, base / "sbatch.log.lock"):  # the fake's log and lock
+            path.touch()
+            path.chmod(0o666)
         home = base / "home-nobody"
         home.mkdir()
         os.chown(home, NOBODY, NOGROUP)
