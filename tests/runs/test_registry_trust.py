@@ -27,6 +27,12 @@ ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 NOBODY = 65534
 
 
+@pytest.fixture(autouse=True)
+def no_real_slurm(monkeypatch: pytest.MonkeyPatch, fake: FakeSlurm) -> None:
+    """The CLI commands here (status, resume) talk to the fake, never to a cluster."""
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+
+
 def _two_runs(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path]:
     first = submit_configs(configs(tmp_path / "a"), fake)
     second = submit_configs(configs(tmp_path / "b", execution={
@@ -88,6 +94,17 @@ def test_a_damaged_results_file_spoils_only_its_own_rows(
     assert code == 0, out
     code, out, _ = _cli("status", "--json", first.name, second.name)
     assert code == 0, out
+
+
+@pytest.mark.parametrize("name", ["run.json", "jobs.json"])
+def test_a_damaged_run_or_jobs_file_spoils_only_its_own_status(
+        tmp_path: Path, fake: FakeSlurm, name: str) -> None:
+    first, second = _two_runs(tmp_path, fake)
+    (first / name).write_bytes(b'{"invocation_id": "x", "mo\xff')
+    code, out, err = _cli("status", "--json")
+    assert code == 0, err
+    assert [s["invocation_id"] for s in json.loads(out)] == [second.name]
+    assert f"skipping run {first.name}" in err and len(err.splitlines()) == 1
 
 
 def test_registry_entry_for_a_directory_elsewhere_is_not_trusted(
