@@ -203,8 +203,8 @@ class ProxyServer:
         if self._token is None:
             return True
         scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                                  self._token)
+        given = value.strip().encode("utf-8", "replace")  # odd bytes: a mismatch, not a 500
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token)
 
     async def _read(self, request: web.BaseRequest) -> bytes:
         config = self.config

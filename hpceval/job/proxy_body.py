@@ -45,11 +45,17 @@ async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) ->
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise too_large(max_bytes, "as sent")
+    content = request.content
+    if content.is_eof():  # the common case: the whole body came with the head; no waiting
+        data = content.read_nowait(-1)
+        if len(data) > max_bytes:
+            raise too_large(max_bytes, "as sent")
+        return data
     parts: list[bytes] = []
     size = 0
     while True:
         try:
-            chunk = await asyncio.wait_for(request.content.readany(), timeout)
+            chunk = await asyncio.wait_for(content.readany(), timeout)
         except asyncio.TimeoutError as exc:
             raise BodyError(408, f"no request body data for {timeout:g}s",
                             "request_timeout") from exc
