@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpceval.job.proxy_config import ProxyConfig, parse_param_value, split_pair
+from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig, parse_param_value, split_pair
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to bind (default 127.0.0.1: harnesses run on the same node; "
                         "0.0.0.0 opens it to the cluster network)")
     p.add_argument("--api-key-env", metavar="NAME",
-                   help="name of the environment variable holding the per-job token; requests "
-                        "(all but /health) must then send 'Authorization: Bearer <token>'. "
-                        "The token is never taken on the command line, where ps shows it")
+                   help="name of the environment variable holding the per-job token (job "
+                        f"scripts use {JOB_TOKEN_ENV}); requests (all but /health) must then "
+                        "send 'Authorization: Bearer <token>'. The token is never taken on the "
+                        "command line, where ps shows it")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
                    help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
     p.add_argument("--cache-dir", type=Path, required=True,

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The variable a job script puts its per-job token in (a random value made in the job, never
+# written to a file): the proxy's `--api-key-env`, and the API key name the harnesses are given.
+JOB_TOKEN_ENV = "HPCEVAL_JOB_TOKEN"
+
 
 @dataclass(frozen=True)
 class ProxyConfig:

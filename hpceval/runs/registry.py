@@ -104,7 +104,7 @@ def register_run(output_dir: Path, entry: dict[str, Any]) -> None:
             os.chmod(path.parent, 0o2770)
     line = json.dumps({**entry, "registered_at": time.time()}, sort_keys=True) + "\n"
     lock = Path(str(path) + ".lock")
-    for candidate in (path, lock):
+    for candidate in (path.parent, path, lock):
         if _symlink(candidate):
             raise RegistryError(f"{candidate} is a symlink; not following it")
     # Modes: the umask (execution.umask) decides, except in a setgid (group-shared) output

@@ -199,6 +199,13 @@ def test_planted_registry_symlink_is_not_followed(tmp_path: Path, fake: FakeSlur
     registry.symlink_to(victim)
     with pytest.raises(RegistryError, match="symlink"):
         register_run(first.parent, {"invocation_id": "x", "run_dir": str(first)})
+    folder = registry.parent
+    folder.rename(tmp_path / "elsewhere")
+    folder.symlink_to(tmp_path / "elsewhere")  # the whole .hpceval/ redirected
+    with pytest.raises(RegistryError, match="symlink"):
+        register_run(first.parent, {"invocation_id": "x", "run_dir": str(first)})
+    folder.unlink()
+    (tmp_path / "elsewhere").rename(folder)
     submits = len(fake.submits)
     with pytest.raises(ConfigError, match="symlink") as exc:
         submit_configs(configs(tmp_path), fake)  # refused before sbatch, not after
