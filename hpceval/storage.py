@@ -15,7 +15,22 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it where /proc allows."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
+    """`mode` is narrowed by the umask, as for any created file (execution.umask sets it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -23,7 +38,7 @@ def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, mode & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -133,7 +133,9 @@ def local_alive(entry: JobEntry) -> bool | None:
     found = _proc_start(entry.pid)
     if found is None or found[1] == "Z":  # gone, or a zombie waiting for its parent
         return False
-    return entry.pid_start is None or found[0] == entry.pid_start
+    # A pid whose start time is unknown is not ours: jobs.json may be forged or the pid reused,
+    # and `kill` must never signal a process it cannot verify.
+    return entry.pid_start is not None and found[0] == entry.pid_start
 
 
 def kill_local(entry: JobEntry, grace_s: float = 45.0) -> bool:

@@ -45,9 +45,39 @@ def render(config_file: str | None, config_opt: str | None, config_dir: str | No
         return
     target = Path(out_dir)
     for name, text in scripts.items():
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        (target / name).write_text(text, encoding="utf-8")
+        try:
+            _write_no_follow(target, name, text)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {target / name}: "
+                                       f"{exc.strerror or exc}") from exc
         click.echo(str(target / name))
+
+
+def _write_no_follow(target: Path, name: str, text: str) -> None:
+    """Write target/name without following a symlink below `target` (a folder others may
+    write to could hold one pointing at a file of yours): refused, nothing written."""
+    import errno
+    import os
+    import stat
+
+    target.mkdir(parents=True, exist_ok=True)
+    path = target
+    for part in Path(name).parts[:-1]:
+        path = path / part
+        try:
+            if stat.S_ISLNK(path.lstat().st_mode):
+                raise OSError(errno.ELOOP, "is a symlink; not following it")
+        except FileNotFoundError:
+            path.mkdir(parents=True)
+    leaf = target / name
+    try:
+        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symlink; not following it") from exc
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 @click.command()

@@ -35,6 +35,22 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> Any:
         raise click.ClickException(str(exc)) from exc
 
 
+def _readable(ref: Any) -> bool:
+    """False, with a one-line warning, for a run whose run.json or jobs.json is damaged: one
+    such run must not hide the state of every other one."""
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.state import read_run
+
+    try:
+        read_run(ref.run_dir)
+        read_jobs(ref.run_dir)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        click.echo(f"hpceval: skipping run {ref.invocation_id} ({ref.run_dir}): "
+                   f"{type(exc).__name__}: {exc}", err=True)
+        return False
+    return True
+
+
 def _slurm_errors(func: Callable[[], Any]) -> Any:
     from hpceval.slurm.client import SlurmError
 
@@ -84,6 +100,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     if not refs:
         click.echo("[]" if as_json else "no runs yet (submit one, or pass --output-dir)")
         return
+    refs = [ref for ref in refs if _readable(ref)]
     tracker = Tracker(min_interval_s=2.0)
     for ref in refs:
         tracker.add(ref)

@@ -17,6 +17,7 @@ DeploymentType = Literal["none", "vllm", "sglang", "command"]
 ServerRuntime = Literal["container", "host"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
+Umask = Literal["0027", "0077", "0007", "0022", "0002"]
 
 
 def key(default: Any = None, doc: str = "", *, minimum: float | None = None,
@@ -76,6 +77,10 @@ class ExecutionSpec:
     offline: bool = key(False, "compute nodes have no internet: set HF_*_OFFLINE in harnesses")
     array_parallelism: int | None = key(None, "max array elements running at once (sweeps)")
     python: str | None = key(None, "Python on shared storage that runs the in-job runtime")
+    umask: Umask = key(
+        "0027", "umask for what hpceval and its jobs write (run dirs, results, caches, registry):"
+        " 0027 group-readable, not world-readable; 0007 group-writable (shared dirs)"
+    )
 
 
 @dataclass(frozen=True)

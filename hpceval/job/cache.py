@@ -38,8 +38,11 @@ Leases: each process keeps `live-<host>-<pid>-<ts>` in the directory while it ma
 shards (touched every minute, removed at close), so `cache_compact` never deletes a shard that
 a running proxy is writing or reading; see there.
 
-Only 2xx, non-error JSON answers of `CACHED_PATHS` are stored; streamed answers are passed
-through and never cached (their bytes go to the client as they arrive).
+Only 2xx answers of `CACHED_PATHS` that parse as a JSON object with non-empty `choices`
+(`data` for embeddings) and no error are stored (`usable_answer`), and a hit is checked the same
+way before it is replayed, so a truncated or error answer written by an older version is a miss.
+Streamed answers are passed through and never cached (their bytes go to the client as they
+arrive).
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ from hpceval.job.cache_index import DigestMap
 
 log = logging.getLogger(__name__)
 
-CACHED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+EMBEDDINGS = "/v1/embeddings"
+CACHED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", EMBEDDINGS})
 IGNORED_FIELDS = frozenset({"stream", "stream_options", "user", "request_id", "priority"})
 SHARD_GLOB = "shard-*.jsonl"
 LEASE_GLOB = "live-*"
@@ -81,8 +85,36 @@ def request_key(path: str, body: dict[str, Any]) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+def usable_answer(path: str | None, parsed: Any) -> bool:
+    """Whether a parsed 2xx answer may be stored and replayed: an object with a non-empty
+    `choices` list (`data` for embeddings; either when the path is unknown) and no error. The
+    parsed object is checked, not the bytes: `{"\\u0065rror": ...}` is an error too."""
+    if not isinstance(parsed, dict) or "error" in parsed or parsed.get("object") == "error":
+        return False
+    fields = ("data",) if path == EMBEDDINGS else ("choices",) if path else ("choices", "data")
+    return any(isinstance(parsed.get(f), list) and parsed[f] for f in fields)
+
+
+def storable(path: str, payload: bytes, parsed: Any) -> bytes | None:
+    """The shard body for an answer (`parsed` is `payload` parsed, None if it did not parse), or
+    None when it must not be cached. The shard is line-oriented: a pretty-printed answer is
+    stored re-serialized."""
+    if not usable_answer(path, parsed):
+        return None
+    return payload if b"\n" not in payload else json.dumps(
+        parsed, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def parse_answer(payload: bytes) -> Any:
+    """The answer parsed, or None when it is not JSON (then it is passed on, never cached)."""
+    try:
+        return json.loads(payload)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
 def is_sampled(path: str, body: dict[str, Any]) -> bool:
-    if path == "/v1/embeddings":
+    if path == EMBEDDINGS:
         return False
     temperature = body.get("temperature")
     return not isinstance(temperature, (int, float)) or temperature > 0
@@ -176,15 +208,17 @@ class ResponseCache:
     def __len__(self) -> int:
         return len(self._index)
 
-    def key_for(self, path: str, body: dict[str, Any]) -> bytes:
-        key = request_key(path, body)
+    def key_for(self, path: str, body: dict[str, Any], base: bytes | None = None) -> bytes:
+        """The key of this occurrence of a request; `base` is `request_key(path, body)` when
+        the caller computed it already (off the event loop, for a large body)."""
+        key = base if base is not None else request_key(path, body)
         if is_sampled(path, body):
             nth = self._seen.increment(key)
             if nth:
                 key = hashlib.sha256(key + nth.to_bytes(8, "little")).digest()
         return key
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes, path: str | None = None) -> bytes | None:
         """The cached response body, or None (a miss, or a line that fails its checks)."""
         for loc in list(self._index.candidates(key)):
             try:
@@ -198,6 +232,9 @@ class ResponseCache:
             body = line_body(line) if found is not None else None
             if body is None:
                 self._drop(key, loc, "torn or corrupted line")
+                continue
+            if not usable_answer(path, parse_answer(body)):
+                self._drop(key, loc, "stored answer is not a usable one")
                 continue
             return body
         return None

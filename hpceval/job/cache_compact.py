@@ -15,7 +15,9 @@ another job of the same run may be starting or running:
   loader tolerates). If a lease appeared while merging, the inputs are kept as well.
 - Two compactions at once each write their own merged file; neither deletes the other's.
 
-Torn and corrupted lines are dropped; of several lines with one key, the first is kept.
+Torn and corrupted lines are dropped, and so are answers a hit would refuse to replay
+(`cache.usable_answer`: written before answers were checked at store time); of several lines
+with one key, the first is kept.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from hpceval.job.cache import (
     SHARD_GLOB,
     line_body,
     line_key,
+    parse_answer,
     read_line,
     shard_lines,
     stamp,
+    usable_answer,
 )
 from hpceval.job.cache_index import DigestMap
 from hpceval.storage import fsync_dir
@@ -135,8 +139,10 @@ def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
                 fds.append(os.open(shard, os.O_RDONLY))
                 for offset, line in shard_lines(shard):
                     key = line_key(line)
-                    if key is None or line_body(line) is None:
-                        dropped += 1
+                    body = line_body(line) if key is not None else None
+                    if key is None or body is None \
+                            or not usable_answer(None, parse_answer(body)):
+                        dropped += 1  # torn, corrupted, or an answer never to be replayed
                     elif not _already_kept(seen, fds, key):
                         seen.add(key, no << _OFF_BITS | offset)
                         out.write(line)

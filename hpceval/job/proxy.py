@@ -6,18 +6,24 @@ progress file; `/health` is the proxy's own (200 while an instance is up); every
 (`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`, ...) is passed through as is.
 Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints.
 
+Other users' processes on the node can reach the port: with `api_key` set (the job passes a
+per-job token by variable name, `--api-key-env`), every path but `/health` needs
+`Authorization: Bearer <token>`; bodies are bounded as sent and as inflated, slow clients are
+cut off (see proxy_body).
+
 Cost matters (the target is under 0.5 ms of CPU per request, on a node whose cores the
 harnesses also need): aiohttp's low-level server, without the application and router layers; the
-request body is parsed once and hashed once; an upstream answer is stored without parsing it when
-cheap byte checks show it is a compact JSON object and no error (see `_storable`); file writes
-are one `write` per cached answer, and everything slow on shared storage (fsync, progress file,
-cache lease) runs in a thread off the event loop.
+request body is parsed once and hashed once, in a worker thread when it is large; an upstream
+answer is parsed once (the cache stores only answers that parse and carry choices, see
+`cache.usable_answer`); file writes are one `write` per cached answer, and everything slow on
+shared storage (fsync, progress file, cache lease) runs in a thread off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import resource
@@ -33,53 +39,42 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from hpceval.job.cache import CACHED_PATHS, ResponseCache
-from hpceval.job.interceptors import RequestLog, build_interceptors
+from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, request_key, storable
+from hpceval.job.interceptors import Interceptors, RequestLog, build_interceptors
 from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy_balancer import Balancer
+from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
 
 log = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
-MAX_BODY = 512 * 1024 * 1024  # long-context and multimodal requests exceed aiohttp's 1 MiB default
 JSON = "application/json"
+LINGER_S = 2.0  # long enough for a client to read a 413 before the connection closes
+Prepared = tuple[dict[str, Any], bytes, bytes]  # body after interceptors, its bytes, its key
 
 
-def error_response(status: int, message: str, kind: str) -> web.Response:
+def error_response(status: int, message: str, kind: str, close: bool = False) -> web.Response:
     body = {"error": {"message": message, "type": kind, "code": status}}
-    return web.Response(status=status, body=json.dumps(body).encode(), content_type=JSON)
+    response = web.Response(status=status, body=json.dumps(body).encode(), content_type=JSON)
+    if close:  # the rest of the request body is unread: do not parse it as the next request
+        response.force_close()
+    return response
 
 
-def _is_error_body(body: Any) -> bool:
-    return not isinstance(body, dict) or "error" in body or body.get("object") == "error"
-
-
-_NOT_PARSED = object()
-
-
-def _storable(payload: bytes, parsed: Any = _NOT_PARSED) -> bytes | None:
-    """What to store for a 2xx answer: compact JSON of a non-error object, or None.
-
-    Parsing a long answer costs more than the rest of the request, so the common case is decided
-    on bytes: an object without a newline and without the token `"error"` (which an error body,
-    `{"error": ...}` or `"object": "error"`, must contain; inside strings it is escaped as `\\"`).
-    Anything else is parsed. Shard lines carry a CRC, so what is replayed is what was received.
-    """
-    if parsed is _NOT_PARSED:
-        if payload[:1] == b"{" and payload[-1:] == b"}" and b"\n" not in payload \
-                and b'"error"' not in payload:
-            return payload
-        try:
-            parsed = json.loads(payload)
-        except ValueError:
-            return None  # not JSON: passed through, never cached
-    if _is_error_body(parsed):
+def _prepare(path: str, raw: bytes, interceptors: Interceptors) -> Prepared | None:
+    """Parse, intercept, hash: once per request, in a worker thread for a large body."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
         return None
-    # The shard is line-oriented: a pretty-printed answer is stored re-serialized.
-    return payload if b"\n" not in payload else json.dumps(
-        parsed, ensure_ascii=False, separators=(",", ":")).encode()
+    if not isinstance(body, dict):
+        return None
+    if interceptors.request:
+        interceptors.on_request(path, body)
+        raw = json.dumps(body, ensure_ascii=False).encode()
+    return body, raw, request_key(path, body)
 
 
 class ProxyServer:
@@ -92,6 +87,7 @@ class ProxyServer:
         self.cache = ResponseCache(config.cache_dir, config.cache_fsync_every) \
             if config.cache_dir is not None else None
         self.port = config.port
+        self._token = config.api_key.encode() if config.api_key is not None else None
         self._runner: web.ServerRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._forwarder: Forwarder | None = None
@@ -105,7 +101,12 @@ class ProxyServer:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         self._forwarder = Forwarder(self.config, self.balancer, self._session)
-        server = web.Server(self._dispatch, request_factory=self._make_request, access_log=None)
+        # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
+        # a connection that has not sent a complete head by then (aiohttp arms it at connect);
+        # after a refused body, the rest of it is drained for at most LINGER_S, then closed.
+        server = web.Server(self._dispatch, request_factory=self._make_request, access_log=None,
+                            auto_decompress=False, keepalive_timeout=self.config.header_timeout,
+                            lingering_time=LINGER_S)
         self._runner = web.ServerRunner(server, handle_signals=False,
                                         shutdown_timeout=self.config.shutdown_grace)
         await self._runner.setup()
@@ -174,21 +175,41 @@ class ProxyServer:
             await cache.flush()
 
     # --- handlers -----------------------------------------------------------------------------
-    @staticmethod
-    def _make_request(message: RawRequestMessage, payload: StreamReader,
+    def _make_request(self, message: RawRequestMessage, payload: StreamReader,
                       protocol: RequestHandler, writer: AbstractStreamWriter,
                       task: asyncio.Task[None]) -> web.BaseRequest:
-        # Long-context and multimodal requests exceed aiohttp's 1 MiB default body limit.
+        # Bodies are read by proxy_body within the configured caps, not by request.read().
         return web.BaseRequest(message, payload, protocol, writer, task,
-                               asyncio.get_running_loop(), client_max_size=MAX_BODY)
+                               asyncio.get_running_loop(),
+                               client_max_size=self.config.max_inflated_bytes)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
-        if path in CACHED_PATHS and request.method == "POST":
-            return await self._openai(request)
         if path == "/health" and request.method in ("GET", "HEAD"):
-            return await self._health(request)
-        return await self._passthrough(request)
+            return await self._health(request)  # no secret needed: the job's start-up check
+        if not self._authorized(request):
+            return error_response(401, "missing or wrong API key (Authorization: Bearer ...)",
+                                  "unauthorized", close=True)
+        try:
+            if path in CACHED_PATHS and request.method == "POST":
+                return await self._openai(request)
+            return await self._passthrough(request)
+        except BodyError as exc:
+            if path in CACHED_PATHS:
+                self.progress.failed += 1
+            return error_response(exc.status, exc.message, exc.kind, close=True)
+
+    def _authorized(self, request: web.BaseRequest) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        given = value.strip().encode("utf-8", "replace")  # odd bytes: a mismatch, not a 500
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token)
+
+    async def _read(self, request: web.BaseRequest) -> bytes:
+        config = self.config
+        return await decoded_body(request, config.max_body_bytes, config.max_inflated_bytes,
+                                  config.body_timeout)
 
     async def _health(self, _request: web.BaseRequest) -> web.Response:
         up = sum(i.up for i in self.balancer.instances)
@@ -199,27 +220,22 @@ class ProxyServer:
 
     async def _openai(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
+        raw = await self._read(request)
+        prepared = await off_loop(len(raw), _prepare, path, raw, self.interceptors)
+        if prepared is None:
             self.progress.failed += 1
             return error_response(400, "request body must be a JSON object", "invalid_request")
+        body, raw, base_key = prepared
         progress = self.progress
         progress.in_flight += 1
         started = time.monotonic()
         status = 500
         try:
-            if self.interceptors.request:
-                self.interceptors.on_request(path, body)
-                raw = json.dumps(body, ensure_ascii=False).encode()
             if body.get("stream"):
                 response = await self._stream(request, raw)
                 status = response.status
                 return response
-            response, payload, cached = await self._answer(request, path, body, raw)
+            response, payload, cached = await self._answer(request, path, body, raw, base_key)
             status = response.status
             self.request_log.record(path, body, status, payload, cached,
                                     time.monotonic() - started)
@@ -231,11 +247,11 @@ class ProxyServer:
             else:
                 progress.failed += 1
 
-    async def _answer(self, request: web.BaseRequest, path: str, body: dict[str, Any], raw: bytes
-                      ) -> tuple[web.Response, bytes, bool]:
+    async def _answer(self, request: web.BaseRequest, path: str, body: dict[str, Any], raw: bytes,
+                      base_key: bytes) -> tuple[web.Response, bytes, bool]:
         cache = self.cache
-        key = cache.key_for(path, body) if cache is not None else None
-        payload = cache.get(key) if cache is not None and key is not None else None
+        key = cache.key_for(path, body, base_key) if cache is not None else None
+        payload = cache.get(key, path) if cache is not None and key is not None else None
         hit = payload is not None
         if payload is not None:
             self.progress.cached += 1
@@ -247,14 +263,12 @@ class ProxyServer:
                 return self._failure(exc), b"", False
             status, payload, content_type = answer.status, answer.body, answer.content_type
         ok = 200 <= status < 300
-        parsed: Any = _NOT_PARSED
-        if ok and self.interceptors.response:
-            try:
-                parsed = json.loads(payload)
-            except ValueError:
-                parsed = None  # not JSON: passed through, never cached
-        if cache is not None and key is not None and not hit and ok:
-            line = _storable(payload, parsed)
+        fresh = cache is not None and key is not None and not hit and ok
+        parsed: Any = None
+        if fresh or (ok and self.interceptors.response):
+            parsed = await off_loop(len(payload), parse_answer, payload)
+        if fresh and cache is not None and key is not None:
+            line = storable(path, payload, parsed)
             if line is not None:
                 cache.put(key, path, status, line)
         if isinstance(parsed, dict) and self.interceptors.on_response(path, parsed):
@@ -287,7 +301,7 @@ class ProxyServer:
             self.balancer.release(answer.instance, ok)
 
     async def _passthrough(self, request: web.BaseRequest) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await self._read(request)
         try:
             answer = await self._send(request, raw or None)
         except UpstreamFailure as exc:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpceval.job.proxy_config import ProxyConfig, parse_param_value, split_pair
+from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig, parse_param_value, split_pair
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, required=True, help="port to listen on")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: harnesses run on the same node; "
-                        "0.0.0.0 opens it to the cluster network, without authentication)")
+                        "0.0.0.0 opens it to the cluster network)")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="name of the environment variable holding the per-job token (job "
+                        f"scripts use {JOB_TOKEN_ENV}); requests (all but /health) must then "
+                        "send 'Authorization: Bearer <token>'. The token is never taken on the "
+                        "command line, where ps shows it")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
                    help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
     p.add_argument("--cache-dir", type=Path, required=True,
@@ -46,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="remove a request parameter (repeat)")
     p.add_argument("--rename-param", action="append", default=[], metavar="OLD=NEW",
                    help="rename a request parameter (repeat)")
+    p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB",
+                   help="largest request body, as sent and after gzip/deflate decoding "
+                        "(default 64); larger ones get 413")
+    p.add_argument("--client-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a client may take to send a request head, or stall while "
+                        "sending a body (default 60)")
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p
 
@@ -54,6 +66,13 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     add = tuple((k, parse_param_value(v))
                 for k, v in (split_pair(a, "--add-param") for a in args.add_param))
     rename = tuple(split_pair(a, "--rename-param") for a in args.rename_param)
+    api_key = None
+    if args.api_key_env is not None:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key.strip():
+            raise ValueError(f"--api-key-env: environment variable {args.api_key_env} is "
+                             "unset or empty")
+    max_body = int(args.max_body_mb * (1 << 20))
     return ProxyConfig(
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
         cache_dir=args.cache_dir, progress_file=args.progress_file,
@@ -61,7 +80,9 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_retries=args.max_retries, system_prompt=args.system_prompt,
         strip_reasoning=args.strip_reasoning, reasoning_start=args.reasoning_start,
         reasoning_end=args.reasoning_end, add_params=add, remove_params=tuple(args.remove_param),
-        rename_params=rename, log_requests=args.log_requests, log_file=args.log_file)
+        rename_params=rename, log_requests=args.log_requests, log_file=args.log_file,
+        max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
+        body_timeout=args.client_timeout, api_key=api_key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

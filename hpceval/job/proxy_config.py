@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The variable a job script puts its per-job token in (a random value made in the job, never
+# written to a file): the proxy's `--api-key-env`, and the API key name the harnesses are given.
+JOB_TOKEN_ENV = "HPCEVAL_JOB_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,16 @@ class ProxyConfig:
     cache_fsync_every: int = 256  # fsync the shard after this many new entries ...
     cache_fsync_interval: float = 5.0  # ... or this many seconds, whichever comes first
     shutdown_grace: float = 10.0  # seconds in-flight requests get to finish on SIGTERM
+    # Hostile or broken clients stay bounded (another uid on the node can reach 127.0.0.1).
+    # 64 MiB holds a million-token prompt or dozens of base64 images; a gzip body is capped both
+    # as sent and as inflated, so 100 KB of gzip cannot become 100 MB in memory.
+    max_body_bytes: int = 64 << 20  # request body as sent (Content-Encoding applied)
+    max_inflated_bytes: int = 64 << 20  # request body after decompression
+    header_timeout: float = 60.0  # a connection idle or without a complete request head is closed
+    body_timeout: float = 60.0  # seconds without progress while reading a request body: 408
+    # Per-job secret the harnesses send as `Authorization: Bearer ...`; None = no authentication.
+    # Never printed: repr=False keeps it out of logs and tracebacks.
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -50,6 +64,12 @@ class ProxyConfig:
             raise ValueError("max_retries must be >= 0")
         if self.request_timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("timeouts must be positive")
+        if min(self.max_body_bytes, self.max_inflated_bytes) <= 0:
+            raise ValueError("body size limits must be positive")
+        if self.header_timeout <= 0 or self.body_timeout <= 0:
+            raise ValueError("client timeouts must be positive")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the proxy's API key is empty")
         if self.strip_reasoning and not self.reasoning_end:
             raise ValueError("--strip-reasoning needs a non-empty end marker")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,8 @@ from typing import Any
 
 from hpceval.contract import DONE_MARKER, RESULTS_FILE, RUN_FILE
 from hpceval.storage import atomic_write_text
+
+log = logging.getLogger(__name__)
 
 COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
            "filter", "value", "stderr", "n_samples", "primary", "run_dir"]
@@ -70,12 +73,24 @@ def _finished_result(task_dir: str) -> dict[str, Any] | None:
     """
     if not os.path.isfile(os.path.join(task_dir, DONE_MARKER)):
         return None
+    path = os.path.join(task_dir, RESULTS_FILE)
     try:
-        with open(os.path.join(task_dir, RESULTS_FILE), encoding="utf-8") as handle:
-            data: dict[str, Any] = json.load(handle)
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
     except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:  # truncated, not UTF-8, unreadable: this task only
+        _skip(path, str(exc.strerror) if isinstance(exc, OSError) else "not valid JSON")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), list) \
+            or not isinstance(data.get("task"), str):
+        _skip(path, "not a results object (task, metrics)")
+        return None
     return data
+
+
+def _skip(path: str, why: str) -> None:
+    log.warning("hpceval: skipping %s: %s", path, why)
 
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -93,16 +108,26 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
             result = _finished_result(os.path.join(tasks_dir, key))
             if result is None:
                 continue
-            metrics = result["metrics"]
-            primary = _primary_index(result["task"], result.get("extra") or {}, metrics)
-            for i, m in enumerate(metrics):
-                rows.append({
-                    "invocation_id": invocation, "model": model["key"],
-                    "task": result["task"], "harness": result["harness"],
-                    "harness_version": result.get("harness_version"), "subtask": m["task"],
-                    "metric": m["name"], "filter": m.get("filter"), "value": m["value"],
-                    "stderr": m.get("stderr"), "n_samples": m.get("n_samples"),
-                    "primary": i == primary, "run_dir": run_dir_text})
+            try:
+                rows.extend(_task_rows(result, invocation, model["key"], run_dir_text))
+            except (KeyError, TypeError, AttributeError) as exc:
+                _skip(os.path.join(tasks_dir, key, RESULTS_FILE), f"malformed metric ({exc!r})")
+    return rows
+
+
+def _task_rows(result: dict[str, Any], invocation: str, model: str, run_dir_text: str
+               ) -> list[dict[str, Any]]:
+    metrics = result["metrics"]
+    primary = _primary_index(result["task"], result.get("extra") or {}, metrics)
+    rows: list[dict[str, Any]] = []
+    for i, m in enumerate(metrics):
+        rows.append({
+            "invocation_id": invocation, "model": model,
+            "task": result["task"], "harness": result["harness"],
+            "harness_version": result.get("harness_version"), "subtask": m["task"],
+            "metric": m["name"], "filter": m.get("filter"), "value": m["value"],
+            "stderr": m.get("stderr"), "n_samples": m.get("n_samples"),
+            "primary": i == primary, "run_dir": run_dir_text})
     return rows
 
 

@@ -12,6 +12,7 @@ from hpceval.backends import CancelReport, JobEntry, JobRequest, backend_for
 from hpceval.contract import AGGREGATE_SCRIPT, ELEMENT_SCRIPT
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import mark_cancelled, read_jobs
+from hpceval.runs.rundir import changed_scripts, run_umask
 from hpceval.runs.state import Tracker, _all_done, read_run
 from hpceval.runs.submit import submit_jobs
 from hpceval.slurm.client import SlurmClient
@@ -58,8 +59,14 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
     """
     from filelock import FileLock, Timeout
 
+    from hpceval.runs.registry import owned_dir
+
+    if not owned_dir(ref.run_dir):  # its lock, jobs.json and scripts are not ours to write
+        raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
+                            "only the user who submitted a run can resume it")
     try:
-        with FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
+        with run_umask(read_run(ref.run_dir).get("umask")), \
+                FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
             return _resume_locked(ref, client, aggregate=aggregate, force=force,
                                   tracker=tracker)
     except Timeout as exc:
@@ -90,6 +97,10 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
             raise ResumeRefused(f"{ref.invocation_id} still has live work: {names}; wait, or "
                                 "`hpceval kill` it first (--force resubmits anyway)")
     _check_passed_env(ref, run, todo)
+    changed = changed_scripts(ref.run_dir, run)
+    if changed:
+        raise ResumeRefused(f"{ref.invocation_id}: not resubmitting: {'; '.join(changed)}; "
+                            "submit the config again for a new run")
     indices = tuple(sorted(int(str(m["index"])) for m in todo))
     sweep = bool(run.get("sweep"))
     main = JobRequest(str(run["entry"]), indices, tuple(str(m["key"]) for m in todo),

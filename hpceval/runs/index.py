@@ -5,6 +5,10 @@ that is rebuilt for an output directory whenever that registry's size or mtime c
 look-up costs one stat() per known output directory, not a scan of run directories on a
 parallel file system. Known output directories: every one this user submitted to, plus
 $HPCEVAL_OUTPUT_DIRS (os.pathsep-separated) and any passed explicitly.
+
+Only trusted registry lines enter the index (`registry.trusted_entries`: the user's own run
+directories under that output directory), so a line another user appends cannot redirect an
+invocation id; a look-up checks the directory's owner again before handing it out.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import RUN_FILE
-from hpceval.runs.registry import read_registry, registry_stamp
+from hpceval.runs.registry import owned_dir, registry_stamp, trusted_entries
 from hpceval.storage import atomic_write_json, cache_dir
 
 INDEX_FILE = "runs.json"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: trusted entries only (older indexes are rebuilt)
 
 
 class RunNotFound(LookupError):
@@ -93,7 +97,7 @@ def list_runs(extra_dirs: Iterable[Path] = ()) -> list[RunRef]:
             stamp = registry_stamp(Path(name))
             if stamp != cached.get("stamp"):
                 cached["stamp"] = stamp
-                cached["runs"] = read_registry(Path(name))
+                cached["runs"] = trusted_entries(Path(name))
                 changed = True
         if changed:
             atomic_write_json(_index_path(), data)
@@ -120,13 +124,18 @@ def find_run(ref: str, extra_dirs: Iterable[Path] = ()) -> RunRef:
         raise RunNotFound(f"empty run id {ref!r}: give an invocation id, a unique prefix of "
                           "one, or a run directory (is a shell variable unset?)")
     path = Path(os.path.expanduser(ref))
-    if (path / RUN_FILE).is_file():
-        return ref_from_dir(path.resolve())
+    try:
+        if (path / RUN_FILE).is_file():
+            return ref_from_dir(path.resolve())
+    except PermissionError as exc:  # another user's run directory
+        raise RunNotFound(f"cannot read run directory {path}: permission denied") from exc
     runs = list_runs(extra_dirs)
-    exact = [r for r in runs if r.invocation_id == ref]
+    # Owner checked again for the candidates only (one stat each): a directory replaced since
+    # the index was built must not be handed out.
+    exact = [r for r in runs if r.invocation_id == ref and owned_dir(r.run_dir)]
     if exact:
         return exact[0]
-    matches = [r for r in runs if r.invocation_id.startswith(ref)]
+    matches = [r for r in runs if r.invocation_id.startswith(ref) and owned_dir(r.run_dir)]
     if len(matches) == 1:
         return matches[0]
     if not matches:

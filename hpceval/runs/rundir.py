@@ -15,13 +15,18 @@ Layout (see docs/controller.md)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
+import hashlib
+import os
 import re
 import secrets
+import stat
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,7 @@ from hpceval.storage import atomic_write_json, atomic_write_text
 from hpceval.tasks import Catalogue
 
 RUN_SCHEMA = 1
+DEFAULT_UMASK = "0027"  # runs from before execution.umask
 
 
 def new_invocation_id() -> str:
@@ -173,6 +179,9 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
         "sweep": run.sweep, "entry": run.entry, "created_at": time.time(),
         "user": current_user(), "hpceval_version": __version__,
         "output_dir": str(run.run_dir.parent),
+        "umask": run.resolved.spec.execution.umask,
+        # resume resubmits these files: it refuses one that changed since submit
+        "scripts_sha256": {name: _sha256(text.encode()) for name, text in run.scripts.items()},
         "array_parallelism": run.resolved.spec.execution.array_parallelism,
         "models": [{"key": m.key, "index": m.index, "script": m.script_name,
                     "deployment": m.resolved.spec.deployment.type,
@@ -208,6 +217,57 @@ def write_run(run: PreparedRun) -> None:
         atomic_write_text(run.run_dir / name, text, mode=0o755)
     # run.json last: its presence says the directory is complete.
     atomic_write_json(run.run_dir / RUN_FILE, run_manifest(run))
+
+
+_umask_lock = threading.Lock()
+_umask_holders = 0
+_umask_saved = 0
+
+
+@contextlib.contextmanager
+def run_umask(value: str | None) -> Iterator[None]:
+    """execution.umask for everything written meanwhile, and for the jobs started meanwhile:
+    sbatch passes the submitting umask to the job (SLURM_UMASK), a local runner inherits it.
+
+    The umask belongs to the process: submits in several threads share it, and the one that
+    was there before is restored when the last of them ends (restoring per call would leave
+    whichever one an overlapping call saved)."""
+    global _umask_holders, _umask_saved
+    with _umask_lock:
+        previous = os.umask(int(value or DEFAULT_UMASK, 8))
+        if _umask_holders == 0:
+            _umask_saved = previous
+        _umask_holders += 1
+    try:
+        yield
+    finally:
+        with _umask_lock:
+            _umask_holders -= 1
+            if _umask_holders == 0:
+                os.umask(_umask_saved)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def changed_scripts(run_dir: Path, run: dict[str, Any]) -> list[str]:
+    """Scripts of a run that are not what was submitted: a different sha256 than run.json
+    recorded, a symlink, or a file of another user. Runs from before the record: none."""
+    problems = []
+    for name, digest in sorted((run.get("scripts_sha256") or {}).items()):
+        path = run_dir / name
+        try:
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                problems.append(f"{name} is a symlink")
+            elif st.st_uid != os.getuid():
+                problems.append(f"{name} belongs to uid {st.st_uid}")
+            elif _sha256(path.read_bytes()) != digest:
+                problems.append(f"{name} changed since submit (sha256 differs)")
+        except OSError as exc:
+            problems.append(f"{name}: {exc.strerror or exc}")
+    return problems
 
 
 def current_user() -> str:

@@ -17,8 +17,8 @@ from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT
 from hpceval.runs.jobs import append_jobs
-from hpceval.runs.registry import register_run
-from hpceval.runs.rundir import PreparedRun, prepare_run, write_run
+from hpceval.runs.registry import check_writable, register_run
+from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
 from hpceval.slurm.client import SlurmClient
 from hpceval.tasks import Catalogue
 
@@ -45,13 +45,16 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     from hpceval.staging.preflight import check_preflight
 
     check_preflight(configs, catalogue=catalogue)
-    for _ in range(_ID_ATTEMPTS):
-        run = prepare_run(configs, python=python, catalogue=catalogue)
-        try:
-            write_run(run)
-        except FileExistsError:
-            continue
-        return run
+    first = configs if isinstance(configs, ResolvedConfig) else configs[0]
+    with run_umask(first.spec.execution.umask):
+        for _ in range(_ID_ATTEMPTS):
+            run = prepare_run(configs, python=python, catalogue=catalogue)
+            check_writable(run.run_dir.parent)  # before anything is written or submitted
+            try:
+                write_run(run)
+            except FileExistsError:
+                continue
+            return run
     raise RuntimeError(f"could not create a new run directory in {run.run_dir.parent} after "
                        f"{_ID_ATTEMPTS} tries")
 
@@ -59,6 +62,13 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
 def submit_prepared(run: PreparedRun, client: SlurmClient | None = None, *,
                     aggregate: bool = True, written: bool = False) -> Submitted:
     """Submit a prepared run (writing its directory first unless `written`)."""
+    with run_umask(run.resolved.spec.execution.umask):
+        return _submit_prepared(run, client, aggregate=aggregate, written=written)
+
+
+def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate: bool,
+                     written: bool) -> Submitted:
+    check_writable(run.run_dir.parent)  # before sbatch: never a job without a registry entry
     if not written:
         write_run(run)
     backend = backend_for(run.kind, client=client)

@@ -7,6 +7,7 @@ is tests/fakes/ask-harness.yaml (one scored chat request), with container_runtim
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import time
 import uuid
@@ -135,6 +136,14 @@ def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
         assert time.monotonic() < deadline, "the aggregation job wrote no results.csv"
         time.sleep(0.5)
     assert (run.run_dir / "results.csv").read_text().count("oracle-") == 4
+    # execution.umask (0027) reached the jobs through sbatch: nothing they wrote is
+    # world-readable (results, manifests, done markers, cache shards, logs, results.csv)
+    written = [p for p in run.run_dir.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "results.json" for p in written)
+    assert any(p.name.startswith("shard-") for p in written)
+    world = [f"{p}: {stat.S_IMODE(p.stat().st_mode):o}" for p in written
+             if p.stat().st_mode & 0o007]
+    assert world == []
 
     # resume after losing one model's task: only that array element is resubmitted
     (run.run_dir / "models/oracle-b/tasks/ask-harness.ask_b/done").unlink()

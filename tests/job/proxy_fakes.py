@@ -41,6 +41,7 @@ class FakeUpstream:
         self.fail = fail
         self.fail_status = fail_status
         self.drop = 0  # close that many connections mid-request, without an answer
+        self.raw_answer: bytes | None = None  # answer generation requests with these bytes (200)
         self.reply = reply or (lambda _body, n: f"answer {n}")
         self.health_status = 200
         self.hits = 0
@@ -83,6 +84,8 @@ class FakeUpstream:
             self.fail -= 1
             return web.json_response({"error": {"message": "boom"}}, status=self.fail_status)
         await asyncio.sleep(self.delay)
+        if self.raw_answer is not None:
+            return web.Response(body=self.raw_answer, content_type="application/json")
         text = self.reply(body, n)
         if body.get("stream"):
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -105,6 +108,8 @@ class FakeUpstream:
     async def _embed(self, request: web.Request) -> web.Response:
         self.hits += 1
         await request.read()
+        if self.raw_answer is not None:
+            return web.Response(body=self.raw_answer, content_type="application/json")
         return web.json_response({"object": "list", "data": [{"embedding": [0.1, 0.2]}]})
 
     async def _models(self, _request: web.Request) -> web.Response:

@@ -166,3 +166,28 @@ def test_lease_held_while_open(tmp_path: Path) -> None:
     assert len(leases) == 1 and json.loads(leases[0].read_text())["pid"] == os.getpid()
     cache.close()
     assert not list(tmp_path.glob("live-*"))
+
+
+def test_a_stored_answer_that_is_not_usable_is_never_replayed(tmp_path: Path) -> None:
+    """Lines written before answers were checked at store time: intact (CRC), but truncated,
+    an error, or without choices. A hit on one is a miss; compaction drops it and keeps a
+    later usable answer to the same request."""
+    cache = ResponseCache(tmp_path)
+    bad = {b"\x01" * 32: b'{"choices":[{"text":"cut off}',
+           b"\x02" * 32: b'{"\\u0065rror":{"message":"x"}}',
+           b"\x03" * 32: b'{"choices":[]}'}
+    for key, body in bad.items():
+        cache.put(key, CHAT, 200, body)
+    cache.put(b"\x04" * 32, "/v1/embeddings", 200, b'{"data":[{"embedding":[1]}]}')
+    assert all(cache.get(key, CHAT) is None for key in bad)
+    assert cache.get(b"\x04" * 32, "/v1/embeddings") is not None
+    assert cache.get(b"\x04" * 32, CHAT) is None  # a chat answer needs choices
+    cache.close()
+    later = ResponseCache(tmp_path)
+    later.put(b"\x01" * 32, CHAT, 200, answer(1))  # the request answered again, properly
+    later.close()
+    stats = compact(tmp_path)
+    assert stats["entries"] == 2 and stats["dropped_lines"] == 3
+    merged = ResponseCache(tmp_path)
+    assert merged.get(b"\x01" * 32, CHAT) == answer(1)
+    merged.close()

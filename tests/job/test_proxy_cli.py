@@ -98,3 +98,71 @@ async def _wait_until(check: Callable[[], bool], seconds: float = 15.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_api_key_and_limits_from_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOB_TOKEN", "s3cret-token")
+    config = config_from_args(build_parser().parse_args(
+        [*BASE, "--api-key-env", "JOB_TOKEN", "--max-body-mb", "1.5", "--client-timeout", "7"]))
+    assert config.api_key == "s3cret-token" and "s3cret" not in repr(config)
+    assert config.max_body_bytes == config.max_inflated_bytes == 3 << 19
+    assert config.header_timeout == config.body_timeout == 7
+    assert config_from_args(build_parser().parse_args(BASE)).api_key is None
+    for value in ("", "  "):
+        monkeypatch.setenv("JOB_TOKEN", value)
+        with pytest.raises(SystemExit) as exc:
+            main([*BASE, "--api-key-env", "JOB_TOKEN"])
+        assert exc.value.code == 2
+    monkeypatch.delenv("JOB_TOKEN")
+    with pytest.raises(SystemExit) as exc:
+        main([*BASE, "--api-key-env", "JOB_TOKEN"])
+    assert exc.value.code == 2
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def test_gzip_bomb_does_not_inflate_in_the_proxy_process(tmp_path: Path) -> None:
+    """The issue's 102 KB gzip body (100 MB inflated) against a real proxy process with the
+    default limits and a token: refused with 413, peak memory far below the inflated size."""
+    import gzip
+
+    token = "t0ken-" + os.urandom(8).hex()
+    head = json.dumps(chat("x", temperature=0))[:-1].encode()
+    data = gzip.compress(head + b" " * (100 << 20) + b"}", 9)
+    up = FakeUpstream()
+    async with running_upstreams(up) as urls:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+             "--port", str(port), "--upstream", urls[0], "--cache-dir", str(tmp_path / "cache"),
+             "--progress-file", str(tmp_path / "progress.json"), "--api-key-env", "JOB_TOKEN"],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "JOB_TOKEN": token})
+        try:
+            await _wait_until(lambda: bool(_requests(tmp_path / "progress.json")))
+            before = _peak_rss_kib(proc.pid)
+            headers = {"Content-Encoding": "gzip", "Content-Type": "application/json",
+                       "Authorization": f"Bearer {token}"}
+            async with aiohttp.ClientSession(auto_decompress=False) as s:
+                async with s.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=data,
+                                  headers=headers) as r:
+                    assert r.status == 413
+                async with s.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                  json=chat(temperature=0)) as r:
+                    assert r.status == 401
+            grown_mib = (_peak_rss_kib(proc.pid) - before) / 1024
+            assert token not in Path(f"/proc/{proc.pid}/cmdline").read_text()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.communicate()[1]
+    print(f"peak RSS grew by {grown_mib:.0f} MiB for a {len(data)} byte gzip bomb")
+    assert grown_mib < 90, grown_mib  # 64 MiB cap + decoder slack; was > 200 MiB
+    assert token not in stderr and up.hits == 0

@@ -1,0 +1,135 @@
+"""Reading a request body within bounds, for the in-job proxy.
+
+Any process on the node can reach the proxy's port, so a body is hostile until read: it is
+capped as sent (`max_body_bytes`, Content-Length checked before reading a byte), a client that
+stalls mid-body gets 408 after `body_timeout`, and a compressed body is inflated by streaming
+decompression that stops at `max_inflated_bytes` (aiohttp's own decoding is switched off: it
+inflates the whole body first and applies the limit afterwards, so 100 KB of gzip became 100 MB
+in memory). Large bodies are decoded in a worker thread, off the event loop, so one of them does
+not stall every other request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable
+from typing import TypeVar
+
+from aiohttp import web
+
+# Below this, parsing and hashing cost less than the hand-off to a thread (~50 us).
+OFFLOAD_BYTES = 256 * 1024
+_PIECE = 1 << 20
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # deflate: zlib-wrapped, raw tried second
+
+T = TypeVar("T")
+
+
+class BodyError(Exception):
+    """A request refused while reading its body; `status` is what the proxy answers."""
+
+    def __init__(self, status: int, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+def too_large(limit: int, what: str) -> BodyError:
+    return BodyError(413, f"request body {what} exceeds {limit} bytes", "request_too_large")
+
+
+async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) -> bytes:
+    """The body as sent, at most `max_bytes`; 413 beyond, 408 when the client stalls."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise too_large(max_bytes, "as sent")
+    content = request.content
+    if content.is_eof():  # the common case: the whole body came with the head; no waiting
+        data = content.read_nowait(-1)
+        if len(data) > max_bytes:
+            raise too_large(max_bytes, "as sent")
+        return data
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        try:
+            chunk = await asyncio.wait_for(content.readany(), timeout)
+        except asyncio.TimeoutError as exc:
+            raise BodyError(408, f"no request body data for {timeout:g}s",
+                            "request_timeout") from exc
+        if not chunk:
+            return b"".join(parts)
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large(max_bytes, "as sent")
+        parts.append(chunk)
+
+
+def content_encoding(request: web.BaseRequest) -> str | None:
+    """The body's Content-Encoding (None for identity); 415 for one the proxy cannot decode."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding not in _WBITS:
+        raise BodyError(415, f"Content-Encoding {encoding!r} is not supported "
+                             "(gzip, deflate or identity)", "unsupported_encoding")
+    return encoding
+
+
+def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
+    """Decompress `data`, never holding more than `max_bytes` (+1) of output."""
+    try:
+        return _inflate(data, _WBITS[encoding], max_bytes)
+    except zlib.error as exc:
+        if encoding == "deflate":  # some clients send raw deflate under that name
+            try:
+                return _inflate(data, -15, max_bytes)
+            except zlib.error:
+                pass
+        raise BodyError(400, f"request body is not valid {encoding} data: {exc}",
+                        "invalid_request") from exc
+
+
+def _inflate(data: bytes, wbits: int, max_bytes: int) -> bytes:
+    # Output in pieces of at most _PIECE, joined once at the end: a growing buffer would hold
+    # its old and new copy at once, and one big call builds its output twice too.
+    decoder = zlib.decompressobj(wbits)
+    pieces: list[bytes] = []
+    size = 0
+    pending = data
+    while True:
+        piece = decoder.decompress(pending, min(_PIECE, max_bytes + 1 - size))
+        size += len(piece)
+        if size > max_bytes:
+            raise too_large(max_bytes, "after decompression")
+        pieces.append(piece)
+        pending = decoder.unconsumed_tail
+        if decoder.eof or (not pending and not piece):
+            break
+    if not decoder.eof:
+        raise BodyError(400, "request body is a truncated compressed stream", "invalid_request")
+    if decoder.unused_data:
+        raise BodyError(400, "data after the end of the compressed request body",
+                        "invalid_request")
+    return b"".join(pieces)
+
+
+async def off_loop(size: int, fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` in a worker thread when it works on `size` >= OFFLOAD_BYTES, else inline."""
+    if size >= OFFLOAD_BYTES:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
+async def decoded_body(request: web.BaseRequest, max_bytes: int, max_inflated: int,
+                       timeout: float) -> bytes:
+    """The request body, read within `max_bytes` and inflated within `max_inflated`."""
+    encoding = content_encoding(request)
+    raw = await read_body(request, max_bytes, timeout)
+    if encoding is None:
+        if len(raw) > max_inflated:
+            raise too_large(max_inflated, "after decompression")
+        return raw
+    return await off_loop(max(len(raw), OFFLOAD_BYTES), inflate, raw, encoding, max_inflated)
