@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,20 @@ def _normalize_tasks(layer: dict[str, Any]) -> None:
                                for t in evaluation["tasks"]]
 
 
+_ONE_DIGIT_HOURS = re.compile(r"^(\d):(\d\d):(\d\d)$")
+
+
+def _normalize_durations(data: dict[str, Any]) -> None:
+    """``1:00:00`` (as NeMo Evaluator users type it) is written ``01:00:00``, Slurm's own form."""
+    execution = data.get("execution")
+    if not isinstance(execution, dict):
+        return
+    for key in ("walltime", "max_walltime"):
+        value = execution.get(key)
+        if isinstance(value, str) and _ONE_DIGIT_HOURS.match(value.strip()):
+            execution[key] = "0" + value.strip()
+
+
 def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
             profile: str | None = None) -> Composed:
     near = run_file.resolve().parent if run_file else None
@@ -150,4 +165,5 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         if not ov.delete:
             for leaf in _leaves(ov.value, path):
                 out.sources[leaf] = f"-o {text}"
+    _normalize_durations(out.data)
     return out
