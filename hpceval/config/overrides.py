@@ -44,7 +44,7 @@ def parse_override(text: str) -> Override:
     return Override(key.split("."), value, delete, text)
 
 
-def _find_task(tasks: list[Any], parts: list[str], path: str) -> tuple[int, int]:
+def find_task(tasks: list[Any], parts: list[str], path: str) -> tuple[int, int]:
     """Index of the task addressed by the leading parts, and how many parts its name used.
 
     Task names may contain dots (``lm-evaluation-harness.ifeval``), so the longest match wins.
@@ -70,7 +70,7 @@ def apply_override(data: dict[str, Any], ov: Override) -> str:
         part = parts.pop(0)
         shown.append(part)
         if isinstance(node, list):
-            index, used = _find_task(node, [part, *parts], ".".join(shown))
+            index, used = find_task(node, [part, *parts], ".".join(shown))
             del parts[: used - 1]
             shown[-1] = str(node[index].get("name", index))
             if not parts:

@@ -34,6 +34,10 @@ REQUIRED: Any = object()  # sentinel default: the key must be given somewhere
 class ExecutionSpec:
     type: ExecutionType = key("slurm", "slurm submits with sbatch; local runs the same job here")
     profile: str | None = key(None, "name of the site profile this section came from")
+    hostname: str | None = key(
+        None, "login node that submits (NeMo Evaluator's key); hpceval does not ssh, so submit "
+        "refuses to run on another machine"
+    )
     partition: str | None = key(None, "Slurm partition (--partition)")
     account: str | None = key(None, "Slurm account to charge (--account)")
     qos: str | None = key(None, "Slurm quality of service (--qos)")
@@ -86,7 +90,12 @@ class DeploymentSpec:
     tensor_parallel_size: int = key(1, "GPUs one model copy is split across (TP)", minimum=1)
     pipeline_parallel_size: int = key(1, "pipeline stages of one model copy (PP)", minimum=1)
     data_parallel_size: int | None = key(
-        None, "independent server instances; default fills every GPU of the allocation"
+        None, "independent server instances; default fills every GPU of the allocation, a "
+        "smaller number requests only the GPUs it uses"
+    )
+    data_parallel_size_local: int | None = key(
+        None, "instances on each node (NeMo Evaluator's DP ranks per node); default fills it",
+        minimum=1,
     )
     gpus_per_instance: int | None = key(
         None, "command deployments: GPUs per instance (vllm/sglang use TP x PP)"

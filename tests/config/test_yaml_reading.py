@@ -40,7 +40,8 @@ def test_walltime_is_never_a_base60_number(tmp_path: Path, how: str) -> None:
     if how == "override":
         code, out = _render(tmp_path, RUN, "execution.walltime=1:00:00")
     else:
-        code, out = _render(tmp_path, RUN.replace("output_dir:", "walltime: 1:00:00\n  output_dir:"))
+        text = RUN.replace("output_dir:", "walltime: 1:00:00\n  output_dir:")
+        code, out = _render(tmp_path, text)
     assert code == 0, out
     assert "#SBATCH --time=01:00:00" in out and "3600" not in out.split("--time=")[1][:10]
 
