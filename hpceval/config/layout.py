@@ -91,7 +91,7 @@ def fit_explicit_layout(spec: RunSpec) -> tuple[RunSpec, list[str], list[ConfigI
     need = dep.tensor_parallel_size * dep.pipeline_parallel_size
     nodes, per_node = ex.nodes, ex.gpus_per_node
     what = f"TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size} = {need} GPUs"
-    if ex.type == "local" and need > per_node:
+    if ex.type == "local" and need > per_node * nodes:  # "add nodes" is no advice here
         return spec, [], [ConfigIssue(
             "execution.gpus_per_node", f"is {per_node} (GPUs of this machine, from the local "
             f"profile), but one instance needs {what}",
