@@ -80,7 +80,9 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     composed.notes += layout_notes
     issues += semantic_issues(spec, env if check_environment else None)
     layout, layout_issues = compute_layout(spec)
-    issues += layout_issues
+    if not any(i.path.startswith(("deployment.data_parallel", "execution.gpus_per_node"))
+               for i in issues):  # the same numbers would be refused twice
+        issues += layout_issues
     issues += task_issues(spec)
     if issues:
         raise ConfigError(issues)

@@ -68,8 +68,6 @@ DROPPED = {
     "deployment.pre_cmd": "put site set-up in execution.pre_commands",
     "deployment.base_command": "hpceval builds the server command from the deployment keys",
     "deployment.n_tasks": "hpceval derives server steps from the deployment layout",
-    "evaluation.nemo_evaluator_config.target": "interceptors are configured per run in hpceval",
-    "target.api_endpoint.adapter_config": "interceptors are configured per run in hpceval",
 }
 
 
@@ -127,12 +125,21 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
             _put(layer, new, value)
     _translate_execution(layer, notes, source)
     _translate_deployment(layer, notes, source)
-    _translate_params(layer.get("evaluation"), "evaluation", notes, source)
+    issues.clear()
+    _translate_params(layer.get("evaluation"), "evaluation", notes, source, issues)
     evaluation = layer.get("evaluation")
     if isinstance(evaluation, dict) and isinstance(evaluation.get("tasks"), list):
         for task in evaluation["tasks"]:
             if isinstance(task, dict):
-                _translate_params(task, f"evaluation.tasks.{task.get('name')}", notes, source)
+                _translate_params(task, f"evaluation.tasks.{task.get('name')}", notes, source,
+                                  issues)
+    target = layer.get("target")
+    if isinstance(target, dict) and isinstance(target.get("api_endpoint"), dict) \
+            and "adapter_config" in target["api_endpoint"]:
+        _adapter_config({"api_endpoint": {"adapter_config": target["api_endpoint"].pop(
+            "adapter_config")}}, "target", notes, source, issues)
+    if issues:
+        raise ConfigError(issues)
     for path, why in DROPPED.items():
         found, _ = _pop(layer, path)
         if found:
@@ -257,7 +264,41 @@ def _leaf_strings(data: Any, prefix: str) -> list[tuple[str, str]]:
     return [(prefix, data)] if isinstance(data, str) else []
 
 
-def _translate_params(node: Any, where: str, notes: list[str], source: str) -> None:
+# adapter_config flags and interceptors that change what the model sees or what is scored;
+# the others (caching, logging, statistics, the endpoint itself) change neither.
+_CHANGING_FLAGS = ("process_reasoning_traces", "use_reasoning", "use_system_prompt",
+                   "custom_system_prompt", "params_to_add", "params_to_remove",
+                   "params_to_rename")
+_CHANGING_INTERCEPTORS = ("system_message", "reasoning", "payload_modifier")
+
+
+def _adapter_config(target: Any, where: str, notes: list[str], source: str,
+                    issues: list[ConfigIssue]) -> None:
+    """The launcher's interceptors: refused where they would change the scores (hpceval
+    does not apply them from a run file yet), noted where they only log or cache."""
+    endpoint = target.get("api_endpoint") if isinstance(target, dict) else None
+    adapter = endpoint.get("adapter_config") if isinstance(endpoint, dict) else None
+    changing: list[str] = []
+    if isinstance(adapter, dict):
+        changing += [k for k in _CHANGING_FLAGS if adapter.get(k) not in (None, False, "", {}, [])]
+        for item in adapter.get("interceptors") or []:
+            name = item.get("name") if isinstance(item, dict) else item
+            enabled = item.get("enabled", True) if isinstance(item, dict) else True
+            if name in _CHANGING_INTERCEPTORS and enabled:
+                changing.append(f"interceptor {name}")
+    if changing:
+        issues.append(ConfigIssue(
+            f"{where}.api_endpoint.adapter_config", f"sets {', '.join(changing)}, which change "
+            "what the model sees or what is scored; hpceval does not apply NeMo Evaluator "
+            "interceptors from a run file yet", "remove them to run without (scores may differ "
+            "from NeMo Evaluator's), or keep this run on NeMo Evaluator"))
+    else:
+        notes.append(f"{source}: {where} is ignored: its adapter settings only cache, log or "
+                     "count requests, which hpceval's in-job proxy does itself")
+
+
+def _translate_params(node: Any, where: str, notes: list[str], source: str,
+                      issues: list[ConfigIssue]) -> None:
     if not isinstance(node, dict):
         return
     nec = node.get("nemo_evaluator_config")
@@ -271,10 +312,9 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str) -> N
         del nec["config"]["params"]
         if not nec["config"]:
             del nec["config"]
-    if isinstance(nec.get("target"), dict):
-        notes.append(f"{source}: {where}.nemo_evaluator_config.target is ignored: interceptors "
-                     "are configured per run in hpceval")
-        del nec["target"]
+    if "target" in nec:
+        _adapter_config(nec.pop("target"), f"{where}.nemo_evaluator_config.target", notes,
+                        source, issues)
     if nec:
         notes.append(f"{source}: {where}.nemo_evaluator_config keys {sorted(nec)} are ignored")
     del node["nemo_evaluator_config"]
@@ -310,7 +350,10 @@ def translate_task_override(task_name: str, rest: list[str], value: Any,
     node[rest[-1]] = copy.deepcopy(value)
     original = copy.deepcopy(task)
     notes: list[str] = []
-    _translate_params(task, f"evaluation.tasks.{task_name}", notes, source)
+    issues: list[ConfigIssue] = []
+    _translate_params(task, f"evaluation.tasks.{task_name}", notes, source, issues)
+    if issues:
+        raise ConfigError(issues)
     if task == original and not notes:
         return None
     task.pop("name")
