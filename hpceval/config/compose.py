@@ -167,16 +167,30 @@ def _merge_launcher_override(out: Composed, ov: Override) -> bool:
     return True
 
 
-def _absolute_output_dir(out: Composed) -> None:
-    """A relative output_dir (the launcher's quick start has ./results) means the folder
-    submit runs in; the run records it absolute, so jobs and later commands agree."""
+def _absolute_paths(out: Composed) -> None:
+    """A relative output_dir (the launcher's quick start has ./results), cache or bind source
+    (./hf_cache) means the folder submit runs in; the run records it absolute, so the job,
+    its nodes and later commands agree."""
     execution = out.data.get("execution")
-    value = execution.get("output_dir") if isinstance(execution, dict) else None
-    if isinstance(value, str) and value and not value.startswith(("/", "~", "$")):
-        absolute = os.path.abspath(value)
-        execution["output_dir"] = absolute  # type: ignore[index]
-        out.notes.append(f"execution.output_dir {value!r} is relative: using {absolute} "
-                         "(the folder this command runs in)")
+    if not isinstance(execution, dict):
+        return
+    for key in ("output_dir", "hf_cache_dir"):
+        value = execution.get(key)
+        if isinstance(value, str) and _relative(value):
+            execution[key] = os.path.abspath(value)
+            out.notes.append(f"execution.{key} {value!r} is relative: using "
+                             f"{execution[key]} (the folder this command runs in)")
+    binds = execution.get("extra_binds")
+    for i, bind in enumerate(binds if isinstance(binds, list) else []):
+        src, sep, rest = bind.partition(":") if isinstance(bind, str) else ("", "", "")
+        if _relative(src):
+            binds[i] = os.path.abspath(src) + sep + rest  # type: ignore[index]
+            out.notes.append(f"execution.extra_binds: {src!r} is relative: binding "
+                             f"{os.path.abspath(src)}")
+
+
+def _relative(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and not value.startswith(("/", "~", "$"))
 
 
 def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
@@ -225,6 +239,6 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
                 out.sources[leaf] = f"-o {text}"
     placeholders.raise_if_open()
     out.notes += translate_merged(out.data)
-    _absolute_output_dir(out)
+    _absolute_paths(out)
     _normalize_durations(out.data)
     return out

@@ -151,6 +151,9 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
     return notes
 
 
+_HF_HOMES = ("/root/.cache/huggingface",)  # HF_HOME inside the launcher's containers
+
+
 def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -> None:
     execution = layer.get("execution")
     if not isinstance(execution, dict):
@@ -175,7 +178,13 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
         binds = execution.setdefault("extra_binds", [])
         for section in ("deployment", "evaluation"):
             for src, dst in (mounts.pop(section, None) or {}).items():
-                binds.append(f"{src}:{dst}")
+                if str(dst).rstrip("/") in _HF_HOMES and \
+                        execution.setdefault("hf_cache_dir", src) == src:
+                    # The launcher's way to share the Hugging Face cache; here HF_HOME is
+                    # set per task, so a bind alone would be shadowed.
+                    continue
+                if f"{src}:{dst}" not in binds:  # the same folder for server and tasks
+                    binds.append(f"{src}:{dst}")
         if mounts.pop("mount_home", None):
             notes.append(f"{source}: execution.mounts.mount_home is ignored: containers run "
                          "with --cleanenv and explicit binds; add $HOME to extra_binds if needed")
@@ -272,6 +281,10 @@ _CHANGING_FLAGS = ("process_reasoning_traces", "use_reasoning", "use_system_prom
 _CHANGING_INTERCEPTORS = ("system_message", "reasoning", "payload_modifier")
 
 
+# EvaluationConfig keys the launcher accepts beside params, which the catalogue decides here.
+_CONFIG_KEYS_IGNORED = ("output_dir", "supported_endpoint_types", "required_capabilities", "type")
+
+
 def _adapter_config(target: Any, where: str, notes: list[str], source: str,
                     issues: list[ConfigIssue]) -> None:
     """The launcher's interceptors: refused where they would change the scores (hpceval
@@ -315,8 +328,20 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str,
     if "target" in nec:
         _adapter_config(nec.pop("target"), f"{where}.nemo_evaluator_config.target", notes,
                         source, issues)
-    if nec:
-        notes.append(f"{source}: {where}.nemo_evaluator_config keys {sorted(nec)} are ignored")
+    config = nec.pop("config", None)
+    for key in sorted(config) if isinstance(config, dict) else []:
+        if key in _CONFIG_KEYS_IGNORED:
+            notes.append(f"{source}: {where}.nemo_evaluator_config.config.{key} is ignored: "
+                         "hpceval takes it from its task catalogue")
+        else:
+            issues.append(ConfigIssue(
+                f"{where}.nemo_evaluator_config.config.{key}", "is not a NeMo Evaluator "
+                "setting (its evaluation config refuses unknown keys too)",
+                "parameters go under nemo_evaluator_config.config.params (params.extra for "
+                "harness-specific ones)"))
+    for key in sorted(nec):
+        issues.append(ConfigIssue(f"{where}.nemo_evaluator_config.{key}", "is not a NeMo "
+                                  "Evaluator setting", "use config.params or target"))
     del node["nemo_evaluator_config"]
 
 
