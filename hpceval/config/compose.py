@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.config.errors import ConfigError
+from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.nemo_compat import (
     RENAMED,
     UNSUPPORTED,
@@ -216,11 +216,15 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     if run:
         layers.append((run, "run file", str(run_file)))
     placeholders = Placeholders()
+    refused: list[ConfigIssue] = []
     for layer, source, origin in layers:
         out.layers.append((source, origin))
         _normalize_tasks(layer)
         placeholders.read_layer(layer, source)  # before translation drops or renames a key
-        out.notes += translate(layer, source)
+        try:
+            out.notes += translate(layer, source)
+        except ConfigError as exc:  # reported with every placeholder, not one at a time
+            refused += exc.issues
         merge(out.data, layer, out.sources, source)
     for text in overrides:
         ov = parse_override(text)
@@ -237,7 +241,9 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         if not ov.delete:
             for leaf in _leaves(ov.value, path):
                 out.sources[leaf] = f"-o {text}"
-    placeholders.raise_if_open()
+    refused += placeholders.issues()
+    if refused:
+        raise ConfigError(refused)
     out.notes += translate_merged(out.data)
     _absolute_paths(out)
     _normalize_durations(out.data)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.config.errors import ConfigIssue
 from hpceval.config.nemo_compat import RENAMED
 
 PLACEHOLDERS = ("???", "...")
@@ -59,13 +59,10 @@ class Placeholders:
         if not delete:
             self.read_layer(_nest(path, value), f"-o {path}")
 
-    def raise_if_open(self) -> None:
-        if not self.open:
-            return
-        raise ConfigError([
-            ConfigIssue(path, f"MISSING value (a placeholder in the {source})",
-                        f"set it in the file or pass -o {path}=...")
-            for path, source in self.open.values()])
+    def issues(self) -> list[ConfigIssue]:
+        return [ConfigIssue(path, f"MISSING value (a placeholder in the {source})",
+                            f"set it in the file or pass -o {path}=...")
+                for path, source in self.open.values()]
 
 
 def _nest(path: str, value: Any) -> dict[str, Any]:

@@ -166,6 +166,11 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
      "auxiliary deployments"),
     (("  tensor_parallel_size: 1\n", "  tensor_parallel_size: ${deployment.port}\n"),
      "OmegaConf interpolation"),
+    (("        limit_samples: 5\n", "        limit_samples: 5\n      extra: {n: 1}\n"),
+     "evaluation.nemo_evaluator_config.config.extra: is not a NeMo Evaluator setting"),
+    (("        limit_samples: 5\n", "        limit_samples: 5\n    target:\n      api_endpoint:\n"
+      "        adapter_config: {use_system_prompt: true, custom_system_prompt: hi}\n"),
+     "sets use_system_prompt, custom_system_prompt, which change what the model sees"),
 ])
 def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
                                                              change: tuple[str, str],
@@ -177,3 +182,20 @@ def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2, result.output
     assert words in result.output and "Traceback" not in result.output
+
+
+def test_logging_only_adapter_settings_are_noted(tmp_path: Path) -> None:
+    text = SLURM.replace("        limit_samples: 5\n", "        limit_samples: 5\n    target:\n"
+                         "      api_endpoint:\n        adapter_config:\n"
+                         "          use_request_logging: true\n          use_reasoning: false\n")
+    r = _load(tmp_path, text, *FILLED)
+    assert any("evaluation.nemo_evaluator_config.target is ignored: its adapter settings only "
+               "cache, log or count requests" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+
+
+def test_placeholders_and_refusals_are_reported_together(tmp_path: Path) -> None:
+    run = write(tmp_path / "run.yaml", SLURM.replace("deployment:\n", "export: {a: 1}\n"
+                                                     "deployment:\n"))
+    result = CliRunner().invoke(cli, ["render", str(run)])
+    assert result.exit_code == 2
+    assert result.output.count("MISSING value") == 3 and "export: auto-export" in result.output
