@@ -14,6 +14,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 _BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
+_FIELD = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # a JSON field path, a.b.c
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 
@@ -119,6 +120,29 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           "use a port below 65000")
     yield from _env_issues(spec, environ)
     yield from _word_issues(spec)
+    yield from _interceptor_issues(spec)
+
+
+def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    rules = spec.evaluation.interceptors
+    if rules.changes_requests and spec.deployment.type == "none":
+        # The proxy that applies them runs in front of the servers a job starts.
+        yield ConfigIssue("evaluation.interceptors", "need the in-job proxy, which does not run "
+                          "in front of an external endpoint (deployment.type none) yet",
+                          "serve the model in the job (deployment vllm, sglang or command), or "
+                          "remove evaluation.interceptors")
+    where = "evaluation.interceptors"
+    names = [(f"{where}.add_params.{k}", k) for k in rules.add_params]
+    names += [(f"{where}.remove_params", k) for k in rules.remove_params]
+    names += [(f"{where}.rename_params.{k}", n) for k, v in rules.rename_params.items()
+              for n in (k, v)]
+    for path, name in names:
+        if not _FIELD.match(name):
+            yield ConfigIssue(path, f"{name[:80]!r} is not a request field name",
+                              "write a field name, dotted for nested fields (a.b)")
+    if rules.strip_reasoning and not rules.reasoning_end:
+        yield ConfigIssue("evaluation.interceptors.reasoning_end", "must not be empty",
+                          "give the marker that ends a reasoning trace, e.g. </think>")
 
 
 # Values that become a word of a server's or harness's command line, or a directory name.

@@ -11,6 +11,7 @@ import re
 import shlex
 from typing import Any
 
+from hpceval.config import nemo_adapters
 from hpceval.config.errors import ConfigError, ConfigIssue
 
 # Launcher key -> hpceval key (same meaning, other name).
@@ -126,18 +127,25 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
     _translate_execution(layer, notes, source)
     _translate_deployment(layer, notes, source)
     issues.clear()
-    _translate_params(layer.get("evaluation"), "evaluation", notes, source, issues)
+    adapters: dict[str, Any] = {}  # where -> adapter_config, applied together below
+    _translate_params(layer.get("evaluation"), "evaluation", notes, source, issues, adapters)
     evaluation = layer.get("evaluation")
+    per_task: dict[str, Any] = {}
     if isinstance(evaluation, dict) and isinstance(evaluation.get("tasks"), list):
         for task in evaluation["tasks"]:
             if isinstance(task, dict):
-                _translate_params(task, f"evaluation.tasks.{task.get('name')}", notes, source,
-                                  issues)
+                where = f"evaluation.tasks.{task.get('name')}"
+                _translate_params(task, where, notes, source, issues, adapters)
+                if where in adapters:
+                    per_task[str(task.get("name"))] = adapters.pop(where)
     target = layer.get("target")
+    shared = adapters.pop("evaluation", None)
     if isinstance(target, dict) and isinstance(target.get("api_endpoint"), dict) \
             and "adapter_config" in target["api_endpoint"]:
-        _adapter_config({"api_endpoint": {"adapter_config": target["api_endpoint"].pop(
-            "adapter_config")}}, "target", notes, source, issues)
+        shared = nemo_adapters.merge_settings(target["api_endpoint"].pop("adapter_config"), shared)
+    if shared is not None or per_task:
+        nemo_adapters.apply(layer.setdefault("evaluation", {}), shared, per_task, source, notes,
+                            issues)
     if issues:
         raise ConfigError(issues)
     for path, why in DROPPED.items():
@@ -252,6 +260,12 @@ def translate_merged(data: dict[str, Any]) -> list[str]:
                      "(one instance per replica, spread over the nodes), extra_args and "
                      "env_vars; put server flags in deployment.extra_args, or set "
                      "deployment.type: command to run your own command")
+    rules = (data.get("evaluation") or {}).get("interceptors")
+    if isinstance(deployment, dict) and deployment.get("type") == "none" \
+            and isinstance(rules, dict) and rules.get("log_requests"):
+        rules.pop("log_requests")
+        notes.append("evaluation.interceptors.log_requests is ignored: requests are logged by "
+                     "the in-job proxy, which does not run in front of an external endpoint yet")
     endpoint = (data.get("target") or {}).get("api_endpoint")
     if isinstance(endpoint, dict) and endpoint.get("api_key_name") == "":
         endpoint.pop("api_key_name")  # the launcher's quick start: "" means no key
@@ -273,45 +287,12 @@ def _leaf_strings(data: Any, prefix: str) -> list[tuple[str, str]]:
     return [(prefix, data)] if isinstance(data, str) else []
 
 
-# adapter_config flags and interceptors that change what the model sees or what is scored;
-# the others (caching, logging, statistics, the endpoint itself) change neither.
-_CHANGING_FLAGS = ("process_reasoning_traces", "use_reasoning", "use_system_prompt",
-                   "custom_system_prompt", "params_to_add", "params_to_remove",
-                   "params_to_rename")
-_CHANGING_INTERCEPTORS = ("system_message", "reasoning", "payload_modifier")
-
-
 # EvaluationConfig keys the launcher accepts beside params, which the catalogue decides here.
 _CONFIG_KEYS_IGNORED = ("output_dir", "supported_endpoint_types", "required_capabilities", "type")
 
 
-def _adapter_config(target: Any, where: str, notes: list[str], source: str,
-                    issues: list[ConfigIssue]) -> None:
-    """The launcher's interceptors: refused where they would change the scores (hpceval
-    does not apply them from a run file yet), noted where they only log or cache."""
-    endpoint = target.get("api_endpoint") if isinstance(target, dict) else None
-    adapter = endpoint.get("adapter_config") if isinstance(endpoint, dict) else None
-    changing: list[str] = []
-    if isinstance(adapter, dict):
-        changing += [k for k in _CHANGING_FLAGS if adapter.get(k) not in (None, False, "", {}, [])]
-        for item in adapter.get("interceptors") or []:
-            name = item.get("name") if isinstance(item, dict) else item
-            enabled = item.get("enabled", True) if isinstance(item, dict) else True
-            if name in _CHANGING_INTERCEPTORS and enabled:
-                changing.append(f"interceptor {name}")
-    if changing:
-        issues.append(ConfigIssue(
-            f"{where}.api_endpoint.adapter_config", f"sets {', '.join(changing)}, which change "
-            "what the model sees or what is scored; hpceval does not apply NeMo Evaluator "
-            "interceptors from a run file yet", "remove them to run without (scores may differ "
-            "from NeMo Evaluator's), or keep this run on NeMo Evaluator"))
-    else:
-        notes.append(f"{source}: {where} is ignored: its adapter settings only cache, log or "
-                     "count requests, which hpceval's in-job proxy does itself")
-
-
 def _translate_params(node: Any, where: str, notes: list[str], source: str,
-                      issues: list[ConfigIssue]) -> None:
+                      issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
     if not isinstance(node, dict):
         return
     nec = node.get("nemo_evaluator_config")
@@ -326,8 +307,14 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str,
         if not nec["config"]:
             del nec["config"]
     if "target" in nec:
-        _adapter_config(nec.pop("target"), f"{where}.nemo_evaluator_config.target", notes,
-                        source, issues)
+        target = nec.pop("target")
+        endpoint = target.get("api_endpoint") if isinstance(target, dict) else None
+        if isinstance(endpoint, dict) and "adapter_config" in endpoint:
+            adapters[where] = endpoint.pop("adapter_config")
+        if endpoint or (isinstance(target, dict) and set(target) - {"api_endpoint"}):
+            notes.append(f"{source}: {where}.nemo_evaluator_config.target keys other than "
+                         "api_endpoint.adapter_config are ignored (the endpoint is "
+                         "target.api_endpoint)")
     config = nec.pop("config", None)
     for key in sorted(config) if isinstance(config, dict) else []:
         if key in _CONFIG_KEYS_IGNORED:
@@ -376,7 +363,13 @@ def translate_task_override(task_name: str, rest: list[str], value: Any,
     original = copy.deepcopy(task)
     notes: list[str] = []
     issues: list[ConfigIssue] = []
-    _translate_params(task, f"evaluation.tasks.{task_name}", notes, source, issues)
+    adapters: dict[str, Any] = {}
+    _translate_params(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
+    if adapters:
+        issues.append(ConfigIssue(
+            f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "hpceval applies one "
+            "set of interceptors to every task of a run", "set it for the run: "
+            "-o evaluation.interceptors.<key>=... (see docs/migrating-from-nemo-evaluator.md)"))
     if issues:
         raise ConfigError(issues)
     if task == original and not notes:

@@ -162,11 +162,41 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class InterceptorsSpec:
+    """What the in-job proxy changes on the way to and from the model, for every task."""
+
+    system_prompt: str | None = key(
+        None, "system message placed first in every chat request (NEL: system_message)"
+    )
+    strip_reasoning: bool = key(
+        False, "move <think>...</think> out of answers before scoring (NEL: reasoning)"
+    )
+    reasoning_start: str = key("<think>", "marker where a reasoning trace starts")
+    reasoning_end: str = key("</think>", "marker where a reasoning trace ends")
+    add_params: dict[str, Any] = key(
+        {}, "request fields set on every request; dotted keys reach nested fields"
+    )
+    remove_params: list[str] = key([], "request fields removed from every request (dotted)")
+    rename_params: dict[str, str] = key({}, "request fields renamed: {old: new} (dotted)")
+    log_requests: int = key(0, "log the first N request/response pairs to the model's folder",
+                            minimum=0)
+
+    @property
+    def changes_requests(self) -> bool:
+        return bool(self.system_prompt is not None or self.strip_reasoning or self.add_params
+                    or self.remove_params or self.rename_params)
+
+
+@dataclass(frozen=True)
 class EvaluationSpec:
     tasks: list[TaskSpec] = key(REQUIRED, "tasks to run, in order, against one server")
     params: EvalParams = field(default_factory=EvalParams)
     env_vars: dict[str, str] = key({}, "environment for every task (same forms as a task's)")
     max_concurrent_tasks: int = key(1, "tasks of one model running at the same time", minimum=1)
+    interceptors: InterceptorsSpec = field(
+        default_factory=InterceptorsSpec,
+        metadata={"doc": "request/response changes the in-job proxy applies to every task"},
+    )
 
 
 @dataclass(frozen=True)

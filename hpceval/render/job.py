@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -12,6 +13,7 @@ import jinja2
 from hpceval import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
+from hpceval.config.schema import InterceptorsSpec
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
 from hpceval.render.quoting import LineStart, ShellCode, make_environment, var
@@ -82,12 +84,30 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         # Always, even for one instance: the proxy's response cache is what lets a resumed job
         # replay finished requests, and its progress file is what `hpceval status` shows.
         "proxy": layout.instances >= 1,
+        "proxy_args": proxy_arguments(spec.evaluation.interceptors),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
                      "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": steps,
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
     }
+
+
+def proxy_arguments(rules: InterceptorsSpec) -> list[str]:
+    """evaluation.interceptors as `hpceval.job proxy` options. Always --flag=value: a value
+    that starts with a dash (a system prompt may) is still read as the flag's value."""
+    args = [f"--rename-param={old}={new}" for old, new in rules.rename_params.items()]
+    args += [f"--remove-param={name}" for name in rules.remove_params]
+    args += [f"--add-param={name}={json.dumps(value, ensure_ascii=False)}"
+             for name, value in rules.add_params.items()]
+    if rules.system_prompt is not None:
+        args.append(f"--system-prompt={rules.system_prompt}")
+    if rules.strip_reasoning:
+        args += ["--strip-reasoning", f"--reasoning-start={rules.reasoning_start}",
+                 f"--reasoning-end={rules.reasoning_end}"]
+    if rules.log_requests:
+        args.append(f"--log-requests={rules.log_requests}")
+    return args
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:

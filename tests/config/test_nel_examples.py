@@ -140,9 +140,20 @@ def _multinode_dp(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert (ex.nodes, ex.gpus_per_node, ex.walltime, ex.partition) == (2, 8, "01:00:00", "batch")
     assert (r.layout.instances, r.layout.instances_per_node) == (16, 8)
     assert dep.extra_args == ["--trust-remote-code"] and dep.command is None
+    assert r.spec.evaluation.interceptors.log_requests == 10 and "--log-requests=10" in script
     _params(r, parallelism=512, temperature=0.6, top_p=0.95, max_new_tokens=32768,
             request_timeout=3600, limit_samples=10)
     assert "#SBATCH --nodes=2" in script
+
+
+def _multiinstance_ray(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    ex, dep, rules = r.spec.execution, r.spec.deployment, r.spec.evaluation.interceptors
+    assert (ex.nodes, dep.data_parallel_size, dep.multi_node_backend) == (4, 2, "ray")
+    assert (r.layout.instances, r.layout.nodes_per_instance) == (2, 2)
+    assert ex.hf_cache_dir == "/path/to/hf_home" and dep.env_vars == {"HF_TOKEN": "host:HF_TOKEN"}
+    assert (rules.strip_reasoning, rules.log_requests, rules.system_prompt) == (True, 10, None)
+    assert "--strip-reasoning" in script and "--log-requests=10" in script
+    _params(r, parallelism=128, temperature=0.6, top_p=0.95, max_new_tokens=32768)
 
 
 def _haproxy(r: ResolvedConfig, script: str, cwd: Path) -> None:
@@ -191,21 +202,23 @@ NIM = Refused(("NIM deployments are out of scope for hpceval",
 EXPORT = Refused(("auto-export after the run is not supported",
                   "auto-export settings (export:) are not supported",
                   "run `hpceval export` after the run"))
-INTERCEPTORS = "hpceval does not apply NeMo Evaluator interceptors from a run file yet"
+EXTERNAL_PROXY = ("evaluation.interceptors: need the in-job proxy, which does not run in front "
+                  "of an external endpoint (deployment.type none) yet")
+SEPARATE_RUNS = "run the tasks that need different settings as separate runs"
 CONTAINERS = "is container, but execution.container_runtime is none"
 APPTAINER = ("execution.container_runtime=apptainer",)
 FILL = ("execution.hostname=my-cluster.com", "execution.account=my-account",
         "execution.output_dir=/absolute/path/on/cluster")
-LOGGING_ONLY = "its adapter settings only cache, log or count requests"
 
 OUTCOMES: dict[str, Renders | Refused] = {
     "lepton_basic.yaml": LEPTON, "lepton_nim.yaml": LEPTON, "lepton_vllm.yaml": LEPTON,
     "local_nim.yaml": NIM, "slurm_nim.yaml": NIM,
     "local_auto_export.yaml": EXPORT, "slurm_sglang_auto_export.yaml": EXPORT,
-    "local_advanced_adapters.yaml": Refused(("interceptor payload_modifier, interceptor "
-                                             "system_message", INTERCEPTORS)),
-    "local_reasoning.yaml": Refused(("process_reasoning_traces, use_system_prompt, "
-                                     "custom_system_prompt", INTERCEPTORS)),
+    "local_advanced_adapters.yaml": Refused((EXTERNAL_PROXY,)),
+    "local_reasoning.yaml": Refused((
+        "tasks ask for different interceptors (simple_evals.mmlu_pro: strip_reasoning=True, "
+        "system_prompt='\"/think\"'; lm-evaluation-harness.ifeval: system_prompt="
+        "'\"/no_think\"')", SEPARATE_RUNS)),
     "local_extra_params.yaml": Refused((
         "evaluation.tasks.AA_math_test_500.nemo_evaluator_config.config.extra: is not a NeMo "
         "Evaluator setting", "parameters go under nemo_evaluator_config.config.params",)),
@@ -236,10 +249,12 @@ OUTCOMES: dict[str, Renders | Refused] = {
         then=(APPTAINER, Renders(None, _image("docker://vllm/vllm-openai:v0.12.0")))),
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3_tools.yaml": Renders(
         ("nemo_skills.ns_aime2025", "nemo_skills.ns_gpqa"), _nano_tools,
-        (LOGGING_ONLY, "execution.hf_cache_dir './hf_cache' is relative")),
+        ("adapter_config became evaluation.interceptors: log_requests=10",
+         "evaluation.interceptors.log_requests is ignored",
+         "execution.hf_cache_dir './hf_cache' is relative")),
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3b.yaml": Refused(
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
-         "MISSING value",)),
+         "MISSING value", "ruler-128k-chat, ruler-64k-chat: add_params=", SEPARATE_RUNS)),
     "nemotron/local_qwen3-30b-a3b-base.yaml": Refused(
         (CONTAINERS,), then=(APPTAINER, Renders(None,
                                                 _image("docker://vllm/vllm-openai:v0.11.0")))),
@@ -248,20 +263,25 @@ OUTCOMES: dict[str, Renders | Refused] = {
          "pass -o execution.gpus_per_node=<GPUs this machine has>"),
         then=(("execution.gpus_per_node=8", *APPTAINER), Renders(None, _super_base))),
     "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b.yaml": Refused(
-        ("evaluation.nemo_evaluator_config.target.api_endpoint.adapter_config: sets "
-         "params_to_add", INTERCEPTORS)),
+        ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
+         "MISSING value", "evaluation.tasks.tau2_bench_telecom.config.config.params.extra.user."
+         "url: MISSING value")),
     "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b_low_budget.yaml": Refused(
-        ("sets params_to_add", INTERCEPTORS)),
+        ("tasks ask for different interceptors", "tau2_bench_telecom: add_params=",
+         SEPARATE_RUNS)),
     "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b_tools.yaml": Refused(
-        ("sets params_to_add", INTERCEPTORS)),
+        ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
+         "MISSING value",),
+        then=(("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url="
+               "http://judge/v1",), Refused((EXTERNAL_PROXY,)))),
     "nemotron/slurm_nvidia_nemotron_3_nano_30b_a3b_nvfp4.yaml": Refused(
         ("execution.hostname: MISSING value", "execution.account: MISSING value",
          "execution.output_dir: MISSING value"),
-        then=(FILL, Refused(("evaluation.tasks.ruler-128k-chat.nemo_evaluator_config.target."
-                             "api_endpoint.adapter_config: sets params_to_add",
-                             INTERCEPTORS)))),
+        then=(FILL, Refused(("ruler-128k-chat, ruler-64k-chat: add_params=",
+                             SEPARATE_RUNS)))),
     "slurm_nemotron_benchmarks.yaml": Refused(
-        ("sets use_reasoning, use_system_prompt, custom_system_prompt", INTERCEPTORS)),
+        ("lm-evaluation-harness.ifeval: strip_reasoning=True, system_prompt='\"detailed "
+         "thinking off\"'", SEPARATE_RUNS)),
     "slurm_vllm_advanced_hf_caching.yaml": Renders(
         ("lm-evaluation-harness.ifeval", "lm-evaluation-harness.gsm8k"), _hf_caching),
     "slurm_vllm_auxiliary_judge.yaml": Refused((
@@ -277,14 +297,17 @@ OUTCOMES: dict[str, Renders | Refused] = {
                       _checkpoint))),
     "slurm_vllm_multinode_dp.yaml": Renders(
         ("lm-evaluation-harness.gsm8k_cot_instruct",), _multinode_dp,
-        ("deployment.command is ignored for a vllm deployment", LOGGING_ONLY)),
+        ("deployment.command is ignored for a vllm deployment",
+         "adapter_config became evaluation.interceptors: log_requests=10")),
     "slurm_vllm_multinode_dp_haproxy.yaml": Refused(
         ("deployment.data_parallel_size: is 2, but data_parallel_size_local=8 on 2 node(s) "
          "makes 16 instances", "set deployment.data_parallel_size=16"),
         then=(("deployment.data_parallel_size=16",),
               Renders(("lm-evaluation-harness.gsm8k_cot_instruct",), _haproxy))),
-    "slurm_vllm_multinode_multiinstance_ray_tp_pp.yaml": Refused(
-        ("sets process_reasoning_traces", INTERCEPTORS)),
+    "slurm_vllm_multinode_multiinstance_ray_tp_pp.yaml": Renders(
+        ("lm-evaluation-harness.gsm8k_cot_instruct",), _multiinstance_ray,
+        ("execution.num_instances=2 x data_parallel_size=1 became "
+         "deployment.data_parallel_size=2",)),
     "slurm_vllm_multinode_ray_tp_pp.yaml": Renders(
         ("lm-evaluation-harness.gsm8k_cot_instruct",), _ray),
 }
@@ -352,5 +375,5 @@ def test_example_outcome(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_tally() -> None:
     """The counts the issue's closing note reports (as documented, before any 'then')."""
     renders = sorted(n for n, o in OUTCOMES.items() if isinstance(o, Renders))
-    assert len(renders) == 7, renders
-    assert len(OUTCOMES) - len(renders) == 25
+    assert len(renders) == 8, renders
+    assert len(OUTCOMES) - len(renders) == 24

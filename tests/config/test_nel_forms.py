@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -168,9 +169,9 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
      "OmegaConf interpolation"),
     (("        limit_samples: 5\n", "        limit_samples: 5\n      extra: {n: 1}\n"),
      "evaluation.nemo_evaluator_config.config.extra: is not a NeMo Evaluator setting"),
-    (("        limit_samples: 5\n", "        limit_samples: 5\n    target:\n      api_endpoint:\n"
-      "        adapter_config: {use_system_prompt: true, custom_system_prompt: hi}\n"),
-     "sets use_system_prompt, custom_system_prompt, which change what the model sees"),
+    (("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:\n        target:\n"
+      "          api_endpoint: {adapter_config: {use_reasoning: true}}\n"),
+     "gsm8k: strip_reasoning=True); hpceval's in-job proxy applies one set to every task"),
 ])
 def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
                                                              change: tuple[str, str],
@@ -184,13 +185,76 @@ def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
     assert words in result.output and "Traceback" not in result.output
 
 
+ADAPTERS = """    target:
+      api_endpoint:
+        adapter_config:
+          interceptors:
+            - name: payload_modifier
+              config:
+                params_to_add: {extra_body: {chat_template_kwargs: {enable_thinking: false}}}
+                params_to_remove: [logprobs]
+            - name: system_message
+              config: {system_message: "-- You are careful.\\n'quoted' $HOME"}
+            - name: reasoning
+              config: {end_reasoning_token: "</reason>"}
+            - {name: request_logging, config: {max_requests: 1}}
+            - {name: caching, enabled: true}
+            - {name: endpoint}
+"""
+
+
+def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
+    text = SLURM.replace("        limit_samples: 5\n", "        limit_samples: 5\n" + ADAPTERS)
+    r = _load(tmp_path, text, *FILLED)
+    rules = r.spec.evaluation.interceptors  # type: ignore[attr-defined]
+    assert rules.add_params == {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    assert rules.remove_params == ["logprobs"]
+    assert rules.system_prompt == "-- You are careful.\n'quoted' $HOME"
+    assert (rules.strip_reasoning, rules.reasoning_end, rules.log_requests) == (
+        True, "</reason>", 1)
+    run = write(tmp_path / "run.yaml", text)
+    args = ["render", str(run)]
+    for o in FILLED:
+        args += ["-o", o]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    line = out[out.index("\nPROXY_ARGS+=(", out.index("# evaluation.interceptors")) + 1:]
+    # One shell word per option; the prompt's quote, newline and $HOME stay literal.
+    assert "'--system-prompt=-- You are careful.\n'\"'\"'quoted'\"'\"' $HOME'" in line
+    assert "--add-param=extra_body=" in line and "--reasoning-end=</reason>" in line
+    statement = line[: line.index('\n"$HPCEVAL_PYTHON"')]
+    words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
+                            "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
+                           text=True, check=True).stdout.split("\0")[:-1]
+    assert words == ["--remove-param=logprobs",
+                     '--add-param=extra_body={"chat_template_kwargs": {"enable_thinking": false}}',
+                     "--system-prompt=-- You are careful.\n'quoted' $HOME", "--strip-reasoning",
+                     "--reasoning-start=<think>", "--reasoning-end=</reason>", "--log-requests=1"]
+
+
+def test_interceptors_written_in_our_form(tmp_path: Path) -> None:
+    text = SLURM + "  interceptors: {system_prompt: be brief, strip_reasoning: true}\n"
+    r = _load(tmp_path, text, *FILLED, "evaluation.interceptors.system_prompt=be very brief")
+    rules = r.spec.evaluation.interceptors  # type: ignore[attr-defined]
+    assert (rules.system_prompt, rules.strip_reasoning) == ("be very brief", True)
+
+
+def test_interceptors_need_a_served_model(tmp_path: Path) -> None:
+    text = EXTERNAL + "  interceptors: {system_prompt: be brief}\n"
+    with pytest.raises(ConfigError, match="does not run in front of an external endpoint"):
+        _load(tmp_path, text)
+    r = _load(tmp_path, EXTERNAL + "  interceptors: {log_requests: 5}\n")
+    assert any("log_requests is ignored" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+
+
 def test_logging_only_adapter_settings_are_noted(tmp_path: Path) -> None:
     text = SLURM.replace("        limit_samples: 5\n", "        limit_samples: 5\n    target:\n"
                          "      api_endpoint:\n        adapter_config:\n"
-                         "          use_request_logging: true\n          use_reasoning: false\n")
+                         "          use_caching: true\n          use_reasoning: false\n")
     r = _load(tmp_path, text, *FILLED)
-    assert any("evaluation.nemo_evaluator_config.target is ignored: its adapter settings only "
-               "cache, log or count requests" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+    assert any("adapter_config only caches, logs or counts requests" in n
+               for n in r.composed.notes)  # type: ignore[attr-defined]
 
 
 def test_placeholders_and_refusals_are_reported_together(tmp_path: Path) -> None:
