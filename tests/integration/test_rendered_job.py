@@ -43,8 +43,9 @@ harness:
   # results file, so the real `hpceval.job collect` can read it.
   command: |
     {%- set score = SCORE -%}
-    {%- if task.task_id == "ask" -%}
-    {%- set rest = '", "messages": [{"role": "user", "content": "What is 2+2?"}]}' -%}
+    {%- if task.task_id in ("ask", "think") -%}
+    {%- set question = "What is 2+2?" if task.task_id == "ask" else "<think>plan</think>done" -%}
+    {%- set rest = '", "messages": [{"role": "user", "content": "' ~ question ~ '"}]}' -%}
     {%- set body = '{"model": "' ~ model_id ~ rest -%}
     curl -sf -H 'Content-Type: application/json' -d {{ body | q }} {{ endpoint_url | q }} \\
       -o {{ output_dir | q }}/response.json &&
@@ -56,6 +57,7 @@ tasks:
   - {name: it_ask, task_id: ask, endpoint_type: chat, description: one chat request}
   - {name: it_ask_again, task_id: ask, endpoint_type: chat, description: "the same, again"}
   - {name: it_sleep, task_id: sleep, endpoint_type: chat, description: a long harness}
+  - {name: it_think, task_id: think, endpoint_type: chat, description: an answer with a trace}
 """.replace("SCORE", json.dumps(SCORE))
 
 
@@ -74,14 +76,15 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
-           tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120
-           ) -> tuple[str, Path, Path]:
+           tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
+           interceptors: dict[str, Any] | None = None) -> tuple[str, Path, Path]:
     run = {
         "execution": {"nodes": 2, "gpus_per_node": 0, "output_dir": str(workdir / "runs")},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
                        "command": f"exec python3 {SERVER} --model ref-model {server_args}",
                        "health_timeout": health_timeout},
-        "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}]},
+        "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}],
+                       "interceptors": interceptors or {}},
     }
     run_file = workdir / f"{name}.yaml"
     run_file.write_text(yaml.safe_dump(run))
@@ -149,6 +152,28 @@ def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
         assert f"instance {i} (head) on {node}" in log
     assert (model_dir / "progress.json").exists()  # the proxy ran in front of both instances
     assert not leftovers("ref-model")
+
+
+def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmClient,
+                                                  workdir: Path) -> None:
+    """evaluation.interceptors reach the in-job proxy of a real job: the server sees the system
+    prompt and the added field, the harness sees the answer without its reasoning trace."""
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "interceptors", tasks=[
+        {"name": "it_think"}], interceptors={
+            "system_prompt": "-- be brief; 'quoted' $HOME", "strip_reasoning": True,
+            "add_params": {"chat_template_kwargs": {"enable_thinking": False}},
+            "log_requests": 5})
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
+    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
+    # The server echoed "<think>plan</think>done"; the trace moved out of the answer.
+    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
+    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
+    request = logged[0]["request"]
+    assert request["messages"][0] == {"role": "system", "content": "-- be brief; 'quoted' $HOME"}
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmClient,
