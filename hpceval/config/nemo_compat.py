@@ -135,7 +135,7 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
         for task in evaluation["tasks"]:
             if isinstance(task, dict):
                 where = f"evaluation.tasks.{task.get('name')}"
-                _translate_params(task, where, notes, source, issues, adapters)
+                _translate_task(task, where, notes, source, issues, adapters)
                 if where in adapters:
                     per_task[str(task.get("name"))] = adapters.pop(where)
     target = layer.get("target")
@@ -287,6 +287,14 @@ def _leaf_strings(data: Any, prefix: str) -> list[tuple[str, str]]:
     return [(prefix, data)] if isinstance(data, str) else []
 
 
+def _translate_task(task: dict[str, Any], where: str, notes: list[str], source: str,
+                    issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
+    _translate_params(task, where, notes, source, issues, adapters)
+    container = task.get("container")
+    if isinstance(container, str) and is_registry_reference(container):
+        task["container"] = "docker://" + container
+
+
 # EvaluationConfig keys the launcher accepts beside params, which the catalogue decides here.
 _CONFIG_KEYS_IGNORED = ("output_dir", "supported_endpoint_types", "required_capabilities", "type")
 
@@ -364,7 +372,7 @@ def translate_task_override(task_name: str, rest: list[str], value: Any,
     notes: list[str] = []
     issues: list[ConfigIssue] = []
     adapters: dict[str, Any] = {}
-    _translate_params(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
+    _translate_task(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
     if adapters:
         issues.append(ConfigIssue(
             f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "hpceval applies one "

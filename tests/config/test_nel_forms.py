@@ -131,6 +131,11 @@ def test_registry_image_without_scheme(tmp_path: Path) -> None:
     assert r.spec.deployment.image == "docker://vllm/vllm-openai:v0.13.0"  # type: ignore[attr-defined]
     text = SLURM.replace("deployment:\n", "deployment:\n  image: /images/vllm.sif\n")
     assert _load(tmp_path, text, *FILLED).spec.deployment.image == "/images/vllm.sif"  # type: ignore[attr-defined]
+    r = _load(tmp_path, SLURM, *FILLED, "deployment.image=vllm/vllm-openai:v0.11.0",
+              "evaluation.tasks.gsm8k.container=nvcr.io/nvidia/eval-factory/lm-eval:26.03")
+    assert r.spec.deployment.image == "docker://vllm/vllm-openai:v0.11.0"  # type: ignore[attr-defined]
+    assert r.spec.evaluation.tasks[1].container == (  # type: ignore[attr-defined]
+        "docker://nvcr.io/nvidia/eval-factory/lm-eval:26.03")
 
 
 def test_sglang_preset_has_its_own_image(tmp_path: Path) -> None:
