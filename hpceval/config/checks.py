@@ -125,12 +125,6 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
 
 def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
     rules = spec.evaluation.interceptors
-    if rules.changes_requests and spec.deployment.type == "none":
-        # The proxy that applies them runs in front of the servers a job starts.
-        yield ConfigIssue("evaluation.interceptors", "need the in-job proxy, which does not run "
-                          "in front of an external endpoint (deployment.type none) yet",
-                          "serve the model in the job (deployment vllm, sglang or command), or "
-                          "remove evaluation.interceptors")
     where = "evaluation.interceptors"
     names = [(f"{where}.add_params.{k}", k) for k in rules.add_params]
     names += [(f"{where}.remove_params", k) for k in rules.remove_params]

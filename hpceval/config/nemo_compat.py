@@ -260,12 +260,6 @@ def translate_merged(data: dict[str, Any]) -> list[str]:
                      "(one instance per replica, spread over the nodes), extra_args and "
                      "env_vars; put server flags in deployment.extra_args, or set "
                      "deployment.type: command to run your own command")
-    rules = (data.get("evaluation") or {}).get("interceptors")
-    if isinstance(deployment, dict) and deployment.get("type") == "none" \
-            and isinstance(rules, dict) and rules.get("log_requests"):
-        rules.pop("log_requests")
-        notes.append("evaluation.interceptors.log_requests is ignored: requests are logged by "
-                     "the in-job proxy, which does not run in front of an external endpoint yet")
     endpoint = (data.get("target") or {}).get("api_endpoint")
     if isinstance(endpoint, dict) and endpoint.get("api_key_name") == "":
         endpoint.pop("api_key_name")  # the launcher's quick start: "" means no key

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import jinja2
 
@@ -57,6 +58,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
     instances = build_instances(resolved)
     block = 64 * -(-(2 * max(layout.instances, 1) + 2) // 64)
     fixed_url = ep.url if dep.type == "none" else None
+    # An external endpoint gets the proxy only for what only the proxy does (interceptors).
+    rules = spec.evaluation.interceptors
+    external_proxy = fixed_url is not None and (rules.changes_requests or rules.log_requests > 0)
     steps = build_steps(resolved, catalogue)
     return {
         "header": [ShellCode(line.text())
@@ -83,10 +87,10 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "health_timeout": dep.health_timeout,
         # Always, even for one instance: the proxy's response cache is what lets a resumed job
         # replay finished requests, and its progress file is what `hpceval status` shows.
-        "proxy": layout.instances >= 1,
+        "proxy": layout.instances >= 1 or external_proxy,
         "proxy_args": proxy_arguments(spec.evaluation.interceptors),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
-                     "model_id": ep.model_id or dep.served_model_name or ""},
+                     **_proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": steps,
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
@@ -194,6 +198,17 @@ def _base_of(url: str | None) -> str | None:
         if url.rstrip("/").endswith(suffix):
             return url.rstrip("/")[: -len(suffix)]
     return url.rstrip("/")
+
+
+def _proxied(url: str | None) -> dict[str, str | None]:
+    """An external URL split for the proxy: the origin it forwards to, and the paths the
+    harness asks the proxy for (the same paths, so a URL prefix such as /api/v1 carries over)."""
+    if url is None:
+        return {"origin": None, "url_path": None, "base_path": None}
+    parts = urlsplit(url)
+    base = _base_of(url) or url
+    return {"origin": f"{parts.scheme}://{parts.netloc}", "url_path": parts.path or "/",
+            "base_path": urlsplit(base).path}
 
 
 def _reject_nul(obj: Any, path: str) -> None:

@@ -156,6 +156,19 @@ def _multiinstance_ray(r: ResolvedConfig, script: str, cwd: Path) -> None:
     _params(r, parallelism=128, temperature=0.6, top_p=0.95, max_new_tokens=32768)
 
 
+def _advanced_adapters(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    rules = r.spec.evaluation.interceptors
+    assert rules.add_params == {"extra_body": {"chat_template_kwargs": {"enable_thinking": False},
+                                               "thinking_budget": -1}}
+    assert rules.system_prompt is not None and rules.system_prompt.startswith(
+        "You are an expert mathematician")
+    assert rules.log_requests == 1 and not rules.strip_reasoning
+    # The in-job proxy runs in front of the external API and applies them.
+    assert "--upstream https://integrate.api.nvidia.com --external-upstream" in script
+    assert 'HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/v1/chat/completions' in script
+    _params(r, request_timeout=3600, parallelism=1)
+
+
 def _haproxy(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert (r.spec.execution.nodes, r.layout.instances, r.layout.instances_per_node) == (2, 16, 8)
 
@@ -202,8 +215,6 @@ NIM = Refused(("NIM deployments are out of scope for hpceval",
 EXPORT = Refused(("auto-export after the run is not supported",
                   "auto-export settings (export:) are not supported",
                   "run `hpceval export` after the run"))
-EXTERNAL_PROXY = ("evaluation.interceptors: need the in-job proxy, which does not run in front "
-                  "of an external endpoint (deployment.type none) yet")
 SEPARATE_RUNS = "run the tasks that need different settings as separate runs"
 CONTAINERS = "is container, but execution.container_runtime is none"
 APPTAINER = ("execution.container_runtime=apptainer",)
@@ -214,7 +225,8 @@ OUTCOMES: dict[str, Renders | Refused] = {
     "lepton_basic.yaml": LEPTON, "lepton_nim.yaml": LEPTON, "lepton_vllm.yaml": LEPTON,
     "local_nim.yaml": NIM, "slurm_nim.yaml": NIM,
     "local_auto_export.yaml": EXPORT, "slurm_sglang_auto_export.yaml": EXPORT,
-    "local_advanced_adapters.yaml": Refused((EXTERNAL_PROXY,)),
+    "local_advanced_adapters.yaml": Renders(("simple_evals.mgsm",), _advanced_adapters, (
+        "adapter_config became evaluation.interceptors: add_params=",)),
     "local_reasoning.yaml": Refused((
         "tasks ask for different interceptors (simple_evals.mmlu_pro: strip_reasoning=True, "
         "system_prompt='\"/think\"'; lm-evaluation-harness.ifeval: system_prompt="
@@ -250,7 +262,6 @@ OUTCOMES: dict[str, Renders | Refused] = {
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3_tools.yaml": Renders(
         ("nemo_skills.ns_aime2025", "nemo_skills.ns_gpqa"), _nano_tools,
         ("adapter_config became evaluation.interceptors: log_requests=10",
-         "evaluation.interceptors.log_requests is ignored",
          "execution.hf_cache_dir './hf_cache' is relative")),
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3b.yaml": Refused(
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
@@ -273,7 +284,8 @@ OUTCOMES: dict[str, Renders | Refused] = {
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
          "MISSING value",),
         then=(("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url="
-               "http://judge/v1",), Refused((EXTERNAL_PROXY,)))),
+               "http://judge/v1",),
+              Refused(("unknown task 'nemo_skills.ns_aime2026'", "allow_unlisted: true")))),
     "nemotron/slurm_nvidia_nemotron_3_nano_30b_a3b_nvfp4.yaml": Refused(
         ("execution.hostname: MISSING value", "execution.account: MISSING value",
          "execution.output_dir: MISSING value"),
@@ -375,5 +387,5 @@ def test_example_outcome(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_tally() -> None:
     """The counts the issue's closing note reports (as documented, before any 'then')."""
     renders = sorted(n for n, o in OUTCOMES.items() if isinstance(o, Renders))
-    assert len(renders) == 8, renders
-    assert len(OUTCOMES) - len(renders) == 24
+    assert len(renders) == 9, renders
+    assert len(OUTCOMES) - len(renders) == 23

@@ -245,12 +245,22 @@ def test_interceptors_written_in_our_form(tmp_path: Path) -> None:
     assert (rules.system_prompt, rules.strip_reasoning) == ("be very brief", True)
 
 
-def test_interceptors_need_a_served_model(tmp_path: Path) -> None:
-    text = EXTERNAL + "  interceptors: {system_prompt: be brief}\n"
-    with pytest.raises(ConfigError, match="does not run in front of an external endpoint"):
-        _load(tmp_path, text)
-    r = _load(tmp_path, EXTERNAL + "  interceptors: {log_requests: 5}\n")
-    assert any("log_requests is ignored" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+def test_interceptors_put_the_proxy_in_front_of_an_external_endpoint(tmp_path: Path) -> None:
+    text = EXTERNAL.replace("api.example.com/v1", "api.example.com/prefix/v1")
+    run = write(tmp_path / "run.yaml", text + "  interceptors: {system_prompt: be brief}\n")
+    result = CliRunner().invoke(cli, ["render", str(run)])
+    assert result.exit_code == 0, result.output
+    script = result.stdout
+    assert "PROXY_ARGS=(--upstream https://api.example.com --external-upstream)" in script
+    assert "PROXY_ARGS+=('--system-prompt=be brief')" in script
+    assert 'export HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/prefix/v1/chat/completions' in script
+    assert 'export HPCEVAL_BASE_URL="$ENDPOINT_BASE"/prefix/v1' in script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # Without interceptors an external endpoint is called directly, as before.
+    plain = CliRunner().invoke(cli, ["render", str(write(tmp_path / "plain.yaml", text))])
+    assert "--external-upstream" not in plain.stdout and "PORT_BASE" not in plain.stdout
 
 
 def test_logging_only_adapter_settings_are_noted(tmp_path: Path) -> None:
