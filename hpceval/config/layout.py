@@ -1,7 +1,9 @@
 """GPU arithmetic: how server instances tile the allocation.
 
 Every GPU of the allocation is used: 2 nodes x 8 GPUs with TP=2 gives 8 instances, not 1.
-Layouts that leave GPUs idle or do not fit are refused with the numbers in the message.
+Layouts that leave GPUs idle or do not fit are refused with the numbers in the message. An
+explicit data_parallel_size (or data_parallel_size_local) that needs less than the allocation
+is honoured instead: fit_explicit_layout shrinks the request to what it uses.
 """
 
 from __future__ import annotations
