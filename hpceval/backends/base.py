@@ -110,6 +110,8 @@ class Backend(Protocol):
     resubmits_itself: ClassVar[bool]
     # its jobs are in the scheduler's accounting (sacct's AllocTRES and Elapsed: GPU-hours)
     accounted: ClassVar[bool]
+    # it can give a job several nodes (the local backend is this one machine)
+    multi_node: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

@@ -37,6 +37,7 @@ class LocalBackend:
     name: ClassVar[str] = "local"
     resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
     accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
+    multi_node: ClassVar[bool] = False
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

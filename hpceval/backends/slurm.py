@@ -33,6 +33,7 @@ class SlurmBackend:
     name: ClassVar[str] = "slurm"
     resubmits_itself: ClassVar[bool] = True  # sbatch works from inside a job
     accounted: ClassVar[bool] = True
+    multi_node: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:

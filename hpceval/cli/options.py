@@ -22,8 +22,8 @@ def config_options(func: F) -> F:
         click.option("--config-name", help="Run file name inside --config-dir (.yaml optional)."),
         click.option("--profile", help="Site profile; overrides the run file's defaults list."),
         click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
-                     help="Override a key: -o execution.nodes=2, +key=v adds, ~key removes, "
-                          "evaluation.tasks.<name>.key=v addresses a task."),
+                     help="Override a key: -o execution.nodes=2, +key=v / ++key=v set, "
+                          "~key removes, evaluation.tasks.<name>.key=v addresses a task."),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)

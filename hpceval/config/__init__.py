@@ -11,7 +11,7 @@ from pathlib import Path
 from hpceval.config.build import build_run_spec
 from hpceval.config.compose import Composed, compose
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.config.layout import Layout, compute_layout
+from hpceval.config.layout import Layout, compute_layout, fit_explicit_layout
 from hpceval.config.schema import RunSpec
 
 __all__ = [
@@ -76,9 +76,13 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     if path_issues:
         raise ConfigError(path_issues)
     spec = build_run_spec(composed.data)
-    issues = list(semantic_issues(spec, env if check_environment else None))
+    spec, layout_notes, issues = fit_explicit_layout(spec)
+    composed.notes += layout_notes
+    issues += semantic_issues(spec, env if check_environment else None)
     layout, layout_issues = compute_layout(spec)
-    issues += layout_issues
+    if not any(i.path.startswith(("deployment.data_parallel", "execution.gpus_per_node"))
+               for i in issues):  # the same numbers would be refused twice
+        issues += layout_issues
     issues += task_issues(spec)
     if issues:
         raise ConfigError(issues)

@@ -12,6 +12,9 @@ from hpceval.config.schema import RunSpec
 from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+_BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
+_FIELD = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # a JSON field path, a.b.c
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -99,6 +102,23 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           "use a port below 65000")
     yield from _env_issues(spec, environ)
     yield from _word_issues(spec)
+    yield from _interceptor_issues(spec)
+
+
+def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    rules = spec.evaluation.interceptors
+    where = "evaluation.interceptors"
+    names = [(f"{where}.add_params.{k}", k) for k in rules.add_params]
+    names += [(f"{where}.remove_params", k) for k in rules.remove_params]
+    names += [(f"{where}.rename_params.{k}", n) for k, v in rules.rename_params.items()
+              for n in (k, v)]
+    for path, name in names:
+        if not _FIELD.match(name):
+            yield ConfigIssue(path, f"{name[:80]!r} is not a request field name",
+                              "write a field name, dotted for nested fields (a.b)")
+    if rules.strip_reasoning and not rules.reasoning_end:
+        yield ConfigIssue("evaluation.interceptors.reasoning_end", "must not be empty",
+                          "give the marker that ends a reasoning trace, e.g. </think>")
 
 
 # Values that become a word of a server's or harness's command line, or a directory name.
@@ -144,7 +164,32 @@ def task_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
                               "and set allow_unlisted: true")
 
 
+def _this_machine(name: str) -> bool:
+    """Whether a launcher's execution.hostname names the machine hpceval runs on."""
+    import socket
+
+    here = {socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"}
+    here |= {h.split(".")[0] for h in here}
+    if name in here:
+        return True
+    try:  # a cluster alias (login.cluster.org) that resolves to this login node
+        return socket.gethostbyname(name) in {socket.gethostbyname(socket.gethostname()),
+                                               "127.0.0.1"}
+    except (OSError, UnicodeError):
+        return False
+
+
 def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[ConfigIssue]:
+    host = spec.execution.hostname
+    if host is not None and not _HOSTNAME.match(host):
+        yield ConfigIssue("execution.hostname", "is not a host name",
+                          "write the login node's name, e.g. login.cluster.org")
+    elif host and environ is not None and not _this_machine(host):
+        # NeMo Evaluator ssh'es there to run sbatch; hpceval runs sbatch where it runs, so
+        # submitting here would put the jobs on another cluster than the file names.
+        yield ConfigIssue("execution.hostname", f"names {host!r}, which is not this machine; "
+                          "hpceval submits with sbatch here (no ssh hop)",
+                          f"run hpceval on {host}, or remove execution.hostname")
     name = spec.target.api_endpoint.api_key_name
     if name is not None:
         if not ENV_NAME.match(name):
@@ -164,7 +209,14 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
                 yield ConfigIssue(f"{where}.{var}", "is not a valid variable name",
                                   "use letters, digits and _")
             ref = env_reference(value)
-            if ref is not None and not ENV_NAME.match(ref):
+            if where != "execution.env_vars" and _BARE_NAME.match(value):
+                # The launcher refuses unprefixed values (0.2.7) or read them as a host
+                # variable's name (before): taken as text, a secret's NAME would be sent.
+                yield ConfigIssue(f"{where}.{var}", f"{value!r} has no prefix, so it is unclear "
+                                  "whether it names a variable or is the text itself",
+                                  f"write host:{value} to pass that variable, or lit:{value} "
+                                  "for the text")
+            elif ref is not None and not ENV_NAME.match(ref):
                 yield ConfigIssue(f"{where}.{var}", f"{value!r} names no valid variable",
                                   "write host:NAME")
             elif ref is not None and environ is not None and ref not in environ:

@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.config.errors import ConfigError
-from hpceval.config.nemo_compat import RENAMED, translate
-from hpceval.config.overrides import apply_override, parse_override
+from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.config.nemo_compat import (
+    RENAMED,
+    UNSUPPORTED,
+    check_defaults_entry,
+    translate,
+    translate_merged,
+    translate_override,
+    translate_task_override,
+)
+from hpceval.config.overrides import Override, apply_override, find_task, parse_override
+from hpceval.config.placeholders import Placeholders
 from hpceval.config.profiles import find_file, read_yaml, split_profile
 
 
@@ -73,6 +83,9 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
         for i, entry in enumerate(defaults):
             if entry == "_self_":
                 continue
+            if isinstance(entry, str) and "@auxiliary_deployments" in entry:
+                what, fix = UNSUPPORTED["auxiliary_deployments"]
+                raise ConfigError.at(f"defaults[{i}]", f"{entry}: {what}", fix)
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ConfigError.at(f"defaults[{i}]", f"{entry!r} is not 'group: name'",
                                      "write - execution: <profile> or - deployment: <kind>")
@@ -82,6 +95,7 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
         if group not in ("execution", "deployment"):
             raise ConfigError.at(f"defaults.{group}", "unknown group",
                                  "only execution: <profile> and deployment: <kind> are picked")
+        check_defaults_entry(str(group), str(name))
         chosen[str(group)] = str(name)
     return chosen
 
@@ -111,6 +125,74 @@ def _normalize_tasks(layer: dict[str, Any]) -> None:
                                for t in evaluation["tasks"]]
 
 
+_ONE_DIGIT_HOURS = re.compile(r"^(\d):(\d\d):(\d\d)$")
+
+
+def _normalize_durations(data: dict[str, Any]) -> None:
+    """``1:00:00`` (as NeMo Evaluator users type it) is written ``01:00:00``, Slurm's own form."""
+    execution = data.get("execution")
+    if not isinstance(execution, dict):
+        return
+    for key in ("walltime", "max_walltime"):
+        value = execution.get(key)
+        if isinstance(value, str) and _ONE_DIGIT_HOURS.match(value.strip()):
+            execution[key] = "0" + value.strip()
+
+
+def _merge_launcher_override(out: Composed, ov: Override) -> bool:
+    """A ``-o`` in the launcher's terms, merged with our meaning; False if it needs none."""
+    source = f"-o {ov.text}"
+    parts = ov.path
+    tasks = (out.data.get("evaluation") or {}).get("tasks")
+    if parts[:2] == ["evaluation", "tasks"] and len(parts) > 3 and isinstance(tasks, list):
+        index, used = find_task(tasks, parts[2:], "evaluation.tasks")
+        rest = parts[2 + used:]
+        name = str(tasks[index].get("name", index))
+        if not rest:
+            return False
+        task_layer = translate_task_override(name, rest, ov.value, source)
+        if task_layer is None:
+            return False
+        layer, notes = task_layer
+        merge(tasks[index], layer, out.sources, source, f"evaluation.tasks.{name}")
+        out.notes += notes
+        return True
+    translated = translate_override(parts, ov.value, source)
+    if translated is None:
+        return False
+    layer, notes = translated
+    _normalize_tasks(layer)
+    merge(out.data, layer, out.sources, source)
+    out.notes += notes
+    return True
+
+
+def _absolute_paths(out: Composed) -> None:
+    """A relative output_dir (the launcher's quick start has ./results), cache or bind source
+    (./hf_cache) means the folder submit runs in; the run records it absolute, so the job,
+    its nodes and later commands agree."""
+    execution = out.data.get("execution")
+    if not isinstance(execution, dict):
+        return
+    for key in ("output_dir", "hf_cache_dir"):
+        value = execution.get(key)
+        if isinstance(value, str) and _relative(value):
+            execution[key] = os.path.abspath(value)
+            out.notes.append(f"execution.{key} {value!r} is relative: using "
+                             f"{execution[key]} (the folder this command runs in)")
+    binds = execution.get("extra_binds")
+    for i, bind in enumerate(binds if isinstance(binds, list) else []):
+        src, sep, rest = bind.partition(":") if isinstance(bind, str) else ("", "", "")
+        if _relative(src):
+            binds[i] = os.path.abspath(src) + sep + rest  # type: ignore[index]
+            out.notes.append(f"execution.extra_binds: {src!r} is relative: binding "
+                             f"{os.path.abspath(src)}")
+
+
+def _relative(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and not value.startswith(("/", "~", "$"))
+
+
 def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
             profile: str | None = None) -> Composed:
     near = run_file.resolve().parent if run_file else None
@@ -133,16 +215,25 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
                        str(preset_file)))
     if run:
         layers.append((run, "run file", str(run_file)))
+    placeholders = Placeholders()
+    refused: list[ConfigIssue] = []
     for layer, source, origin in layers:
         out.layers.append((source, origin))
         _normalize_tasks(layer)
-        out.notes += translate(layer, source)
+        placeholders.read_layer(layer, source)  # before translation drops or renames a key
+        try:
+            out.notes += translate(layer, source)
+        except ConfigError as exc:  # reported with every placeholder, not one at a time
+            refused += exc.issues
         merge(out.data, layer, out.sources, source)
     for text in overrides:
         ov = parse_override(text)
         dotted = ".".join(ov.path)
+        placeholders.set_by_override(dotted, ov.value, ov.delete)
         if dotted in RENAMED:
             ov = type(ov)(RENAMED[dotted].split("."), ov.value, ov.delete, ov.text)
+        if not ov.delete and _merge_launcher_override(out, ov):
+            continue
         path = apply_override(out.data, ov)
         _normalize_tasks(out.data)  # before the next -o addresses a task by its name
         for stale in [p for p in out.sources if p == path or p.startswith(path + ".")]:
@@ -150,4 +241,10 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         if not ov.delete:
             for leaf in _leaves(ov.value, path):
                 out.sources[leaf] = f"-o {text}"
+    refused += placeholders.issues()
+    if refused:
+        raise ConfigError(refused)
+    out.notes += translate_merged(out.data)
+    _absolute_paths(out)
+    _normalize_durations(out.data)
     return out

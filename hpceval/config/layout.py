@@ -1,13 +1,17 @@
 """GPU arithmetic: how server instances tile the allocation.
 
 Every GPU of the allocation is used: 2 nodes x 8 GPUs with TP=2 gives 8 instances, not 1.
-Layouts that leave GPUs idle or do not fit are refused with the numbers in the message.
+Layouts that leave GPUs idle or do not fit are refused with the numbers in the message. An
+explicit data_parallel_size (or data_parallel_size_local) that needs less than the allocation
+is honoured instead: fit_explicit_layout shrinks the request to what it uses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 
@@ -78,3 +82,53 @@ def compute_layout(spec: RunSpec) -> tuple[Layout, list[ConfigIssue]]:
             f"remove it (it defaults to {layout.instances}) or change execution.nodes / "
             "execution.gpus_per_node")]
     return layout, []
+
+
+def fit_explicit_layout(spec: RunSpec) -> tuple[RunSpec, list[str], list[ConfigIssue]]:
+    """An explicit data_parallel_size (or data_parallel_size_local) smaller than the allocation
+    is honoured: the job requests only the GPUs (or nodes) it uses, and a note says so. With
+    nothing written, compute_layout fills the allocation."""
+    ex, dep = spec.execution, spec.deployment
+    if dep.type in ("none", "command"):
+        return spec, [], []
+    need = dep.tensor_parallel_size * dep.pipeline_parallel_size
+    nodes, per_node = ex.nodes, ex.gpus_per_node
+    what = f"TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size} = {need} GPUs"
+    if need > per_node * nodes and not backend_for(ex.type).multi_node:  # "add nodes" won't do
+        return spec, [], [ConfigIssue(
+            "execution.gpus_per_node", f"is {per_node} (GPUs of this machine, from the local "
+            f"profile), but one instance needs {what}",
+            "pass -o execution.gpus_per_node=<GPUs this machine has>")]
+    if per_node == 0 or need == 0:
+        return spec, [], []
+    dp, local = dep.data_parallel_size, dep.data_parallel_size_local
+    if local is not None and need <= per_node:
+        if local * need > per_node:
+            return spec, [], [ConfigIssue(
+                "deployment.data_parallel_size_local", f"{local} instances x {what} do not fit "
+                f"on a {per_node}-GPU node", f"use at most {per_node // need}")]
+        if dp is not None and dp != local * nodes:
+            return spec, [], [ConfigIssue(
+                "deployment.data_parallel_size", f"is {dp}, but data_parallel_size_local={local} "
+                f"on {nodes} node(s) makes {local * nodes} instances",
+                f"set deployment.data_parallel_size={local * nodes} (or remove it), or change "
+                "data_parallel_size_local")]
+        dp = local * nodes
+    if dp is None:
+        return spec, [], []
+    new_nodes, new_gpus = nodes, per_node
+    if need <= per_node and dp * need < nodes * per_node:
+        if dp < nodes:
+            new_nodes, new_gpus = dp, need
+        elif dp % nodes == 0:
+            new_gpus = dp // nodes * need
+    elif need > per_node and need % per_node == 0 and dp * (need // per_node) < nodes:
+        new_nodes = dp * (need // per_node)
+    if (new_nodes, new_gpus) == (nodes, per_node):
+        return spec, [], []
+    note = (f"deployment.data_parallel_size={dp} with {what} per instance uses "
+            f"{dp * need} GPU(s): requesting {new_nodes} node(s) x {new_gpus} GPU(s) instead of "
+            f"{nodes} x {per_node} (remove data_parallel_size to fill the allocation)")
+    execution = dataclasses.replace(ex, nodes=new_nodes, gpus_per_node=new_gpus)
+    deployment = dataclasses.replace(dep, data_parallel_size=dp)
+    return dataclasses.replace(spec, execution=execution, deployment=deployment), [note], []

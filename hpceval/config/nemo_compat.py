@@ -6,31 +6,80 @@ can still say which file a value came from.
 
 from __future__ import annotations
 
+import copy
+import re
 import shlex
 from typing import Any
+
+from hpceval.config import nemo_adapters
+from hpceval.config.errors import ConfigError, ConfigIssue
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {
     "execution.num_nodes": "execution.nodes",
 }
 
+# Launcher features hpceval does not have: refused (exit 2), never run with another meaning.
+_EXPORT_FIX = ("remove it and run `hpceval export` after the run (hpceval installs nothing on "
+               "compute nodes and has no dependent export job yet)")
+UNSUPPORTED = {
+    "execution.auto_export": ("auto-export after the run is not supported", _EXPORT_FIX),
+    "export": ("auto-export settings (export:) are not supported", _EXPORT_FIX),
+    "auxiliary_deployments": (
+        "auxiliary deployments (a judge served in the same job) are not supported",
+        "serve the judge with its own hpceval run or elsewhere, and set the task's judge url "
+        "(params.extra.judge.url)"),
+    "execution.lepton_platform": (
+        "Lepton deployments are out of scope for hpceval (it runs on Slurm clusters and "
+        "workstations)", "use execution: slurm/default or local"),
+    "deployment.lepton_config": (
+        "Lepton deployments are out of scope for hpceval (it runs on Slurm clusters and "
+        "workstations)", "use execution: slurm/default or local"),
+}
+# defaults: entries naming launcher configs that hpceval has no counterpart for.
+UNSUPPORTED_DEFAULTS = {
+    "execution": {"lepton": UNSUPPORTED["execution.lepton_platform"]},
+    "deployment": {
+        "nim": ("NIM deployments are out of scope for hpceval (NIM containers manage their own "
+                "serving)", "serve the model with deployment: vllm or sglang, or start the NIM "
+                "yourself and point target.api_endpoint.url at it with deployment: none"),
+        "trtllm": ("TensorRT-LLM deployments are not supported",
+                   "use deployment: vllm or sglang, or deployment: generic with your command"),
+    },
+}
+
+
+def check_defaults_entry(group: str, name: str) -> None:
+    """Refuse a launcher config with no counterpart, in words, before any file is searched."""
+    for prefix, (what, fix) in UNSUPPORTED_DEFAULTS.get(group, {}).items():
+        if name == prefix or name.startswith(prefix + "/"):
+            raise ConfigError.at(f"defaults.{group}", f"{name}: {what}", fix)
+
+
 # Launcher keys with no meaning here, and why: reported, never silently dropped.
 DROPPED = {
-    "execution.hostname": "hpceval runs sbatch on the login node itself (no ssh hop); "
-    "run hpceval there",
     "execution.username": "hpceval runs as the user who calls it",
     "execution.ntasks_per_node": "hpceval derives tasks per node from the deployment layout",
     "execution.subproject": "use execution.job_name or execution.sbatch_comment",
-    "execution.auto_export": "run `hpceval export` after the run (nothing installs packages "
-    "on compute nodes)",
+    "execution.cpu_partition": "hpceval's export runs on the login node, not in a CPU job",
     "execution.deployment": "hpceval derives server steps from the deployment layout",
     "execution.proxy": "hpceval balances instances with its own in-job proxy",
     "deployment.endpoints": "hpceval uses the server's OpenAI routes; deployment.health_path "
     "was taken from endpoints.health",
     "deployment.pre_cmd": "put site set-up in execution.pre_commands",
-    "evaluation.nemo_evaluator_config.target": "interceptors are configured per run in hpceval",
-    "target.api_endpoint.adapter_config": "interceptors are configured per run in hpceval",
+    "deployment.base_command": "hpceval builds the server command from the deployment keys",
+    "deployment.n_tasks": "hpceval derives server steps from the deployment layout",
 }
+
+
+def _has(data: dict[str, Any], path: str) -> bool:
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, dict) and last in node
 
 
 def _pop(data: dict[str, Any], path: str) -> tuple[bool, Any]:
@@ -56,18 +105,49 @@ def _put(data: dict[str, Any], path: str, value: Any) -> None:
 def translate(layer: dict[str, Any], source: str) -> list[str]:
     """Rewrite launcher keys in place; return notes for the user."""
     notes: list[str] = []
+    issues = [ConfigIssue(path, f"{what} (in the {source})", fix)
+              for path, (what, fix) in UNSUPPORTED.items() if _has(layer, path)]
+    if issues:
+        raise ConfigError(issues)
+    shared_env = layer.pop("env_vars", None)
+    if isinstance(shared_env, dict):
+        # NeMo Evaluator 0.2.7's top-level env_vars reach the server and every task; the
+        # sections' own env_vars win over them.
+        for section in ("deployment", "evaluation"):
+            mine = layer.setdefault(section, {})
+            if isinstance(mine, dict):
+                own = mine.get("env_vars")
+                mine["env_vars"] = {**shared_env, **(own if isinstance(own, dict) else {})}
+    elif shared_env is not None:
+        layer["env_vars"] = shared_env  # reported as a type error by the schema
     for old, new in RENAMED.items():
         found, value = _pop(layer, old)
         if found:
             _put(layer, new, value)
     _translate_execution(layer, notes, source)
     _translate_deployment(layer, notes, source)
-    _translate_params(layer.get("evaluation"), "evaluation", notes, source)
+    issues.clear()
+    adapters: dict[str, Any] = {}  # where -> adapter_config, applied together below
+    _translate_params(layer.get("evaluation"), "evaluation", notes, source, issues, adapters)
     evaluation = layer.get("evaluation")
+    per_task: dict[str, Any] = {}
     if isinstance(evaluation, dict) and isinstance(evaluation.get("tasks"), list):
         for task in evaluation["tasks"]:
             if isinstance(task, dict):
-                _translate_params(task, f"evaluation.tasks.{task.get('name')}", notes, source)
+                where = f"evaluation.tasks.{task.get('name')}"
+                _translate_task(task, where, notes, source, issues, adapters)
+                if where in adapters:
+                    per_task[str(task.get("name"))] = adapters.pop(where)
+    target = layer.get("target")
+    shared = adapters.pop("evaluation", None)
+    if isinstance(target, dict) and isinstance(target.get("api_endpoint"), dict) \
+            and "adapter_config" in target["api_endpoint"]:
+        shared = nemo_adapters.merge_settings(target["api_endpoint"].pop("adapter_config"), shared)
+    if shared is not None or per_task:
+        nemo_adapters.apply(layer.setdefault("evaluation", {}), shared, per_task, source, notes,
+                            issues)
+    if issues:
+        raise ConfigError(issues)
     for path, why in DROPPED.items():
         found, _ = _pop(layer, path)
         if found:
@@ -77,6 +157,9 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
         notes.append(f"{source}: target.api_endpoint.api_key is ignored: never write a key into a "
                      "config; set target.api_endpoint.api_key_name to the variable's NAME")
     return notes
+
+
+_HF_HOMES = ("/root/.cache/huggingface",)  # HF_HOME inside the launcher's containers
 
 
 def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -> None:
@@ -103,7 +186,13 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
         binds = execution.setdefault("extra_binds", [])
         for section in ("deployment", "evaluation"):
             for src, dst in (mounts.pop(section, None) or {}).items():
-                binds.append(f"{src}:{dst}")
+                if str(dst).rstrip("/") in _HF_HOMES and \
+                        execution.setdefault("hf_cache_dir", src) == src:
+                    # The launcher's way to share the Hugging Face cache; here HF_HOME is
+                    # set per task, so a bind alone would be shadowed.
+                    continue
+                if f"{src}:{dst}" not in binds:  # the same folder for server and tasks
+                    binds.append(f"{src}:{dst}")
         if mounts.pop("mount_home", None):
             notes.append(f"{source}: execution.mounts.mount_home is ignored: containers run "
                          "with --cleanenv and explicit binds; add $HOME to extra_binds if needed")
@@ -111,9 +200,16 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
             execution.pop("mounts")
     instances = execution.pop("num_instances", None)
     if instances is not None:
-        layer.setdefault("deployment", {}).setdefault("data_parallel_size", instances)
-        notes.append(f"{source}: execution.num_instances={instances} became "
-                     "deployment.data_parallel_size (instances behind the in-job proxy)")
+        # The launcher runs num_instances servers, each with vLLM's --data-parallel-size
+        # replicas inside; here every replica is its own instance behind the in-job proxy.
+        deployment = layer.setdefault("deployment", {})
+        inner = deployment.get("data_parallel_size")
+        total = instances * inner if isinstance(inner, int) and isinstance(instances, int) \
+            else instances
+        deployment["data_parallel_size"] = total
+        notes.append(f"{source}: execution.num_instances={instances} x data_parallel_size="
+                     f"{inner or 1} became deployment.data_parallel_size={total} (instances "
+                     "behind the in-job proxy)")
 
 
 def _translate_deployment(layer: dict[str, Any], notes: list[str], source: str) -> None:
@@ -121,11 +217,19 @@ def _translate_deployment(layer: dict[str, Any], notes: list[str], source: str) 
     if not isinstance(deployment, dict):
         return
     kind = deployment.get("type")
+    if isinstance(kind, str):
+        check_defaults_entry("deployment", kind)
     if kind == "generic":
         deployment["type"] = "command"
     elif kind == "vllm_ray":
         deployment["type"] = "vllm"
         deployment.setdefault("multi_node_backend", "ray")
+    backend = deployment.pop("distributed_executor_backend", None)
+    if backend == "ray":
+        deployment.setdefault("multi_node_backend", "ray")
+    image = deployment.get("image")
+    if isinstance(image, str) and is_registry_reference(image):
+        deployment["image"] = "docker://" + image
     if isinstance(deployment.get("extra_args"), str):
         deployment["extra_args"] = shlex.split(deployment["extra_args"])
     endpoints = deployment.get("endpoints")
@@ -133,7 +237,64 @@ def _translate_deployment(layer: dict[str, Any], notes: list[str], source: str) 
         deployment.setdefault("health_path", endpoints["health"])
 
 
-def _translate_params(node: Any, where: str, notes: list[str], source: str) -> None:
+def is_registry_reference(image: str) -> bool:
+    """``vllm/vllm-openai:v0.13.0`` (the launcher's form) names a registry image, not a file."""
+    return ("://" not in image and not image.startswith(("/", ".", "~", "$"))
+            and not image.endswith((".sif", ".sqsh", ".img", ".simg")))
+
+
+# An OmegaConf interpolation (${oc.env:USER}, ${deployment.port}); $VAR and ${VAR} are ours.
+_INTERPOLATION = re.compile(r"\$\{(?:oc\.\w+:|select_not_null:|[A-Za-z_]\w*(?:\.\w+)+\})")
+
+
+def translate_merged(data: dict[str, Any]) -> list[str]:
+    """What only the merged config can tell (the type may come from a preset, a key from a
+    file): launcher commands for servers hpceval starts itself, and interpolations."""
+    notes: list[str] = []
+    deployment = data.get("deployment")
+    if isinstance(deployment, dict) and deployment.get("type") in ("vllm", "sglang") \
+            and deployment.get("command") is not None:
+        deployment.pop("command")
+        notes.append(f"deployment.command is ignored for a {deployment['type']} deployment: "
+                     "hpceval starts the server itself from tensor/pipeline/data_parallel_size "
+                     "(one instance per replica, spread over the nodes), extra_args and "
+                     "env_vars; put server flags in deployment.extra_args, or set "
+                     "deployment.type: command to run your own command")
+    endpoint = (data.get("target") or {}).get("api_endpoint")
+    if isinstance(endpoint, dict) and endpoint.get("api_key_name") == "":
+        endpoint.pop("api_key_name")  # the launcher's quick start: "" means no key
+    issues = [ConfigIssue(path, f"{value[:80]!r} is an OmegaConf interpolation, which hpceval "
+                          "does not evaluate", "write the value itself (for $USER: $USER in "
+                          "path keys, or remove the key)")
+              for path, value in _leaf_strings(data, "") if _INTERPOLATION.search(value)]
+    if issues:
+        raise ConfigError(issues)
+    return notes
+
+
+def _leaf_strings(data: Any, prefix: str) -> list[tuple[str, str]]:
+    if isinstance(data, dict):
+        return [leaf for k, v in data.items()
+                for leaf in _leaf_strings(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(data, list):
+        return [leaf for i, v in enumerate(data) for leaf in _leaf_strings(v, f"{prefix}[{i}]")]
+    return [(prefix, data)] if isinstance(data, str) else []
+
+
+def _translate_task(task: dict[str, Any], where: str, notes: list[str], source: str,
+                    issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
+    _translate_params(task, where, notes, source, issues, adapters)
+    container = task.get("container")
+    if isinstance(container, str) and is_registry_reference(container):
+        task["container"] = "docker://" + container
+
+
+# EvaluationConfig keys the launcher accepts beside params, which the catalogue decides here.
+_CONFIG_KEYS_IGNORED = ("output_dir", "supported_endpoint_types", "required_capabilities", "type")
+
+
+def _translate_params(node: Any, where: str, notes: list[str], source: str,
+                      issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
     if not isinstance(node, dict):
         return
     nec = node.get("nemo_evaluator_config")
@@ -147,10 +308,73 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str) -> N
         del nec["config"]["params"]
         if not nec["config"]:
             del nec["config"]
-    if isinstance(nec.get("target"), dict):
-        notes.append(f"{source}: {where}.nemo_evaluator_config.target is ignored: interceptors "
-                     "are configured per run in hpceval")
-        del nec["target"]
-    if nec:
-        notes.append(f"{source}: {where}.nemo_evaluator_config keys {sorted(nec)} are ignored")
+    if "target" in nec:
+        target = nec.pop("target")
+        endpoint = target.get("api_endpoint") if isinstance(target, dict) else None
+        if isinstance(endpoint, dict) and "adapter_config" in endpoint:
+            adapters[where] = endpoint.pop("adapter_config")
+        if endpoint or (isinstance(target, dict) and set(target) - {"api_endpoint"}):
+            notes.append(f"{source}: {where}.nemo_evaluator_config.target keys other than "
+                         "api_endpoint.adapter_config are ignored (the endpoint is "
+                         "target.api_endpoint)")
+    config = nec.pop("config", None)
+    for key in sorted(config) if isinstance(config, dict) else []:
+        if key in _CONFIG_KEYS_IGNORED:
+            notes.append(f"{source}: {where}.nemo_evaluator_config.config.{key} is ignored: "
+                         "hpceval takes it from its task catalogue")
+        else:
+            issues.append(ConfigIssue(
+                f"{where}.nemo_evaluator_config.config.{key}", "is not a NeMo Evaluator "
+                "setting (its evaluation config refuses unknown keys too)",
+                "parameters go under nemo_evaluator_config.config.params (params.extra for "
+                "harness-specific ones)"))
+    for key in sorted(nec):
+        issues.append(ConfigIssue(f"{where}.nemo_evaluator_config.{key}", "is not a NeMo "
+                                  "Evaluator setting", "use config.params or target"))
     del node["nemo_evaluator_config"]
+
+
+Translated = tuple[dict[str, Any], list[str]]
+
+
+def translate_override(path: list[str], value: Any, source: str) -> Translated | None:
+    """A ``-o`` in the launcher's terms (``evaluation.nemo_evaluator_config.config.params.x``,
+    ``execution.hostname``, ...) as a layer to merge in ours, with its notes; None when the
+    key needs no translation. Task keys (``evaluation.tasks.<name>.…``) go through
+    ``translate_task_override``."""
+    layer: dict[str, Any] = {}
+    node = layer
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = copy.deepcopy(value)
+    original = copy.deepcopy(layer)
+    notes = translate(layer, source)
+    if layer == original and not notes:
+        return None
+    return layer, notes
+
+
+def translate_task_override(task_name: str, rest: list[str], value: Any,
+                            source: str) -> Translated | None:
+    """The same for one task: ``rest`` is the key path inside the task."""
+    task: dict[str, Any] = {"name": task_name}
+    node = task
+    for part in rest[:-1]:
+        node = node.setdefault(part, {})
+    node[rest[-1]] = copy.deepcopy(value)
+    original = copy.deepcopy(task)
+    notes: list[str] = []
+    issues: list[ConfigIssue] = []
+    adapters: dict[str, Any] = {}
+    _translate_task(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
+    if adapters:
+        issues.append(ConfigIssue(
+            f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "hpceval applies one "
+            "set of interceptors to every task of a run", "set it for the run: "
+            "-o evaluation.interceptors.<key>=... (see docs/migrating-from-nemo-evaluator.md)"))
+    if issues:
+        raise ConfigError(issues)
+    if task == original and not notes:
+        return None
+    task.pop("name")
+    return task, notes

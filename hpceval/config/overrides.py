@@ -1,7 +1,8 @@
 """Command-line overrides: ``-o key.path=value`` (Hydra-style, as NeMo Evaluator users type them).
 
 - values are parsed as YAML, so ``-o 'evaluation.tasks=[{name: ifeval}]'`` sets a whole list;
-- ``+key=value`` adds a key, ``~key`` removes one;
+- ``+key=value`` and ``++key=value`` (Hydra's add / add-or-replace) set a key, ``~key``
+  removes one;
 - ``evaluation.tasks.<task name>.key=value`` (or ``.<index>.``) addresses one task of the list.
 """
 
@@ -10,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from hpceval.config import yamlio
 from hpceval.config.errors import ConfigError
 
 
@@ -26,8 +26,9 @@ class Override:
 def parse_override(text: str) -> Override:
     raw = text.strip()
     delete = raw.startswith("~")
-    if raw[:1] in "+~":
-        raw = raw[1:]
+    # Hydra's forms: +key adds a key, ++key adds or replaces it, ~key removes it. Here a key
+    # may always be set, so all three set (or remove) the same way.
+    raw = raw[2:] if raw.startswith("++") else raw[1:] if raw[:1] in "+~" else raw
     if "=" not in raw and not delete:
         raise ConfigError.at("-o", f"{text!r} has no '='", "write -o key.path=value")
     key, _, value_text = raw.partition("=")
@@ -35,15 +36,15 @@ def parse_override(text: str) -> Override:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError.at("-o", f"{text!r} has an empty key", "write -o key.path=value")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else ""
-    except yaml.YAMLError as exc:
-        reason = str(exc).splitlines()[0]
+        value = yamlio.loads(value_text) if value_text.strip() else ""
+    except yamlio.YamlError as exc:
+        reason = exc.problem
         raise ConfigError.at(key, f"value {value_text!r} is not valid YAML ({reason})",
                              "quote the value, e.g. -o 'key=\"text: with colon\"'") from exc
     return Override(key.split("."), value, delete, text)
 
 
-def _find_task(tasks: list[Any], parts: list[str], path: str) -> tuple[int, int]:
+def find_task(tasks: list[Any], parts: list[str], path: str) -> tuple[int, int]:
     """Index of the task addressed by the leading parts, and how many parts its name used.
 
     Task names may contain dots (``lm-evaluation-harness.ifeval``), so the longest match wins.
@@ -69,7 +70,7 @@ def apply_override(data: dict[str, Any], ov: Override) -> str:
         part = parts.pop(0)
         shown.append(part)
         if isinstance(node, list):
-            index, used = _find_task(node, [part, *parts], ".".join(shown))
+            index, used = find_task(node, [part, *parts], ".".join(shown))
             del parts[: used - 1]
             shown[-1] = str(node[index].get("name", index))
             if not parts:

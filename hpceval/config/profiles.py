@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from hpceval.config import yamlio
 from hpceval.config.errors import ConfigError
 from hpceval.resources import site_configs_dir
 
@@ -50,17 +49,13 @@ def search_dirs(near: Path | None = None) -> list[ProfileDir]:
 
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yamlio.read(path)
     except OSError as exc:
         raise ConfigError.at(what, f"cannot read {path}: {exc.strerror}", "check the path") from exc
-    try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError.at(what, f"{path}{where}: invalid YAML: {problem}",
-                             "fix the YAML syntax (indentation, quotes, colons)") from exc
+    except yamlio.YamlError as exc:
+        where = f" line {exc.line}" if exc.line is not None else ""
+        raise ConfigError.at(what, f"{path}{where}: invalid YAML: {exc.problem}",
+                             "fix the YAML (indentation, quotes, colons, repeated keys)") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

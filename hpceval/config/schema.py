@@ -36,6 +36,10 @@ REQUIRED: Any = object()  # sentinel default: the key must be given somewhere
 class ExecutionSpec:
     type: ExecutionType = key("slurm", "slurm submits with sbatch; local runs the same job here")
     profile: str | None = key(None, "name of the site profile this section came from")
+    hostname: str | None = key(
+        None, "login node that submits (NeMo Evaluator's key); hpceval does not ssh, so submit "
+        "refuses to run on another machine"
+    )
     partition: str | None = key(None, "Slurm partition (--partition)")
     account: str | None = key(None, "Slurm account to charge (--account)")
     qos: str | None = key(None, "Slurm quality of service (--qos)")
@@ -92,7 +96,12 @@ class DeploymentSpec:
     tensor_parallel_size: int = key(1, "GPUs one model copy is split across (TP)", minimum=1)
     pipeline_parallel_size: int = key(1, "pipeline stages of one model copy (PP)", minimum=1)
     data_parallel_size: int | None = key(
-        None, "independent server instances; default fills every GPU of the allocation"
+        None, "independent server instances; default fills every GPU of the allocation, a "
+        "smaller number requests only the GPUs it uses"
+    )
+    data_parallel_size_local: int | None = key(
+        None, "instances on each node (NeMo Evaluator's DP ranks per node); default fills it",
+        minimum=1,
     )
     gpus_per_instance: int | None = key(
         None, "command deployments: GPUs per instance (vllm/sglang use TP x PP)"
@@ -161,11 +170,41 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class InterceptorsSpec:
+    """What the in-job proxy changes on the way to and from the model, for every task."""
+
+    system_prompt: str | None = key(
+        None, "system message placed first in every chat request (NEL: system_message)"
+    )
+    strip_reasoning: bool = key(
+        False, "move <think>...</think> out of answers before scoring (NEL: reasoning)"
+    )
+    reasoning_start: str = key("<think>", "marker where a reasoning trace starts")
+    reasoning_end: str = key("</think>", "marker where a reasoning trace ends")
+    add_params: dict[str, Any] = key(
+        {}, "request fields set on every request; dotted keys reach nested fields"
+    )
+    remove_params: list[str] = key([], "request fields removed from every request (dotted)")
+    rename_params: dict[str, str] = key({}, "request fields renamed: {old: new} (dotted)")
+    log_requests: int = key(0, "log the first N request/response pairs to the model's folder",
+                            minimum=0)
+
+    @property
+    def changes_requests(self) -> bool:
+        return bool(self.system_prompt is not None or self.strip_reasoning or self.add_params
+                    or self.remove_params or self.rename_params)
+
+
+@dataclass(frozen=True)
 class EvaluationSpec:
     tasks: list[TaskSpec] = key(REQUIRED, "tasks to run, in order, against one server")
     params: EvalParams = field(default_factory=EvalParams)
     env_vars: dict[str, str] = key({}, "environment for every task (same forms as a task's)")
     max_concurrent_tasks: int = key(1, "tasks of one model running at the same time", minimum=1)
+    interceptors: InterceptorsSpec = field(
+        default_factory=InterceptorsSpec,
+        metadata={"doc": "request/response changes the in-job proxy applies to every task"},
+    )
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def _prepare(path: str, raw: bytes, interceptors: Interceptors) -> Prepared | No
 class ProxyServer:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.balancer = Balancer(config.upstreams)
+        self.balancer = Balancer(config.upstreams, external=config.external_upstream)
         self.progress = Progress(config.expected_requests)
         self.interceptors = build_interceptors(config)
         self.request_log = RequestLog(config.request_log_path, config.log_requests)

@@ -54,8 +54,9 @@ class Instance:
 class Balancer:
     """Picks instances; `release` must follow every `pick` that returned an instance."""
 
-    def __init__(self, urls: tuple[str, ...] | list[str]) -> None:
+    def __init__(self, urls: tuple[str, ...] | list[str], external: bool = False) -> None:
         self.instances = [Instance(u) for u in urls]
+        self.external = external  # an API outside the job: probed without /health
         self._next = 0  # rotating start, so ties do not all land on the first instance
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -93,7 +94,7 @@ class Balancer:
 
     def mark_up(self, inst: Instance) -> None:
         if not inst.up:
-            log.warning("upstream %s is back (answered /health)", inst.url)
+            log.warning("upstream %s is back (answered its probe)", inst.url)
         inst.up = True
         inst.down_since = None
 
@@ -115,9 +116,11 @@ class Balancer:
         inst.probing = True
         try:
             timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
-            async with session.get(inst.url + "/health", timeout=timeout) as resp:
+            path = "/v1/models" if self.external else "/health"
+            async with session.get(inst.url + path, timeout=timeout) as resp:
                 await resp.read()
-                return resp.status == 200
+                # An external API answers the probe without a key with 401: still reachable.
+                return resp.status < 500 if self.external else resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return False
         finally:

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per attempt (default 1800)")
     p.add_argument("--max-retries", type=int, default=3, metavar="N",
                    help="retries on connection errors, timeouts, 5xx and 429 (default 3)")
+    p.add_argument("--external-upstream", action="store_true",
+                   help="the upstream is an API outside the job: re-probe it with /v1/models "
+                        "(any answer below 500 means up) instead of /health")
     p.add_argument("--system-prompt", metavar="TEXT", help="system prompt for chat requests")
     p.add_argument("--strip-reasoning", action="store_true",
                    help="move reasoning traces out of the answer into reasoning_content")
@@ -82,7 +85,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         reasoning_end=args.reasoning_end, add_params=add, remove_params=tuple(args.remove_param),
         rename_params=rename, log_requests=args.log_requests, log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
-        body_timeout=args.client_timeout, api_key=api_key)
+        body_timeout=args.client_timeout, api_key=api_key,
+        external_upstream=args.external_upstream)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,9 @@ class ProxyConfig:
     rename_params: tuple[tuple[str, str], ...] = ()
     log_requests: int = 0  # log the first N request/response pairs
     log_file: Path | None = None  # default: proxy-requests.jsonl beside the progress file
+    # The upstream is an API outside the job (deployment.type none): it has no /health, so a
+    # down-marked one is re-probed with GET /v1/models, and any answer below 500 means it is up.
+    external_upstream: bool = False
     progress_interval: float = 2.0
     probe_interval: float = 2.0  # how often instances marked down are re-probed via /health
     cache_fsync_every: int = 256  # fsync the shard after this many new entries ...

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
+from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
@@ -47,6 +50,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
     instances = build_instances(resolved)
     block = 64 * -(-(2 * max(layout.instances, 1) + 2) // 64)
     fixed_url = ep.url if dep.type == "none" else None
+    # An external endpoint gets the proxy only for what only the proxy does (interceptors).
+    rules = spec.evaluation.interceptors
+    external_proxy = fixed_url is not None and (rules.changes_requests or rules.log_requests > 0)
     steps = build_steps(resolved, catalogue)
     return {
         "header": [ShellCode(line.text())
@@ -74,13 +80,31 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "files": JOB_FILES,  # the run directory's file names, as Python reads them
         # Always, even for one instance: the proxy's response cache is what lets a resumed job
         # replay finished requests, and its progress file is what `hpceval status` shows.
-        "proxy": layout.instances >= 1,
+        "proxy": layout.instances >= 1 or external_proxy,
+        "proxy_args": proxy_arguments(spec.evaluation.interceptors),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
-                     "model_id": ep.model_id or dep.served_model_name or ""},
+                     **_proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": steps,
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
     }
+
+
+def proxy_arguments(rules: InterceptorsSpec) -> list[str]:
+    """evaluation.interceptors as `hpceval.job proxy` options. Always --flag=value: a value
+    that starts with a dash (a system prompt may) is still read as the flag's value."""
+    args = [f"--rename-param={old}={new}" for old, new in rules.rename_params.items()]
+    args += [f"--remove-param={name}" for name in rules.remove_params]
+    args += [f"--add-param={name}={json.dumps(value, ensure_ascii=False)}"
+             for name, value in rules.add_params.items()]
+    if rules.system_prompt is not None:
+        args.append(f"--system-prompt={rules.system_prompt}")
+    if rules.strip_reasoning:
+        args += ["--strip-reasoning", f"--reasoning-start={rules.reasoning_start}",
+                 f"--reasoning-end={rules.reasoning_end}"]
+    if rules.log_requests:
+        args.append(f"--log-requests={rules.log_requests}")
+    return args
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
@@ -168,6 +192,17 @@ def _base_of(url: str | None) -> str | None:
         if url.rstrip("/").endswith(suffix):
             return url.rstrip("/")[: -len(suffix)]
     return url.rstrip("/")
+
+
+def _proxied(url: str | None) -> dict[str, str | None]:
+    """An external URL split for the proxy: the origin it forwards to, and the paths the
+    harness asks the proxy for (the same paths, so a URL prefix such as /api/v1 carries over)."""
+    if url is None:
+        return {"origin": None, "url_path": None, "base_path": None}
+    parts = urlsplit(url)
+    base = _base_of(url) or url
+    return {"origin": f"{parts.scheme}://{parts.netloc}", "url_path": parts.path or "/",
+            "base_path": urlsplit(base).path}
 
 
 def _reject_nul(obj: Any, path: str) -> None:

@@ -38,7 +38,10 @@ def test_layouts(nodes: int, gpus: int, tp: int, pp: int, expected: Layout) -> N
     (["execution.nodes=3", "execution.gpus_per_node=8", "deployment.tensor_parallel_size=16"],
      "3 is not a multiple of 2"),
     (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.tensor_parallel_size=2",
-      "deployment.data_parallel_size=1"], "makes 8 instances"),
+      "deployment.data_parallel_size=9"], "makes 8 instances (18 of 16 GPUs would be needed)"),
+    (["execution.gpus_per_node=8", "deployment.data_parallel_size_local=9"], "do not fit"),
+    (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.data_parallel_size_local=8",
+      "deployment.data_parallel_size=2"], "data_parallel_size_local=8 on 2 node(s) makes 16"),
 ])
 def test_refusals_carry_the_numbers(extra: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -58,3 +61,30 @@ def test_external_endpoint_runs_no_server() -> None:
                            "target.api_endpoint.url=https://api.example.com/v1",
                            "target.api_endpoint.model_id=m"])
     assert not r.layout.serves
+
+
+@pytest.mark.parametrize(("extra", "nodes", "gpus", "instances"), [
+    # TP=2, DP=1 on an 8-GPU node: one instance on the 2 GPUs it uses, not 4 instances.
+    (["execution.gpus_per_node=8", "deployment.tensor_parallel_size=2",
+      "deployment.data_parallel_size=1"], 1, 2, 1),
+    (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.data_parallel_size=4"],
+     2, 2, 4),
+    (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.data_parallel_size=1"],
+     1, 1, 1),
+    (["execution.nodes=4", "execution.gpus_per_node=8", "deployment.tensor_parallel_size=16",
+      "deployment.data_parallel_size=1"], 2, 8, 1),
+    (["execution.nodes=2", "execution.gpus_per_node=8",
+      "deployment.data_parallel_size_local=4"], 2, 4, 8),
+])
+def test_explicit_smaller_dp_requests_only_what_it_uses(extra: list[str], nodes: int, gpus: int,
+                                                        instances: int) -> None:
+    r = load_config(None, [*BASE, *extra])
+    assert (r.spec.execution.nodes, r.spec.execution.gpus_per_node) == (nodes, gpus)
+    assert r.layout.instances == instances
+    assert any("requesting" in n and "remove data_parallel_size" in n for n in r.composed.notes)
+
+
+def test_full_node_default_when_dp_is_not_written() -> None:
+    r = load_config(None, [*BASE, "execution.gpus_per_node=8", "deployment.tensor_parallel_size=2"])
+    assert (r.spec.execution.gpus_per_node, r.layout.instances) == (8, 4)
+    assert not any("requesting" in n for n in r.composed.notes)

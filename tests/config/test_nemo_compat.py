@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpceval.config import load_config
+import pytest
+
+from hpceval.config import ConfigError, load_config
 from tests.config.conftest import write
 
 LAUNCHER_FILE = """defaults:
@@ -12,7 +14,7 @@ LAUNCHER_FILE = """defaults:
   - deployment: vllm
   - _self_
 execution:
-  hostname: login.cluster.example.com
+  hostname: login.example.invalid
   username: alice
   account: proj1
   output_dir: /lustre/alice/results
@@ -54,7 +56,7 @@ evaluation:
 
 def test_launcher_file_runs_with_clear_notes(tmp_path: Path) -> None:
     run = write(tmp_path / "nel.yaml", LAUNCHER_FILE)
-    r = load_config(run, environ={"HF_TOKEN": "x"})
+    r = load_config(run, ["execution.hostname=login.example.invalid"], check_environment=False)
     ex, dep = r.spec.execution, r.spec.deployment
     assert ex.profile == "slurm/default" and ex.nodes == 2
     assert (ex.gpu_request, ex.gpus_per_node) == ("gres", 8)
@@ -66,12 +68,25 @@ def test_launcher_file_runs_with_clear_notes(tmp_path: Path) -> None:
     assert (ifeval.params.parallelism, ifeval.params.request_timeout) == (32, 3600)
     assert (gpqa.params.limit_samples, gpqa.params.extra) == (50, {"n_samples": 3})
     notes = "\n".join(r.composed.notes)
-    assert "execution.hostname is ignored" in notes and "login node" in notes
+    assert ex.hostname == "login.example.invalid"
     assert "api_key is ignored" in notes and "sk-do-not-store" not in notes
     assert "execution.username is ignored" in notes
 
 
 def test_launcher_override_names_are_translated(tmp_path: Path) -> None:
     run = write(tmp_path / "nel.yaml", LAUNCHER_FILE)
-    r = load_config(run, ["execution.num_nodes=1"], environ={"HF_TOKEN": "x"})
+    r = load_config(run, ["execution.num_nodes=1", "execution.hostname=localhost"],
+                    environ={"HF_TOKEN": "x"})
     assert r.spec.execution.nodes == 1
+
+
+def test_hostname_means_the_machine_that_submits(tmp_path: Path) -> None:
+    import socket
+
+    run = write(tmp_path / "nel.yaml", LAUNCHER_FILE)
+    with pytest.raises(ConfigError, match=r"execution.hostname: names 'login.example.invalid', "
+                       r"which is not this machine.*run hpceval on login.example.invalid"):
+        load_config(run, environ={"HF_TOKEN": "x"})
+    here = socket.gethostname()
+    r = load_config(run, [f"-o execution.hostname={here}"[3:]], environ={"HF_TOKEN": "x"})
+    assert r.spec.execution.hostname == here

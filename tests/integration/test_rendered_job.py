@@ -9,7 +9,9 @@ user catalogue in HPCEVAL_TASKS_PATH.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,8 +45,9 @@ harness:
   # results file, so the real `hpceval.job collect` can read it.
   command: |
     {%- set score = SCORE -%}
-    {%- if task.task_id == "ask" -%}
-    {%- set rest = '", "messages": [{"role": "user", "content": "What is 2+2?"}]}' -%}
+    {%- if task.task_id in ("ask", "think") -%}
+    {%- set question = "What is 2+2?" if task.task_id == "ask" else "<think>plan</think>done" -%}
+    {%- set rest = '", "messages": [{"role": "user", "content": "' ~ question ~ '"}]}' -%}
     {%- set body = '{"model": "' ~ model_id ~ rest -%}
     curl -sf -H 'Content-Type: application/json' -d {{ body | q }} {{ endpoint_url | q }} \\
       -o {{ output_dir | q }}/response.json &&
@@ -56,6 +59,7 @@ tasks:
   - {name: it_ask, task_id: ask, endpoint_type: chat, description: one chat request}
   - {name: it_ask_again, task_id: ask, endpoint_type: chat, description: "the same, again"}
   - {name: it_sleep, task_id: sleep, endpoint_type: chat, description: a long harness}
+  - {name: it_think, task_id: think, endpoint_type: chat, description: an answer with a trace}
 """.replace("SCORE", json.dumps(SCORE))
 
 
@@ -74,15 +78,21 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
-           tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120
+           tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
+           interceptors: dict[str, Any] | None = None, external_url: str | None = None
            ) -> tuple[str, Path, Path]:
-    run = {
+    run: dict[str, Any] = {
         "execution": {"nodes": 2, "gpus_per_node": 0, "output_dir": str(workdir / "runs")},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
                        "command": f"exec python3 {SERVER} --model ref-model {server_args}",
                        "health_timeout": health_timeout},
-        "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}]},
+        "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}],
+                       "interceptors": interceptors or {}},
     }
+    if external_url is not None:  # a server outside the job: deployment.type none
+        run["deployment"] = {"type": "none"}
+        run["execution"]["nodes"] = 1
+        run["target"] = {"api_endpoint": {"url": external_url, "model_id": "ref-model"}}
     run_file = workdir / f"{name}.yaml"
     run_file.write_text(yaml.safe_dump(run))
     resolved = load_config(run_file, profile="local-dev")
@@ -149,6 +159,60 @@ def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
         assert f"instance {i} (head) on {node}" in log
     assert (model_dir / "progress.json").exists()  # the proxy ran in front of both instances
     assert not leftovers("ref-model")
+
+
+def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmClient,
+                                                  workdir: Path) -> None:
+    """evaluation.interceptors reach the in-job proxy of a real job: the server sees the system
+    prompt and the added field, the harness sees the answer without its reasoning trace."""
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "interceptors", tasks=[
+        {"name": "it_think"}], interceptors={
+            "system_prompt": "-- be brief; 'quoted' $HOME", "strip_reasoning": True,
+            "add_params": {"chat_template_kwargs": {"enable_thinking": False}},
+            "log_requests": 5})
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
+    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
+    # The server echoed "<think>plan</think>done"; the trace moved out of the answer.
+    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
+    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
+    request = logged[0]["request"]
+    assert request["messages"][0] == {"role": "system", "content": "-- be brief; 'quoted' $HOME"}
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlurmClient,
+                                                       workdir: Path) -> None:
+    """deployment.type none with evaluation.interceptors: the job starts the proxy in front of
+    the outside server, so the same changes apply (and requests are cached and counted)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--model",
+                               "ref-model"], stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/health"],
+                                        capture_output=True).returncode == 0, 20, "the server")
+        job_id, model_dir, _ = submit(
+            slurm_cluster, workdir, "external-interceptors", tasks=[{"name": "it_think"}],
+            external_url=f"http://127.0.0.1:{port}/v1/chat/completions",
+            interceptors={"system_prompt": "be brief", "strip_reasoning": True,
+                          "log_requests": 5})
+        state = wait_done(slurm_cluster, job_id)
+    finally:
+        server.terminate()
+        server.wait(10)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
+    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
+    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
+    assert logged[0]["request"]["messages"][0] == {"role": "system", "content": "be brief"}
+    progress = json.loads((model_dir / "progress.json").read_text())
+    assert progress["requests"]["done"] == 1
 
 
 def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmClient,

@@ -117,6 +117,24 @@ async def test_down_instance_comes_back_after_health_probe(make_config: MakeConf
         assert inst.up and inst.down_since is None
 
 
+async def test_external_upstream_comes_back_without_a_health_route(
+        make_config: MakeConfig) -> None:
+    """An external API has no /health: any answer below 500 from /v1/models means it is up
+    (a 401 included: the probe carries no key). A job's own server still needs /health 200."""
+    api = FakeUpstream()
+    api.health_status = 404
+    for external, back in ((True, True), (False, False)):
+        async with running_upstreams(api) as urls, \
+                running_proxy(make_config(urls, external_upstream=external)) as (server, _):
+            inst = server.balancer.instances[0]
+            server.balancer.mark_down(inst, "test")
+            for _ in range(25):
+                if inst.up:
+                    break
+                await asyncio.sleep(0.02)
+            assert inst.up is back
+
+
 async def test_retries_5xx_then_succeeds(make_config: MakeConfig) -> None:
     flaky = FakeUpstream(fail=2)
     async with running_upstreams(flaky) as urls, \

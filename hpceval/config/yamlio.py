@@ -1,0 +1,114 @@
+"""The one YAML reader for run files, profiles, presets and ``-o`` values.
+
+PyYAML implements YAML 1.1, which reads ``1:00:00`` as the base-60 integer 3600 (a walltime
+that Slurm then takes as 3600 minutes), ``1e-5`` as a string and ``2026-01-01`` as a date.
+This reader follows what NeMo Evaluator's loader (OmegaConf) and YAML 1.2 mean instead:
+no base-60 numbers, exponent floats without a dot, no timestamps. It also refuses duplicate
+keys (the later one would silently win), bytes that are not UTF-8, and documents that are
+too large or expand too far through aliases (a few hundred bytes of nested aliases name
+billions of values).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+
+MAX_BYTES = 1 << 20  # run files are a few KiB; NeMo Evaluator's largest example is 14 KiB
+MAX_VALUES = 100_000  # values after alias expansion; a large sweep has a few thousand
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+# YAML 1.1's int and float patterns without their base-60 forms, floats as in YAML 1.2.
+_INT_RE = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)"
+                     r"|[-+]?0x[0-9a-fA-F_]+)$")
+_FLOAT_RE = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                       r"|[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+
+class YamlError(Exception):
+    """A document this reader refuses; ``line`` is 1-based where known."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+
+
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            ident = (key_node.tag, key_node.value)
+            if ident in seen:
+                raise ConstructorError(
+                    None, None, f"duplicate key {key_node.value!r} (first written on line "
+                    f"{seen[ident]}); the later value would silently win", key_node.start_mark)
+            seen[ident] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT, _TIMESTAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_INT, _INT_RE, list("-+0123456789"))
+_Loader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
+
+
+def _check_size(data: Any) -> None:
+    """Count values as a reader would see them (aliases expanded); stop at the bound."""
+    budget = MAX_VALUES
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise YamlError(f"expands to more than {MAX_VALUES} values (nested YAML aliases?)")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def loads(text: str) -> Any:
+    """Parse one document; raise YamlError with the line of the problem."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB")
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise YamlError(str(problem), mark.line + 1 if mark is not None else None) from exc
+    except RecursionError as exc:  # deeply nested flow collections
+        raise YamlError("is nested too deeply") from exc
+    _check_size(data)
+    return data
+
+
+def read(path: Path) -> Any:
+    """Read and parse a file; OSError is left to the caller (it names the path its own way)."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise YamlError(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x})", line) from exc
+    return loads(text)

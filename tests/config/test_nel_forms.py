@@ -1,0 +1,280 @@
+"""NeMo Evaluator launcher syntax read with the launcher's meaning, or refused in words."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpceval.cli.main import cli
+from hpceval.config import ConfigError, load_config
+from tests.config.conftest import write
+
+SLURM = """defaults:
+  - execution: slurm/default
+  - deployment: vllm
+  - _self_
+execution:
+  hostname: ???
+  username: ${oc.env:USER}
+  account: ???
+  output_dir: ???
+deployment:
+  hf_model_handle: org/model
+  served_model_name: org/model
+  tensor_parallel_size: 1
+  data_parallel_size: 8
+evaluation:
+  nemo_evaluator_config:
+    config:
+      params:
+        limit_samples: 5
+  tasks:
+    - name: lm-evaluation-harness.ifeval
+    - name: gsm8k
+"""
+FILLED = ["execution.hostname=localhost", "execution.account=proj1",
+          "execution.output_dir=/shared/runs"]
+
+EXTERNAL = """defaults:
+  - execution: local
+  - deployment: none
+  - _self_
+execution:
+  output_dir: /shared/runs
+target:
+  api_endpoint:
+    model_id: m
+    url: https://api.example.com/v1/chat/completions
+    api_key_name: NGC_API_KEY
+evaluation:
+  tasks:
+    - name: lm-evaluation-harness.ifeval
+"""
+
+
+def _load(tmp_path: Path, text: str, *overrides: str) -> object:
+    return load_config(write(tmp_path / "run.yaml", text), list(overrides),
+                       check_environment=False)
+
+
+def test_placeholders_are_refused_naming_each_key(tmp_path: Path) -> None:
+    run = write(tmp_path / "run.yaml", SLURM)
+    result = CliRunner().invoke(cli, ["render", str(run), "-o", "execution.account=proj1"])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if "config error" in ln]
+    assert len(errors) == 2 and all("MISSING value" in ln for ln in errors)
+    assert "execution.hostname: MISSING" in errors[0] + errors[1]
+    assert "execution.output_dir: MISSING" in errors[0] + errors[1]
+    assert "'???'" not in result.output and "#SBATCH" not in result.output
+
+
+def test_placeholders_inside_tasks_are_refused(tmp_path: Path) -> None:
+    text = SLURM.replace("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:"
+                         "\n        config:\n          params:\n            extra:\n"
+                         "              judge:\n                url: ???\n")
+    with pytest.raises(ConfigError, match=r"evaluation.tasks.gsm8k.nemo_evaluator_config.config"
+                       r".params.extra.judge.url: MISSING value"):
+        _load(tmp_path, text, *FILLED)
+    r = _load(tmp_path, text, *FILLED,
+              "evaluation.tasks.gsm8k.nemo_evaluator_config.config.params.extra.judge.url=http://j")
+    gsm8k = r.spec.evaluation.tasks[1]  # type: ignore[attr-defined]
+    assert gsm8k.params.extra == {"judge": {"url": "http://j"}}
+
+
+def test_launcher_override_forms(tmp_path: Path) -> None:
+    r = _load(tmp_path, SLURM, *FILLED,
+              "++evaluation.nemo_evaluator_config.config.params.limit_samples=10",
+              "+evaluation.tasks.gsm8k.nemo_evaluator_config.config.params.temperature=0.2")
+    ifeval, gsm8k = r.spec.evaluation.tasks  # type: ignore[attr-defined]
+    assert (ifeval.params.limit_samples, gsm8k.params.limit_samples) == (10, 10)
+    assert (ifeval.params.temperature, gsm8k.params.temperature) == (None, 0.2)
+    assert r.spec.execution.hostname == "localhost"  # type: ignore[attr-defined]
+
+
+def test_top_level_env_vars_reach_server_and_tasks(tmp_path: Path) -> None:
+    text = SLURM.replace("execution:\n", "env_vars:\n  HF_HUB_OFFLINE: lit:1\n  A: lit:top\n"
+                         "execution:\n").replace(
+        "  data_parallel_size: 8\n", "  data_parallel_size: 8\n  env_vars: {A: lit:mine}\n")
+    r = _load(tmp_path, text, *FILLED)
+    assert r.spec.deployment.env_vars == {"HF_HUB_OFFLINE": "lit:1", "A": "lit:mine"}  # type: ignore[attr-defined]
+    assert r.spec.evaluation.env_vars == {"HF_HUB_OFFLINE": "lit:1", "A": "lit:top"}  # type: ignore[attr-defined]
+
+
+def test_unprefixed_variable_names_are_refused(tmp_path: Path) -> None:
+    text = EXTERNAL + "      env_vars: {HF_TOKEN: HF_TOKEN_FOR_GPQA}\n"
+    with pytest.raises(ConfigError, match="write host:HF_TOKEN_FOR_GPQA to pass that variable"):
+        _load(tmp_path, text)
+    r = _load(tmp_path, EXTERNAL + "      env_vars: {N: '1', P: /data, B: throughput}\n")
+    assert r.spec.evaluation.tasks[0].env_vars == {"N": "1", "P": "/data", "B": "throughput"}  # type: ignore[attr-defined]
+
+
+def test_empty_api_key_name_means_no_key(tmp_path: Path) -> None:
+    r = _load(tmp_path, EXTERNAL.replace("api_key_name: NGC_API_KEY", 'api_key_name: ""'))
+    assert r.spec.target.api_endpoint.api_key_name is None  # type: ignore[attr-defined]
+
+
+def test_relative_output_dir_is_the_submit_folder(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = _load(tmp_path, EXTERNAL.replace("/shared/runs", "./results"))
+    assert r.spec.execution.output_dir == os.path.join(str(tmp_path), "results")  # type: ignore[attr-defined]
+    assert any("is relative" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+
+
+def test_registry_image_without_scheme(tmp_path: Path) -> None:
+    text = SLURM.replace("deployment:\n", "deployment:\n  image: vllm/vllm-openai:v0.13.0\n")
+    r = _load(tmp_path, text, *FILLED)
+    assert r.spec.deployment.image == "docker://vllm/vllm-openai:v0.13.0"  # type: ignore[attr-defined]
+    text = SLURM.replace("deployment:\n", "deployment:\n  image: /images/vllm.sif\n")
+    assert _load(tmp_path, text, *FILLED).spec.deployment.image == "/images/vllm.sif"  # type: ignore[attr-defined]
+    r = _load(tmp_path, SLURM, *FILLED, "deployment.image=vllm/vllm-openai:v0.11.0",
+              "evaluation.tasks.gsm8k.container=nvcr.io/nvidia/eval-factory/lm-eval:26.03")
+    assert r.spec.deployment.image == "docker://vllm/vllm-openai:v0.11.0"  # type: ignore[attr-defined]
+    assert r.spec.evaluation.tasks[1].container == (  # type: ignore[attr-defined]
+        "docker://nvcr.io/nvidia/eval-factory/lm-eval:26.03")
+
+
+def test_sglang_preset_has_its_own_image(tmp_path: Path) -> None:
+    r = _load(tmp_path, SLURM.replace("deployment: vllm", "deployment: sglang"), *FILLED)
+    assert "sglang" in r.spec.deployment.image and "vllm" not in r.spec.deployment.image  # type: ignore[attr-defined]
+
+
+def test_vllm_ray_preset(tmp_path: Path) -> None:
+    text = SLURM.replace("deployment: vllm", "deployment: vllm_ray").replace(
+        "tensor_parallel_size: 1", "tensor_parallel_size: 16").replace(
+        "data_parallel_size: 8", "data_parallel_size: 1")
+    r = _load(tmp_path, text, *FILLED, "execution.num_nodes=2")
+    assert r.spec.deployment.multi_node_backend == "ray"  # type: ignore[attr-defined]
+    assert (r.layout.instances, r.layout.nodes_per_instance) == (1, 2)  # type: ignore[attr-defined]
+
+
+def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None:
+    text = SLURM.replace("  data_parallel_size: 8\n",
+                         "  data_parallel_size: 8\n  command: vllm serve x --port 1\n")
+    r = _load(tmp_path, text, *FILLED)
+    assert any("deployment.command is ignored for a vllm deployment" in n
+               for n in r.composed.notes)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (("execution: slurm/default", "execution: lepton/default"), "Lepton deployments are out of "
+     "scope"),
+    (("deployment: vllm", "deployment: nim"), "NIM deployments are out of scope"),
+    (("deployment:\n", "export:\n  mlflow: {tracking_uri: http://m}\ndeployment:\n"),
+     "auto-export settings (export:) are not supported"),
+    (("  output_dir: ???\n", "  output_dir: ???\n  auto_export: {destinations: [mlflow]}\n"),
+     "auto-export after the run is not supported"),
+    (("  - _self_\n", "  - deployment/vllm@auxiliary_deployments.judge\n  - _self_\n"),
+     "auxiliary deployments"),
+    (("  tensor_parallel_size: 1\n", "  tensor_parallel_size: ${deployment.port}\n"),
+     "OmegaConf interpolation"),
+    (("        limit_samples: 5\n", "        limit_samples: 5\n      extra: {n: 1}\n"),
+     "evaluation.nemo_evaluator_config.config.extra: is not a NeMo Evaluator setting"),
+    (("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:\n        target:\n"
+      "          api_endpoint: {adapter_config: {use_reasoning: true}}\n"),
+     "gsm8k: strip_reasoning=True); hpceval's in-job proxy applies one set to every task"),
+])
+def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
+                                                             change: tuple[str, str],
+                                                             words: str) -> None:
+    run = write(tmp_path / "run.yaml", SLURM.replace(*change))
+    args = ["render", str(run)]
+    for o in FILLED:
+        args += ["-o", o]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+
+
+ADAPTERS = """    target:
+      api_endpoint:
+        adapter_config:
+          interceptors:
+            - name: payload_modifier
+              config:
+                params_to_add: {extra_body: {chat_template_kwargs: {enable_thinking: false}}}
+                params_to_remove: [logprobs]
+            - name: system_message
+              config: {system_message: "-- You are careful.\\n'quoted' $HOME"}
+            - name: reasoning
+              config: {end_reasoning_token: "</reason>"}
+            - {name: request_logging, config: {max_requests: 1}}
+            - {name: caching, enabled: true}
+            - {name: endpoint}
+"""
+
+
+def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
+    text = SLURM.replace("        limit_samples: 5\n", "        limit_samples: 5\n" + ADAPTERS)
+    r = _load(tmp_path, text, *FILLED)
+    rules = r.spec.evaluation.interceptors  # type: ignore[attr-defined]
+    assert rules.add_params == {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    assert rules.remove_params == ["logprobs"]
+    assert rules.system_prompt == "-- You are careful.\n'quoted' $HOME"
+    assert (rules.strip_reasoning, rules.reasoning_end, rules.log_requests) == (
+        True, "</reason>", 1)
+    run = write(tmp_path / "run.yaml", text)
+    args = ["render", str(run)]
+    for o in FILLED:
+        args += ["-o", o]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    line = out[out.index("\nPROXY_ARGS+=(", out.index("# evaluation.interceptors")) + 1:]
+    # One shell word per option; the prompt's quote, newline and $HOME stay literal.
+    assert "'--system-prompt=-- You are careful.\n'\"'\"'quoted'\"'\"' $HOME'" in line
+    assert "--add-param=extra_body=" in line and "--reasoning-end=</reason>" in line
+    statement = line[: line.index('\n"$HPCEVAL_PYTHON"')]
+    words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
+                            "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
+                           text=True, check=True).stdout.split("\0")[:-1]
+    assert words == ["--remove-param=logprobs",
+                     '--add-param=extra_body={"chat_template_kwargs": {"enable_thinking": false}}',
+                     "--system-prompt=-- You are careful.\n'quoted' $HOME", "--strip-reasoning",
+                     "--reasoning-start=<think>", "--reasoning-end=</reason>", "--log-requests=1"]
+
+
+def test_interceptors_written_in_our_form(tmp_path: Path) -> None:
+    text = SLURM + "  interceptors: {system_prompt: be brief, strip_reasoning: true}\n"
+    r = _load(tmp_path, text, *FILLED, "evaluation.interceptors.system_prompt=be very brief")
+    rules = r.spec.evaluation.interceptors  # type: ignore[attr-defined]
+    assert (rules.system_prompt, rules.strip_reasoning) == ("be very brief", True)
+
+
+def test_interceptors_put_the_proxy_in_front_of_an_external_endpoint(tmp_path: Path) -> None:
+    text = EXTERNAL.replace("api.example.com/v1", "api.example.com/prefix/v1")
+    run = write(tmp_path / "run.yaml", text + "  interceptors: {system_prompt: be brief}\n")
+    result = CliRunner().invoke(cli, ["render", str(run)])
+    assert result.exit_code == 0, result.output
+    script = result.stdout
+    assert "PROXY_ARGS=(--upstream https://api.example.com --external-upstream)" in script
+    assert "PROXY_ARGS+=('--system-prompt=be brief')" in script
+    assert 'export HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/prefix/v1/chat/completions' in script
+    assert 'export HPCEVAL_BASE_URL="$ENDPOINT_BASE"/prefix/v1' in script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # Without interceptors an external endpoint is called directly, as before.
+    plain = CliRunner().invoke(cli, ["render", str(write(tmp_path / "plain.yaml", text))])
+    assert "--external-upstream" not in plain.stdout and "PORT_BASE" not in plain.stdout
+
+
+def test_logging_only_adapter_settings_are_noted(tmp_path: Path) -> None:
+    text = SLURM.replace("        limit_samples: 5\n", "        limit_samples: 5\n    target:\n"
+                         "      api_endpoint:\n        adapter_config:\n"
+                         "          use_caching: true\n          use_reasoning: false\n")
+    r = _load(tmp_path, text, *FILLED)
+    assert any("adapter_config only caches, logs or counts requests" in n
+               for n in r.composed.notes)  # type: ignore[attr-defined]
+
+
+def test_placeholders_and_refusals_are_reported_together(tmp_path: Path) -> None:
+    run = write(tmp_path / "run.yaml", SLURM.replace("deployment:\n", "export: {a: 1}\n"
+                                                     "deployment:\n"))
+    result = CliRunner().invoke(cli, ["render", str(run)])
+    assert result.exit_code == 2
+    assert result.output.count("MISSING value") == 3 and "export: auto-export" in result.output
