@@ -127,7 +127,7 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
         for need in hub.data_needs(resolved, catalogue):
             if ex.hf_cache_dir and hub.is_cached(need, ex.hf_cache_dir):
                 continue
-            where = f"in {hub.hub_dir(ex.hf_cache_dir)}" if ex.hf_cache_dir else (
+            where = f"in {hub.cache_dir_for(need, ex.hf_cache_dir)}" if ex.hf_cache_dir else (
                 "(no execution.hf_cache_dir to stage it into)")
             issues.append(ConfigIssue(need.where, f"compute nodes are offline and {need.kind} "
                                       f"{need.repo_id} is not staged {where}",

@@ -110,6 +110,7 @@ def _effective_task(harness: Record, task: Record, source: str) -> Record:
         "required_env": sorted(set(harness["required_env"]) | set(task["required_env"])),
         "canonical": task["canonical"],
         "aliases": task["aliases"],
+        "data": task["data"],
         "params": params,
         "source": source,
     }

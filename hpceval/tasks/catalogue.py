@@ -194,6 +194,7 @@ def _task(t: Mapping[str, Any]) -> TaskDef:
         required_env=tuple(t["required_env"]),
         canonical=t["canonical"],
         aliases=tuple(t["aliases"]),
+        data=tuple(t["data"]),
         params=MappingProxyType(t["params"]),
         source=t["source"],
     )

@@ -72,6 +72,7 @@ class TaskDef:
     canonical: bool = False
     aliases: tuple[str, ...] = ()
     unlisted: bool = False
+    data: tuple[str, ...] = ()  # "hf-dataset:org/name": read at run time (staged for offline nodes)
     params: Mapping[str, Any] = field(default_factory=_empty, hash=False, compare=False)
     source: str = ""
 
