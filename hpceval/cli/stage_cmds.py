@@ -72,7 +72,7 @@ def tasks() -> None:
 
 
 @tasks.command("discover")
-@click.argument("image", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("image", type=click.Path(path_type=Path))
 @click.option("--runtime", type=click.Choice(["apptainer", "singularity"]), default="apptainer",
               show_default=True, help="Container runtime that opens the image.")
 @click.option("--image", "reference", metavar="REPO:TAG",
@@ -85,7 +85,9 @@ def discover(image: Path, runtime: str, reference: str | None, out_dir: Path | N
              dry_run: bool) -> None:
     """Add the harness and tasks of an eval-factory IMAGE.sif to your task catalogue.
 
-    Reads each core_evals/*/framework.yml inside the image and writes the tasks the catalogue
+    IMAGE may also be a venv (or site-packages folder) with the nvidia-* harness packages
+    installed, as for container_runtime none (scripts/evalfactory/install.sh).
+    Reads each core_evals/*/framework.yml inside it and writes the tasks the catalogue
     lacks to ~/.config/hpceval/tasks/<harness>.yaml (validated with the whole catalogue, then
     written atomically). Tasks already listed are left as they are.
     """
