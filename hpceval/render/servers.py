@@ -137,11 +137,13 @@ def _launches(resolved: ResolvedConfig, nodes: list[int], first: int, count: int
         return [Launch("head", nodes[0], first, count, _command_argv(resolved), True)]
     build = _vllm_argv if dep.type == "vllm" else _sglang_argv
     if n > 1 and dep.type == "vllm" and dep.multi_node_backend == "ray":
+        # Ray wants the head's IP address, not its hostname: the job script resolves it once
+        # (HEAD_IP, from the name every node uses for the head) before the launches.
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
             "ray", "start", "--head", "--block", "--port", COORD_PORT,
-            "--node-ip-address", var("HEAD_NODE")])]
+            "--node-ip-address", var("HEAD_IP")])]
         ray += [Launch(f"ray-worker-{r}", node, 0, 0, [
-            "ray", "start", "--block", "--address", ShellCode('"${HEAD_NODE}:${COORD_PORT}"')])
+            "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')])
             for r, node in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
                  *build(resolved, nnodes=n, rank=0)]

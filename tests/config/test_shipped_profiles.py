@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,16 @@ def test_every_key_is_commented(path: Path) -> None:
         if stripped.startswith("description:"):
             continue
         assert "#" in line, f"{path.name}: key without a comment: {line!r}"
+
+
+def test_shipped_vllm_images_are_the_version_the_flags_are_checked_against() -> None:
+    # The parser check (tests/render/test_vllm_args.py) and the dev cluster's real vLLM run the
+    # version hpceval.render.VLLM_VERSION names; a profile pinning another image would serve
+    # with flags nobody checked.
+    from hpceval.render import VLLM_VERSION
+
+    tags = {(path.name, tag) for path in site_configs_dir().rglob("*.yaml")
+            for tag in re.findall(r"vllm-openai[:_]v?([0-9][0-9A-Za-z.]*?)(?:\.sif)?(?=\s|$)",
+                                  path.read_text())}
+    assert tags, "no shipped profile pins a vLLM image"
+    assert {tag for _, tag in tags} == {VLLM_VERSION}, sorted(tags)

