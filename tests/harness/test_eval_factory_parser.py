@@ -133,8 +133,8 @@ def test_odd_entries_are_skipped_not_fatal() -> None:
 
 
 # Real results.yml files: written by nemo-evaluator 0.2.8 with nvidia-simple-evals / nvidia-bfcl
-# 26.3 against SmolLM2-135M on vLLM (CPU), limit_samples=3 (tests/integration/test_eval_factory_job.py
-# produces them afresh on every run).
+# 26.3 against SmolLM2-135M on vLLM (CPU), limit_samples=3
+# (tests/integration/test_eval_factory_job.py produces them afresh on every run).
 
 def test_real_simple_evals_humaneval_pass_at_k_is_a_metric_of_the_eval_type() -> None:
     result = parse(DATA / "real_simple_evals_humaneval", "simple_evals.humaneval")
