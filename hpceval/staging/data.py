@@ -120,6 +120,12 @@ def data_needs(resolved: ResolvedConfig, catalogue: Catalogue) -> list[DataNeed]
     return list(unique.values())
 
 
+def offline_blockers(resolved: ResolvedConfig,
+                     catalogue: Catalogue) -> list[tuple[str, TaskDef]]:
+    """Tasks the catalogue says fetch something at run time that staging cannot provide."""
+    return [(where, task) for where, _, task in _tasks(resolved, catalogue) if task.needs_network]
+
+
 def hub_dir(hf_cache_dir: str) -> Path:
     return Path(hf_cache_dir) / "hub"
 

@@ -124,6 +124,12 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
                 issues.append(ConfigIssue(f"{where}.params.extra.{name}",
                                           f"{value} does not exist", f"check the path; {_SHARED}"))
     if ex.offline:
+        for where, task in hub.offline_blockers(resolved, catalogue):
+            issues.append(ConfigIssue(where, f"compute nodes are offline, but "
+                                      f"{task.qualified_name} {task.needs_network}, which no "
+                                      "staging can replace",
+                                      "run it where compute nodes reach the internet "
+                                      "(execution.offline=false), or leave it out"))
         for need in hub.data_needs(resolved, catalogue):
             if ex.hf_cache_dir and hub.is_cached(need, ex.hf_cache_dir):
                 continue

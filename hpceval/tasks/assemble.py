@@ -111,6 +111,7 @@ def _effective_task(harness: Record, task: Record, source: str) -> Record:
         "canonical": task["canonical"],
         "aliases": task["aliases"],
         "data": task["data"],
+        "needs_network": task["needs_network"],
         "params": params,
         "source": source,
     }

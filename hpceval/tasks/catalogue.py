@@ -195,6 +195,7 @@ def _task(t: Mapping[str, Any]) -> TaskDef:
         canonical=t["canonical"],
         aliases=tuple(t["aliases"]),
         data=tuple(t["data"]),
+        needs_network=t["needs_network"],
         params=MappingProxyType(t["params"]),
         source=t["source"],
     )

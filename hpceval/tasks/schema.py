@@ -29,7 +29,7 @@ _HARNESS_KEYS = {
 }  # fmt: skip
 _TASK_KEYS = {
     "name", "task_id", "endpoint_type", "description", "needs_gpu", "needs_judge",
-    "required_env", "canonical", "aliases", "params", "image", "sif", "data",
+    "required_env", "canonical", "aliases", "params", "image", "sif", "data", "needs_network",
 }  # fmt: skip
 _NUMERIC_PARAMS = set(GENERIC_PARAMS) - {"extra"}
 
@@ -219,4 +219,6 @@ def _validate_task(check: _Check, raw: object, path: str) -> dict[str, Any]:
         "image": check.string(t, "image", path),
         "sif": check.string(t, "sif", path),
         "data": check.names(t, "data", path, _DATA_ITEM),
+        # why the task cannot run on offline nodes whatever is staged (the preflight says it)
+        "needs_network": check.string(t, "needs_network", path),
     }

