@@ -36,8 +36,10 @@ def stage(config_file: str | None, config_opt: str | None, config_dir: str | Non
     Every harness image (and deployment.image) becomes a SIF, pulled to a temporary name and
     renamed into place; a SIF already staged from the same image is kept (with skopeo, only
     while the registry digest matches). The model (deployment.hf_model_handle) and tokenizers
-    named by params.extra.tokenizer go into execution.hf_cache_dir. Exit 2: config problem,
-    nothing done; exit 1: something could not be staged (listed).
+    named by params.extra.tokenizer go into execution.hf_cache_dir; so do the datasets a task
+    lists (data:), built without network where a package ships them (HumanEval), in the Python
+    beside nemo-evaluator on PATH. Exit 2: config problem, nothing done; exit 1: something
+    could not be staged (listed, with the command that does it).
     """
     from hpceval.config import load_run
     from hpceval.staging import stage as run_stage
