@@ -46,10 +46,12 @@ def main(repo_id: str, module: str, relpath: str, split: str, cache: str) -> int
         built = Path(builder.cache_dir)
         dest = root / f"{org}___{name}" / CONFIG / built.parent.name / HASH
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists():
-            print(f"{dest}: already there")
-            return 0
-        os.replace(built, dest)
+        try:
+            os.replace(built, dest)
+        except OSError:
+            # another stager renamed its complete copy into place first: keep that one
+            if not (dest / "dataset_info.json").is_file():
+                raise
     print(dest)
     return 0
 
