@@ -33,8 +33,10 @@ SCRIPTS: dict[str, str] = {
     "nemo": "nemo_compare.py",
     "status": "status_refresh.py",
     "aggregate": "aggregate_bench.py",
+    "report": "report_bench.py",
     "proxy": "proxy_bench.py",
     "resume": "resume_waste.py",
+    "vllm": "vllm_bench.py",
 }
 HERE = Path(__file__).resolve().parent
 

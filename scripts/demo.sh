@@ -90,14 +90,15 @@ echo "$out"
 inv=$(sed -n 's/^submitted \([^:]*\):.*/\1/p' <<<"$out" | head -n1)
 [ -n "$inv" ] || { echo "demo: could not read the invocation id from submit's output" >&2; exit 1; }
 hpceval status "$inv" --watch --interval 5
-echo "the server each element started, from its job log (hpceval logs):"
+echo; echo "the server each element started, from its job log (hpceval logs):"
 hpceval logs "$inv" | grep -F ': vllm serve ' || { echo "demo: no vllm serve line in the job logs" >&2; exit 1; }
 
 say "7/7 results"
 hpceval results --run "$inv"
 hpceval results --run "$inv" --leaderboard
-hpceval results --run "$inv" --html "$DEMO/report.html" >/dev/null
-echo "HTML report with a chart per task: $DEMO/report.html"
+hpceval results "$inv" --cost
+hpceval results "$inv" --html "$DEMO/report.html" >/dev/null
+echo "HTML report (what was run, comparison, GPU-hours, per-sample answers): $DEMO/report.html"
 state=$(hpceval status "$inv" --json | python -c 'import json, sys
 runs = json.load(sys.stdin)
 print(runs[0]["state"] if runs else "unknown")')

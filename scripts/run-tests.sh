@@ -13,6 +13,7 @@
 #   HPCEVAL_REQUIRE_SLURM (1)  1 = a missing Slurm cluster fails the slurm tests instead of
 #                              skipping them; set 0 on a laptop without Slurm
 #   HPCEVAL_START_SLURM   (1)  0 = do not run start-cluster.sh (use whatever is running)
+#   HPCEVAL_REQUIRE_BROWSER (1) 1 = a missing chromium fails the report's browser test
 #   HPCEVAL_VENV          (.venv)
 #   HPCEVAL_EVALFACTORY   (1)  0 = skip the eval-factory harness venv (.venv-evalfactory,
 #                              ~2 min and ~1.5 GB the first time) and the tests that need it
@@ -25,6 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$(pwd)
 VENV=${HPCEVAL_VENV:-$ROOT/.venv}
 export HPCEVAL_REQUIRE_SLURM=${HPCEVAL_REQUIRE_SLURM:-1}
+export HPCEVAL_REQUIRE_BROWSER=${HPCEVAL_REQUIRE_BROWSER:-1}
 START_SLURM=${HPCEVAL_START_SLURM:-1}
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 

@@ -26,13 +26,37 @@ def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
     return results_frame(_run_dirs(runs, output_dirs, limit), models=models, tasks=tasks)
 
 
+def _watcher() -> Any:
+    from hpceval.slurm.client import CommandSlurmClient
+    from hpceval.slurm.watcher import JobWatcher
+
+    return JobWatcher(CommandSlurmClient())
+
+
+def _cost_frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
+                output_dirs: tuple[str, ...], limit: int) -> Any:
+    from hpceval.results.cost import cost_frame
+
+    frame = cost_frame(_run_dirs(runs, output_dirs, limit), _watcher)
+    if models:
+        frame = frame[frame["model"].isin(models)]
+    if tasks:
+        short = frame["task"].str.rsplit(".", n=1).str[-1]
+        frame = frame[frame["task"].isin(tasks) | short.isin(tasks) | (frame["task"] ==
+                                                                       "(all jobs)")]
+    return frame.reset_index(drop=True)
+
+
 def selection_options(func: Any) -> Any:
+    """[RUN]... or --run RUN (both repeatable, merged), --model, --task, --limit, --output-dir."""
     for decorator in reversed([
-        click.option("--run", "runs", multiple=True, help="Only this run (repeatable)."),
+        click.argument("run_args", nargs=-1, metavar="[RUN]..."),
+        click.option("--run", "run_opts", multiple=True,
+                     help="Only this run (repeatable; same as the RUN argument)."),
         click.option("--model", "models", multiple=True, help="Only this model (repeatable)."),
         click.option("--task", "tasks", multiple=True,
                      help="Only this task: harness.task or short name (repeatable)."),
-        click.option("--limit", default=0, help="Without --run: only the newest N runs."),
+        click.option("--limit", default=0, help="Without RUN: only the newest N runs."),
         output_dir_option,
     ]):
         func = decorator(func)
@@ -49,23 +73,46 @@ def selection_options(func: Any) -> Any:
               help="One row per model, one column per task's primary metric.")
 @click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
-              help="Also write a static HTML report (a chart per task) to this file.")
-def results(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
-            output_dirs: tuple[str, ...], fmt: str, output: str | None, board: bool,
-            metric: str | None, html_file: str | None) -> None:
+              help="Also write a static HTML report to this file: what was run, comparison "
+                   "with 95% intervals, GPU-hours, per-sample answers.")
+@click.option("--samples", "n_samples", default=20, show_default=True, type=click.IntRange(0),
+              help="With --html: per task, the first N samples (and the first N wrong ones).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+@click.option("--cost", is_flag=True,
+              help="GPU-hours and node-hours per model (all its jobs) and per task, instead of "
+                   "metrics (one sacct call for jobs not seen ended before).")
+def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
+            tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], fmt: str,
+            output: str | None, board: bool, metric: str | None, html_file: str | None,
+            as_json: bool, cost: bool, n_samples: int) -> None:
     """Results of finished tasks across runs: models x tasks x metrics.
 
-    Only tasks with a `done` marker count. Without --run, every run of the known output
-    directories is read (see `hpceval ls runs`).
+    RUN (or --run RUN) is an invocation id, a unique prefix of one, or a run directory. Only
+    tasks with a `done` marker count. Without RUN, every run of the known output directories
+    is read (see `hpceval ls runs`).
     """
     from hpceval.results.table import leaderboard, parquet_available, render, write_parquet
 
-    frame = _frame(runs, models, tasks, output_dirs, limit)
-    shown = leaderboard(frame, metric) if board else frame
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise click.UsageError("--json is --format json: give one of them")
+        fmt = "json"
+    runs = run_args + run_opts
+    if cost:
+        if board or html_file:
+            raise click.UsageError("--cost is a table of its own: leave out --leaderboard/--html")
+        shown = _cost_frame(runs, models, tasks, output_dirs, limit)
+        frame = shown
+    else:
+        frame = _frame(runs, models, tasks, output_dirs, limit)
+        shown = leaderboard(frame, metric) if board else frame
     if html_file:
+        from hpceval.results.cost import cost_frame
         from hpceval.results.report import write_report
 
-        write_report(frame, Path(html_file))
+        run_dirs = sorted({Path(d) for d in frame["run_dir"]}) if not frame.empty else []
+        write_report(frame, Path(html_file), run_dirs=run_dirs, samples=n_samples,
+                     cost=cost_frame(run_dirs, _watcher))
         click.echo(f"report: {html_file}", err=True)
     if fmt == "parquet":
         if not parquet_available():
@@ -96,10 +143,11 @@ def results(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ..
 @click.option("--experiment", default="hpceval", show_default=True,
               help="MLflow experiment / W&B project.")
 @click.option("--online", is_flag=True, help="--dest wandb: sync now (default: offline mode).")
-def export(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...], limit: int,
-           output_dirs: tuple[str, ...], dest: str, fmt: str, output: str,
-           tracking_uri: str | None, experiment: str, online: bool) -> None:
-    """Export results; re-exporting the same results changes nothing (idempotent).
+def export(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
+           tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], dest: str, fmt: str,
+           output: str, tracking_uri: str | None, experiment: str, online: bool) -> None:
+    """Export results of RUN(s) (default: every known run); re-exporting the same results
+    changes nothing (idempotent).
 
     local: one file per run under --output. mlflow / wandb (optional extras:
     pip install 'hpceval[mlflow]' or 'hpceval[wandb]'): one tracking run per
@@ -107,7 +155,7 @@ def export(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
     """
     from hpceval.results import export as ex
 
-    frame = _frame(runs, models, tasks, output_dirs, limit)
+    frame = _frame(run_args + run_opts, models, tasks, output_dirs, limit)
     try:
         if dest == "local":
             written = ex.export_local(frame, Path(output), fmt)

@@ -44,6 +44,20 @@ def _slurm_errors(func: Callable[[], Any]) -> Any:
         raise click.ClickException(f"Slurm: {exc}") from exc
 
 
+def _refresh_with_cost(tracker: Any, refs: list[Any], *, force: bool = False
+                       ) -> tuple[list[Any], dict[Path, dict[str, Any]]]:
+    """States and GPU-hours of the runs from the same, single sacct call of this refresh."""
+    from hpceval.results.cost import collect_usage, run_cost, usage_round
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.state import read_run
+
+    book, wanted = usage_round(tracker.watcher, [(read_run(r.run_dir), read_jobs(r.run_dir))
+                                                 for r in refs])
+    states = tracker.refresh(force=force)
+    collect_usage(tracker.watcher, wanted, book)
+    return states, {s.ref.run_dir: run_cost(s.ref.run_dir, s.run, s.jobs, book) for s in states}
+
+
 @click.command()
 @click.argument("runs", nargs=-1)
 @click.option("--watch", is_flag=True, help="Refresh until every run ended (progress bars).")
@@ -55,10 +69,11 @@ def _slurm_errors(func: Callable[[], Any]) -> Any:
 @output_dir_option
 def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
-    """State of runs, their models and tasks, with live request progress.
+    """State of runs, their models and tasks, with live request progress and GPU-hours.
 
     One sacct call per refresh, whatever the number of runs, models or array tasks. A job
-    sacct does not list yet is "unknown", never "failed".
+    sacct does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
+    the jobs held (sacct AllocTRES x Elapsed), every attempt of a model included.
     """
     from hpceval.runs.index import list_runs
     from hpceval.runs.state import Tracker
@@ -67,26 +82,27 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     refs = ([find(r, output_dirs) for r in runs] if runs
             else list_runs([Path(d) for d in output_dirs])[:limit])
     if not refs:
-        click.echo("no runs yet (submit one, or pass --output-dir)")
+        click.echo("[]" if as_json else "no runs yet (submit one, or pass --output-dir)")
         return
     tracker = Tracker(min_interval_s=2.0)
     for ref in refs:
         tracker.add(ref)
-    states = _slurm_errors(lambda: tracker.refresh(force=True))
+    states, costs = _slurm_errors(lambda: _refresh_with_cost(tracker, refs, force=True))
     if not watch:
         if as_json:
-            click.echo(json.dumps([state_to_dict(s) for s in states], indent=2))
+            click.echo(json.dumps([{**state_to_dict(s), "cost": costs[s.ref.run_dir]}
+                                   for s in states], indent=2))
         else:
-            click.echo(format_states(states, tasks=not no_tasks), nl=False)
+            click.echo(format_states(states, tasks=not no_tasks, costs=costs), nl=False)
         return
     from rich.console import Console
     from rich.live import Live
 
-    with Live(rich_states(states), console=Console(), refresh_per_second=2) as live:
+    with Live(rich_states(states, costs), console=Console(), refresh_per_second=2) as live:
         while not all(s.phase.terminal for s in states):
             time.sleep(max(2.0, interval))
-            states = _slurm_errors(tracker.refresh)
-            live.update(rich_states(states))
+            states, costs = _slurm_errors(lambda: _refresh_with_cost(tracker, refs))
+            live.update(rich_states(states, costs))
     # Live leaves its last frame on screen: that is the final state, nothing more to print.
 
 

@@ -128,13 +128,22 @@ class _Builder:
             value, ok = float(value), True
         if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
             value, ok = str(value), True  # YAML reads 0 or 480 as numbers; strings are meant
+        minimum, maximum = (meta or {}).get("minimum"), (meta or {}).get("maximum")
         if not ok:
-            self.fail(path, f"expected {describe_type(tp)}, got {_kind(value)}", f"write {path}: "
-                      + {int: "8", float: "0.5", bool: "true", str: "'text'"}.get(tp, "..."))
+            example = {int: 8, float: 0.5}.get(tp)
+            if example is not None:  # the example itself must pass the range check below
+                example = max(example, minimum) if minimum is not None else example
+                example = min(example, maximum) if maximum is not None else example
+                hint = str(tp(example))
+            else:
+                hint = {bool: "true", str: "'text'"}.get(tp, "...")
+            self.fail(path, f"expected {describe_type(tp)}, got {_kind(value)}",
+                      f"write {path}: {hint}")
             return value
-        minimum = (meta or {}).get("minimum")
         if minimum is not None and value < minimum:
             self.fail(path, f"{value} is below the minimum {minimum}", f"use {minimum} or more")
+        elif maximum is not None and value > maximum:
+            self.fail(path, f"{value} is above the maximum {maximum}", f"use {maximum} or less")
         return value
 
 

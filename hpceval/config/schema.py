@@ -19,9 +19,10 @@ MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 
 
-def key(default: Any = None, doc: str = "", *, minimum: float | None = None) -> Any:
+def key(default: Any = None, doc: str = "", *, minimum: float | None = None,
+        maximum: float | None = None) -> Any:
     """A config key with its help text; mutable defaults are copied per instance."""
-    meta = {"doc": doc, "minimum": minimum}
+    meta = {"doc": doc, "minimum": minimum, "maximum": maximum}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -96,8 +97,10 @@ class DeploymentSpec:
         "no Ray) or ray (Ray head + workers, vLLM only)"
     )
     max_model_len: int | None = key(None, "context length the server allocates for")
-    gpu_memory_utilization: float = key(0.9, "fraction of GPU memory the server may use")
-    port: int = key(8000, "first server port on each node (instances count up)", minimum=1024)
+    gpu_memory_utilization: float = key(0.9, "fraction of GPU memory the server may use",
+                                        minimum=0.0, maximum=1.0)
+    port: int = key(8000, "first server port on each node (instances count up)", minimum=1024,
+                    maximum=65535)
     extra_args: list[str] = key([], "more server arguments, one list item per argument")
     env_vars: dict[str, str] = key({}, "environment for the server processes (literal values)")
     image: str | None = key(None, "server image: a .sif path or docker:// reference")

@@ -120,6 +120,11 @@ def ref_from_dir(run_dir: Path) -> RunRef:
 
 def find_run(ref: str, extra_dirs: Iterable[Path] = ()) -> RunRef:
     """An invocation id, a unique prefix of one, or a run directory path."""
+    if not ref.strip():
+        # '' is a prefix of every id and Path('') is the current directory: an unset shell
+        # variable ($RUN) must never pick a run, least of all for `kill`.
+        raise RunNotFound(f"empty run id {ref!r}: give an invocation id, a unique prefix of "
+                          "one, or a run directory (is a shell variable unset?)")
     path = Path(os.path.expanduser(ref))
     if (path / RUN_FILE).is_file():
         return ref_from_dir(path.resolve())

@@ -179,6 +179,7 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
                     "deployment": m.resolved.spec.deployment.type,
                     "model_id": m.resolved.spec.target.api_endpoint.model_id
                     or m.resolved.spec.deployment.served_model_name,
+                    "layout": dataclasses.asdict(m.resolved.layout),  # for the report
                     "tasks": [{"key": k, "task": t} for k, t in m.tasks]} for m in run.models],
     }
 

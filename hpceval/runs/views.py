@@ -33,7 +33,19 @@ def _age(ts: float) -> str:
     return format_duration(max(0.0, time.time() - ts)) + " ago" if ts else "?"
 
 
-def format_states(states: list[RunState], *, tasks: bool = True) -> str:
+def _model_costs(costs: dict[Any, dict[str, Any]] | None, st: RunState
+                 ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    cost = (costs or {}).get(st.ref.run_dir)
+    if cost is None or not cost["accounted"]:
+        return None, {}
+    return cost, {m["model"]: m for m in cost["models"]}
+
+
+def format_states(states: list[RunState], *, tasks: bool = True,
+                  costs: dict[Any, dict[str, Any]] | None = None) -> str:
+    """Plain text; `costs` (run_dir -> hpceval.results.cost.run_cost) adds GPU-hours."""
+    from hpceval.results.cost import format_cost
+
     lines: list[str] = []
     for st in states:
         head = f"{st.ref.invocation_id}  {st.phase.value.upper()}"
@@ -42,6 +54,9 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
         lines.append(head)
         lines.append(f"  {st.ref.kind}{' sweep' if st.ref.sweep else ''}, submitted "
                      f"{_age(st.ref.submitted_at)} by {st.ref.user or '?'}: {st.ref.run_dir}")
+        cost, by_model = _model_costs(costs, st)
+        if cost is not None:
+            lines.append(f"  cost: {format_cost(cost)}")
         width = max((len(m.key) for m in st.models), default=5)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
@@ -49,8 +64,10 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
             job = m.job_id or "-"
             if m.attempts > 1:
                 job += f" (attempt {m.attempts})"
+            spent = (f"  {by_model[m.key]['gpu_hours']:.3g} GPU-h" if m.key in by_model
+                     else "")
             lines.append(f"  {m.key:<{width}}  {m.phase.value:<9}  {done}/{len(m.tasks)} tasks"
-                         f"  job {job}" + (f"  {detail}" if detail else ""))
+                         f"  job {job}{spent}" + (f"  {detail}" if detail else ""))
             if tasks:
                 for t in m.tasks:
                     lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
@@ -58,31 +75,69 @@ def format_states(states: list[RunState], *, tasks: bool = True) -> str:
     return "\n".join(lines)
 
 
-def rich_states(states: list[RunState]) -> Any:
+def bar(done: int, total: int, *, width: int = 12) -> Any:
+    """A progress bar readable without colour: filled and empty cells are different glyphs
+    (rich's ProgressBar draws both as the same line, so 0/1 looked like a full bar)."""
+    from rich.text import Text
+
+    filled = round(width * done / total) if total > 0 else 0
+    filled = min(width, max(0, filled))
+    text = Text("█" * filled, style="green")
+    text.append("░" * (width - filled), style="bright_black")
+    text.append(f" {done}/{total}")
+    return text
+
+
+def _requests(p: dict[str, Any] | None) -> Any:
+    from rich.text import Text
+
+    if p is None:
+        return Text("")
+    expected = p.get("expected") or 0
+    if expected:
+        return bar(int(p["done"]), int(expected), width=20)
+    return Text(f"{p['done']}")
+
+
+def _detail(m: ModelState) -> str:
+    """The request rate, ETA and warnings; the count itself is in the requests column."""
+    p = m.progress
+    if p is None:
+        return m.reason
+    text = f"{p['rate_per_s']:.1f}/s"
+    if p["failed"]:
+        text = f"{p['failed']} failed, " + text
+    if p.get("eta_s") is not None:
+        text += f", ETA {format_duration(float(p['eta_s']))}"
+    if p.get("stale"):
+        text += f" (no update for {format_duration(p['updated_age_s'])})"
+    if p.get("upstream_error"):
+        text += f"; {p['upstream_error']}"
+    return text
+
+
+def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None) -> Any:
     """A rich renderable: one table per run, progress bars for tasks and requests."""
     from rich.console import Group
-    from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
 
+    from hpceval.results.cost import format_cost
+
     parts: list[Any] = []
     for st in states:
+        cost, by_model = _model_costs(costs, st)
         table = Table(title=f"{st.ref.invocation_id}  [{_STYLE[st.phase.value]}]"
                       f"{st.phase.value}[/]  {st.reason}", title_justify="left",
-                      expand=False, show_edge=False)
-        for name in ("model", "state", "job", "tasks", "", "requests", "", "detail"):
+                      caption=f"cost: {format_cost(cost)}" if cost else None,
+                      caption_justify="left", expand=False, show_edge=False)
+        for name in ("model", "state", "job", "tasks", "requests", "GPU-h", "detail"):
             table.add_column(name)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
-            p = m.progress or {}
-            expected = p.get("expected") or 0
-            req_bar: Any = (ProgressBar(total=expected, completed=p.get("done", 0), width=20)
-                            if expected else Text(""))
+            spent = f"{by_model[m.key]['gpu_hours']:.3g}" if m.key in by_model else "-"
             table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
-                          m.job_id or "-", ProgressBar(total=max(len(m.tasks), 1),
-                                                       completed=done, width=12),
-                          f"{done}/{len(m.tasks)}", req_bar,
-                          f"{p.get('done', 0)}/{expected}" if expected else "",
-                          format_progress(m.progress) or m.reason)
+                          m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
+                          spent, _detail(m))
         parts.append(table)
     return Group(*parts)

@@ -13,7 +13,9 @@ from datetime import datetime
 
 # The columns CommandSlurmClient asks sacct for, in order. JobName is the only free-text column,
 # so it is the one that absorbs stray "|" characters when a line has too many fields.
-SACCT_FIELDS: tuple[str, ...] = (
+# AllocTRES and NNodes (what the job holds, for GPU-hours) come last: lines without them (output
+# recorded before they were asked for) still parse, with the usage left unknown.
+_STATE_FIELDS: tuple[str, ...] = (
     "JobID",
     "JobName",
     "State",
@@ -26,6 +28,8 @@ SACCT_FIELDS: tuple[str, ...] = (
     "Submit",
     "Partition",
 )
+USAGE_FIELDS: tuple[str, ...] = ("AllocTRES", "NNodes")
+SACCT_FIELDS: tuple[str, ...] = _STATE_FIELDS + USAGE_FIELDS
 SQUEUE_FORMAT = "%i|%T|%r|%N"
 
 # Largest array range we expand. Slurm's own MaxArraySize default is 1001; a bigger range in the
@@ -34,6 +38,7 @@ _MAX_EXPANDED_TASKS = 100_000
 
 _SBATCH_ID = re.compile(r"^(\d+)(?:;\S+)?$")
 _ARRAY_RANGE = re.compile(r"^(?P<base>\d+)_\[(?P<spec>[^\]]+)\]$")
+_TRES_TAIL = re.compile(r"^(?:[a-z][\w/:.-]*=[^,|]*(?:,[a-z][\w/:.-]*=[^,|]*)*)?$")
 _ELAPSED = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.\d+)?$")
 
 
@@ -59,6 +64,8 @@ class JobRecord:
     elapsed_s: int | None = None
     partition: str = ""
     from_range: bool = False  # True when expanded from a pending "12_[2-5%2]" row
+    alloc_gpus: int | None = None  # gres/gpu of AllocTRES: 0 when it holds none or not yet
+    alloc_nodes: int | None = None  # node= of AllocTRES (NNodes when AllocTRES has none)
 
     @property
     def base_id(self) -> str:
@@ -160,19 +167,53 @@ def normalize_state(raw: str) -> str:
     return words[0].rstrip("+").upper() if words else ""
 
 
-def _split_sacct_line(line: str) -> list[str] | None:
+def parse_alloc_tres(tres: str, nnodes: str = "") -> tuple[int, int | None]:
+    """'billing=2,cpu=2,gres/gpu=4,node=2' -> (4 GPUs, 2 nodes); '' (nothing held) -> (0, None).
+
+    Typed GRES ('gres/gpu:h100=4') is counted only when the untyped total is absent, since
+    Slurm lists both for typed requests and they are the same GPUs.
+    """
+    total: int | None = None
+    typed = 0
+    nodes: int | None = None
+    for item in tres.split(","):
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            continue
+        if name == "gres/gpu":
+            total = int(value)
+        elif name.startswith("gres/gpu:"):
+            typed += int(value)
+        elif name == "node":
+            nodes = int(value)
+    if nodes is None and tres.strip() and nnodes.strip().isdigit():
+        nodes = int(nnodes)
+    return (total if total is not None else typed), nodes
+
+
+def _split_sacct_line(line: str) -> tuple[list[str], bool] | None:
+    """The SACCT_FIELDS of one line, and whether it had the usage columns (else they are
+    empty)."""
     fields = line.split("|")
-    n = len(SACCT_FIELDS)
+    full = len(SACCT_FIELDS)
+    last = fields[-1].strip()
+    # Told apart by their tails: NNodes is a number and AllocTRES "name=value,...", where the
+    # older lines end in a Submit timestamp and a partition name.
+    with_usage = (len(fields) >= full and (last == "" or last.isdigit())
+                  and _TRES_TAIL.match(fields[-2].strip()) is not None)
+    n = full if with_usage else len(_STATE_FIELDS)
     if len(fields) < n:
         return None
     if len(fields) > n:  # a "|" inside the job name: glue the surplus back into JobName
         extra = len(fields) - n
         fields = [fields[0], "|".join(fields[1 : 2 + extra]), *fields[2 + extra :]]
-    return fields
+    return (fields, True) if with_usage else ([*fields, "", ""], False)
 
 
 def parse_sacct(text: str) -> dict[str, JobRecord]:
     """Parse `sacct --parsable2 --noheader -X -o <SACCT_FIELDS>` output into records by job id.
+
+    * AllocTRES / NNodes give what a job holds (alloc_gpus, alloc_nodes), for GPU-hours;
 
     * step rows ("12.batch", "12.0", "12.extern") are skipped even if -X was not honoured;
     * pending array ranges are expanded into one record per task, but a task's own row always
@@ -188,15 +229,16 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        fields = _split_sacct_line(line)
-        if fields is None:
+        split = _split_sacct_line(line)
+        if split is None:
             raise SlurmParseError(f"sacct line has {line.count('|') + 1} fields: {line!r}")
-        job_id, name, raw_state, exit_text, reason, start, end, elapsed, nodes, submit, part = (
-            fields
-        )
+        fields, with_usage = split
+        (job_id, name, raw_state, exit_text, reason, start, end, elapsed, nodes, submit, part,
+         tres, nnodes) = fields
         if "." in job_id or not part.strip():
             continue
         exit_code, signal = parse_exit_code(exit_text)
+        gpus, alloc_nodes = parse_alloc_tres(tres, nnodes) if with_usage else (None, None)
         ids = expand_array_ids(job_id)
         from_range = len(ids) > 1 or ids[0] != job_id
         for task_id in ids:
@@ -218,6 +260,8 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
                 elapsed_s=parse_elapsed(elapsed),
                 partition=part.strip(),
                 from_range=from_range,
+                alloc_gpus=gpus,
+                alloc_nodes=alloc_nodes,
             )
     return records
 

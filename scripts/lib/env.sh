@@ -4,7 +4,8 @@
 
 # --- system packages: only what is missing, so a warm machine skips apt entirely ---------------
 system_packages() {
-  local want=(shellcheck curl) missing=() p  # curl: the job health wait
+  # curl: the job health wait; chromium: the HTML report's headless-browser test
+  local want=(shellcheck curl chromium) missing=() p
   python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
   command -v git >/dev/null || want+=(git)
   for p in "${want[@]}"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install.sh - a CPU serving venv for SmolLM2-135M-Instruct plus the model as a plain HF directory.
+# install.sh - SmolLM2-135M-Instruct as a plain HF directory (served by vLLM: scripts/vllm/).
 #
 #   bash scripts/smollm2/install.sh [VENV]        # VENV defaults to .venv-smollm2 in the repo
 #
@@ -46,4 +46,4 @@ t=$(now)
 "$VENV/bin/python" scripts/smollm2/prepare.py "$MODEL"
 echo "model $MODEL: ready in $(since "$t") s"
 echo "sizes: venv $(du -sh --exclude=models "$VENV" | cut -f1), model $(du -sh "$MODEL" | cut -f1)"
-echo "serve: $VENV/bin/python scripts/smollm2/serve.py $MODEL --port 8000"
+echo "serve it with real vLLM: bash scripts/vllm/install.sh, then docs/small-model.md"

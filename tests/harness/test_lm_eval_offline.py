@@ -227,6 +227,24 @@ def test_b_manifest_records_the_run(hpceval_run: HpcevalRun) -> None:
     assert (hpceval_run.task_dir / "done").is_file()
 
 
+def test_b_report_reads_lm_evals_own_samples(hpceval_run: HpcevalRun) -> None:
+    from hpceval.results.report.samples import TEXT_LIMIT, read_task_samples
+
+    [path] = (hpceval_run.task_dir / "harness").rglob(f"samples_{TASK_NAME}_*.jsonl")
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    found = read_task_samples(str(hpceval_run.task_dir), len(raw))
+    assert found.complete and found.scanned == len(raw) == 2 * 100  # one line per filter
+    assert len(found.samples) == len(raw)
+    assert found.wrong_scanned == sum(r["exact_match"] == 0 for r in raw) > 0
+    for sample, line in zip(found.samples, raw, strict=True):
+        assert (sample.metric, sample.score, sample.filter) == (
+            "exact_match", line["exact_match"], line["filter"])
+        assert sample.answer == line["filtered_resps"][0][:TEXT_LIMIT]
+        assert sample.reference == line["target"][:TEXT_LIMIT]
+        assert sample.prompt == line["arguments"]["gen_args_0"]["arg_0"][:TEXT_LIMIT]
+        assert sample.prompt and sample.file.startswith("harness/")
+
+
 def test_c_collect_never_overwrites_a_done_task(hpceval_run: HpcevalRun) -> None:
     task_dir = hpceval_run.task_dir
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in task_dir.iterdir()

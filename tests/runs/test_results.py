@@ -84,8 +84,8 @@ def test_results_cli_filters_leaderboard_and_html(sweep: Path, tmp_path: Path) -
     assert out.exit_code == 0, out.output
     assert "model-00" in out.output and "model-01" not in out.output
     page = report.read_text()
-    assert page.count("<svg") == 2 and f"<h2>{ONE}</h2>" in page
-    assert "0.8 ± 0.05" in page
+    assert page.count("<svg") == 2 and f"<h3>{ONE}</h3>" in page
+    assert "0.8 ± 0.05 (95% CI 0.702–0.898)" in page
 
 
 def test_html_escapes_names() -> None:

@@ -196,3 +196,34 @@ def test_squeue_sample() -> None:
 def test_squeue_range_rows_are_expanded() -> None:
     entries = parse_squeue("17_[2-4%1]|PENDING|JobArrayTaskLimit|\n17_1|RUNNING|None|node1\n")
     assert sorted(entries) == ["17_1", "17_2", "17_3", "17_4"]
+
+
+def test_allocated_gpus_and_nodes_from_recorded_sacct() -> None:
+    # Recorded on the dev cluster (fake gpu:4 GRES per node) with the AllocTRES,NNodes columns.
+    ended = parse_sacct(sample("sacct-22.05-cost-ended.txt"))
+    assert (ended["15"].alloc_gpus, ended["15"].alloc_nodes, ended["15"].elapsed_s) == (4, 2, 3)
+    assert (ended["16_0"].alloc_gpus, ended["16_1"].alloc_nodes) == (1, 1)
+    assert (ended["19"].alloc_gpus, ended["19"].alloc_nodes) == (0, None)  # never held anything
+    assert ended["20_2"].alloc_gpus == 0 and ended["20_2"].state == "CANCELLED"
+    running = parse_sacct(sample("sacct-22.05-cost-running.txt"))
+    assert (running["18"].state, running["18"].alloc_gpus, running["18"].alloc_nodes) == (
+        "RUNNING", 4, 2)
+    assert running["20_1"].alloc_gpus == 0 and running["20_1"].from_range
+
+
+def test_lines_without_usage_columns_still_parse() -> None:
+    old = parse_sacct(sample("sacct-22.05-later.txt"))
+    assert old and all(r.alloc_gpus is None and r.alloc_nodes is None for r in old.values())
+    piped = ("7|a|b|c|RUNNING|0:0|None|Unknown|Unknown|00:00:00||2026-11-30T03:04:28|debug"
+             "|gres/gpu=2|1")
+    (rec,) = parse_sacct(piped).values()
+    assert (rec.name, rec.alloc_gpus, rec.alloc_nodes) == ("a|b|c", 2, 1)
+
+
+def test_typed_gres_counts_once() -> None:
+    from hpceval.slurm.records import parse_alloc_tres
+
+    assert parse_alloc_tres("cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1") == (8, 1)
+    assert parse_alloc_tres("cpu=8,gres/gpu:a100=2,gres/gpu:h100=4") == (6, None)
+    assert parse_alloc_tres("cpu=8", "3") == (0, 3)
+    assert parse_alloc_tres("", "1") == (0, None)

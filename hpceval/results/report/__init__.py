@@ -1,0 +1,117 @@
+"""A static HTML report: one self-contained file, no server, no network, no CDN.
+
+It answers what is asked of an evaluation: what exactly was run (config, model, layout,
+harness versions, image digests, job ids, wall times), how the models compare and whether the
+difference is real (95% intervals from the harness's stderr), what it cost in GPU-hours, and
+which questions a model got wrong (per-sample answers from the harness's own sample files,
+with a wrong-answers filter). The page is built from the results table (hpceval.results.table),
+the run directories and a bounded read of each task's sample files (report.samples), never by
+inlining every sample: its size grows with tasks, not with samples. Its only script is the
+filter (inline); opening ``report.html#wrong`` starts with the filter on.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hpceval.results.report.charts import task_chart
+from hpceval.results.report.compare import comparisons
+from hpceval.results.report.runinfo import RunInfo, read_run_info
+from hpceval.results.report.samples import TaskSamples, read_task_samples
+from hpceval.results.report.sections import (
+    comparison_section,
+    cost_section,
+    runs_section,
+    samples_section,
+)
+from hpceval.results.store import atomic_write_text
+from hpceval.results.table import leaderboard
+
+__all__ = ["DEFAULT_SAMPLES", "html_report", "task_chart", "write_report"]
+
+DEFAULT_SAMPLES = 20
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;
+text-align:right;vertical-align:top}th:first-child,td:first-child{text-align:left}
+h2{margin-top:2em;border-bottom:1px solid #ddd}.meta{color:#666;font-size:90%}
+table.models td,table.tasks td,table.samples td,table.models th,table.tasks th,
+table.samples th{text-align:left}
+pre{white-space:pre-wrap;margin:0;max-width:40em;max-height:14em;overflow:auto;font-size:85%}
+tr.wrong td:last-child{color:#b00020}tr.right td:last-child{color:#1b7f2a}
+li.apart{color:#1b5e20}li.overlap{color:#795548}nav a{margin-right:1em}
+td{overflow-wrap:break-word;word-break:break-word}"""
+
+# The wrong-answer filter. Rows are hidden with the `hidden` attribute (not CSS), so the
+# state is in the DOM: a headless browser's --dump-dom shows what a reader would see.
+_SCRIPT = """(function(){
+var box=document.getElementById('wrong-only');if(!box){return;}
+function apply(){var on=box.checked,n=0;
+document.querySelectorAll('tr.sample').forEach(function(r){
+var hide=on&&!r.classList.contains('wrong');r.hidden=hide;if(!hide){n++;}});
+document.body.setAttribute('data-filter',on?'wrong':'all');
+document.getElementById('shown-count').textContent=n+' shown';}
+box.addEventListener('change',apply);if(location.hash==='#wrong'){box.checked=true;}apply();
+})();"""
+
+
+def _run_dirs(frame: Any, run_dirs: list[Path] | None) -> list[Path]:
+    if run_dirs is not None:
+        return run_dirs
+    if frame.empty or "run_dir" not in frame.columns:
+        return []
+    return [Path(d) for d in sorted(frame["run_dir"].dropna().unique())]
+
+
+def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tuple[str, str]]
+             ) -> list[tuple[str, str, TaskSamples]]:
+    out = []
+    for info in infos:
+        for m in info.models:
+            for t in m.tasks:
+                if not t.done or (m.key, t.task) not in wanted:
+                    continue
+                found = read_task_samples(os.path.join(info.run_dir, "models", m.key, "tasks",
+                                                       t.key), first, scan_limit=scan_limit)
+                if found.files:
+                    out.append((m.key, t.task, found))
+    return out
+
+
+def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Path] | None = None,
+                cost: Any = None, samples: int = DEFAULT_SAMPLES,
+                scan_limit: int = 10_000) -> str:
+    """The page for these results (a results_frame); `cost` is a results.cost.cost_frame."""
+    runs = sorted(frame["invocation_id"].unique()) if not frame.empty else []
+    infos = [i for d in _run_dirs(frame, run_dirs) if (i := read_run_info(d)) is not None]
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+           f"<h1>{html.escape(title)}</h1>",
+           f'<p class="meta">{len(runs)} run(s): {html.escape(", ".join(runs))}. '
+           f"Generated {html.escape(time.strftime('%Y-%m-%d %H:%M'))} by hpceval.</p>",
+           '<nav><a href="#leaderboard">leaderboard</a><a href="#comparison">comparison</a>'
+           '<a href="#cost">cost</a><a href="#runs">what was run</a>'
+           '<a href="#samples">per-sample answers</a></nav>']
+    if frame.empty:
+        out.append("<p>No finished tasks yet.</p>")
+    else:
+        out.append('<section id="leaderboard"><h2>Leaderboard (primary metric per task)</h2>')
+        out.append(leaderboard(frame).to_html(float_format=lambda v: f"{v:.4g}", na_rep="",
+                                              escape=True, classes="leaderboard", border=0))
+        out.append("</section>")
+        out.append(comparison_section(comparisons(frame)))
+    out.append(cost_section(cost))
+    out.append(runs_section(infos))
+    # Only the (model, task) pairs of the table: --model / --task narrow the samples too.
+    wanted = set() if frame.empty else set(zip(frame["model"], frame["task"], strict=True))
+    out.append(samples_section(_samples(infos, samples, scan_limit, wanted), samples))
+    out.append(f"<script>{_SCRIPT}</script></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_report(frame: Any, path: Path, title: str = "hpceval results", **kw: Any) -> None:
+    atomic_write_text(path, html_report(frame, title, **kw))

@@ -1,0 +1,140 @@
+"""Per-sample answers for the report, read from the harness's own sample files.
+
+lm-eval (and the eval-factory harnesses built on it) write ``samples_<task>_<date>.jsonl``
+somewhere under the task's ``harness/`` directory when run with ``--log_samples``: one JSON
+object per line with the prompt (``arguments``), the model's filtered answer
+(``filtered_resps``), the reference (``target``) and one value per metric (named in
+``metrics``). The report shows the first N samples of each task and, so that the wrong-answer
+filter has something to show, the first N wrong ones too; reading stops once both are found
+or after ``scan_limit`` lines, so a task with 100,000 samples costs no more than one with a few
+hundred. "Wrong" means the sample's first metric is a number below 1 (exact_match, acc: 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+SAMPLES_GLOB_PREFIX = "samples_"
+SAMPLES_SUFFIX = ".jsonl"
+TEXT_LIMIT = 2000  # characters of a prompt or answer kept on the page (the file has the rest)
+
+
+@dataclass(frozen=True)
+class Sample:
+    file: str  # relative to the task directory
+    line: int  # 1-based line in that file, so a reader can find the whole record
+    doc_id: Any
+    prompt: str
+    answer: str
+    reference: str
+    metric: str
+    score: float | None
+    filter: str | None
+
+    @property
+    def wrong(self) -> bool:
+        return self.score is not None and self.score < 1
+
+
+@dataclass
+class TaskSamples:
+    files: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    scanned: int = 0  # lines read
+    wrong_scanned: int = 0  # wrong answers among them
+    complete: bool = True  # every line of every file was read
+
+
+def sample_files(task_dir: str) -> list[str]:
+    """The harness's sample files under task_dir/harness, as paths relative to task_dir."""
+    root = os.path.join(task_dir, "harness")
+    found: list[str] = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if name.startswith(SAMPLES_GLOB_PREFIX) and name.endswith(SAMPLES_SUFFIX):
+                found.append(os.path.relpath(os.path.join(folder, name), task_dir))
+    return sorted(found)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + " […]"
+
+
+def _prompt(arguments: Any) -> str:
+    # Written form: {"gen_args_0": {"arg_0": prompt, "arg_1": ...}, ...}; in-memory: [[prompt]]
+    if isinstance(arguments, dict) and arguments:
+        first = next(iter(arguments.values()))
+        if isinstance(first, dict) and first:
+            return str(next(iter(first.values())))
+    if isinstance(arguments, list) and arguments:
+        first = arguments[0]
+        return str(first[0] if isinstance(first, (list, tuple)) and first else first)
+    return ""
+
+
+def _answer(record: dict[str, Any]) -> str:
+    resps = record.get("filtered_resps")
+    if isinstance(resps, list) and len(resps) == 1:
+        only = resps[0]
+        return str(only[0] if isinstance(only, list) and len(only) == 1 else only)
+    if isinstance(resps, list) and resps:
+        # Multiple choice: one log-likelihood per choice; the answer is the likeliest one.
+        scores = [_loglik(r) for r in resps]
+        if all(s is not None for s in scores):
+            best = max(range(len(scores)), key=lambda i: scores[i] or 0.0)
+            return f"choice {best}"
+    return json.dumps(resps, ensure_ascii=False) if resps is not None else ""
+
+
+def _loglik(resp: Any) -> float | None:
+    # "(-1.25, False)" once lm-eval has turned it into text, or [-1.25, False] / ["-1.25", ...]
+    if isinstance(resp, list) and resp:
+        resp = resp[0]
+    text = str(resp).strip("()[] ").split(",")[0].strip("'\" ")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_sample(record: dict[str, Any], file: str, line: int) -> Sample:
+    metrics = record.get("metrics") or []
+    metric = str(metrics[0]) if metrics else ""
+    value = record.get(metric)
+    score = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else (1.0 if value is True else 0.0 if value is False else None)
+    return Sample(file=file, line=line, doc_id=record.get("doc_id"),
+                  prompt=_clip(_prompt(record.get("arguments"))),
+                  answer=_clip(_answer(record)), reference=_clip(str(record.get("target", ""))),
+                  metric=metric, score=score, filter=record.get("filter"))
+
+
+def read_task_samples(task_dir: str, first: int, *, scan_limit: int = 10_000) -> TaskSamples:
+    """The first `first` samples and the first `first` wrong ones (each sample once)."""
+    out = TaskSamples(files=sample_files(task_dir))
+    if first <= 0:
+        out.complete = not out.files
+        return out
+    wrong = 0  # wrong samples taken
+    for rel in out.files:
+        with open(os.path.join(task_dir, rel), encoding="utf-8", errors="replace") as handle:
+            for number, text in enumerate(handle, 1):
+                if (out.scanned >= first and wrong >= first) or out.scanned >= scan_limit:
+                    out.complete = False
+                    return out
+                out.scanned += 1
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue  # a line cut short by a killed harness: not a sample
+                if not isinstance(record, dict):
+                    continue
+                sample = parse_sample(record, rel, number)
+                out.wrong_scanned += sample.wrong
+                if out.scanned <= first or (sample.wrong and wrong < first):
+                    out.samples.append(sample)
+                    wrong += sample.wrong
+    return out

@@ -1,0 +1,25 @@
+"""benchmarks/report_bench.py end to end on a tiny tree: its own page checks must pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import report_bench
+
+
+def test_expected_rows() -> None:
+    assert report_bench.expected_rows(1000, 3) == 33  # 20 first (7 wrong) + 13 more wrong
+    assert report_bench.expected_rows(10, 3) == 10
+    assert report_bench.expected_rows(1000, 0) == 20
+
+
+def test_report_bench_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "report.json"
+    report_bench.measure(tmp_path / "work", 60, 5_000, 1, out)
+    result = json.loads(out.read_text())
+    assert result["name"] == "report"
+    assert [r["unit"] for r in result["rows"]] == ["ms", "KiB", "ms", "ms"]
+    assert all(r["ratio"] > 0 for r in result["rows"] if r["baseline"])

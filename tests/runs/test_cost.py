@@ -1,0 +1,122 @@
+"""GPU-hours and node-hours from sacct's AllocTRES x Elapsed, in the one sacct call of a refresh.
+
+The fake's sacct answers with output recorded on the dev cluster
+(tests/slurm/data/sacct-22.05-cost-ended.txt): job 15 held 2 nodes x 2 GPUs for 3 s; array 16
+held 1 GPU on 1 node per task for 2 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from run_helpers import FakeSlurm, configs
+
+from hpceval.cli.main import cli
+from hpceval.results.schema import Metric, TaskResult
+from hpceval.results.store import finalize_task
+from hpceval.runs.submit import submit_configs
+from hpceval.slurm.records import JobRecord, base_job_id, parse_sacct
+
+SAMPLES = Path(__file__).resolve().parents[1] / "slurm" / "data"
+ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
+
+
+class RecordedSlurm(FakeSlurm):
+    """Submits get ids 15, 16, ...; sacct answers from the recorded file."""
+
+    def __init__(self, sample: str = "sacct-22.05-cost-ended.txt") -> None:
+        super().__init__()
+        self._ids = itertools.count(15)
+        self.text = (SAMPLES / sample).read_text()
+
+    def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
+              ) -> dict[str, JobRecord]:
+        self.sacct_calls.append(list(job_ids))
+        bases = {base_job_id(j) for j in job_ids}
+        return {k: r for k, r in parse_sacct(self.text).items() if base_job_id(k) in bases}
+
+
+def _finish(run_dir: Path, model: str, task: str, duration: float, slurm: dict[str, str]) -> None:
+    result = TaskResult(task, "ut-harness", "1.0", [Metric(task.split(".")[-1], "acc", 0.5)])
+    finalize_task(run_dir / "models" / model / "tasks" / task, result.to_json(),
+                  {"duration_s": duration, "slurm": slurm})
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> RecordedSlurm:
+    fake = RecordedSlurm()
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    return fake
+
+
+def test_status_shows_gpu_hours_from_the_same_sacct_call(tmp_path: Path,
+                                                         recorded: RecordedSlurm) -> None:
+    single = submit_configs(configs(tmp_path / "a"), recorded)  # job 15
+    sweep = submit_configs(configs(tmp_path / "b", 2), recorded, aggregate=False)  # array 16
+    assert list(single.job_ids) == ["15"] and sweep.job_ids[0] == "16"
+    _finish(single.run_dir, "solo", ONE, 1.8, {"job_id": "15"})
+    _finish(sweep.run_dir, "model-01", ONE, 0.9, {"job_id": "17", "array_job_id": "16",
+                                                  "array_task_id": "1"})
+    out = CliRunner().invoke(cli, ["status", "--json", single.invocation_id,
+                                   sweep.invocation_id])
+    assert out.exit_code == 0, out.output
+    assert len(recorded.sacct_calls) == 1  # states and usage: one call
+    a, b = json.loads(out.output)
+    assert a["cost"]["gpu_hours"] == pytest.approx(4 * 3 / 3600, abs=1e-6)
+    assert a["cost"]["node_hours"] == pytest.approx(2 * 3 / 3600, abs=1e-6)
+    (task,) = a["cost"]["models"][0]["tasks"]
+    assert task["task"] == ONE and task["gpu_hours"] == pytest.approx(4 * 1.8 / 3600, abs=1e-6)
+    per_model = {m["model"]: m for m in b["cost"]["models"]}
+    assert per_model["model-00"]["gpu_hours"] == pytest.approx(2 / 3600, abs=1e-6)
+    assert per_model["model-01"]["tasks"][0]["gpu_hours"] == pytest.approx(0.9 / 3600, abs=1e-6)
+    assert b["cost"]["gpu_hours"] == pytest.approx(4 / 3600, abs=1e-6)
+    text = CliRunner().invoke(cli, ["status", single.invocation_id])
+    assert "cost: 0.00333 GPU-h, 0.00167 node-h" in text.output
+    # Ended jobs' usage is cached: asking again needs sacct only for the states it needs.
+    calls = len(recorded.sacct_calls)
+    CliRunner().invoke(cli, ["results", "--cost", single.invocation_id])
+    assert len(recorded.sacct_calls) == calls
+
+
+def test_every_attempt_of_a_model_counts(tmp_path: Path, recorded: RecordedSlurm) -> None:
+    from hpceval.runs.jobs import JobEntry, append_jobs
+
+    run = submit_configs(configs(tmp_path), recorded)  # 15
+    append_jobs(run.run_dir, "slurm", [JobEntry("21", "slurm", "main", (0,), False,
+                                                run.run_dir.stat().st_mtime, "resume")])
+    out = CliRunner().invoke(cli, ["results", "--cost", "--json", run.invocation_id])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert (row["task"], row["jobs"], row["unknown_jobs"]) == ("(all jobs)", 2, 1)  # 21 not in file
+    assert row["gpu_hours"] == pytest.approx(4 * 3 / 3600, abs=1e-6)
+    assert len(recorded.sacct_calls) == 1
+
+
+def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = RecordedSlurm("sacct-22.05-cost-running.txt")
+    fake._ids = itertools.count(18)
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    run = submit_configs(configs(tmp_path), fake)  # 18: RUNNING, 2 s so far
+    first = json.loads(CliRunner().invoke(cli, ["status", "--json", run.invocation_id]).output)
+    assert first[0]["cost"]["gpu_hours"] == pytest.approx(4 * 2 / 3600, abs=1e-6)
+    fake.text = (SAMPLES / "sacct-22.05-cost-ended.txt").read_text()  # 18 ended after 8 s
+    second = json.loads(CliRunner().invoke(cli, ["status", "--json", run.invocation_id]).output)
+    assert second[0]["cost"]["gpu_hours"] == pytest.approx(4 * 8 / 3600, abs=1e-6)
+    CliRunner().invoke(cli, ["status", "--json", run.invocation_id])
+    assert len(fake.sacct_calls) == 2  # ended and cached: no third call
+
+
+def test_local_runs_have_no_accounting(tmp_path: Path) -> None:
+    from hpceval.results.cost import UsageBook, run_cost
+    from hpceval.runs.jobs import Jobs
+
+    run = {"models": [{"key": "m", "index": 0, "tasks": []}]}
+    cost = run_cost(tmp_path, run, Jobs("local"), UsageBook())
+    assert cost["accounted"] is False and cost["gpu_hours"] == 0
