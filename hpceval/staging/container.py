@@ -53,6 +53,18 @@ def read_frameworks(runtime: str, sif: Path) -> list[tuple[str, str]]:
     return texts
 
 
+def read_installed_frameworks(folder: Path) -> list[tuple[str, str]]:
+    """(path, text) of every framework.yml that harness packages installed into a venv (or a
+    site-packages folder) hold: the same files the images carry, for `container_runtime: none`."""
+    patterns = ("lib/python*/site-packages/core_evals/*/framework.yml",
+                "core_evals/*/framework.yml")
+    paths = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    if not paths:
+        raise DiscoverError(f"{folder}: no core_evals/*/framework.yml in it (a venv with "
+                            "nvidia-* harness packages, or its site-packages)")
+    return [(str(p), p.read_text(encoding="utf-8")) for p in paths]
+
+
 def _tail(proc: subprocess.CompletedProcess[str]) -> str:
     lines = (proc.stderr or proc.stdout or "").strip().splitlines()
     return " | ".join(lines[-3:]) or f"exit status {proc.returncode}"

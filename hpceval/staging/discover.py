@@ -1,5 +1,6 @@
-"""``hpceval tasks discover IMAGE.sif``: add the tasks an eval-factory image holds to the user
-catalogue, so the catalogue is never smaller than what the images hold.
+"""``hpceval tasks discover IMAGE.sif|VENV``: add the tasks an eval-factory image (or a venv
+with the harness packages installed) holds to the user catalogue, so the catalogue is never
+smaller than what the images hold.
 
 Eval-factory images carry one Framework Definition File per harness package, at
 ``<site-packages>/core_evals/<pkg_name>/framework.yml``: ``framework`` (name, description),
@@ -22,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.staging.container import FIND, DiscoverError, read_frameworks
+from hpceval.staging.container import (
+    FIND,
+    DiscoverError,
+    read_frameworks,
+    read_installed_frameworks,
+)
 from hpceval.tasks.models import ENDPOINT_TYPES, CatalogueError, HarnessDef, UnknownHarnessError
 
 __all__ = ["FIND", "MARKER", "DiscoverError", "Discovered", "discover", "parse_framework"]
@@ -101,6 +107,9 @@ def parse_framework(text: str, source: str) -> dict[str, Any]:
         config = _merge(base, ((evaluation or {}).get("defaults") or {}).get("config") or {})
         endpoint = _endpoint(config) if config.get("supported_endpoint_types") else (
             default_endpoint)
+        task_id = str(config.get("type") or ev_name)
+        if not _TASK_NAME.match(ev_name) and _TASK_NAME.match(task_id):
+            ev_name = task_id  # a display name ("ARC Challenge"): the type is what runs
         if not _TASK_NAME.match(ev_name):
             skipped.append(f"evaluations[{i}]: name {ev_name!r} is not a task name")
             continue
@@ -111,7 +120,6 @@ def parse_framework(text: str, source: str) -> dict[str, Any]:
         params = config.get("params") or {}
         extra = params.get("extra") if isinstance(params, dict) else None
         task: dict[str, Any] = {"name": ev_name}
-        task_id = str(config.get("type") or ev_name)
         if task_id != ev_name:
             task["task_id"] = task_id
         task["endpoint_type"] = endpoint
@@ -150,15 +158,20 @@ def match_harness(framework: dict[str, Any], catalogue: Any, sif_name: str,
 
 def discover(sif: Path, *, runtime: str = "apptainer", image: str | None = None,
              out_dir: Path | None = None, dry_run: bool = False) -> list[Discovered]:
-    """Read every framework.yml in ``sif`` and write what the catalogue lacks."""
+    """Read every framework.yml in ``sif`` (an image, or a folder: a venv) and write what the
+    catalogue lacks."""
     from hpceval.staging.images import read_sidecar
     from hpceval.tasks.loader import user_catalogue_paths
 
-    if not sif.is_file():
-        raise DiscoverError(f"{sif}: no such image file")
-    sidecar = read_sidecar(sif)
-    reference = (image or (sidecar or {}).get("reference") or "").removeprefix("docker://")
-    texts = read_frameworks(runtime, sif)
+    if sif.is_dir():  # host-installed harness packages (a venv): no image to open
+        reference = (image or "").removeprefix("docker://")
+        texts = read_installed_frameworks(sif)
+    elif not sif.is_file():
+        raise DiscoverError(f"{sif}: no such image file or folder")
+    else:
+        sidecar = read_sidecar(sif)
+        reference = (image or (sidecar or {}).get("reference") or "").removeprefix("docker://")
+        texts = read_frameworks(runtime, sif)
     frameworks = [parse_framework(text, f"{sif}:{path}") for path, text in texts]
     folder = out_dir or user_catalogue_paths()[0]
     results: list[Discovered] = []

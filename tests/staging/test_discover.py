@@ -166,3 +166,22 @@ def test_cli_discovers_a_staged_image(fakes: Fakes, site: Site) -> None:
 
     bad = CliRunner().invoke(cli, ["tasks", "discover", str(site.root / "missing.sif")])
     assert bad.exit_code == 1 and "no such image file" in bad.output
+
+
+def test_a_venv_of_harness_packages_is_read_without_any_container(fakes: Fakes,
+                                                                  tmp_path: Path) -> None:
+    """container_runtime none: the packages' framework.yml files in a venv, no apptainer call."""
+    venv = tmp_path / "venv"
+    fdf = venv / "lib" / "python3.11" / "site-packages" / "core_evals" / "simple_evals"
+    fdf.mkdir(parents=True)
+    # nvidia-lm-eval 26.3 names evaluations for display ("ARC Challenge"); the type is what runs
+    display = SE_FDF.replace("  - name: math_test_500_lite\n", "  - name: MATH 500 (lite)\n")
+    assert display != SE_FDF
+    (fdf / "framework.yml").write_text(display)
+    [found] = discover(venv, dry_run=True)
+    assert found.added == NEW_SE and found.skipped == [
+        "spoken_qa: endpoint types ['audio'] (hpceval knows chat, completions, vlm, embedding)"]
+    assert fakes.calls("apptainer") == []
+    (fdf / "framework.yml").unlink()
+    with pytest.raises(DiscoverError, match=r"no core_evals/\*/framework\.yml in it"):
+        discover(venv)

@@ -24,13 +24,20 @@ in the NVIDIA image or in upstream lm-eval (``parser: lm_eval``).
 
 Single-task harnesses report each task under ``groups`` too; a group whose name is already a
 task is skipped, so no number appears twice.
+
+simple-evals' code tasks (nvidia-simple-evals 26.3, humaneval) put the eval type under
+``groups`` and each pass@k under ``tasks`` (``pass@1: metrics: score: ...``): those entries are
+metrics of the eval type, read as task ``humaneval``, metric ``pass@1``, filter ``micro``.
+Scores are kept as the harness reports them: bfcl's are percentages (0-100), most are 0-1.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,7 @@ from hpceval.results.schema import Metric, TaskResult
 from hpceval.tasks.adapters import NoResultsFound
 
 RESULTS_FILE = "results.yml"
+_PASS_AT_K = re.compile(r"^pass@\d+$")  # a metric that simple-evals reports as a task
 _LM_EVAL_SEPARATOR = "__"  # eval-factory's lm-eval adapter: "metric,filter" -> "metric__filter"
 
 
@@ -138,13 +146,17 @@ def parse_results(data: Mapping[str, Any], task: str, source: str | None = None)
     if not isinstance(results, Mapping):
         raise ValueError(f"{source or RESULTS_FILE}: no 'results' mapping (not a nemo-evaluator "
                          "results.yml?)")
+    config = _mapping(data.get("config"))
     metrics: list[Metric] = []
     tasks = _mapping(results.get("tasks"))
     for name, entry in sorted(tasks.items()):
+        if _PASS_AT_K.match(str(name)) and config.get("type"):
+            metrics.extend(replace(m, task=str(config["type"]), name=str(name))
+                           for m in _entry_metrics(str(name), entry))
+            continue
         metrics.extend(_entry_metrics(str(name), entry))
     _walk_groups(results.get("groups"), {str(n) for n in tasks}, metrics)
 
-    config = _mapping(data.get("config"))
     versioning = _mapping(_mapping(data.get("metadata")).get("versioning"))
     git_hash = data.get("git_hash") or versioning.get("git-hash")
     return TaskResult(
