@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hpceval.tasks.discover import match_harness, parse_framework
+from hpceval.staging.discover import match_harness, parse_framework
 
 from hpceval.staging.container import read_installed_frameworks
 from hpceval.tasks import load_catalogue
