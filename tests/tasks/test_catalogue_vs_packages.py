@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from hpceval.staging.discover import match_harness, parse_framework
 
 from hpceval.staging.container import read_installed_frameworks
+from hpceval.staging.discover import match_harness, parse_framework
 from hpceval.tasks import load_catalogue
 
 # the harness packages install.sh pins; each must be found, so a failed install cannot shrink
