@@ -149,21 +149,6 @@ def _word_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
                               "file systems refuse", "use shorter names")
 
 
-def task_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
-    """Every task must resolve in the catalogue (or be explicitly allowed as unlisted)."""
-    from hpceval.tasks import TaskLookupError, load_catalogue
-
-    catalogue = load_catalogue()
-    for i, task in enumerate(spec.evaluation.tasks):
-        try:
-            catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
-        except TaskLookupError as exc:
-            where = f"evaluation.tasks.{task.name}" if task.name else f"evaluation.tasks[{i}]"
-            yield ConfigIssue(f"{where}.name", str(exc).rstrip("."),
-                              "see `hpceval ls tasks`; write harness.task for an unlisted task "
-                              "and set allow_unlisted: true")
-
-
 def _this_machine(name: str) -> bool:
     """Whether a launcher's execution.hostname names the machine hpceval runs on."""
     import socket
