@@ -85,9 +85,6 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
             yield ConfigIssue("deployment.checkpoint_path",
                               "give exactly one of checkpoint_path and hf_model_handle",
                               "set deployment.checkpoint_path=/path/to/model")
-        if dep.runtime == "container" and not dep.image:
-            yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs "
-                              "an image", "set deployment.image, or deployment.runtime=host")
     if dep.type == "command" and not dep.command:
         yield ConfigIssue("deployment.command", "required when deployment.type is command",
                           "give the server command line; $PORT holds its port")

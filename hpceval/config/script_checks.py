@@ -56,13 +56,13 @@ def server_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
     ex, dep = spec.execution, spec.deployment
     if not server_in_container(spec):
         return
+    if not dep.image:
+        yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs an "
+                          "image", "set deployment.image, or deployment.runtime=host")
     if ex.container_runtime == "none":
         yield ConfigIssue("deployment.runtime", "is container, but execution.container_runtime "
                           "is none", "set deployment.runtime=host, or a container runtime")
         return
-    if not dep.image:
-        yield ConfigIssue("deployment.image", "a server from a container needs an image",
-                          "set deployment.image, or deployment.runtime=host")
     if dep.checkpoint_path:
         yield from _some(bind_issue(dep.checkpoint_path, "deployment.checkpoint_path"))
     if ex.hf_cache_dir:
