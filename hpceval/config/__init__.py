@@ -69,11 +69,9 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
     if models is None:
         return [_resolve(composed, environ, check_environment, lookups)]
     from hpceval.config.compose import merge
-    from hpceval.config.script_checks import sweep_issues
     from hpceval.config.sweep import expand_models
 
     resolved: list[ResolvedConfig] = []
-    labels: list[str] = []
     issues: list[ConfigIssue] = []
     for label, _, patch in expand_models(models):
         one = Composed(copy.deepcopy(composed.data), dict(composed.sources),
@@ -81,12 +79,8 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
         merge(one.data, patch, one.sources, label)
         try:
             resolved.append(_resolve(one, environ, check_environment, lookups))
-            labels.append(label)
         except ConfigError as exc:
             issues += [ConfigIssue(f"{label}: {i.path}", i.message, i.fix) for i in exc.issues]
-    if not issues and resolved:
-        issues += sweep_issues([(label, r.spec) for label, r in zip(labels, resolved,
-                                                                     strict=True)])
     if issues:
         raise ConfigError(issues)
     return resolved

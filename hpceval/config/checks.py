@@ -80,11 +80,10 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if dep.type == "none" and not ep.url:
         yield ConfigIssue("target.api_endpoint.url", "required when deployment.type is none",
                           "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
-    if dep.type in ("vllm", "sglang"):
-        if bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
-            yield ConfigIssue("deployment.checkpoint_path",
-                              "give exactly one of checkpoint_path and hf_model_handle",
-                              "set deployment.checkpoint_path=/path/to/model")
+    if dep.type in ("vllm", "sglang") and bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
+        yield ConfigIssue("deployment.checkpoint_path",
+                          "give exactly one of checkpoint_path and hf_model_handle",
+                          "set deployment.checkpoint_path=/path/to/model")
     if dep.type == "command" and not dep.command:
         yield ConfigIssue("deployment.command", "required when deployment.type is command",
                           "give the server command line; $PORT holds its port")

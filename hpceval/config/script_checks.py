@@ -8,7 +8,6 @@ configs), so `hpceval config show` refuses exactly what `hpceval render` would.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec
@@ -18,11 +17,6 @@ from hpceval.slurm.formats import SBATCH_UNWRITABLE
 # Execution keys whose values the #SBATCH header carries as text.
 HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "constraint",
                     "walltime", "gpu_type", "mem", "sbatch_comment", "output_dir")
-# Execution keys that make up a job's #SBATCH header: one array job (a sweep) has one header.
-# (The log paths and the array's size come from the run, not from each model.)
-HEADER_KEYS = (*(k for k in HEADER_TEXT_KEYS if k != "output_dir"), "nodes", "gpus_per_node",
-               "gpu_request", "cpus_per_task", "exclusive", "signal_seconds",
-               "sbatch_extra_flags")
 
 
 def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
@@ -77,13 +71,8 @@ def extra_binds_issues(ex: ExecutionSpec) -> Iterator[ConfigIssue]:
 
 def task_container_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> Iterator[ConfigIssue]:
     ex = spec.execution
-    boxed = [t for t in tasks if t.in_container(ex)]
-    for task in boxed:
-        if task.image(ex) is None:
-            yield ConfigIssue(f"{task.where}.container", f"harness {task.task.harness!r} has "
-                              "no image", "set the task's container, or "
-                              "execution.container_runtime=none")
-    if boxed:
+    # (Every container harness has an image: the catalogue's schema requires one.)
+    if any(t.in_container(ex) for t in tasks):
         if ex.hf_cache_dir:
             yield from _some(bind_issue(ex.hf_cache_dir, "execution.hf_cache_dir"))
         if ex.dataset_dir:
@@ -107,22 +96,6 @@ def script_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> list[ConfigIs
     """Every value of one model's run that its job script could not express."""
     issues = [*header_issues(spec), *server_issues(spec), *task_container_issues(spec, tasks)]
     return list(dict.fromkeys(issues))
-
-
-def sweep_issues(models: Sequence[tuple[str, RunSpec]]) -> list[ConfigIssue]:
-    """A sweep is one array job with one #SBATCH header: its models must agree on it."""
-    first_label, first = models[0]
-    issues: list[ConfigIssue] = []
-    for label, spec in models[1:]:
-        for name in HEADER_KEYS:
-            mine: Any = getattr(spec.execution, name)
-            theirs: Any = getattr(first.execution, name)
-            if mine != theirs:
-                issues.append(ConfigIssue(
-                    f"{label}: execution.{name}", f"is {mine!r}, but {first_label} has "
-                    f"{theirs!r}; one array job has one #SBATCH header",
-                    "keep per-model settings out of execution"))
-    return issues
 
 
 def _some(issue: ConfigIssue | None) -> Iterator[ConfigIssue]:
