@@ -8,6 +8,7 @@ of opening a file for writing refused, rendering must still give the same script
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from render_helpers import context, resolve
 
 import hpceval.tasks
-from hpceval.config import ResolvedConfig
+from hpceval.config import ResolvedConfig, with_tasks
 from hpceval.render import render_job
 from hpceval.render.sweep import render_sweep
 from hpceval.tasks.loader import clear_memory_cache
@@ -100,3 +101,14 @@ def test_render_sweep_does_no_io(loaded: ResolvedConfig, no_io: list[str]) -> No
     assert set(scripts.elements) == {"a", "b"} and "#SBATCH --array=0-1" in scripts.dispatcher
     assert no_io == []
 
+
+
+def test_tasks_changed_after_loading_must_be_resolved_again(loaded: ResolvedConfig) -> None:
+    evaluation = dataclasses.replace(loaded.spec.evaluation,
+                                     tasks=loaded.spec.evaluation.tasks[:1])
+    changed = dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec,
+                                                                   evaluation=evaluation))
+    with pytest.raises(ValueError, match="resolve them again"):
+        render_job(changed, context(changed))
+    script = render_job(with_tasks(changed), context(changed))
+    assert script.count("\nharness_") == 1 and "boxed_chat" in script
