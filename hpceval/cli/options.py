@@ -48,15 +48,12 @@ def load_all(config_file: str | None, config_opt: str | None, config_dir: str | 
              *, check_environment: bool = True) -> list[Any]:
     """Every model's resolved config (one for a plain run); notes go to stderr."""
     from hpceval.config import load_run
-    from hpceval.tasks import load_catalogue
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     configs = load_run(run_file, overrides, profile=profile, check_environment=check_environment)
     for note in configs[0].composed.notes:
         click.echo(f"hpceval: note: {note}", err=True)
-    catalogue = load_catalogue()
-    for task in configs[0].spec.evaluation.tasks:
-        resolution = catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
-        if resolution.task.qualified_name != task.name:
-            click.echo(f"hpceval: note: task {resolution.note}", err=True)
+    for task in configs[0].tasks:
+        if task.task.qualified_name != task.spec.name:
+            click.echo(f"hpceval: note: task {task.resolution.note}", err=True)
     return configs

@@ -1,4 +1,8 @@
-"""Configuration: compose the layers, validate everything, produce one frozen RunSpec."""
+"""Configuration: compose the layers, validate everything, produce one frozen RunSpec.
+
+Loading a run also resolves its tasks in the catalogue (once; see ``config.tasks``) and runs
+every check the job script needs (``config.script_checks``): what loads, renders.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpceval.config.build import build_run_spec
 from hpceval.config.compose import Composed, compose
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.layout import Layout, compute_layout, fit_explicit_layout
 from hpceval.config.schema import RunSpec
+from hpceval.config.tasks import ResolvedTask
+
+if TYPE_CHECKING:
+    from hpceval.tasks import Catalogue, Resolution
 
 __all__ = [
-    "ConfigError", "ConfigIssue", "Layout", "ResolvedConfig", "RunSpec", "load_config", "load_run",
+    "ConfigError", "ConfigIssue", "Layout", "ResolvedConfig", "ResolvedTask", "RunSpec",
+    "load_config", "load_run", "with_tasks",
 ]
 
 
@@ -24,19 +34,40 @@ class ResolvedConfig:
     spec: RunSpec
     layout: Layout
     composed: Composed
+    tasks: tuple[ResolvedTask, ...] = ()  # spec.evaluation.tasks, resolved in the catalogue
+
+
+def with_tasks(resolved: ResolvedConfig, catalogue: Catalogue | None = None) -> ResolvedConfig:
+    """``resolved`` with its tasks resolved again, for a spec changed after loading (tests, the
+    API); raises ConfigError as loading would."""
+    from hpceval.config.script_checks import script_issues
+    from hpceval.config.tasks import resolve_tasks
+
+    if catalogue is None:
+        from hpceval.tasks import load_catalogue
+
+        catalogue = load_catalogue()
+    tasks, issues = resolve_tasks(resolved.spec, catalogue, resolved.composed.data)
+    issues += script_issues(resolved.spec, tasks)
+    if issues:
+        raise ConfigError(issues)
+    return ResolvedConfig(resolved.spec, resolved.layout, resolved.composed, tasks)
 
 
 def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
              profile: str | None = None, environ: Mapping[str, str] | None = None,
-             check_environment: bool = True) -> list[ResolvedConfig]:
+             check_environment: bool = True,
+             catalogue: Catalogue | None = None) -> list[ResolvedConfig]:
     """One resolved config per model: a sweep's ``models:`` list, or the single model.
 
-    Every model is validated before anything is returned; errors name the model's entry.
+    Every model is validated, and its tasks resolved in ``catalogue`` (default: the installed
+    one, loaded once here), before anything is returned; errors name the model's entry.
     """
     composed = compose(run_file, overrides, profile=profile)
     models = composed.data.pop("models", None)
+    lookups = _Lookups(catalogue)
     if models is None:
-        return [_resolve(composed, environ, check_environment)]
+        return [_resolve(composed, environ, check_environment, lookups)]
     from hpceval.config.compose import merge
     from hpceval.config.sweep import expand_models
 
@@ -47,12 +78,28 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
                        list(composed.notes), composed.run_file, list(composed.layers))
         merge(one.data, patch, one.sources, label)
         try:
-            resolved.append(_resolve(one, environ, check_environment))
+            resolved.append(_resolve(one, environ, check_environment, lookups))
         except ConfigError as exc:
             issues += [ConfigIssue(f"{label}: {i.path}", i.message, i.fix) for i in exc.issues]
     if issues:
         raise ConfigError(issues)
     return resolved
+
+
+class _Lookups:
+    """One catalogue per load, loaded on first use; a task name is looked up once per load."""
+
+    def __init__(self, catalogue: Catalogue | None) -> None:
+        self._catalogue = catalogue
+        self.memo: dict[tuple[str, bool], Resolution] = {}
+
+    @property
+    def catalogue(self) -> Catalogue:
+        if self._catalogue is None:
+            from hpceval.tasks import load_catalogue
+
+            self._catalogue = load_catalogue()
+        return self._catalogue
 
 
 def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
@@ -68,8 +115,10 @@ def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[
 
 
 def _resolve(composed: Composed, environ: Mapping[str, str] | None,
-             check_environment: bool) -> ResolvedConfig:
-    from hpceval.config.checks import expand_paths, semantic_issues, task_issues
+             check_environment: bool, lookups: _Lookups) -> ResolvedConfig:
+    from hpceval.config.checks import expand_paths, semantic_issues
+    from hpceval.config.script_checks import script_issues
+    from hpceval.config.tasks import resolve_tasks
 
     env = os.environ if environ is None else environ
     path_issues = expand_paths(composed.data, env)
@@ -83,7 +132,9 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     if not any(i.path.startswith(("deployment.data_parallel", "execution.gpus_per_node"))
                for i in issues):  # the same numbers would be refused twice
         issues += layout_issues
-    issues += task_issues(spec)
+    tasks, task_issues = resolve_tasks(spec, lookups.catalogue, composed.data, lookups.memo)
+    issues += task_issues
+    issues += script_issues(spec, tasks)
     if issues:
-        raise ConfigError(issues)
-    return ResolvedConfig(spec, layout, composed)
+        raise ConfigError(list(dict.fromkeys(issues)))
+    return ResolvedConfig(spec, layout, composed, tasks)

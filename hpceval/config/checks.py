@@ -80,14 +80,10 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if dep.type == "none" and not ep.url:
         yield ConfigIssue("target.api_endpoint.url", "required when deployment.type is none",
                           "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
-    if dep.type in ("vllm", "sglang"):
-        if bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
-            yield ConfigIssue("deployment.checkpoint_path",
-                              "give exactly one of checkpoint_path and hf_model_handle",
-                              "set deployment.checkpoint_path=/path/to/model")
-        if dep.runtime == "container" and not dep.image:
-            yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs "
-                              "an image", "set deployment.image, or deployment.runtime=host")
+    if dep.type in ("vllm", "sglang") and bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
+        yield ConfigIssue("deployment.checkpoint_path",
+                          "give exactly one of checkpoint_path and hf_model_handle",
+                          "set deployment.checkpoint_path=/path/to/model")
     if dep.type == "command" and not dep.command:
         yield ConfigIssue("deployment.command", "required when deployment.type is command",
                           "give the server command line; $PORT holds its port")
@@ -147,21 +143,6 @@ def _word_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
         if isinstance(value, str) and any(len(part.encode()) > 255 for part in value.split("/")):
             yield ConfigIssue(path, "has a folder or file name longer than 255 bytes, which "
                               "file systems refuse", "use shorter names")
-
-
-def task_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
-    """Every task must resolve in the catalogue (or be explicitly allowed as unlisted)."""
-    from hpceval.tasks import TaskLookupError, load_catalogue
-
-    catalogue = load_catalogue()
-    for i, task in enumerate(spec.evaluation.tasks):
-        try:
-            catalogue.resolve(task.name, allow_unlisted=task.allow_unlisted)
-        except TaskLookupError as exc:
-            where = f"evaluation.tasks.{task.name}" if task.name else f"evaluation.tasks[{i}]"
-            yield ConfigIssue(f"{where}.name", str(exc).rstrip("."),
-                              "see `hpceval ls tasks`; write harness.task for an unlisted task "
-                              "and set allow_unlisted: true")
 
 
 def _this_machine(name: str) -> bool:

@@ -17,10 +17,10 @@ from typing import Any
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.render.context import JobContext
-from hpceval.slurm.formats import SBATCH_FLAG, slurm_filename
+from hpceval.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, slurm_filename
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
-_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # tabs are fine inside quotes; lines are not
+_BAD = SBATCH_UNWRITABLE
 
 
 @dataclass(frozen=True)

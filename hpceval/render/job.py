@@ -17,8 +17,7 @@ from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
 from hpceval.render.quoting import LineStart, ShellCode, shipped_environment, var
 from hpceval.render.servers import Instance, build_instances
-from hpceval.render.steps import bind, build_steps, container_prefix, env_value
-from hpceval.tasks import Catalogue
+from hpceval.render.steps import bind, build_steps, checked_extra_bind, container_prefix, env_value
 
 # The vLLM release whose `vllm serve` parser the rendered command lines are checked against
 # (scripts/check-vllm-args.py); see docs/rendering.md.
@@ -26,23 +25,19 @@ VLLM_VERSION = "0.32.0"
 _MAX_PORT_SLOTS = 500
 
 
-def render_job(resolved: ResolvedConfig, ctx: JobContext,
-               catalogue: Catalogue | None = None) -> str:
-    """The job script. Raises ConfigError (naming the key) for values it cannot write safely."""
+def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:
+    """The job script. Reads nothing but the shipped templates and writes nothing: the tasks
+    were resolved, and every value checked, when the run was loaded. The ConfigErrors raised
+    here are guards for configs built or changed by hand (tests, the API)."""
     _reject_nul(resolved.spec, "")
-    if catalogue is None:
-        from hpceval.tasks import load_catalogue
-
-        catalogue = load_catalogue()
-    context = build_context(resolved, ctx, catalogue)
+    context = build_context(resolved, ctx)
     text = shipped_environment().get_template("job.sbatch.j2").render(context)
     if "\x00" in text:  # belt and braces: bash would silently drop it
         raise ConfigError.at("", "a NUL character reached the job script")
     return text
 
 
-def build_context(resolved: ResolvedConfig, ctx: JobContext,
-                  catalogue: Catalogue) -> dict[str, Any]:
+def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     spec, layout = resolved.spec, resolved.layout
     ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
     run_dir = ctx.run_dir_text
@@ -53,7 +48,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
     # An external endpoint gets the proxy only for what only the proxy does (interceptors).
     rules = spec.evaluation.interceptors
     external_proxy = fixed_url is not None and (rules.changes_requests or rules.log_requests > 0)
-    steps = build_steps(resolved, catalogue)
+    steps = build_steps(resolved)
     return {
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
@@ -152,8 +147,8 @@ def _server_prefix(resolved: ResolvedConfig) -> list[Any]:
         argv += ["--bind", bind(dep.checkpoint_path, "deployment.checkpoint_path", "ro")]
     if ex.hf_cache_dir:
         argv += ["--bind", bind(ex.hf_cache_dir, "execution.hf_cache_dir")]
-    for extra in ex.extra_binds:
-        argv += ["--bind", extra]
+    for i, extra in enumerate(ex.extra_binds):
+        argv += ["--bind", checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
     return [*argv, LineStart(dep.image)]
 
 

@@ -1,21 +1,23 @@
-"""Task steps: resolve each task in the catalogue, build its command, runner and environment."""
+"""Task steps: each resolved task's command, runner and environment, as the script runs it.
+
+The tasks were resolved (and their commands rendered) when the run was loaded
+(``config.tasks``); nothing here looks anything up.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from hpceval.config import ResolvedConfig
+from hpceval.config import ResolvedConfig, ResolvedTask
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
-from hpceval.render.harness import render_command
+from hpceval.config.script_checks import bind_issue, extra_bind_issue
+from hpceval.config.tasks import stale
 from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
-from hpceval.tasks import Catalogue, TaskLookupError
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
                   "completions": "/completions", "embedding": "/embeddings"}
-_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -44,100 +46,64 @@ def container_prefix(resolved: ResolvedConfig) -> str:
 
 
 def bind(path: str, where: str, options: str = "") -> str:
-    # apptainer splits --bind on ',' and ':'; such a path cannot be bound, so say which key.
-    if "," in path or ":" in path:
-        raise ConfigError.at(where, f"{path!r} contains ',' or ':', which a container bind "
-                             "cannot express", "use a path without them (e.g. a symlink)")
+    issue = bind_issue(path, where)  # refused when the run was loaded; a guard here
+    if issue is not None:
+        raise ConfigError(issue)
     return f"{path}:{path}" + (f":{options}" if options else "")
 
 
-def _key(name: str, seen: set[str]) -> str:
-    key = _KEY_CHARS.sub("_", name).strip("._") or "task"
-    base, n = key, 2
-    while key in seen:
-        key, n = f"{base}-{n}", n + 1
-    seen.add(key)
-    return key
+def checked_extra_bind(spec: str, where: str) -> str:
+    issue = extra_bind_issue(spec, where)
+    if issue is not None:
+        raise ConfigError(issue)
+    return spec
 
 
-def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
+def build_steps(resolved: ResolvedConfig) -> list[Step]:
     spec = resolved.spec
-    ex, ep = spec.execution, spec.target.api_endpoint
-    model_id = ep.model_id or spec.deployment.served_model_name or ""
-    seen: set[str] = set()
+    ex = spec.execution
+    if stale(resolved.tasks, spec):
+        raise ValueError("the run's tasks changed after loading; resolve them again "
+                         "(hpceval.config.with_tasks)")
     steps: list[Step] = []
-    for index, task_spec in enumerate(spec.evaluation.tasks, start=1):
-        where = f"evaluation.tasks.{task_spec.name}"
-        try:
-            resolution = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted)
-        except TaskLookupError as exc:
-            raise ConfigError.at(f"{where}.name", str(exc), "see `hpceval ls tasks`") from exc
-        task = resolution.task
-        harness = catalogue.harness(task.harness)
-        key = _key(task.qualified_name, seen)
-        command = render_command(harness, task, task_spec, model_id=model_id,
-                                 api_key_env=ep.api_key_name, where=where,
-                                 explicit=explicit_params(resolved, index - 1))
-        in_container = ex.container_runtime != "none" and (
-            harness.runtime == "container" or task_spec.container is not None)
-        runner = _runner(resolved, task, task_spec, key, where) if in_container else []
+    for index, rt in enumerate(resolved.tasks, start=1):
+        task = rt.task
+        in_container = rt.in_container(ex)
+        runner = _runner(resolved, rt) if in_container else []
         prefix = container_prefix(resolved) if in_container else ""
-        env = [(prefix + name, value) for name, value in _task_env(resolved, task, task_spec,
-                                                                    in_container)]
+        env = [(prefix + name, value) for name, value in _task_env(resolved, rt, in_container)]
         how = f"in {ex.container_runtime}" if in_container else "host-installed harness"
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
-        if resolution.requested != task.qualified_name:
-            title += f", requested as {resolution.requested}"
-        steps.append(Step(index, key, task.qualified_name, title, task_spec.timeout or 0,
-                          command, runner, env))
+        if rt.resolution.requested != task.qualified_name:
+            title += f", requested as {rt.resolution.requested}"
+        steps.append(Step(index, rt.key, task.qualified_name, title, rt.spec.timeout or 0,
+                          ShellCode(rt.command), runner, env))
     return steps
 
 
-def explicit_params(resolved: ResolvedConfig, index: int) -> frozenset[str]:
-    """Params the user wrote (evaluation.params or the task's own), as opposed to schema
-    defaults, read from the composed layers; catalogue defaults beat schema defaults."""
-    evaluation = resolved.composed.data.get("evaluation") or {}
-    names = set((evaluation.get("params") or {}).keys())
-    raw = evaluation.get("tasks") or []
-    if index < len(raw) and isinstance(raw[index], dict):
-        names |= set((raw[index].get("params") or {}).keys())
-    return frozenset(names - {"extra"})
-
-
-def _runner(resolved: ResolvedConfig, task: Any, task_spec: Any, key: str,
-            where: str) -> list[Any]:
+def _runner(resolved: ResolvedConfig, rt: ResolvedTask) -> list[Any]:
     ex = resolved.spec.execution
-    if task_spec.container:
-        image = task_spec.container
-    elif ex.image_dir and task.sif:
-        image = f"{ex.image_dir.rstrip('/')}/{task.sif}"
-    elif task.image:
-        image = f"docker://{task.image}"  # pulled at run time: stage SIFs on offline sites
-    else:
-        raise ConfigError.at(f"{where}.container", f"harness {task.harness!r} has no image",
-                             "set the task's container, or execution.container_runtime=none")
+    image = rt.image(ex)
+    if image is None:  # refused when the run was loaded (config.script_checks); a guard here
+        raise ConfigError.at(f"{rt.where}.container", f"harness {rt.task.harness!r} has no "
+                             "image", "set the task's container, or "
+                             "execution.container_runtime=none")
     argv: list[Any] = [ex.container_runtime, "exec", "--cleanenv"]
-    if task.needs_gpu:
+    if rt.task.needs_gpu:
         argv.append("--nv")
-    argv += ["--bind", ShellCode(f'"$MODEL_DIR/tasks/{key}"')]
+    argv += ["--bind", ShellCode(f'"$MODEL_DIR/tasks/{rt.key}"')]
     if ex.hf_cache_dir:
         argv += ["--bind", bind(ex.hf_cache_dir, "execution.hf_cache_dir")]
     if ex.dataset_dir:
         argv += ["--bind", bind(ex.dataset_dir, "execution.dataset_dir", "ro")]
     for i, extra in enumerate(ex.extra_binds):
-        argv += ["--bind", _checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
+        argv += ["--bind", checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
     return [*argv, LineStart(image)]
 
 
-def _checked_extra_bind(spec: str, where: str) -> str:
-    if "," in spec or not spec.strip():
-        raise ConfigError.at(where, f"{spec!r} is not one 'src[:dst[:opts]]' bind",
-                             "give one bind per list item")
-    return spec
-
-
-def _task_env(resolved: ResolvedConfig, task: Any, task_spec: Any,
+def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
               in_container: bool) -> list[tuple[str, Any]]:
+    task, task_spec = rt.task, rt.spec
     spec = resolved.spec
     ex, ep = spec.execution, spec.target.api_endpoint
     env: list[tuple[str, Any]] = []

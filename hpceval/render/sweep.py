@@ -21,7 +21,6 @@ from hpceval.render.header import HeaderLine, header_lines, sbatch_value
 from hpceval.render.job import render_job
 from hpceval.render.quoting import ShellCode, shipped_environment
 from hpceval.slurm.formats import slurm_filename
-from hpceval.tasks import Catalogue
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
 AGGREGATE_TEMPLATE = "aggregate.sbatch.j2"
@@ -52,24 +51,19 @@ def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
     return lines
 
 
-def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
-                 catalogue: Catalogue | None = None) -> SweepScripts:
+def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) -> SweepScripts:
     """Dispatcher + element scripts for ``models`` ((key, config) in array index order)."""
     if len(models) < 1:
         raise ValueError("a sweep needs at least one model")
     keys = [key for key, _ in models]
     if len(set(keys)) != len(keys):
         raise ValueError(f"model keys must be unique: {keys}")
-    if catalogue is None:
-        from hpceval.tasks import load_catalogue
-
-        catalogue = load_catalogue()
     ex = models[0][1].spec.execution
     array_ctx = replace(ctx, model_key="sweep",
                         array=ArraySpec(len(models), ex.array_parallelism))
     run_dir = ctx.run_dir_text
     header = sweep_header(models, array_ctx, f"{run_dir}/logs")
-    elements = {key: render_job(resolved, _element_context(ctx, key), catalogue)
+    elements = {key: render_job(resolved, _element_context(ctx, key))
                 for key, resolved in models}
     views = [{"index": i, "key": key, "summary": _summary(resolved)}
              for i, (key, resolved) in enumerate(models)]

@@ -44,7 +44,6 @@ from hpceval.contract import (
     SWEEP_SCRIPT,
 )
 from hpceval.storage import atomic_write_json, atomic_write_text
-from hpceval.tasks import Catalogue
 
 RUN_SCHEMA = 1
 DEFAULT_UMASK = "0027"  # runs from before execution.umask
@@ -109,21 +108,15 @@ class PreparedRun:
 
 
 def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
-                invocation_id: str | None = None, python: str | None = None,
-                catalogue: Catalogue | None = None) -> PreparedRun:
+                invocation_id: str | None = None, python: str | None = None) -> PreparedRun:
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
     from hpceval.render.quoting import render_template
-    from hpceval.render.steps import build_steps
     from hpceval.render.sweep import render_sweep
 
     runs = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
     if not runs:
         raise ValueError("nothing to prepare: no model")
-    if catalogue is None:
-        from hpceval.tasks import load_catalogue
-
-        catalogue = load_catalogue()
     inv = invocation_id or new_invocation_id()
     ex = runs[0].spec.execution
     run_dir = Path(ex.output_dir) / inv
@@ -134,11 +127,10 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     aggregate = None  # a sweep's aggregation script, for the backend to use or not
     if len(runs) == 1:
         entry = JOB_SCRIPT
-        scripts[entry] = render_job(runs[0], dataclasses.replace(ctx, model_key=keys[0]),
-                                    catalogue)
+        scripts[entry] = render_job(runs[0], dataclasses.replace(ctx, model_key=keys[0]))
         names = [JOB_SCRIPT]
     else:
-        sweep = render_sweep(list(zip(keys, runs, strict=True)), ctx, catalogue)
+        sweep = render_sweep(list(zip(keys, runs, strict=True)), ctx)
         entry = SWEEP_SCRIPT
         scripts[entry] = sweep.dispatcher
         names = [f"models/{key}/{ELEMENT_SCRIPT}" for key in keys]
@@ -146,7 +138,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         aggregate = sweep.aggregate
     models = tuple(
         ModelPlan(key, i, resolved, name,
-                  tuple((s.key, s.task) for s in build_steps(resolved, catalogue)))
+                  tuple((t.key, t.task.qualified_name) for t in resolved.tasks))
         for i, (key, resolved, name) in enumerate(zip(keys, runs, names, strict=True)))
     scripts.update(backend_for(ex.type).scripts(RunLayout(
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,

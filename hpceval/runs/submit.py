@@ -20,7 +20,6 @@ from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
 from hpceval.slurm.client import SlurmClient
-from hpceval.tasks import Catalogue
 
 _ID_ATTEMPTS = 5
 
@@ -36,7 +35,7 @@ class Submitted:
 
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
-               python: str | None = None, catalogue: Catalogue | None = None) -> PreparedRun:
+               python: str | None = None) -> PreparedRun:
     """Prepare and write a new run directory; a clashing invocation id gets a fresh one.
 
     Preflight runs first: a missing image, checkpoint, staged data or secret stops the run
@@ -44,11 +43,11 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     """
     from hpceval.staging.preflight import check_preflight
 
-    check_preflight(configs, catalogue=catalogue)
+    check_preflight(configs)
     first = configs if isinstance(configs, ResolvedConfig) else configs[0]
     with run_umask(first.spec.execution.umask):
         for _ in range(_ID_ATTEMPTS):
-            run = prepare_run(configs, python=python, catalogue=catalogue)
+            run = prepare_run(configs, python=python)
             check_writable(run.run_dir.parent)  # before anything is written or submitted
             try:
                 write_run(run)

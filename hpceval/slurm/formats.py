@@ -10,6 +10,8 @@ import re
 
 # A long sbatch option name without its dashes ("mail-type"): validation and the header.
 SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
+# What cannot be written on one #SBATCH line (tabs are fine inside quotes; newlines are not).
+SBATCH_UNWRITABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 
 

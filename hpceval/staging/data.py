@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
-from hpceval.config.schema import TaskSpec
-from hpceval.tasks import Catalogue, TaskDef
+from hpceval.tasks import TaskDef
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "vocab*", "merges.txt", "*.model",
@@ -79,51 +78,33 @@ def looks_like_repo_id(value: object) -> bool:
             and not value.startswith((".", "/")) and not Path(value).exists())
 
 
-def _tasks(resolved: ResolvedConfig,
-           catalogue: Catalogue) -> list[tuple[str, TaskSpec, TaskDef]]:
-    """(config key, run's task entry, catalogue task) for every task that resolves."""
-    from hpceval.tasks import TaskLookupError
-
-    out: list[tuple[str, TaskSpec, TaskDef]] = []
-    for task_spec in resolved.spec.evaluation.tasks:
-        try:
-            task = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted).task
-        except TaskLookupError:
-            continue
-        out.append((f"evaluation.tasks.{task_spec.name}", task_spec, task))
-    return out
+def task_extras(resolved: ResolvedConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(config key, effective params.extra) per task, as its command template sees them."""
+    return [(t.where, dict(t.params["extra"])) for t in resolved.tasks]
 
 
-def task_extras(resolved: ResolvedConfig, catalogue: Catalogue) -> list[tuple[str, dict[str, Any]]]:
-    """(config key, effective params.extra) per task: catalogue extra, then the run's, as the
-    renderer merges them."""
-    return [(where, {**dict(task.params.get("extra", {})), **task_spec.params.extra})
-            for where, task_spec, task in _tasks(resolved, catalogue)]
-
-
-def data_needs(resolved: ResolvedConfig, catalogue: Catalogue) -> list[DataNeed]:
+def data_needs(resolved: ResolvedConfig) -> list[DataNeed]:
     dep = resolved.spec.deployment
     needs: list[DataNeed] = []
     if dep.type in ("vllm", "sglang") and dep.hf_model_handle:
         needs.append(DataNeed("model", dep.hf_model_handle, "deployment.hf_model_handle"))
-    for where, extra in task_extras(resolved, catalogue):
+    for where, extra in task_extras(resolved):
         if looks_like_repo_id(extra.get("tokenizer")):
             needs.append(DataNeed("tokenizer", extra["tokenizer"],
                                   f"{where}.params.extra.tokenizer"))
-    for where, _, task in _tasks(resolved, catalogue):
-        for item in task.data:
+    for rt in resolved.tasks:
+        for item in rt.task.data:
             if item.startswith(DATASET_PREFIX):
-                needs.append(DataNeed("dataset", item.removeprefix(DATASET_PREFIX), where))
+                needs.append(DataNeed("dataset", item.removeprefix(DATASET_PREFIX), rt.where))
     unique: dict[str, DataNeed] = {}
     for need in needs:
         unique.setdefault(need.key, need)
     return list(unique.values())
 
 
-def offline_blockers(resolved: ResolvedConfig,
-                     catalogue: Catalogue) -> list[tuple[str, TaskDef]]:
+def offline_blockers(resolved: ResolvedConfig) -> list[tuple[str, TaskDef]]:
     """Tasks the catalogue says fetch something at run time that staging cannot provide."""
-    return [(where, task) for where, _, task in _tasks(resolved, catalogue) if task.needs_network]
+    return [(rt.where, rt.task) for rt in resolved.tasks if rt.task.needs_network]
 
 
 def hub_dir(hf_cache_dir: str) -> Path:

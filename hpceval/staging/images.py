@@ -1,8 +1,8 @@
 """Which container images a run needs, where the job expects each one, and where it comes from.
 
 Shared by ``hpceval stage`` (pull what is missing) and the submit preflight (refuse what is
-missing): both must agree with ``hpceval.render.steps`` on the SIF path a task runs from, so
-the same rules are spelled out here once.
+missing): both agree with the job script on the image a task runs from, which
+``ResolvedTask.image`` (hpceval.config.tasks) decides for all three.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
-from hpceval.tasks import Catalogue
 
 DOCKER = "docker://"
 SIDECAR_SUFFIX = ".json"
@@ -86,15 +85,13 @@ def _from_image_value(value: str, where: str, purpose: str, image_dir: str | Non
     return ImageNeed(where, purpose, value, sif, source.removeprefix(DOCKER) if source else None)
 
 
-def image_needs(resolved: ResolvedConfig, catalogue: Catalogue,
+def image_needs(resolved: ResolvedConfig,
                 known: dict[str, str] | None = None) -> list[ImageNeed]:
     """Every image of one model's job, one entry per distinct image (first user wins).
 
     ``known`` maps a SIF path or file name to the docker reference it is built from, for SIF
     paths in the config that have no sidecar yet (``hpceval stage --pull SIF=docker://REF``).
     """
-    from hpceval.tasks import TaskLookupError
-
     spec = resolved.spec
     ex, dep = spec.execution, spec.deployment
     refs = known or {}
@@ -105,26 +102,21 @@ def image_needs(resolved: ResolvedConfig, catalogue: Catalogue,
         need = _from_image_value(dep.image, "deployment.image", "server", ex.image_dir, refs)
         if need is not None:
             needs.append(need)
-    for task_spec in spec.evaluation.tasks:
-        where = f"evaluation.tasks.{task_spec.name}"
-        try:
-            task = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted).task
-        except TaskLookupError:
-            continue  # load_run has already refused unknown tasks
-        harness = catalogue.harness(task.harness)
-        purpose = f"harness {harness.name}"
-        if task_spec.container:
-            need = _from_image_value(task_spec.container, f"{where}.container", purpose,
+    for rt in resolved.tasks:
+        task, where = rt.task, rt.where
+        purpose = f"harness {rt.harness.name}"
+        if rt.spec.container:
+            need = _from_image_value(rt.spec.container, f"{where}.container", purpose,
                                      ex.image_dir, refs)
-        elif harness.runtime != "container":
+        elif not rt.in_container(ex):
             continue
-        elif ex.image_dir and task.sif:  # the rule of render.steps._runner
+        elif ex.image_dir and task.sif:  # the rule of ResolvedTask.image
             sif = Path(ex.image_dir) / task.sif
             need = ImageNeed(where, purpose, str(sif), sif, task.image)
         elif task.image:
             need = ImageNeed(where, purpose, DOCKER + task.image, None, task.image)
         else:
-            continue  # render refuses a container harness without an image
+            continue  # loading the run refuses a container harness without an image
         if need is not None:
             needs.append(need)
     return _unique(needs)

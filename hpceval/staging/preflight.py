@@ -18,50 +18,45 @@ from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
 from hpceval.staging.stage import stage_command
-from hpceval.tasks import Catalogue, TaskLookupError
 
 _SHARED = ("hpceval checks it from the login node, so it must be on shared storage that the "
            "login and compute nodes both mount")
 
 
-def preflight(resolved: ResolvedConfig, *, environ: Mapping[str, str] | None = None,
-              catalogue: Catalogue | None = None) -> list[ConfigIssue]:
+def preflight(resolved: ResolvedConfig, *,
+              environ: Mapping[str, str] | None = None) -> list[ConfigIssue]:
     """Every problem of one model's run that only shows once the job runs (empty: go)."""
-    from hpceval.tasks import load_catalogue
-
     env = os.environ if environ is None else environ
-    catalogue = catalogue or load_catalogue()
-    issues = _image_issues(resolved, catalogue)
+    issues = _image_issues(resolved)
     issues += _checkpoint_issues(resolved)
-    issues += _data_issues(resolved, catalogue)
-    issues += _env_issues(resolved, catalogue, env)
+    issues += _data_issues(resolved)
+    issues += _env_issues(resolved, env)
     return list(dict.fromkeys(issues))
 
 
-def preflight_all(configs: Sequence[ResolvedConfig], *, environ: Mapping[str, str] | None = None,
-                  catalogue: Catalogue | None = None) -> list[ConfigIssue]:
+def preflight_all(configs: Sequence[ResolvedConfig], *,
+                  environ: Mapping[str, str] | None = None) -> list[ConfigIssue]:
     """preflight() over every model of a sweep; an issue the models share is listed once."""
     issues: list[ConfigIssue] = []
     for resolved in configs:
-        issues += preflight(resolved, environ=environ, catalogue=catalogue)
+        issues += preflight(resolved, environ=environ)
     return list(dict.fromkeys(issues))
 
 
 def check_preflight(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
-                    environ: Mapping[str, str] | None = None,
-                    catalogue: Catalogue | None = None) -> None:
+                    environ: Mapping[str, str] | None = None) -> None:
     """Raise ConfigError (exit status 2) listing every preflight issue; return if none."""
     batch = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
-    issues = preflight_all(batch, environ=environ, catalogue=catalogue)
+    issues = preflight_all(batch, environ=environ)
     if issues:
         raise ConfigError(issues)
 
 
-def _image_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigIssue]:
+def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     offline = resolved.spec.execution.offline
     fix = stage_command(resolved)
     issues: list[ConfigIssue] = []
-    for need in image_needs(resolved, catalogue):
+    for need in image_needs(resolved):
         if need.pulled_at_run_time:
             if not offline:
                 continue  # online nodes pull it themselves
@@ -106,7 +101,7 @@ def _checkpoint_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                         f"check the path; {_SHARED}")]
 
 
-def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigIssue]:
+def _data_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     ex = resolved.spec.execution
     issues: list[ConfigIssue] = []
     for key in ("hf_cache_dir", "dataset_dir"):
@@ -115,7 +110,7 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
             issues.append(ConfigIssue(f"execution.{key}", f"{folder} does not exist (the job "
                                       "binds it into containers)",
                                       f"mkdir -p {folder}, or fix the path; {_SHARED}"))
-    for where, extra in hub.task_extras(resolved, catalogue):
+    for where, extra in hub.task_extras(resolved):
         # Local files a harness reads: a custom lm-eval task folder, a tokenizer folder.
         for name in ("include_path", "tokenizer"):
             value = extra.get(name)
@@ -124,13 +119,13 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
                 issues.append(ConfigIssue(f"{where}.params.extra.{name}",
                                           f"{value} does not exist", f"check the path; {_SHARED}"))
     if ex.offline:
-        for where, task in hub.offline_blockers(resolved, catalogue):
+        for where, task in hub.offline_blockers(resolved):
             issues.append(ConfigIssue(where, f"compute nodes are offline, but "
                                       f"{task.qualified_name} {task.needs_network}, which no "
                                       "staging can replace",
                                       "run it where compute nodes reach the internet "
                                       "(execution.offline=false), or leave it out"))
-        for need in hub.data_needs(resolved, catalogue):
+        for need in hub.data_needs(resolved):
             if ex.hf_cache_dir and hub.is_cached(need, ex.hf_cache_dir):
                 continue
             where = f"in {hub.cache_dir_for(need, ex.hf_cache_dir)}" if ex.hf_cache_dir else (
@@ -141,17 +136,13 @@ def _data_issues(resolved: ResolvedConfig, catalogue: Catalogue) -> list[ConfigI
     return issues
 
 
-def _env_issues(resolved: ResolvedConfig, catalogue: Catalogue,
-                env: Mapping[str, str]) -> list[ConfigIssue]:
+def _env_issues(resolved: ResolvedConfig, env: Mapping[str, str]) -> list[ConfigIssue]:
     """A harness's required variables: set here (sbatch exports the submitting environment),
     or given in env_vars (whose host:NAME references config validation already checked)."""
     spec = resolved.spec
     issues: list[ConfigIssue] = []
-    for task_spec in spec.evaluation.tasks:
-        try:
-            task = catalogue.resolve(task_spec.name, allow_unlisted=task_spec.allow_unlisted).task
-        except TaskLookupError:
-            continue
+    for rt in resolved.tasks:
+        task, task_spec = rt.task, rt.spec
         given = {**spec.execution.env_vars, **spec.evaluation.env_vars, **task_spec.env_vars}
         for name in task.required_env:
             if name in given or name in env or not ENV_NAME.match(name):

@@ -20,7 +20,6 @@ from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.staging import data as hub
 from hpceval.staging.images import ImageNeed, image_needs, read_sidecar
 from hpceval.staging.pull import PullError, decide, image_lock, pull, remote_digest
-from hpceval.tasks import Catalogue
 
 MANIFEST = "hpceval-staging.json"
 MANIFEST_FORMAT = 1
@@ -68,14 +67,14 @@ def stage_command(resolved: ResolvedConfig) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def plan_issues(configs: Sequence[ResolvedConfig], catalogue: Catalogue,
+def plan_issues(configs: Sequence[ResolvedConfig],
                 known: dict[str, str]) -> list[ConfigIssue]:
     """What stops staging before it starts: nowhere to put an offline run's images or hub
     data, or a SIF path whose source nobody named."""
     issues: list[ConfigIssue] = []
     for resolved in configs:
         ex = resolved.spec.execution
-        for need in image_needs(resolved, catalogue, known):
+        for need in image_needs(resolved, known):
             if need.sif is None and ex.offline:
                 issues.append(ConfigIssue(
                     "execution.image_dir", f"compute nodes are offline, but {need.in_job} "
@@ -87,7 +86,7 @@ def plan_issues(configs: Sequence[ResolvedConfig], catalogue: Catalogue,
                     "image it is built from",
                     f"{stage_command(resolved)} --pull {need.sif.name}=docker://REPO:TAG"))
         if ex.offline and not ex.hf_cache_dir:
-            for item in hub.data_needs(resolved, catalogue):
+            for item in hub.data_needs(resolved):
                 issues.append(ConfigIssue(
                     "execution.hf_cache_dir", f"compute nodes are offline and {item.where} "
                     f"names {item.repo_id}, but there is no shared Hugging Face cache",
@@ -95,8 +94,8 @@ def plan_issues(configs: Sequence[ResolvedConfig], catalogue: Catalogue,
     return list(dict.fromkeys(issues))
 
 
-def stage(configs: Sequence[ResolvedConfig], *, catalogue: Catalogue | None = None,
-          dry_run: bool = False, force: bool = False, known: dict[str, str] | None = None,
+def stage(configs: Sequence[ResolvedConfig], *, dry_run: bool = False, force: bool = False,
+          known: dict[str, str] | None = None,
           downloader: Any = _UNSET, echo: Callable[[str], None] = lambda _: None
           ) -> StageReport:
     """Stage every image and hub item of ``configs`` (one per model of a sweep).
@@ -104,18 +103,15 @@ def stage(configs: Sequence[ResolvedConfig], *, catalogue: Catalogue | None = No
     Raises ConfigError (nothing done) when the plan cannot work; otherwise returns a report
     whose ``ok`` is False if any pull or download failed or must be run by hand.
     """
-    from hpceval.tasks import load_catalogue
-
-    catalogue = catalogue or load_catalogue()
     known = {k: v.removeprefix("docker://") for k, v in (known or {}).items()}
-    issues = plan_issues(configs, catalogue, known)
+    issues = plan_issues(configs, known)
     if issues:
         raise ConfigError(issues)
     report = StageReport()
     seen: set[str] = set()
     for resolved in configs:
         runtime = resolved.spec.execution.container_runtime
-        for need in image_needs(resolved, catalogue, known):
+        for need in image_needs(resolved, known):
             key = str(need.sif or need.in_job)
             if key not in seen:
                 seen.add(key)
@@ -127,7 +123,7 @@ def stage(configs: Sequence[ResolvedConfig], *, catalogue: Catalogue | None = No
         downloader = hub.default_downloader()
     for resolved in configs:
         cache = resolved.spec.execution.hf_cache_dir
-        for data in hub.data_needs(resolved, catalogue):
+        for data in hub.data_needs(resolved):
             if data.key not in seen:
                 seen.add(data.key)
                 report.items.append(_stage_data(data, cache, dry_run, force, downloader, echo))

@@ -60,7 +60,8 @@ def test_config_show_prints_every_model_of_a_sweep() -> None:
     result = CliRunner().invoke(cli, [
         "config", "show", "--profile", "local-dev", "-o", "execution.output_dir=/runs",
         "-o", "evaluation.tasks=[ifeval]", "-o", "deployment.type=command",
-        "-o", "deployment.command=srv", "-o", "+models=[{name: a}, {name: b}]"])
+        "-o", "deployment.command=srv", "-o", "deployment.runtime=host",
+        "-o", "+models=[{name: a}, {name: b}]"])
     assert result.exit_code == 0, result.output
     assert "model 1 of 2: a" in result.output and "model 2 of 2: b" in result.output
     assert "served_model_name: b" in result.output

@@ -51,6 +51,7 @@ def test_refusals_carry_the_numbers(extra: list[str], message: str) -> None:
 def test_cpu_command_server_one_instance_per_node() -> None:
     r = load_config(None, ["execution.output_dir=/runs", "evaluation.tasks=[ifeval]",
                            "deployment.type=command", "deployment.command=srv",
+                           "deployment.runtime=host",
                            "deployment.served_model_name=m", "execution.nodes=2",
                            "execution.gpus_per_node=0"])
     assert r.layout == Layout(2, 0, 1, 1)

@@ -36,9 +36,10 @@ from lm_eval_env import (
 )
 
 from hpceval.config.schema import TaskSpec
-from hpceval.render.harness import render_command
+from hpceval.config.tasks import params_for
 from hpceval.results.schema import TaskResult
 from hpceval.tasks import load_catalogue
+from hpceval.tasks.command import render_command
 from hpceval.tasks.loader import clear_memory_cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_ready")]
@@ -146,9 +147,9 @@ def render(catalogue_file: Path, cache_home: Path) -> str:
         try:
             catalogue = load_catalogue()
             task = catalogue.resolve(QUALIFIED).task
-            return str(render_command(catalogue.harness(task.harness), task,
-                                      TaskSpec(name=QUALIFIED), model_id=MODEL,
-                                      api_key_env=None, where="evaluation.tasks[0]"))
+            return render_command(catalogue.harness(task.harness), task,
+                                  params_for(task, TaskSpec(name=QUALIFIED)), model_id=MODEL,
+                                  api_key_env=None)
         finally:
             clear_memory_cache()
 

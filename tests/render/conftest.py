@@ -34,14 +34,14 @@ def site_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
 
 
 @pytest.fixture
-def render(catalogue: Catalogue, tmp_path: Path) -> RenderFn:
+def render(tmp_path: Path) -> RenderFn:
     def _render(profile: str, run: dict[str, Any], overrides: list[str] | None = None,
                 **ctx: Any) -> str:
         resolved = resolve(profile, run, tmp_path, overrides)
         job = context(resolved)
         if ctx:
             job = JobContext(**{**job.__dict__, **ctx})
-        return render_job(resolved, job, catalogue)
+        return render_job(resolved, job)
 
     return _render
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from render_helpers import resolve
 from test_quoting import hostile
 
-from hpceval.config import ConfigError, ResolvedConfig
+from hpceval.config import ConfigError, ResolvedConfig, with_tasks
 from hpceval.render import JobContext, render_job
 from hpceval.tasks import Catalogue
 
@@ -79,7 +79,7 @@ def test_hostile_values_render_to_valid_bash(vllm_dp: ResolvedConfig, catalogue:
     ctx = JobContext(f"/runs/{name}", v[15], name, v[4] or "python")
     binds = [v[4], v[5], v[8]]
     try:
-        text = render_job(resolved, ctx, catalogue)
+        text = render_job(with_tasks(resolved, catalogue), ctx)
     except ConfigError as exc:
         # The only refusals: a container bind that cannot express the path, or a bad bind.
         assert any("," in p or ":" in p for p in binds) or "," in v[7] or not v[7].strip(), exc
@@ -107,7 +107,9 @@ def test_harness_receives_every_value_unchanged(catalogue: Catalogue, tmp_path_f
         "deployment": {"type": "none"},
         "target": {"api_endpoint": {"url": "http://127.0.0.1:9/v1/chat/completions",
                                     "model_id": "placeholder"}},
-        "evaluation": {"tasks": [{"name": "echo_values"}]}}, tmp)
+        # its command reads params.extra.a: loading refuses the run without it
+        "evaluation": {"tasks": [{"name": "echo_values", "params": {"extra": {"a": "x"}}}]}},
+        tmp)
     task = resolved.spec.evaluation.tasks[0]
     task = dataclasses.replace(task, env_vars={"E_TASK": "lit:" + v[0]},
                                params=dataclasses.replace(task.params, extra={"a": v[1]}))
@@ -117,7 +119,7 @@ def test_harness_receives_every_value_unchanged(catalogue: Catalogue, tmp_path_f
     run_dir = tmp / name
     ctx = JobContext(str(run_dir), name, name, "/bin/true")  # collect: a no-op here
     script = tmp / "job.sbatch"
-    script.write_text(render_job(resolved, ctx, catalogue))
+    script.write_text(render_job(with_tasks(resolved, catalogue), ctx))
     proc = run_locally(script, {})
     values = run_dir / "models" / name / "tasks" / "echoer.echo_values" / "harness" / "values.bin"
     assert values.exists(), proc.stdout + proc.stderr
@@ -148,8 +150,8 @@ def test_server_gets_its_command_line_unchanged(catalogue: Catalogue, tmp_path_f
         "checkpoint_path": v[0], "served_model_name": v[1], "health_path": health_path,
         "extra_args": extra_args})
     script = tmp / "job.sbatch"
-    script.write_text(render_job(resolved, JobContext(str(tmp / "run"), "i", "m", "/bin/true"),
-                                 catalogue))
+    script.write_text(render_job(with_tasks(resolved, catalogue),
+                                 JobContext(str(tmp / "run"), "i", "m", "/bin/true")))
     argv_out = tmp / "argv.bin"
     proc = run_locally(script, {"ARGV_OUT": str(argv_out),
                                 "PATH": f"{bin_dir}:{os.environ['PATH']}"})

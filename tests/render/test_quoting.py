@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hpceval.render.harness import substitute_runtime_values
 from hpceval.render.quoting import (
     UNSET_IN_JOB,
     ShellCode,
@@ -26,6 +25,7 @@ from hpceval.render.quoting import (
     var,
 )
 from hpceval.resources import templates_dir
+from hpceval.tasks.command import substitute_runtime_values
 
 # Everything bash treats specially, plus unicode and leading dashes; never NUL (bash cannot
 # hold it: render_job rejects it with a ConfigError instead).

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from render_helpers import DATA, bash_syntax, resolve, shellcheck
 
+from hpceval.config import with_tasks
 from hpceval.config.schema import TaskSpec
 from hpceval.render import JobContext, render_job
 from hpceval.tasks import Catalogue, TaskDef, load_catalogue
@@ -25,8 +26,8 @@ def render_tasks(tmp_path: Path, catalogue: Catalogue, names: list[str], file: s
                                                      num_fewshot=3, temperature=0.0)))
     spec = dataclasses.replace(base.spec, evaluation=dataclasses.replace(
         base.spec.evaluation, tasks=tasks))
-    resolved = dataclasses.replace(base, spec=spec)
-    text = render_job(resolved, JobContext("/runs/x", "x", "m", "/py"), catalogue)
+    resolved = with_tasks(dataclasses.replace(base, spec=spec), catalogue)
+    text = render_job(resolved, JobContext("/runs/x", "x", "m", "/py"))
     script = tmp_path / file
     script.write_text(text)
     assert text.count("\nharness_") == len(tasks)

@@ -1,4 +1,4 @@
-"""Harness steps: the catalogue's command for each task, made safe to place in the job script.
+"""Harness commands: the catalogue's command template for a task, made safe for a job script.
 
 A catalogue command template quotes every value with ``q``. Three values are only known inside
 the job (the endpoint's host and port depend on the nodes and the job id; the output directory
@@ -16,10 +16,7 @@ from typing import Any
 
 import jinja2
 
-from hpceval.config.errors import ConfigError
-from hpceval.config.schema import TaskSpec
-from hpceval.render.quoting import ShellCode
-from hpceval.tasks import GENERIC_PARAMS, HarnessDef, TaskDef
+from hpceval.tasks.models import HarnessDef, TaskDef
 
 # template variable -> environment variable set by the job script before the harness runs
 RUNTIME_VALUES = {
@@ -50,39 +47,23 @@ def _compiled(command: str) -> jinja2.Template:
     return _environment().from_string(command)
 
 
-def params_for(task: TaskDef, spec_task: TaskSpec,
-               explicit: frozenset[str] | None = None) -> dict[str, Any]:
-    """Parameters for the command template: what the run config set explicitly wins, then the
-    catalogue's per-task defaults, then hpceval's schema defaults. ``explicit`` None: every
-    non-null run-config value counts as set."""
-    params: dict[str, Any] = dict.fromkeys(GENERIC_PARAMS)
-    for name, value in vars(spec_task.params).items():
-        if name == "extra":
-            continue
-        if (explicit is None or name in explicit) and value is not None:
-            params[name] = value
-        elif task.params.get(name) is not None:
-            params[name] = task.params[name]
-        else:
-            params[name] = value
-    extra = {**dict(task.params.get("extra", {})), **spec_task.params.extra}
-    return {**params, "extra": extra}
+class CommandError(ValueError):
+    """A catalogue command template that cannot be rendered for these parameters."""
 
 
-def render_command(harness: HarnessDef, task: TaskDef, spec_task: TaskSpec, *, model_id: str,
-                   api_key_env: str | None, where: str,
-                   explicit: frozenset[str] | None = None) -> ShellCode:
+def render_command(harness: HarnessDef, task: TaskDef, params: dict[str, Any], *,
+                   model_id: str, api_key_env: str | None) -> str:
+    """The harness command line, with ``$HPCEVAL_*`` references for the in-job values."""
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
-        "params": params_for(task, spec_task, explicit),
-        **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
+        "params": params, **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
     }
     try:
         text = _compiled(harness.command).render(context)
+        return substitute_runtime_values(text.strip())
     except (jinja2.TemplateError, ValueError) as exc:
-        raise ConfigError.at(where, f"harness {harness.name!r} command could not be rendered: "
-                             f"{exc}", f"check its catalogue file {harness.source}") from exc
-    return ShellCode(substitute_runtime_values(text.strip()))
+        raise CommandError(f"harness {harness.name!r} command could not be rendered: "
+                           f"{exc}") from exc
 
 
 def substitute_runtime_values(text: str) -> str:

@@ -1,0 +1,103 @@
+"""What the job script cannot express, checked when the run is loaded.
+
+Render writes values into `#SBATCH` lines and container binds; some values cannot be written
+there at all. Each rule is a function here that render calls too (as a guard for hand-built
+configs), so `hpceval config show` refuses exactly what `hpceval render` would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from hpceval.config.errors import ConfigIssue
+from hpceval.config.schema import ExecutionSpec, RunSpec
+from hpceval.config.tasks import ResolvedTask
+from hpceval.slurm.formats import SBATCH_UNWRITABLE
+
+# Execution keys whose values the #SBATCH header carries as text.
+HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "constraint",
+                    "walltime", "gpu_type", "mem", "sbatch_comment", "output_dir")
+
+
+def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
+    if SBATCH_UNWRITABLE.search(text):
+        return ConfigIssue(key, f"{text!r} contains a newline or control character, which "
+                           "cannot be written on an #SBATCH line", "remove it")
+    return None
+
+
+def bind_issue(path: str, where: str) -> ConfigIssue | None:
+    # apptainer splits --bind on ',' and ':'; such a path cannot be bound, so say which key.
+    if "," in path or ":" in path:
+        return ConfigIssue(where, f"{path!r} contains ',' or ':', which a container bind "
+                           "cannot express", "use a path without them (e.g. a symlink)")
+    return None
+
+
+def extra_bind_issue(spec: str, where: str) -> ConfigIssue | None:
+    if "," in spec or not spec.strip():
+        return ConfigIssue(where, f"{spec!r} is not one 'src[:dst[:opts]]' bind",
+                           "give one bind per list item")
+    return None
+
+
+def server_in_container(spec: RunSpec) -> bool:
+    return spec.deployment.type != "none" and spec.deployment.runtime == "container"
+
+
+def server_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    """A server run from an image: a container runtime and an image are needed."""
+    ex, dep = spec.execution, spec.deployment
+    if not server_in_container(spec):
+        return
+    if not dep.image:
+        yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs an "
+                          "image", "set deployment.image, or deployment.runtime=host")
+    if ex.container_runtime == "none":
+        yield ConfigIssue("deployment.runtime", "is container, but execution.container_runtime "
+                          "is none", "set deployment.runtime=host, or a container runtime")
+        return
+    if dep.checkpoint_path:
+        yield from _some(bind_issue(dep.checkpoint_path, "deployment.checkpoint_path"))
+    if ex.hf_cache_dir:
+        yield from _some(bind_issue(ex.hf_cache_dir, "execution.hf_cache_dir"))
+    yield from extra_binds_issues(ex)
+
+
+def extra_binds_issues(ex: ExecutionSpec) -> Iterator[ConfigIssue]:
+    for i, extra in enumerate(ex.extra_binds):
+        yield from _some(extra_bind_issue(extra, f"execution.extra_binds[{i}]"))
+
+
+def task_container_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> Iterator[ConfigIssue]:
+    ex = spec.execution
+    # (Every container harness has an image: the catalogue's schema requires one.)
+    if any(t.in_container(ex) for t in tasks):
+        if ex.hf_cache_dir:
+            yield from _some(bind_issue(ex.hf_cache_dir, "execution.hf_cache_dir"))
+        if ex.dataset_dir:
+            yield from _some(bind_issue(ex.dataset_dir, "execution.dataset_dir"))
+        yield from extra_binds_issues(ex)
+
+
+def header_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    ex = spec.execution
+    for name in HEADER_TEXT_KEYS:
+        value = getattr(ex, name)
+        if isinstance(value, str):
+            yield from _some(sbatch_text_issue(value, f"execution.{name}"))
+    for flag, value in ex.sbatch_extra_flags.items():
+        if value is not None and not isinstance(value, bool):
+            yield from _some(sbatch_text_issue(str(value),
+                                               f"execution.sbatch_extra_flags.{flag}"))
+
+
+def script_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> list[ConfigIssue]:
+    """Every value of one model's run that its job script could not express."""
+    issues = [*header_issues(spec), *server_issues(spec), *task_container_issues(spec, tasks)]
+    return list(dict.fromkeys(issues))
+
+
+def _some(issue: ConfigIssue | None) -> Iterator[ConfigIssue]:
+    if issue is not None:
+        yield issue
