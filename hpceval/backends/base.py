@@ -112,6 +112,8 @@ class Backend(Protocol):
     accounted: ClassVar[bool]
     # it can give a job several nodes (the local backend is this one machine)
     multi_node: ClassVar[bool]
+    # its jobs start job steps with srun, so container_runtime pyxis (srun's plugin) works
+    srun_steps: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

@@ -38,6 +38,7 @@ class LocalBackend:
     resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
     accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
     multi_node: ClassVar[bool] = False
+    srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

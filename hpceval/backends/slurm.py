@@ -34,6 +34,7 @@ class SlurmBackend:
     resubmits_itself: ClassVar[bool] = True  # sbatch works from inside a job
     accounted: ClassVar[bool] = True
     multi_node: ClassVar[bool] = True
+    srun_steps: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
@@ -97,6 +98,11 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if dep.type == "none" and not ep.model_id:
         yield ConfigIssue("target.api_endpoint.model_id", "required for an external endpoint",
                           "set the model name the endpoint serves")
+    if ex.container_runtime == "pyxis" and not backend_for(ex.type).srun_steps:
+        yield ConfigIssue("execution.container_runtime", f"pyxis starts containers through "
+                          f"srun, which a {ex.type} run does not use",
+                          "use container_runtime apptainer (or none) here, or execution.type "
+                          "slurm")
     if dep.port + 64 > 65535:
         yield ConfigIssue("deployment.port", f"{dep.port} leaves no room for instance ports",
                           "use a port below 65000")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ExecutionType = Literal["slurm", "local"]
-ContainerRuntime = Literal["apptainer", "singularity", "none"]
+ContainerRuntime = Literal["apptainer", "singularity", "pyxis", "none"]
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
 DeploymentType = Literal["none", "vllm", "sglang", "command"]
 ServerRuntime = Literal["container", "host"]
@@ -67,9 +67,11 @@ class ExecutionSpec:
     )
     output_dir: str = key(REQUIRED, "run directories go here; must be on storage the nodes share")
     container_runtime: ContainerRuntime = key(
-        "apptainer", "runs harness (and server) images; none runs host-installed tools"
+        "apptainer", "runs harness (and server) images: apptainer | singularity | pyxis (srun "
+        "--container-image, .sqsh images; Slurm jobs only) | none (host-installed tools)"
     )
-    image_dir: str | None = key(None, "folder of pre-built SIF images (see `hpceval stage`)")
+    image_dir: str | None = key(
+        None, "folder of pre-built images, SIF (.sqsh for pyxis); see `hpceval stage`")
     hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")

@@ -9,8 +9,10 @@ from typing import Any
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
+from hpceval.render import pyxis
 from hpceval.render.harness import render_command
 from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
+from hpceval.staging.images import image_file_name
 from hpceval.tasks import Catalogue, TaskLookupError
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
@@ -80,10 +82,11 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
                                  explicit=explicit_params(resolved, index - 1))
         in_container = ex.container_runtime != "none" and (
             harness.runtime == "container" or task_spec.container is not None)
-        runner = _runner(resolved, task, task_spec, key, where) if in_container else []
         prefix = container_prefix(resolved) if in_container else ""
         env = [(prefix + name, value) for name, value in _task_env(resolved, task, task_spec,
                                                                     in_container)]
+        runner = _runner(resolved, task, task_spec, key, where,
+                         [name for name, _ in env]) if in_container else []
         how = f"in {ex.container_runtime}" if in_container else "host-installed harness"
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if resolution.requested != task.qualified_name:
@@ -105,27 +108,35 @@ def explicit_params(resolved: ResolvedConfig, index: int) -> frozenset[str]:
 
 
 def _runner(resolved: ResolvedConfig, task: Any, task_spec: Any, key: str,
-            where: str) -> list[Any]:
+            where: str, env_names: list[str]) -> list[Any]:
     ex = resolved.spec.execution
     if task_spec.container:
         image = task_spec.container
-    elif ex.image_dir and task.sif:
-        image = f"{ex.image_dir.rstrip('/')}/{task.sif}"
+    elif ex.image_dir and task.sif:  # the rule of staging.images.image_needs
+        image = f"{ex.image_dir.rstrip('/')}/{image_file_name(task.sif, ex.container_runtime)}"
     elif task.image:
         image = f"docker://{task.image}"  # pulled at run time: stage SIFs on offline sites
     else:
         raise ConfigError.at(f"{where}.container", f"harness {task.harness!r} has no image",
                              "set the task's container, or execution.container_runtime=none")
+    task_dir = ShellCode(f'"$MODEL_DIR/tasks/{key}"')
+    binds = []
+    if ex.hf_cache_dir:
+        binds.append(bind(ex.hf_cache_dir, "execution.hf_cache_dir"))
+    if ex.dataset_dir:
+        binds.append(bind(ex.dataset_dir, "execution.dataset_dir", "ro"))
+    for i, extra in enumerate(ex.extra_binds):
+        binds.append(_checked_extra_bind(extra, f"execution.extra_binds[{i}]"))
+    if ex.container_runtime == "pyxis":  # GPUs: pyxis's enroot hooks expose the step's own
+        mounts = [pyxis.mount([task_dir]), *(pyxis.mount(pyxis.bind_parts(b)) for b in binds)]
+        return [*pyxis.HARNESS_STEP,
+                *pyxis.container_flags(image, mounts, env_names, workdir=task_dir)]
     argv: list[Any] = [ex.container_runtime, "exec", "--cleanenv"]
     if task.needs_gpu:
         argv.append("--nv")
-    argv += ["--bind", ShellCode(f'"$MODEL_DIR/tasks/{key}"')]
-    if ex.hf_cache_dir:
-        argv += ["--bind", bind(ex.hf_cache_dir, "execution.hf_cache_dir")]
-    if ex.dataset_dir:
-        argv += ["--bind", bind(ex.dataset_dir, "execution.dataset_dir", "ro")]
-    for i, extra in enumerate(ex.extra_binds):
-        argv += ["--bind", _checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
+    argv += ["--bind", task_dir]
+    for spec in binds:
+        argv += ["--bind", spec]
     return [*argv, LineStart(image)]
 
 
