@@ -97,6 +97,8 @@ class RunLayout:
     signal_seconds: int
     python: str
     aggregate: str | None = None  # a sweep's aggregation script, for a backend to run as a job
+    export: str | None = None  # export.destinations: the export job's script (same idea)
+    export_args: tuple[str, ...] = ()  # its module's options, for a backend that calls it
     # renders one of templates/ (name, values): all shell comes from there, and the render
     # layer hands its renderer down, so no backend imports it
     render: Callable[[str, dict[str, Any]], str] | None = None

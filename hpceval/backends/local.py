@@ -88,7 +88,7 @@ def runner_script(layout: RunLayout) -> str:
         "walltime": layout.walltime, "warn": warn, "total": total,
         "run_dir": str(layout.run_dir), "models": list(layout.models),
         "keys": [key for key, _ in layout.models], "python": layout.python,
-        "files": JOB_FILES})
+        "files": JOB_FILES, "export_args": list(layout.export_args)})
 
 
 def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:
