@@ -88,6 +88,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext,
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
                      **_proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": steps,
+        # every task's request count known: the proxy gets the total of the unfinished ones
+        "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
     }

@@ -10,7 +10,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
 from hpceval.render import pyxis
-from hpceval.render.harness import render_command
+from hpceval.render.harness import params_for, render_command
 from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
 from hpceval.staging.images import image_file_name
 from hpceval.tasks import Catalogue, TaskLookupError
@@ -30,6 +30,7 @@ class Step:
     command: ShellCode
     runner: list[Any]  # container exec prefix; empty: the host-installed harness
     env: list[tuple[str, Any]]
+    expected_requests: int | None = None  # TaskDef.expected_requests: None when unknown
 
 
 def env_value(value: str) -> Any:
@@ -77,9 +78,9 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
         task = resolution.task
         harness = catalogue.harness(task.harness)
         key = _key(task.qualified_name, seen)
+        explicit = explicit_params(resolved, index - 1)
         command = render_command(harness, task, task_spec, model_id=model_id,
-                                 api_key_env=ep.api_key_name, where=where,
-                                 explicit=explicit_params(resolved, index - 1))
+                                 api_key_env=ep.api_key_name, where=where, explicit=explicit)
         in_container = ex.container_runtime != "none" and (
             harness.runtime == "container" or task_spec.container is not None)
         prefix = container_prefix(resolved) if in_container else ""
@@ -91,8 +92,9 @@ def build_steps(resolved: ResolvedConfig, catalogue: Catalogue) -> list[Step]:
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if resolution.requested != task.qualified_name:
             title += f", requested as {resolution.requested}"
+        limit = params_for(task, task_spec, explicit).get("limit_samples")
         steps.append(Step(index, key, task.qualified_name, title, task_spec.timeout or 0,
-                          command, runner, env))
+                          command, runner, env, task.expected_requests(limit)))
     return steps
 
 

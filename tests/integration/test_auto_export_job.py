@@ -1,5 +1,6 @@
 """export.destinations on the real Slurm dev cluster: the dependent export job runs after the
-main job and writes the local export and an MLflow file store (the one real sbatch chain).
+main job and writes the local export and an MLflow file store (the one real sbatch chain); the
+same job's proxy got the request total from the catalogue (progress totals).
 
 The model is tests/fakes/oracle_server.py (a `command` deployment), the task
 tests/fakes/ask-harness.yaml, as in test_controller.py.
@@ -67,3 +68,7 @@ def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient,
     assert (run.run_dir / EXPORT_SCRIPT).read_text().startswith("#!/bin/bash")
     assert str(PYTHON) in (run.run_dir / EXPORT_SCRIPT).read_text()
     assert any(mlruns.rglob("meta.yaml"))  # MLflow's file store, written by the job
+    # the request total reached the proxy's progress file (one request per ask-harness task)
+    progress = json.loads((run.run_dir / "models" / "oracle" / "progress.json").read_text())
+    assert progress["requests"]["expected"] == 2 and progress["requests"]["done"] == 2
+    assert progress["eta_s"] == 0 or progress["eta_s"] is None  # nothing left (rate may be 0)
