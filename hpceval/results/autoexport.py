@@ -74,6 +74,14 @@ def wait_for_successors(run_dir: Path, script: Path,
         return None
     with (run_dir / EXPORT_WAITED_FILE).open("a", encoding="utf-8") as fh:
         fh.write("".join(f"{i}\n" for i in todo))
+    # Into the run's chain, so `hpceval kill` cancels it too (status follows main jobs only).
+    import time
+
+    from hpceval.backends.base import JobEntry
+    from hpceval.runs.jobs import append_jobs
+
+    append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", "export", (), False, time.time(),
+                                            "auto-resume")])
     return job
 
 

@@ -108,6 +108,9 @@ def test_export_waits_for_successors_once_each_then_exports(tmp_path: Path,
     assert fake.submits[-1]["script"] == script
     assert not (tmp_path / "exp").exists()
     assert (run_dir / EXPORT_WAITED_FILE).read_text() == "2001\n"
+    # recorded in the run's chain (so `hpceval kill` stops it), not as a model's job
+    (entry,) = [e for e in read_jobs(run_dir).chain if e.id == fake.submits[-1]["id"]]
+    assert (entry.role, entry.models) == ("export", ())
     with (run_dir / SUCCESSORS_FILE).open("a") as fh:
         fh.write("2002 solo\n")  # that successor was stopped too and submitted another
     assert main() == 0
