@@ -15,12 +15,14 @@ JOB_SCRIPT = "job.sbatch"  # single model: the job script exactly as submitted
 SWEEP_SCRIPT = "sweep.sbatch"  # sweep: the array dispatcher exactly as submitted
 ELEMENT_SCRIPT = "job.sh"  # sweep: models/<key>/job.sh, one model's job script
 AGGREGATE_SCRIPT = "aggregate.sbatch"  # sweep on Slurm: the dependent aggregation job
+EXPORT_SCRIPT = "export.sbatch"  # export.destinations on Slurm: the dependent export job
 LOCAL_RUNNER = "local.sh"  # local execution: runs the job script(s) here with bash
 LOG_DIR = "logs"  # array element and aggregation logs
 JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
 
 # -- written by the job ---------------------------------------------------------------------
 SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job sbatch'ed itself
+EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already waited for
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`

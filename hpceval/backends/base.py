@@ -97,6 +97,8 @@ class RunLayout:
     signal_seconds: int
     python: str
     aggregate: str | None = None  # a sweep's aggregation script, for a backend to run as a job
+    export: str | None = None  # export.destinations: the export job's script (same idea)
+    export_args: tuple[str, ...] = ()  # its module's options, for a backend that calls it
     # renders one of templates/ (name, values): all shell comes from there, and the render
     # layer hands its renderer down, so no backend imports it
     render: Callable[[str, dict[str, Any]], str] | None = None
@@ -112,6 +114,8 @@ class Backend(Protocol):
     accounted: ClassVar[bool]
     # it can give a job several nodes (the local backend is this one machine)
     multi_node: ClassVar[bool]
+    # its jobs start job steps with srun, so container_runtime pyxis (srun's plugin) works
+    srun_steps: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

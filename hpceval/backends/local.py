@@ -38,6 +38,7 @@ class LocalBackend:
     resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
     accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
     multi_node: ClassVar[bool] = False
+    srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}
@@ -87,7 +88,7 @@ def runner_script(layout: RunLayout) -> str:
         "walltime": layout.walltime, "warn": warn, "total": total,
         "run_dir": str(layout.run_dir), "models": list(layout.models),
         "keys": [key for key, _ in layout.models], "python": layout.python,
-        "files": JOB_FILES})
+        "files": JOB_FILES, "export_args": list(layout.export_args)})
 
 
 def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:

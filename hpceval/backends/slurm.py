@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
-from hpceval.contract import AGGREGATE_SCRIPT, LOG_DIR
+from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR
 from hpceval.slurm.client import SlurmClient
 from hpceval.slurm.states import JobStatus, Phase
 from hpceval.storage import atomic_write_json, cache_dir
@@ -34,6 +34,7 @@ class SlurmBackend:
     resubmits_itself: ClassVar[bool] = True  # sbatch works from inside a job
     accounted: ClassVar[bool] = True
     multi_node: ClassVar[bool] = True
+    srun_steps: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
@@ -62,8 +63,12 @@ class SlurmBackend:
     # -- Backend ----------------------------------------------------------------------------
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
-        # A sweep's table is written by a dependent CPU job once every element has ended.
-        return {AGGREGATE_SCRIPT: layout.aggregate} if layout.aggregate is not None else {}
+        # A sweep's table is written by a dependent CPU job once every element has ended;
+        # export.destinations are sent by another (hpceval.results.autoexport).
+        scripts = {AGGREGATE_SCRIPT: layout.aggregate} if layout.aggregate is not None else {}
+        if layout.export is not None:
+            scripts[EXPORT_SCRIPT] = layout.export
+        return scripts
 
     def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
         extra: list[str] = []

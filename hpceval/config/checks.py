@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
@@ -93,12 +94,31 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if dep.type == "none" and not ep.model_id:
         yield ConfigIssue("target.api_endpoint.model_id", "required for an external endpoint",
                           "set the model name the endpoint serves")
+    yield from _export_issues(spec)
+    if ex.container_runtime == "pyxis" and not backend_for(ex.type).srun_steps:
+        yield ConfigIssue("execution.container_runtime", f"pyxis starts containers through "
+                          f"srun, which a {ex.type} run does not use",
+                          "use container_runtime apptainer (or none) here, or execution.type "
+                          "slurm")
     if dep.port + 64 > 65535:
         yield ConfigIssue("deployment.port", f"{dep.port} leaves no room for instance ports",
                           "use a port below 65000")
     yield from _env_issues(spec, environ)
     yield from _word_issues(spec)
     yield from _interceptor_issues(spec)
+
+
+def _export_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
+    export = spec.export
+    folder = export.local.output_dir
+    if folder is not None and not folder.startswith("/"):
+        yield ConfigIssue("export.local.output_dir", f"{folder!r} is not an absolute path",
+                          "use an absolute path (the export job runs on a compute node)")
+    uri = export.mlflow.tracking_uri or ""
+    if "@" in uri.partition("://")[2].partition("/")[0]:
+        yield ConfigIssue("export.mlflow.tracking_uri", "carries a user:password@ part",
+                          "remove it; MLflow reads MLFLOW_TRACKING_USERNAME/PASSWORD from the "
+                          "job's environment")
 
 
 def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:

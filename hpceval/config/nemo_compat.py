@@ -13,6 +13,7 @@ from typing import Any
 
 from hpceval.config import nemo_adapters
 from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.config.nemo_export import translate_export
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {
@@ -20,11 +21,7 @@ RENAMED = {
 }
 
 # Launcher features hpceval does not have: refused (exit 2), never run with another meaning.
-_EXPORT_FIX = ("remove it and run `hpceval export` after the run (hpceval installs nothing on "
-               "compute nodes and has no dependent export job yet)")
 UNSUPPORTED = {
-    "execution.auto_export": ("auto-export after the run is not supported", _EXPORT_FIX),
-    "export": ("auto-export settings (export:) are not supported", _EXPORT_FIX),
     "auxiliary_deployments": (
         "auxiliary deployments (a judge served in the same job) are not supported",
         "serve the judge with its own hpceval run or elsewhere, and set the task's judge url "
@@ -61,7 +58,8 @@ DROPPED = {
     "execution.username": "hpceval runs as the user who calls it",
     "execution.ntasks_per_node": "hpceval derives tasks per node from the deployment layout",
     "execution.subproject": "use execution.job_name or execution.sbatch_comment",
-    "execution.cpu_partition": "hpceval's export runs on the login node, not in a CPU job",
+    "execution.cpu_partition": "hpceval's CPU jobs (aggregation, export) use "
+    "execution.partition",
     "execution.deployment": "hpceval derives server steps from the deployment layout",
     "execution.proxy": "hpceval balances instances with its own in-job proxy",
     "deployment.endpoints": "hpceval uses the server's OpenAI routes; deployment.health_path "
@@ -127,6 +125,7 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
     _translate_execution(layer, notes, source)
     _translate_deployment(layer, notes, source)
     issues.clear()
+    translate_export(layer, notes, issues, source)
     adapters: dict[str, Any] = {}  # where -> adapter_config, applied together below
     _translate_params(layer.get("evaluation"), "evaluation", notes, source, issues, adapters)
     evaluation = layer.get("evaluation")

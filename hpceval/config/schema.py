@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ExecutionType = Literal["slurm", "local"]
-ContainerRuntime = Literal["apptainer", "singularity", "none"]
+ContainerRuntime = Literal["apptainer", "singularity", "pyxis", "none"]
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
 DeploymentType = Literal["none", "vllm", "sglang", "command"]
 ServerRuntime = Literal["container", "host"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
+ExportDestination = Literal["local", "mlflow", "wandb"]
+ExportFormat = Literal["json", "csv"]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
 
 
@@ -67,9 +69,11 @@ class ExecutionSpec:
     )
     output_dir: str = key(REQUIRED, "run directories go here; must be on storage the nodes share")
     container_runtime: ContainerRuntime = key(
-        "apptainer", "runs harness (and server) images; none runs host-installed tools"
+        "apptainer", "runs harness (and server) images: apptainer | singularity | pyxis (srun "
+        "--container-image, .sqsh images; Slurm jobs only) | none (host-installed tools)"
     )
-    image_dir: str | None = key(None, "folder of pre-built SIF images (see `hpceval stage`)")
+    image_dir: str | None = key(
+        None, "folder of pre-built images, SIF (.sqsh for pyxis); see `hpceval stage`")
     hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
@@ -208,11 +212,49 @@ class EvaluationSpec:
 
 
 @dataclass(frozen=True)
+class LocalExportSpec:
+    output_dir: str | None = key(None, "folder for the files; default <run dir>/export")
+    format: ExportFormat = key("json", "json | csv")
+
+
+@dataclass(frozen=True)
+class MlflowExportSpec:
+    tracking_uri: str | None = key(
+        None, "MLflow tracking URI the compute nodes reach (http://host:port, or file:/shared/"
+        "path); default MLflow's own"
+    )
+    experiment_name: str = key("hpceval", "MLflow experiment")
+
+
+@dataclass(frozen=True)
+class WandbExportSpec:
+    project: str = key("hpceval", "W&B project")
+    online: bool = key(
+        False, "sync at once (needs network and WANDB_API_KEY in the job's environment); "
+        "default: offline files to sync later with `wandb sync`"
+    )
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """Results sent somewhere after the run, by a dependent CPU job (`hpceval export`)."""
+
+    destinations: list[ExportDestination] = key(
+        [], "export after every run (NEL: execution.auto_export.destinations): local | mlflow "
+        "| wandb; empty: run `hpceval export` by hand"
+    )
+    local: LocalExportSpec = field(default_factory=LocalExportSpec)
+    mlflow: MlflowExportSpec = field(default_factory=MlflowExportSpec)
+    wandb: WandbExportSpec = field(default_factory=WandbExportSpec)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     execution: ExecutionSpec
     deployment: DeploymentSpec
     target: TargetSpec
     evaluation: EvaluationSpec
+    export: ExportSpec = field(default_factory=ExportSpec)
 
 
-SECTIONS = ("execution", "deployment", "target", "evaluation")
+SECTIONS = ("execution", "deployment", "target", "evaluation", "export")

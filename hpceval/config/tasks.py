@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def image_file_name(sif: str, runtime: str) -> str:
+    """The staged file for a runtime: the SIF itself, or for pyxis the squashfs image that
+    ``enroot import`` writes (same stem, ``.sqsh``). `hpceval stage` writes it, jobs run it."""
+    return sif.removesuffix(".sif") + ".sqsh" if runtime == "pyxis" else sif
+
+
 @dataclass(frozen=True)
 class ResolvedTask:
     spec: TaskSpec  # the run's entry (evaluation.tasks[i])
@@ -50,7 +56,8 @@ class ResolvedTask:
         if self.spec.container:
             return self.spec.container
         if ex.image_dir and self.task.sif:
-            return f"{ex.image_dir.rstrip('/')}/{self.task.sif}"
+            name = image_file_name(self.task.sif, ex.container_runtime)
+            return f"{ex.image_dir.rstrip('/')}/{name}"
         if self.task.image:
             return f"docker://{self.task.image}"
         return None

@@ -13,6 +13,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES
+from hpceval.render import pyxis
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
 from hpceval.render.quoting import LineStart, ShellCode, shipped_environment, var
@@ -49,6 +50,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     rules = spec.evaluation.interceptors
     external_proxy = fixed_url is not None and (rules.changes_requests or rules.log_requests > 0)
     steps = build_steps(resolved)
+    server_env = _server_env(resolved)
     return {
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
@@ -66,8 +68,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "deployment": {"type": dep.type},
         "instances": [_instance_view(inst) for inst in instances],
         "server_prefix": _server_prefix(resolved),
+        "server_srun": _server_srun(resolved, [name for name, _ in server_env]),
         "server_env": [(name if dep.runtime == "host" else prefix + name, value)
-                       for name, value in _server_env(resolved)],
+                       for name, value in server_env],
         "multi_node": dep.multi_node_backend if layout.nodes_per_instance > 1 else None,
         "layout_text": _layout_text(resolved),
         "health_path": dep.health_path,
@@ -80,6 +83,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "endpoint": {"fixed_url": fixed_url, "fixed_base": _base_of(fixed_url),
                      **_proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
         "steps": steps,
+        # every task's request count known: the proxy gets the total of the unfinished ones
+        "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
     }
@@ -139,6 +144,8 @@ def _server_prefix(resolved: ResolvedConfig) -> list[Any]:
     if not dep.image:
         raise ConfigError.at("deployment.image", "a server from a container needs an image",
                              "set deployment.image, or deployment.runtime=host")
+    if ex.container_runtime == "pyxis":
+        return []  # the image and binds are srun's options then: _server_srun
     argv: list[Any] = [ex.container_runtime, "exec"]
     if resolved.layout.gpus_per_instance > 0:
         argv.append("--nv")
@@ -150,6 +157,21 @@ def _server_prefix(resolved: ResolvedConfig) -> list[Any]:
     for i, extra in enumerate(ex.extra_binds):
         argv += ["--bind", checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
     return [*argv, LineStart(dep.image)]
+
+
+def _server_srun(resolved: ResolvedConfig, env_names: list[str]) -> list[Any]:
+    """pyxis: the server step's container options (after _server_prefix's checks)."""
+    ex, dep = resolved.spec.execution, resolved.spec.deployment
+    if ex.container_runtime != "pyxis" or dep.type == "none" or dep.runtime == "host":
+        return []
+    assert dep.image is not None  # _server_prefix refused a missing one
+    binds = [bind(dep.checkpoint_path, "deployment.checkpoint_path", "ro")] \
+        if dep.checkpoint_path else []
+    if ex.hf_cache_dir:
+        binds.append(bind(ex.hf_cache_dir, "execution.hf_cache_dir"))
+    binds += ex.extra_binds
+    return pyxis.container_flags(dep.image, [pyxis.mount(pyxis.bind_parts(b)) for b in binds],
+                                 env_names)
 
 
 def _server_env(resolved: ResolvedConfig) -> list[tuple[str, Any]]:

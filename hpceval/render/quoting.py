@@ -55,13 +55,27 @@ def argv(values: Iterable[Any]) -> ShellCode:
     return ShellCode(" ".join(quote(v) for v in values))
 
 
+_FLAG_PREFIX = re.compile(r"^(--[a-z][a-z-]*=)?$")
+
+
+def joined(values: Iterable[Any], sep: str, prefix: str = "") -> ShellCode:
+    """One shell word from several values, e.g. ``--container-mounts=A:A,B:B:ro``: each value
+    quoted on its own (a ShellCode such as ``"$MODEL_DIR/x"`` stays a live reference), joined
+    by a separator that bash reads literally, after an optional fixed ``--flag=``."""
+    if sep not in (",", ":") or not _FLAG_PREFIX.match(prefix):
+        raise ValueError(f"joined: {sep!r} / {prefix!r} is not a fixed separator and flag")
+    word = prefix + sep.join(quote(v) for v in values)
+    return FlagWord(word) if prefix else ShellCode(word)
+
+
 def command_lines(values: Iterable[Any], indent: int = 2) -> ShellCode:
     """A long command line split before each ``--flag``, joined with backslash-newlines."""
     lines: list[list[str]] = [[]]
     for v in values:
         word = quote(v)
-        if lines[-1] and isinstance(v, str) and not isinstance(v, ShellCode) and (
-                v.startswith("--") or v in _BREAK_BEFORE or isinstance(v, LineStart)):
+        plain = isinstance(v, str) and not isinstance(v, ShellCode)
+        if lines[-1] and (isinstance(v, FlagWord) or (plain and (
+                v.startswith("--") or v in _BREAK_BEFORE or isinstance(v, LineStart)))):
             lines.append([])
         lines[-1].append(word)
     pad = " " * indent
@@ -101,6 +115,12 @@ def comment(value: Any) -> ShellCode:
     gets '# ' too, so no line of the value can escape the comment."""
     lines = str(value).splitlines() or [""]
     return ShellCode("\n# ".join(lines))
+
+
+class FlagWord(ShellCode):
+    """A ``--flag=value`` word built by :func:`joined`; wrapped commands break before it."""
+
+    __slots__ = ()
 
 
 class LineStart(str):
@@ -143,6 +163,6 @@ def make_environment(template_dir: Path) -> jinja2.Environment:
     )
     env.filters.update(
         shell_code=shell_code, env_name=env_name, argv=argv, comment=comment, var=var,
-        command_lines=command_lines,
+        command_lines=command_lines, joined=joined,
     )
     return env

@@ -14,6 +14,7 @@ from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
+from hpceval.render import pyxis
 from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
@@ -30,6 +31,7 @@ class Step:
     command: ShellCode
     runner: list[Any]  # container exec prefix; empty: the host-installed harness
     env: list[tuple[str, Any]]
+    expected_requests: int | None = None  # TaskDef.expected_requests: None when unknown
 
 
 def env_value(value: str) -> Any:
@@ -69,35 +71,44 @@ def build_steps(resolved: ResolvedConfig) -> list[Step]:
     for index, rt in enumerate(resolved.tasks, start=1):
         task = rt.task
         in_container = rt.in_container(ex)
-        runner = _runner(resolved, rt) if in_container else []
         prefix = container_prefix(resolved) if in_container else ""
         env = [(prefix + name, value) for name, value in _task_env(resolved, rt, in_container)]
+        runner = _runner(resolved, rt, [name for name, _ in env]) if in_container else []
         how = f"in {ex.container_runtime}" if in_container else "host-installed harness"
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if rt.resolution.requested != task.qualified_name:
             title += f", requested as {rt.resolution.requested}"
         steps.append(Step(index, rt.key, task.qualified_name, title, rt.spec.timeout or 0,
-                          ShellCode(rt.command), runner, env))
+                          ShellCode(rt.command), runner, env,
+                          task.expected_requests(rt.params.get("limit_samples"))))
     return steps
 
 
-def _runner(resolved: ResolvedConfig, rt: ResolvedTask) -> list[Any]:
+def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str]) -> list[Any]:
     ex = resolved.spec.execution
     image = rt.image(ex)
     if image is None:  # refused when the run was loaded (config.script_checks); a guard here
         raise ConfigError.at(f"{rt.where}.container", f"harness {rt.task.harness!r} has no "
                              "image", "set the task's container, or "
                              "execution.container_runtime=none")
+    task_dir = ShellCode(f'"$MODEL_DIR/tasks/{rt.key}"')
+    binds = []
+    if ex.hf_cache_dir:
+        binds.append(bind(ex.hf_cache_dir, "execution.hf_cache_dir"))
+    if ex.dataset_dir:
+        binds.append(bind(ex.dataset_dir, "execution.dataset_dir", "ro"))
+    for i, extra in enumerate(ex.extra_binds):
+        binds.append(checked_extra_bind(extra, f"execution.extra_binds[{i}]"))
+    if ex.container_runtime == "pyxis":  # GPUs: pyxis's enroot hooks expose the step's own
+        mounts = [pyxis.mount([task_dir]), *(pyxis.mount(pyxis.bind_parts(b)) for b in binds)]
+        return [*pyxis.HARNESS_STEP,
+                *pyxis.container_flags(image, mounts, env_names, workdir=task_dir)]
     argv: list[Any] = [ex.container_runtime, "exec", "--cleanenv"]
     if rt.task.needs_gpu:
         argv.append("--nv")
-    argv += ["--bind", ShellCode(f'"$MODEL_DIR/tasks/{rt.key}"')]
-    if ex.hf_cache_dir:
-        argv += ["--bind", bind(ex.hf_cache_dir, "execution.hf_cache_dir")]
-    if ex.dataset_dir:
-        argv += ["--bind", bind(ex.dataset_dir, "execution.dataset_dir", "ro")]
-    for i, extra in enumerate(ex.extra_binds):
-        argv += ["--bind", checked_extra_bind(extra, f"execution.extra_binds[{i}]")]
+    argv += ["--bind", task_dir]
+    for spec in binds:
+        argv += ["--bind", spec]
     return [*argv, LineStart(image)]
 
 

@@ -25,6 +25,8 @@ from hpceval.slurm.formats import slurm_filename
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
 AGGREGATE_TEMPLATE = "aggregate.sbatch.j2"
 AGGREGATE_MINUTES = 15
+EXPORT_TEMPLATE = "export.sbatch.j2"
+EXPORT_MINUTES = 30
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,32 @@ def _element_context(ctx: JobContext, key: str) -> JobContext:
 
 def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
     """The dependent CPU job: same partition/account/QOS as the sweep, one CPU, 15 minutes."""
+    return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
+        header=cpu_job_header(resolved, ctx, "aggregate", AGGREGATE_MINUTES,
+                              "reading result files is quick"),
+        invocation_id=ctx.invocation_id, python=ctx.python, run_dir=ctx.run_dir_text)
+
+
+def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:
+    """export.destinations: the dependent CPU job that sends the results (any backend's run
+    directory gets it; the Slurm backend submits it, the local runner calls its module)."""
+    from hpceval.contract import EXPORT_SCRIPT
+    from hpceval.results.autoexport import export_arguments
+
+    spec = resolved.spec.export
+    return shipped_environment().get_template(EXPORT_TEMPLATE).render(
+        header=cpu_job_header(resolved, ctx, "export", EXPORT_MINUTES,
+                              "result files to a folder or a tracking server"),
+        invocation_id=ctx.invocation_id, python=ctx.python, run_dir=ctx.run_dir_text,
+        script=f"{ctx.run_dir_text}/{EXPORT_SCRIPT}", destinations=spec.destinations,
+        args=export_arguments(spec, ctx.run_dir_text))
+
+
+def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes: int,
+                   why: str) -> list[ShellCode]:
+    """The header of a run's dependent CPU job: same partition/account/QOS/reservation."""
     ex = resolved.spec.execution
-    lines = [HeaderLine("job-name", sbatch_value(f"hpceval-aggregate-{ctx.invocation_id}",
+    lines = [HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
                                                  "execution.job_name"))]
     for flag, value, key in (("account", ex.account, "execution.account"),
                              ("partition", ex.partition, "execution.partition"),
@@ -93,14 +119,12 @@ def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
         if value is not None:
             lines.append(HeaderLine(flag, sbatch_value(value, key)))
     log_dir = slurm_filename(ctx.run_dir_text) + "/logs"
-    out = sbatch_value(f"{log_dir}/aggregate-%j.log", "execution.output_dir")
-    lines += [HeaderLine("time", str(AGGREGATE_MINUTES), "reading result files is quick"),
+    out = sbatch_value(f"{log_dir}/{role}-%j.log", "execution.output_dir")
+    lines += [HeaderLine("time", str(minutes), why),
               HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
               HeaderLine("cpus-per-task", "1", "no GPU: only result files are read"),
               HeaderLine("output", out), HeaderLine("no-requeue", None)]
-    return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
-        header=[ShellCode(line.text()) for line in lines], invocation_id=ctx.invocation_id,
-        python=ctx.python, run_dir=ctx.run_dir_text)
+    return [ShellCode(line.text()) for line in lines]
 
 
 def _summary(resolved: ResolvedConfig) -> str:

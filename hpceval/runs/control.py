@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends import CancelReport, JobEntry, JobRequest, backend_for
-from hpceval.contract import AGGREGATE_SCRIPT, ELEMENT_SCRIPT
+from hpceval.contract import AGGREGATE_SCRIPT, ELEMENT_SCRIPT, EXPORT_SCRIPT
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
@@ -109,7 +109,9 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
     with_aggregate = sweep and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file()
     # run.json's kind, not jobs.json's: a run whose first submission failed has no chain yet
     backend = backend_for(str(run.get("kind") or jobs.kind), client=client)
-    return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None)
+    with_export = (ref.run_dir / EXPORT_SCRIPT).is_file()  # written only where it is a job
+    return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None,
+                       EXPORT_SCRIPT if with_export else None)
 
 
 def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:

@@ -38,6 +38,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
     ELEMENT_SCRIPT,
+    EXPORT_SCRIPT,
     JOB_SCRIPT,
     LOG_DIR,
     RUN_FILE,
@@ -89,6 +90,7 @@ class PreparedRun:
     scripts: dict[str, str]  # relative path -> text: everything that runs, as written
     entry: str  # the script handed to sbatch (or to bash, for local runs)
     aggregate: str | None = None  # a sweep whose backend runs aggregation as a job: its script
+    export: str | None = None  # export.destinations, where the backend runs it as a job
 
     @property
     def sweep(self) -> bool:
@@ -112,7 +114,8 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
     from hpceval.render.quoting import render_template
-    from hpceval.render.sweep import render_sweep
+    from hpceval.render.sweep import render_export, render_sweep
+    from hpceval.results.autoexport import export_arguments
 
     runs = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
     if not runs:
@@ -140,10 +143,14 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         ModelPlan(key, i, resolved, name,
                   tuple((t.key, t.task.qualified_name) for t in resolved.tasks))
         for i, (key, resolved, name) in enumerate(zip(keys, runs, names, strict=True)))
+    destinations = runs[0].spec.export
+    export = render_export(runs[0], ctx) if destinations.destinations else None
+    export_args = tuple(export_arguments(destinations, ctx.run_dir_text)) if export else ()
     scripts.update(backend_for(ex.type).scripts(RunLayout(
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
-        ex.signal_seconds, ctx.python, aggregate, render_template)))
-    return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT))
+        ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template)))
+    return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT),
+                       scripts.get(EXPORT_SCRIPT))
 
 
 def redacted(value: Any) -> Any:

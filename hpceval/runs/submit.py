@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
 from hpceval.config import ResolvedConfig
-from hpceval.contract import AGGREGATE_SCRIPT
+from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
@@ -73,7 +73,8 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
     backend = backend_for(run.kind, client=client)
     main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep)
     entries = submit_jobs(run.run_dir, backend, main,
-                          AGGREGATE_SCRIPT if run.aggregate is not None and aggregate else None)
+                          AGGREGATE_SCRIPT if run.aggregate is not None and aggregate else None,
+                          EXPORT_SCRIPT if run.export is not None else None)
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
                        tuple(m.key for m in run.models),
                        backend.describe(entries[0], len(run.models)))
@@ -82,10 +83,10 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
 
 
 def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
-                aggregate: str | None = None) -> list[JobEntry]:
-    """Submit a run's main job, then (if `aggregate` names a script) the aggregation job that
-    waits for it; each entry goes into jobs.json as soon as it exists. Submit and resume both
-    come here."""
+                aggregate: str | None = None, export: str | None = None) -> list[JobEntry]:
+    """Submit a run's main job, then (if `aggregate` / `export` name a script) the aggregation
+    and export jobs that wait for it; each entry goes into jobs.json as soon as it exists.
+    Submit and resume both come here."""
     entry = backend.submit(run_dir, main)
     # Recorded before the aggregation job: if that submission fails, the main job is known.
     append_jobs(run_dir, backend.name, [entry])
@@ -95,6 +96,11 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
                                                  reason=main.reason))
         append_jobs(run_dir, backend.name, [agg])
         entries.append(agg)
+    if export is not None:
+        job = backend.submit(run_dir, JobRequest(export, after=entry.id, role="export",
+                                                 reason=main.reason))
+        append_jobs(run_dir, backend.name, [job])
+        entries.append(job)
     return entries
 
 

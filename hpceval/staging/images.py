@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
+from hpceval.config.tasks import image_file_name
 
 DOCKER = "docker://"
 SIDECAR_SUFFIX = ".json"
@@ -55,6 +56,14 @@ def sif_name(reference: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", stem) + ".sif"
 
 
+def pyxis_reference(reference: str) -> str:
+    """A docker reference as pyxis and enroot spell it: the registry host, if any, is
+    followed by '#' (``nvcr.io/nvidia/x:1`` -> ``nvcr.io#nvidia/x:1``)."""
+    ref = reference.removeprefix(DOCKER)
+    first, sep, rest = ref.partition("/")
+    return f"{first}#{rest}" if sep and _HOSTLIKE.search(first) else ref
+
+
 def sidecar_path(sif: Path) -> Path:
     return sif.with_name(sif.name + SIDECAR_SUFFIX)
 
@@ -69,11 +78,12 @@ def read_sidecar(sif: Path) -> dict[str, Any] | None:
 
 
 def _from_image_value(value: str, where: str, purpose: str, image_dir: str | None,
-                      known: dict[str, str]) -> ImageNeed | None:
-    """deployment.image or a task's container: a docker:// reference or a SIF path."""
+                      known: dict[str, str], runtime: str) -> ImageNeed | None:
+    """deployment.image or a task's container: a docker:// reference or an image file."""
     if value.startswith(DOCKER):
         ref = value[len(DOCKER):]
-        sif = Path(image_dir) / sif_name(ref) if image_dir else None
+        name = image_file_name(sif_name(ref), runtime)
+        sif = Path(image_dir) / name if image_dir else None
         return ImageNeed(where, purpose, value, sif, ref)
     if "://" in value:  # library://, oras://...: pulled by the runtime, not staged here
         return None
@@ -99,7 +109,8 @@ def image_needs(resolved: ResolvedConfig,
         return []  # render runs everything from the host then (or refuses the config)
     needs: list[ImageNeed] = []
     if dep.type != "none" and dep.runtime == "container" and dep.image:
-        need = _from_image_value(dep.image, "deployment.image", "server", ex.image_dir, refs)
+        need = _from_image_value(dep.image, "deployment.image", "server", ex.image_dir, refs,
+                                 ex.container_runtime)
         if need is not None:
             needs.append(need)
     for rt in resolved.tasks:
@@ -107,11 +118,11 @@ def image_needs(resolved: ResolvedConfig,
         purpose = f"harness {rt.harness.name}"
         if rt.spec.container:
             need = _from_image_value(rt.spec.container, f"{where}.container", purpose,
-                                     ex.image_dir, refs)
+                                     ex.image_dir, refs, ex.container_runtime)
         elif not rt.in_container(ex):
             continue
         elif ex.image_dir and task.sif:  # the rule of ResolvedTask.image
-            sif = Path(ex.image_dir) / task.sif
+            sif = Path(ex.image_dir) / image_file_name(task.sif, ex.container_runtime)
             need = ImageNeed(where, purpose, str(sif), sif, task.image)
         elif task.image:
             need = ImageNeed(where, purpose, DOCKER + task.image, None, task.image)

@@ -112,6 +112,8 @@ def _effective_task(harness: Record, task: Record, source: str) -> Record:
         "aliases": task["aliases"],
         "data": task["data"],
         "needs_network": task["needs_network"],
+        "samples": task["samples"],
+        "requests_per_sample": task["requests_per_sample"],
         "params": params,
         "source": source,
     }

@@ -196,6 +196,8 @@ def _task(t: Mapping[str, Any]) -> TaskDef:
         aliases=tuple(t["aliases"]),
         data=tuple(t["data"]),
         needs_network=t["needs_network"],
+        samples=t.get("samples"),
+        requests_per_sample=t.get("requests_per_sample"),
         params=MappingProxyType(t["params"]),
         source=t["source"],
     )

@@ -74,12 +74,25 @@ class TaskDef:
     unlisted: bool = False
     data: tuple[str, ...] = ()  # "hf-dataset:org/name": read at run time (staged for offline nodes)
     needs_network: str | None = None  # why it cannot run offline, whatever is staged
+    samples: int | None = None  # items in its dataset, when the catalogue knows
+    # requests the harness sends per item, when fixed (1 for plain generation); None when it
+    # varies (log-likelihood tasks send one per answer choice) or is not known
+    requests_per_sample: int | None = None
     params: Mapping[str, Any] = field(default_factory=_empty, hash=False, compare=False)
     source: str = ""
 
     @property
     def qualified_name(self) -> str:
         return f"{self.harness}.{self.name}"
+
+    def expected_requests(self, limit_samples: int | None) -> int | None:
+        """The requests this task sends, or None when that is not known: never a guess, so
+        `status` shows no total (and no ETA) rather than a wrong one. Items: limit_samples,
+        capped by the dataset size when the catalogue records it; with neither, unknown."""
+        items = [n for n in (limit_samples, self.samples) if n is not None]
+        if not items or self.requests_per_sample is None:
+            return None
+        return min(items) * self.requests_per_sample
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ _HARNESS_KEYS = {
 _TASK_KEYS = {
     "name", "task_id", "endpoint_type", "description", "needs_gpu", "needs_judge",
     "required_env", "canonical", "aliases", "params", "image", "sif", "data", "needs_network",
+    "samples", "requests_per_sample",
 }  # fmt: skip
 _NUMERIC_PARAMS = set(GENERIC_PARAMS) - {"extra"}
 
@@ -67,6 +68,13 @@ class _Check:
             return None
         if not isinstance(value, str) or not value.strip():
             raise self.fail(f"{path}.{key}" if path else key, "expected a non-empty string")
+        return value
+
+    def count(self, obj: dict[str, Any], key: str, path: str) -> int | None:
+        value = obj.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise self.fail(f"{path}.{key}", f"expected a whole number >= 1, got {value!r}")
         return value
 
     def boolean(self, obj: dict[str, Any], key: str, path: str) -> bool | None:
@@ -221,4 +229,7 @@ def _validate_task(check: _Check, raw: object, path: str) -> dict[str, Any]:
         "data": check.names(t, "data", path, _DATA_ITEM),
         # why the task cannot run on offline nodes whatever is staged (the preflight says it)
         "needs_network": check.string(t, "needs_network", path),
+        # what `status` needs for a request total (TaskDef.expected_requests); absent: unknown
+        "samples": check.count(t, "samples", path),
+        "requests_per_sample": check.count(t, "requests_per_sample", path),
     }

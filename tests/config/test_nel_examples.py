@@ -212,9 +212,26 @@ LEPTON = Refused(("Lepton deployments are out of scope for hpceval",
                   "use execution: slurm/default or local"))
 NIM = Refused(("NIM deployments are out of scope for hpceval",
                "point target.api_endpoint.url at it with deployment: none"))
-EXPORT = Refused(("auto-export after the run is not supported",
-                  "auto-export settings (export:) are not supported",
-                  "run `hpceval export` after the run"))
+def _auto_export(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    from hpceval.runs.rundir import prepare_run
+
+    ex = r.spec.export
+    assert ex.destinations == ["mlflow"] and ex.mlflow.tracking_uri == MLFLOW_URI
+    assert ex.mlflow.experiment_name == "nemo-evaluator-launcher"
+    run = prepare_run(r, invocation_id="inv-0123456789abcdef", python="/py")
+    after = "--mlflow-tracking-uri=" + MLFLOW_URI
+    if r.spec.execution.type == "slurm":  # a dependent job, submitted after the main one
+        assert run.export is not None and after in run.export
+    else:  # the local runner exports after the last model
+        assert run.export is None and after in run.scripts["local.sh"]
+
+
+MLFLOW_URI = "http://mlflow.example:5000"
+EXPORT_NOTES = ("export.mlflow.log_metrics is ignored: every metric of every task is logged",
+                "export.mlflow.tags is ignored")
+EXPORT = Refused(("export.mlflow.tracking_uri: MISSING value",),
+                 then=((f"export.mlflow.tracking_uri={MLFLOW_URI}",),
+                       Renders(("simple_evals.gpqa_diamond",), _auto_export, EXPORT_NOTES)))
 SEPARATE_RUNS = "run the tasks that need different settings as separate runs"
 CONTAINERS = "is container, but execution.container_runtime is none"
 APPTAINER = ("execution.container_runtime=apptainer",)

@@ -164,10 +164,8 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
     (("execution: slurm/default", "execution: lepton/default"), "Lepton deployments are out of "
      "scope"),
     (("deployment: vllm", "deployment: nim"), "NIM deployments are out of scope"),
-    (("deployment:\n", "export:\n  mlflow: {tracking_uri: http://m}\ndeployment:\n"),
-     "auto-export settings (export:) are not supported"),
-    (("  output_dir: ???\n", "  output_dir: ???\n  auto_export: {destinations: [mlflow]}\n"),
-     "auto-export after the run is not supported"),
+    (("deployment:\n", "export:\n  datadog: {url: http://m}\ndeployment:\n"),
+     "export.datadog: export to 'datadog' is not supported"),
     (("  - _self_\n", "  - deployment/vllm@auxiliary_deployments.judge\n  - _self_\n"),
      "auxiliary deployments"),
     (("  tensor_parallel_size: 1\n", "  tensor_parallel_size: ${deployment.port}\n"),
@@ -277,4 +275,17 @@ def test_placeholders_and_refusals_are_reported_together(tmp_path: Path) -> None
                                                      "deployment:\n"))
     result = CliRunner().invoke(cli, ["render", str(run)])
     assert result.exit_code == 2
-    assert result.output.count("MISSING value") == 3 and "export: auto-export" in result.output
+    assert result.output.count("MISSING value") == 3 and "export.a: export to 'a'" in result.output
+
+
+def test_launcher_auto_export_becomes_a_dependent_export(tmp_path: Path) -> None:
+    """NeMo Evaluator's auto-export (execution.auto_export + top-level export:) is read with its
+    meaning: the destinations and their settings become hpceval's export section."""
+    text = SLURM.replace("  output_dir: ???\n",
+                         "  output_dir: ???\n  auto_export: {destinations: [mlflow]}\n")
+    text = text.replace("deployment:\n", "export:\n  mlflow: {tracking_uri: file:///m}\n"
+                        "deployment:\n", 1)
+    r = _load(tmp_path, text, *FILLED)
+    export = r.spec.export  # type: ignore[attr-defined]
+    assert export.destinations == ["mlflow"]
+    assert export.mlflow.tracking_uri == "file:///m"

@@ -66,6 +66,20 @@ CASES += [
      {"evaluation": {"tasks": TASKS, "max_concurrent_tasks": 2}, "deployment": {
          "type": "sglang", "image": "docker://lmsysorg/sglang:v0.5.2", **MODEL,
          "tensor_parallel_size": 4}}, [], {}),
+    # NeMo Evaluator's clusters: pyxis (srun --container-image), a staged .sqsh server image,
+    # harness images from the staged folder, NEL-style extra mounts.
+    ("slurm", "pyxis",
+     {"evaluation": {"tasks": TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "image": "/images/vllm-openai_v0.13.0.sqsh",
+         "tensor_parallel_size": 4, "env_vars": {"VLLM_LOGGING_LEVEL": "lit:INFO"}}},
+     ["execution.container_runtime=pyxis", "execution.image_dir=/images",
+      "execution.hf_cache_dir=/shared/hf", "execution.dataset_dir=/shared/datasets",
+      "execution.extra_binds=[/lustre/data:/data:ro]"], {}),
+    ("slurm", "pyxis-multinode",
+     {"evaluation": {"tasks": TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "image": "docker://nvcr.io/nvidia/vllm:25.09-py3",
+         "tensor_parallel_size": 8, "pipeline_parallel_size": 2}},
+     ["execution.container_runtime=pyxis", "execution.nodes=2"], {}),
     ("local-dev", "array",
      {"evaluation": {"tasks": TASKS}, "deployment": {"type": "vllm", **MODEL,
                                                      "runtime": "host"}}, [], {"array": 3}),

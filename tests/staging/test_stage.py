@@ -229,3 +229,44 @@ def test_model_and_tokenizers_go_to_the_shared_hf_cache(fakes: Fakes, site: Site
     manual = [i for i in bare.items if i.kind == "data"]
     assert not bare.ok and {i.action for i in manual} == {"manual"}
     assert f"hf download org/tok --cache-dir {site.hf_cache / 'hub'}" in manual[1].detail
+
+
+def test_pyxis_sites_import_sqsh_images_with_enroot(fakes: Fakes, site: Site) -> None:
+    fakes.enable("enroot")
+    run = site.run_file(execution={"container_runtime": "pyxis"})
+    report = stage(site.load(run))
+    assert report.ok, report.items
+    assert fakes.pulls() == []  # no apptainer where pyxis runs the images
+    imports = fakes.calls("enroot")
+    se_sqsh, lm_sqsh = SE_SIF.replace(".sif", ".sqsh"), LM_SIF.replace(".sif", ".sqsh")
+    # enroot's spelling of a registry host (nvcr.io#...), into a fresh hidden name beside
+    # the final file (enroot refuses to write over one)
+    assert [argv[3] for argv in imports] == [
+        "docker://" + SIMPLE_EVALS.replace("/", "#", 1), "docker://" + LM_EVAL.replace("/", "#", 1)]
+    for argv, final in zip(imports, (se_sqsh, lm_sqsh), strict=True):
+        assert argv[:2] == ["import", "--output"]
+        dest = Path(argv[2])
+        assert dest.parent == site.image_dir and dest.name.startswith(f".{final}.")
+        assert not dest.exists()
+    sqsh = site.image_dir / se_sqsh
+    assert json.loads(sqsh.read_text())["name"] == SIMPLE_EVALS
+    assert json.loads((site.image_dir / f"{se_sqsh}.json").read_text())["reference"] == \
+        SIMPLE_EVALS
+    assert not list(site.image_dir.glob("*.sif")) and not list(site.image_dir.glob("*.pulling"))
+    # the job runs what stage wrote
+    from hpceval.render import JobContext, render_job
+
+    resolved = site.load(run)[0]
+    text = render_job(resolved, JobContext("/r/inv-1", "inv-1", "m", "/py"))
+    assert f"--container-image={sqsh}" in text
+    again = stage(site.load(run))
+    assert {i.action for i in again.items} == {"present"} and len(fakes.calls("enroot")) == 2
+
+
+def test_a_missing_enroot_is_a_clear_failure(fakes: Fakes, site: Site) -> None:
+    run = site.run_file([{"name": "simple_evals.gpqa_diamond"}],
+                        execution={"container_runtime": "pyxis"})
+    report = stage(site.load(run))
+    assert not report.ok
+    assert "enroot not found on PATH" in report.items[0].detail
+    assert [p.name for p in site.image_dir.iterdir() if not p.name.endswith(".lock")] == []

@@ -1,0 +1,53 @@
+"""container_runtime pyxis: servers and harnesses start as srun job steps with pyxis's flags.
+
+Pyxis (Slurm's SPANK plugin over enroot) takes the image, mounts and environment as srun
+options, not as a command prefix. Its mounts are the same binds as apptainer's (from the same
+config keys, checked by ``steps.bind``); its environment is srun's (``--export=ALL``, srun's
+default: what the job exported), and ``--container-env`` names the variables that must win over
+the image's own ``ENV`` lines (HF_HOME, the endpoint URL...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hpceval.render.quoting import ShellCode, env_name, joined
+from hpceval.staging.images import DOCKER, pyxis_reference
+
+
+def image(value: str) -> str:
+    """deployment.image or a task's image for --container-image: a docker:// reference in
+    pyxis's spelling (registry#repo:tag), or a .sqsh file as it is."""
+    return pyxis_reference(value) if value.startswith(DOCKER) else value
+
+
+def mount(parts: Sequence[Any]) -> ShellCode:
+    """One SRC:DST[:FLAGS] entry; a bare SRC mounts at the same path (pyxis wants both)."""
+    return joined(parts if len(parts) > 1 else [parts[0], parts[0]], ":")
+
+
+def bind_parts(spec: str) -> list[str]:
+    """An apptainer-style 'src[:dst[:opts]]' bind (already checked) as mount parts."""
+    return spec.split(":")
+
+
+def container_flags(image_value: str, mounts: Iterable[ShellCode],
+                    env_names: Iterable[str], workdir: ShellCode | None = None) -> list[Any]:
+    flags: list[Any] = [joined([image(image_value)], ",", "--container-image=")]
+    entries = list(mounts)
+    if entries:
+        flags.append(joined(entries, ",", "--container-mounts="))
+    if workdir is not None:
+        flags.append(joined([workdir], ",", "--container-workdir="))
+    # Like apptainer's explicit binds: the user's home (dotfiles, ~/.cache) stays out.
+    flags.append("--no-container-mount-home")
+    names = [env_name(n) for n in dict.fromkeys(env_names)]
+    if names:
+        flags.append(joined(names, ",", "--container-env="))
+    return flags
+
+
+# A harness runs as its own one-task step beside the servers (--overlap: the servers' steps
+# hold the allocation's resources).
+HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1"]

@@ -1,0 +1,145 @@
+"""The export step after a run (``export.destinations``): ``python -m hpceval.results.autoexport``.
+
+On Slurm it is its own CPU job, submitted with ``--dependency=afterany:<main job>`` beside the
+sweep's aggregation job; the local runner calls it after the last model. A main job stopped by
+its walltime submits a successor (auto-resume) and ends, which releases this job too early: so
+before exporting, the job looks for successors it has not waited for yet (the run directory's
+successor list) and, if there are any, submits itself again after them and exits. Exporting is
+idempotent (``hpceval export``), so a re-run, or a later manual export, changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpceval.config.schema import ExportSpec
+from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
+
+if TYPE_CHECKING:
+    from hpceval.slurm.client import SlurmClient
+
+
+def export_arguments(spec: ExportSpec, run_dir: str) -> list[str]:
+    """export.* as this module's options, for the rendered script (one --flag=value each)."""
+    args: list[str] = []
+    for dest in dict.fromkeys(spec.destinations):
+        args.append(f"--dest={dest}")
+        if dest == "local":
+            args += [f"--local-dir={spec.local.output_dir or run_dir + '/export'}",
+                     f"--local-format={spec.local.format}"]
+        elif dest == "mlflow":
+            if spec.mlflow.tracking_uri:
+                args.append(f"--mlflow-tracking-uri={spec.mlflow.tracking_uri}")
+            args.append(f"--mlflow-experiment={spec.mlflow.experiment_name}")
+        else:
+            args.append(f"--wandb-project={spec.wandb.project}")
+            if spec.wandb.online:
+                args.append("--wandb-online")
+    return args
+
+
+def _ids(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return [line.split()[0] for line in lines if line.strip()]
+
+
+def unwaited_successors(run_dir: Path) -> list[str]:
+    """Successor jobs (auto-resume) this export has not waited for yet."""
+    waited = set(_ids(run_dir / EXPORT_WAITED_FILE))
+    return [i for i in dict.fromkeys(_ids(run_dir / SUCCESSORS_FILE)) if i not in waited]
+
+
+def wait_for_successors(run_dir: Path, script: Path,
+                        client: SlurmClient | None = None) -> str | None:
+    """Submit ``script`` again after the unwaited successors; returns its job id, or None
+    when the run has none (then export now)."""
+    todo = unwaited_successors(run_dir)
+    if not todo:
+        return None
+    from hpceval.slurm.client import CommandSlurmClient, SlurmError
+
+    try:
+        job = (client or CommandSlurmClient()).submit(script,
+                                                      dependency="afterany:" + ":".join(todo))
+    except SlurmError as exc:  # e.g. a successor Slurm has forgotten: it ended long ago
+        print(f"not waiting for job(s) {', '.join(todo)}: {exc}; exporting now", file=sys.stderr)
+        return None
+    with (run_dir / EXPORT_WAITED_FILE).open("a", encoding="utf-8") as fh:
+        fh.write("".join(f"{i}\n" for i in todo))
+    # Into the run's chain, so `hpceval kill` cancels it too (status follows main jobs only).
+    import time
+
+    from hpceval.backends.base import JobEntry
+    from hpceval.runs.jobs import append_jobs
+
+    append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", "export", (), False, time.time(),
+                                            "auto-resume")])
+    return job
+
+
+def run_exports(run_dir: Path, args: argparse.Namespace) -> int:
+    from hpceval.results import export as ex
+    from hpceval.results.table import results_frame
+
+    frame = results_frame([run_dir])
+    failed = 0
+    for dest in args.dest:
+        try:
+            if dest == "local":
+                written = ex.export_local(frame, Path(args.local_dir), args.local_format)
+                print(f"local: {len(written)} file(s) in {args.local_dir} ({len(frame)} rows)")
+            elif dest == "mlflow":
+                report = ex.export_mlflow(frame, experiment=args.mlflow_experiment,
+                                          tracking_uri=args.mlflow_tracking_uri)
+                print(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
+                      f"{report.unchanged} unchanged")
+            else:
+                os.environ.setdefault("WANDB_DIR", str(run_dir / "export"))
+                (run_dir / "export").mkdir(exist_ok=True)
+                report = ex.export_wandb(frame, project=args.wandb_project,
+                                         offline=not args.wandb_online)
+                print(f"wandb: {report.created} run(s) written")
+        except Exception as exc:
+            failed += 1         # destination must not stop the others, and says how to retry
+            print(f"{dest}: export failed: {exc} (retry: hpceval export {run_dir} --dest "
+                  f"{dest})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return main_with(argv, None)
+
+
+def main_with(argv: Sequence[str] | None, client: SlurmClient | None) -> int:
+    """main, with the Slurm client that resubmits the job (tests pass a fake)."""
+    parser = argparse.ArgumentParser(prog="python -m hpceval.results.autoexport")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--resubmit", type=Path,
+                        help="this job's script: wait for auto-resume successors first")
+    parser.add_argument("--dest", action="append", choices=["local", "mlflow", "wandb"],
+                        required=True)
+    parser.add_argument("--local-dir")
+    parser.add_argument("--local-format", choices=["json", "csv"], default="json")
+    parser.add_argument("--mlflow-tracking-uri")
+    parser.add_argument("--mlflow-experiment", default="hpceval")
+    parser.add_argument("--wandb-project", default="hpceval")
+    parser.add_argument("--wandb-online", action="store_true")
+    args = parser.parse_args(argv)
+    if args.resubmit is not None:
+        job = wait_for_successors(args.run_dir, args.resubmit, client)
+        if job is not None:
+            print(f"the run continues in a successor job: export waits for it (job {job})")
+            return 0
+    return run_exports(args.run_dir, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

