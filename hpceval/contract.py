@@ -26,6 +26,7 @@ EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
+PROXY_READY_FILE = "proxy.ready"  # models/<key>/: the proxy's pid, once it has bound its port
 COMMAND_FILE = "command.sh"  # models/<key>/tasks/<task>/: written when the task starts
 FAILED_FILE = "failed.json"  # models/<key>/tasks/<task>/: why the task failed
 RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
@@ -42,7 +43,7 @@ LOCAL_RUNNER_LOG = "logs/local-runner.log"
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
-    "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE,
+    "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
 }
 

@@ -26,10 +26,12 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import resource
 import signal
 import time
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -313,6 +315,8 @@ class ProxyServer:
                     stream: bool = False) -> Answer:
         assert self._forwarder is not None, "start() first"
         headers = {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
+        if self.config.upstream_api_key is not None:
+            headers["Authorization"] = f"Bearer {self.config.upstream_api_key}"
         return await self._forwarder.send(request.method, request.path_qs, data, headers, stream)
 
     def _failure(self, exc: UpstreamFailure) -> web.Response:
@@ -339,6 +343,8 @@ async def serve(config: ProxyConfig) -> None:
 
     loop.add_signal_handler(signal.SIGUSR1, on_usr1)
     entries = len(server.cache) if server.cache is not None else 0
+    if config.ready_file is not None:  # the port is ours now: say so where only we can write
+        await asyncio.to_thread(write_ready_file, config.ready_file)
     log.info("hpceval proxy on http://%s:%d -> %d upstream(s); cache: %s (%d entries)",
                 config.host, server.port, len(config.upstreams), config.cache_dir, entries)
     try:
@@ -348,6 +354,12 @@ async def serve(config: ProxyConfig) -> None:
         with contextlib.suppress(Exception):
             await asyncio.gather(*flushes)
         await server.stop()
+
+
+def write_ready_file(path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
+    os.replace(tmp, path)
 
 
 def raise_open_file_limit() -> None:

@@ -27,6 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
                         f"scripts use {JOB_TOKEN_ENV}); requests (all but /health) must then "
                         "send 'Authorization: Bearer <token>'. The token is never taken on the "
                         "command line, where ps shows it")
+    p.add_argument("--upstream-api-key-env", metavar="NAME",
+                   help="name of the environment variable holding the token the upstream "
+                        "servers require (job scripts: the same per-job token, given to vLLM "
+                        "as VLLM_API_KEY); sent upstream as 'Authorization: Bearer <token>' "
+                        "in place of the client's header")
+    p.add_argument("--ready-file", type=Path, metavar="PATH",
+                   help="write this process's pid here once the port is bound (the job script "
+                        "waits for it, not for whatever answers on the port)")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
                    help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
     p.add_argument("--cache-dir", type=Path, required=True,
@@ -69,12 +77,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     add = tuple((k, parse_param_value(v))
                 for k, v in (split_pair(a, "--add-param") for a in args.add_param))
     rename = tuple(split_pair(a, "--rename-param") for a in args.rename_param)
-    api_key = None
-    if args.api_key_env is not None:
-        api_key = os.environ.get(args.api_key_env, "")
-        if not api_key.strip():
-            raise ValueError(f"--api-key-env: environment variable {args.api_key_env} is "
-                             "unset or empty")
+    api_key = _secret(args.api_key_env, "--api-key-env")
+    upstream_api_key = _secret(args.upstream_api_key_env, "--upstream-api-key-env")
     max_body = int(args.max_body_mb * (1 << 20))
     return ProxyConfig(
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
@@ -85,8 +89,19 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         reasoning_end=args.reasoning_end, add_params=add, remove_params=tuple(args.remove_param),
         rename_params=rename, log_requests=args.log_requests, log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
-        body_timeout=args.client_timeout, api_key=api_key,
-        external_upstream=args.external_upstream)
+        body_timeout=args.client_timeout, api_key=api_key, upstream_api_key=upstream_api_key,
+        ready_file=args.ready_file, external_upstream=args.external_upstream)
+
+
+def _secret(name: str | None, option: str) -> str | None:
+    """The value of the environment variable `name` (never a command-line value: ps shows
+    those to every user of the node)."""
+    if name is None:
+        return None
+    value = os.environ.get(name, "")
+    if not value.strip():
+        raise ValueError(f"{option}: environment variable {name} is unset or empty")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

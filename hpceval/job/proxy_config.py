@@ -56,6 +56,13 @@ class ProxyConfig:
     # Per-job secret the harnesses send as `Authorization: Bearer ...`; None = no authentication.
     # Never printed: repr=False keeps it out of logs and tracebacks.
     api_key: str | None = field(default=None, repr=False)
+    # The job's model servers require this token (vLLM's VLLM_API_KEY): the proxy sends it
+    # upstream in place of whatever the client sent, so harnesses need no key of their own and
+    # nobody else on the node can use the job's servers. None: the client's header is forwarded.
+    upstream_api_key: str | None = field(default=None, repr=False)
+    # Written with the proxy's pid once its port is bound: the job script trusts the port only
+    # then, never because *something* answers there (another user could be listening).
+    ready_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -73,6 +80,8 @@ class ProxyConfig:
             raise ValueError("client timeouts must be positive")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the proxy's API key is empty")
+        if self.upstream_api_key is not None and not self.upstream_api_key.strip():
+            raise ValueError("the upstream API key is empty")
         if self.strip_reasoning and not self.reasoning_end:
             raise ValueError("--strip-reasoning needs a non-empty end marker")
 

@@ -16,7 +16,13 @@ from hpceval.contract import JOB_FILES
 from hpceval.render import pyxis
 from hpceval.render.context import JobContext
 from hpceval.render.header import header_lines
-from hpceval.render.quoting import LineStart, ShellCode, shipped_environment, var
+from hpceval.render.quoting import (
+    LineStart,
+    ShellCode,
+    passed_env_names,
+    shipped_environment,
+    var,
+)
 from hpceval.render.servers import Instance, build_instances
 from hpceval.render.steps import bind, build_steps, checked_extra_bind, container_prefix, env_value
 
@@ -24,6 +30,9 @@ from hpceval.render.steps import bind, build_steps, checked_extra_bind, containe
 # (scripts/check-vllm-args.py); see docs/rendering.md.
 VLLM_VERSION = "0.32.0"
 _MAX_PORT_SLOTS = 500
+# Linux's default net.ipv4.ip_local_port_range starts here: below it, no outgoing connection on
+# the node can be holding a job's port by chance.
+_EPHEMERAL_FIRST = 32768
 
 
 def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:
@@ -63,14 +72,18 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
         "container_prefix": prefix,
         "signal_seconds": ex.signal_seconds,
-        "ports": {"first": dep.port, "block": block, "coord": block // 2, "proxy": block - 1,
-                  "slots": max(1, min(_MAX_PORT_SLOTS, (65535 - dep.port - block) // block))},
+        "ports": _ports(dep.port, block),
         "deployment": {"type": dep.type},
         "instances": [_instance_view(inst) for inst in instances],
         "server_prefix": _server_prefix(resolved),
         "server_srun": _server_srun(resolved, [name for name, _ in server_env]),
         "server_env": [(name if dep.runtime == "host" else prefix + name, value)
                        for name, value in server_env],
+        # Secrets the tasks read by name are none of the servers' business (a judge's key):
+        # they are unset before a server starts. The servers' own (deployment.env_vars) stay.
+        "server_unset": sorted(_passed_names(v for step in steps for _, v in step.env)
+                               - _passed_names(v for _, v in server_env)),
+        "server_token": _server_token(resolved),
         "multi_node": dep.multi_node_backend if layout.nodes_per_instance > 1 else None,
         "layout_text": _layout_text(resolved),
         "health_path": dep.health_path,
@@ -174,6 +187,22 @@ def _server_srun(resolved: ResolvedConfig, env_names: list[str]) -> list[Any]:
                                  env_names)
 
 
+def _ports(first: int, block: int) -> dict[str, int]:
+    limit = _EPHEMERAL_FIRST if first + block <= _EPHEMERAL_FIRST else 65536
+    return {"first": first, "block": block, "coord": block // 2, "proxy": block - 1,
+            "slots": max(1, min(_MAX_PORT_SLOTS, (limit - first) // block))}
+
+
+def _server_token(resolved: ResolvedConfig) -> bool:
+    """The job's servers require a per-job token that only the proxy sends: vLLM reads it from
+    VLLM_API_KEY (not from its command line, which ps shows to every user of the node)."""
+    return resolved.spec.deployment.type == "vllm" and resolved.layout.instances > 0
+
+
+def _passed_names(values: Any) -> set[str]:
+    return {name for value in values for name in passed_env_names(str(value))}
+
+
 def _server_env(resolved: ResolvedConfig) -> list[tuple[str, Any]]:
     spec = resolved.spec
     ex, dep = spec.execution, spec.deployment
@@ -185,6 +214,8 @@ def _server_env(resolved: ResolvedConfig) -> list[tuple[str, Any]]:
     if ex.offline:
         env.append(("HF_HUB_OFFLINE", "1"))
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
+    if _server_token(resolved):
+        env.append(("VLLM_API_KEY", var("HPCEVAL_JOB_TOKEN")))
     return env
 
 

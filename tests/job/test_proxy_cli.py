@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -166,3 +167,65 @@ async def test_gzip_bomb_does_not_inflate_in_the_proxy_process(tmp_path: Path) -
     print(f"peak RSS grew by {grown_mib:.0f} MiB for a {len(data)} byte gzip bomb")
     assert grown_mib < 90, grown_mib  # 64 MiB cap + decoder slack; was > 200 MiB
     assert token not in stderr and up.hits == 0
+
+
+def _proxy_process(tmp_path: Path, port: int, upstream: str, *extra: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+         "--port", str(port), "--upstream", upstream, "--cache-dir", str(tmp_path / "cache"),
+         "--progress-file", str(tmp_path / "progress.json"), *extra],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+async def test_upstream_token_replaces_the_clients_header_and_ready_file_names_the_pid(
+        tmp_path: Path) -> None:
+    """The job's servers require a per-job token: the proxy sends it upstream whatever the
+    harness sent (lm-eval sends 'Bearer ' with no key), and says it bound its port by writing its
+    pid where the job script looks."""
+    token = "t0ken-" + os.urandom(8).hex()
+    ready = tmp_path / "proxy.ready"
+    up = FakeUpstream()
+    async with running_upstreams(up) as urls:
+        port = free_port()
+        proc = _proxy_process(tmp_path, port, urls[0], "--upstream-api-key-env", "UP_TOKEN",
+                              "--ready-file", str(ready), env={"UP_TOKEN": token})
+        try:
+            await _wait_until(ready.exists)
+            assert ready.read_text() == f"{proc.pid}\n"
+            async with aiohttp.ClientSession() as s, s.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", json=chat(temperature=0),
+                    headers={"Authorization": "Bearer "}) as r:
+                assert r.status == 200
+            assert up.headers[-1]["Authorization"] == f"Bearer {token}"
+            assert token not in Path(f"/proc/{proc.pid}/cmdline").read_text()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.communicate()[1]
+    assert token not in stderr
+
+
+def test_a_port_someone_else_holds_never_gets_a_ready_file(tmp_path: Path) -> None:
+    """Another process listens on the job's proxy port first: the proxy cannot bind, exits
+    non-zero, and writes no ready file, so the job never takes that listener for its proxy."""
+    ready = tmp_path / "proxy.ready"
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        proc = _proxy_process(tmp_path, port, "http://127.0.0.1:9", "--ready-file", str(ready))
+        assert proc.wait(timeout=60) != 0
+        proc.communicate()
+    assert not ready.exists()
+
+
+def test_upstream_token_variable_must_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("UP_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="UP_TOKEN is unset or empty"):
+        config_from_args(build_parser().parse_args(
+            ["--port", "1", "--upstream", "http://h:1", "--cache-dir", "c", "--progress-file",
+             "p", "--upstream-api-key-env", "UP_TOKEN"]))

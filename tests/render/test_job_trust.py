@@ -1,0 +1,142 @@
+"""A job trusts only processes it started: the rendered functions, run in bash.
+
+Each test takes functions out of a real rendered job script and runs them with a real listener
+where another user's process would sit, so what is checked is the shell the job runs:
+
+* the port block: the job's first-choice block has a listener in it -> the next free block;
+* an instance's readiness: something answers /health and /v1/models on its port, but its own
+  log never said vLLM serves -> not ready (the job times out instead of using it);
+* the server environment: the tasks' secrets (passed by name) are gone, the per-job token is
+  there as VLLM_API_KEY.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from render_helpers import RenderFn
+
+VLLM_RUN = {"deployment": {"type": "vllm", "checkpoint_path": "/m", "served_model_name": "m"},
+            "evaluation": {"tasks": [{"name": "judged"}]}}
+
+
+def function(script: str, name: str) -> str:
+    """One top-level bash function of the script, from `name() {` to its closing brace."""
+    match = re.search(rf"^{name}\(\) {{.*?^}}$", script, re.S | re.M)
+    assert match, f"no function {name} in the script"
+    return match.group(0)
+
+
+def bash(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False, env={"PATH": "/usr/bin:/bin", **env})
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """A listener of 'someone else': answers 200 to every GET (health, models)."""
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_port_block_skips_a_block_someone_listens_in(render: RenderFn) -> None:
+    script = render("slurm", VLLM_RUN)
+    call = re.search(r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) ", script, re.M)
+    assert call, "PORT_BASE is not chosen by free_port_block"
+    first, block, slots = map(int, call.groups())
+    assert first + slots * block <= 32768  # below Linux's ephemeral range
+    functions = function(script, "listening_ports") + "\n" + function(script, "free_port_block")
+    slot = 7
+    with socket.socket() as s:  # 'someone else' listens on a port inside slot 7's block
+        s.bind(("127.0.0.1", first + slot * block + 5))
+        s.listen()
+        out = bash(f"{functions}\nfree_port_block {first} {block} {slots} {slot}")
+        kept = bash(f"{functions}\nfree_port_block {first} {block} {slots} {slot + 2}")
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == first + ((slot + 1) % slots) * block, out.stdout
+    # a block nobody uses is kept as it is
+    assert int(kept.stdout) == first + (slot + 2) * block, kept.stdout
+
+
+def test_an_answer_on_the_port_is_not_the_jobs_server_until_its_log_says_so(
+        render: RenderFn, squatter: int, tmp_path: Path) -> None:
+    script = render("slurm", VLLM_RUN)
+    ready_line = re.search(r"^SERVER_READY_LINE='(.+)'$", script, re.M)
+    assert ready_line, "the vLLM deployment names no ready line"
+    functions = "\n".join(function(script, name) for name in (
+        "answers", "server_error", "server_failed", "servers_alive", "dead_server",
+        "wait_for_servers"))
+    log = tmp_path / "instance-0.log"
+    log.write_text("INFO loading weights\n")
+    server = subprocess.Popen(["sleep", "60"])  # 'our' server process: alive, still loading
+    code = f"""
+log() {{ echo "$*"; }}
+job_failure() {{ echo "job_failure: $*"; }}
+wait_pid() {{ wait "$1"; }}
+{functions}
+SERVER_PIDS=({server.pid}); SERVER_LABEL=("instance 0"); SERVER_LOG=({log}); SERVER_CMD=({log})
+INSTANCE_URLS=("http://127.0.0.1:{squatter}"); INSTANCE_LOGS=({log})
+SERVER_READY_LINE='{ready_line.group(1)}'
+HEALTH_PATH=/health HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
+wait_for_servers
+"""
+    try:
+        refused = subprocess.run(["bash", "-c", code, "wait", "3"], capture_output=True,
+                                 text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "0 of 1 instance(s) answered" in refused.stdout, refused.stdout
+        log.write_text(log.read_text() + f"INFO {ready_line.group(1)}http://0.0.0.0:{squatter}\n")
+        ready = subprocess.run(["bash", "-c", code, "wait", "10"], capture_output=True,
+                               text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
+        assert ready.returncode == 0 and "all instances ready" in ready.stdout, ready.stdout
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_servers_get_the_token_but_not_the_tasks_secrets(render: RenderFn) -> None:
+    script = render("local-dev", {
+        "deployment": {**VLLM_RUN["deployment"], "runtime": "host",
+                       "env_vars": {"SERVER_ONLY": "host:MINE"}},  # the server's own, by name
+        "evaluation": {"tasks": [{"name": "judged"}],  # needs JUDGE_API_KEY, by name
+                       "env_vars": {"JUDGE_URL": "host:JUDGE_URL"}}})
+    code = function(script, "server_environment") + """
+server_environment
+echo "judge=${JUDGE_API_KEY:-unset} url=${JUDGE_URL:-unset} mine=${SERVER_ONLY:-unset}"
+echo "key=${VLLM_API_KEY:-unset}"
+env | grep -c '^HPCEVAL_JOB_TOKEN=' || true
+"""
+    # HPCEVAL_JOB_TOKEN is a plain shell variable of the job (never exported): set it as such
+    out = subprocess.run(["bash", "-c", "HPCEVAL_JOB_TOKEN=tok123\n" + code],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env={"PATH": "/usr/bin:/bin", "JUDGE_API_KEY": "judge-secret",
+                              "JUDGE_URL": "http://judge", "MINE": "m1"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "judge=unset url=unset mine=m1", out.stdout
+    assert lines[1] == "key=tok123", out.stdout
+    assert lines[2] == "0", "the token reached the environment of every child"
+    assert "tok123" not in script and "judge-secret" not in script
