@@ -226,7 +226,7 @@ def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
     # One shell word per option; the prompt's quote, newline and $HOME stay literal.
     assert "'--system-prompt=-- You are careful.\n'\"'\"'quoted'\"'\"' $HOME'" in line
     assert "--add-param=extra_body=" in line and "--reasoning-end=</reason>" in line
-    statement = line[: line.index('\n"$HPCEVAL_PYTHON"')]
+    statement = line[: line.index("\nPROXY_ARGS+=(--upstream-api-key-env")]
     words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
                             "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
                            text=True, check=True).stdout.split("\0")[:-1]
