@@ -335,7 +335,8 @@ MISSING_SECRET = """\
 defaults:
 - execution: local-dev
 execution: {output_dir: OUT, offline: false}
-deployment: {type: command, command: python -m server --port $PORT, served_model_name: tiny}
+deployment: {type: command, runtime: host, command: python -m server --port $PORT,
+             served_model_name: tiny}
 evaluation:
   tasks: [gpqa]   # lm-evaluation-harness.gpqa reads $HF_TOKEN (required_env)
 """
