@@ -132,6 +132,11 @@ def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
         if not _FIELD.match(name):
             yield ConfigIssue(path, f"{name[:80]!r} is not a request field name",
                               "write a field name, dotted for nested fields (a.b)")
+    if (rules.changes_requests or rules.log_requests) and spec.deployment.type == "none" \
+            and not spec.target.api_endpoint.proxy:
+        yield ConfigIssue("target.api_endpoint.proxy", "is false, but evaluation.interceptors "
+                          "are applied by the in-job proxy",
+                          "remove target.api_endpoint.proxy: false, or the interceptors")
     if rules.strip_reasoning and not rules.reasoning_end:
         yield ConfigIssue("evaluation.interceptors.reasoning_end", "must not be empty",
                           "give the marker that ends a reasoning trace, e.g. </think>")

@@ -138,6 +138,10 @@ class ApiEndpointSpec:
     api_key_name: str | None = key(
         None, "NAME of the environment variable holding the API key (never the key itself)"
     )
+    proxy: bool = key(
+        True, "an external endpoint gets the in-job proxy in front (its response cache lets a "
+        "resumed job replay paid answers; progress; interceptors); false calls the URL directly"
+    )
 
 
 @dataclass(frozen=True)

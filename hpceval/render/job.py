@@ -55,9 +55,10 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     instances = build_instances(resolved)
     block = 64 * -(-(2 * max(layout.instances, 1) + 2) // 64)
     fixed_url = ep.url if dep.type == "none" else None
-    # An external endpoint gets the proxy only for what only the proxy does (interceptors).
-    rules = spec.evaluation.interceptors
-    external_proxy = fixed_url is not None and (rules.changes_requests or rules.log_requests > 0)
+    # An external endpoint gets the proxy too: its cache is what lets a resumed job replay the
+    # answers it already paid for, its progress file is what status shows, and interceptors
+    # apply to it as to the job's own servers.
+    external_proxy = fixed_url is not None and ep.proxy
     steps = build_steps(resolved)
     server_env = _server_env(resolved)
     return {

@@ -256,9 +256,15 @@ def test_interceptors_put_the_proxy_in_front_of_an_external_endpoint(tmp_path: P
     path = tmp_path / "job.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
-    # Without interceptors an external endpoint is called directly, as before.
+    # Without interceptors the proxy is there too (cache, progress); proxy: false opts out.
     plain = CliRunner().invoke(cli, ["render", str(write(tmp_path / "plain.yaml", text))])
-    assert "--external-upstream" not in plain.stdout and "PORT_BASE" not in plain.stdout
+    assert "--external-upstream" in plain.stdout
+    direct = CliRunner().invoke(cli, ["render", str(write(tmp_path / "plain.yaml", text)),
+                                      "-o", "target.api_endpoint.proxy=false"])
+    assert direct.exit_code == 0, direct.output
+    assert "--external-upstream" not in direct.stdout and "PORT_BASE" not in direct.stdout
+    refused = CliRunner().invoke(cli, ["render", str(run), "-o", "target.api_endpoint.proxy=false"])
+    assert refused.exit_code == 2 and "target.api_endpoint.proxy: is false" in refused.output
 
 
 def test_logging_only_adapter_settings_are_noted(tmp_path: Path) -> None:

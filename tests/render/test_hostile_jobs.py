@@ -105,8 +105,9 @@ def test_harness_receives_every_value_unchanged(catalogue: Catalogue, tmp_path_f
     resolved = resolve("local-dev", {
         "execution": {"output_dir": str(tmp)},
         "deployment": {"type": "none"},
+        # called directly, so the harness itself gets the (hostile) URL
         "target": {"api_endpoint": {"url": "http://127.0.0.1:9/v1/chat/completions",
-                                    "model_id": "placeholder"}},
+                                    "model_id": "placeholder", "proxy": False}},
         # its command reads params.extra.a: loading refuses the run without it
         "evaluation": {"tasks": [{"name": "echo_values", "params": {"extra": {"a": "x"}}}]}},
         tmp)
