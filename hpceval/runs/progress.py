@@ -51,7 +51,12 @@ def format_progress(p: dict[str, Any] | None) -> str:
     text = f"{p['done']}/{expected}" if expected else f"{p['done']} requests"
     if p["failed"]:
         text += f" ({p['failed']} failed)"
-    text += f", {p['rate_per_s']:.1f}/s"
+    return f"{text}, {rate_and_warnings(p)}"
+
+
+def rate_and_warnings(p: dict[str, Any]) -> str:
+    """The request rate, the ETA and what is wrong: everything but the count."""
+    text = f"{p['rate_per_s']:.1f}/s"
     if p.get("eta_s") is not None:
         text += f", ETA {format_duration(float(p['eta_s']))}"
     if p.get("stale"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hpceval.runs.progress import format_duration, format_progress
+from hpceval.runs.progress import format_duration, format_progress, rate_and_warnings
 from hpceval.runs.state import ModelState, RunState
 
 _STYLE = {"queued": "yellow", "running": "cyan", "resuming": "magenta", "done": "green",
@@ -104,16 +104,8 @@ def _detail(m: ModelState) -> str:
     p = m.progress
     if p is None:
         return m.reason
-    text = f"{p['rate_per_s']:.1f}/s"
-    if p["failed"]:
-        text = f"{p['failed']} failed, " + text
-    if p.get("eta_s") is not None:
-        text += f", ETA {format_duration(float(p['eta_s']))}"
-    if p.get("stale"):
-        text += f" (no update for {format_duration(p['updated_age_s'])})"
-    if p.get("upstream_error"):
-        text += f"; {p['upstream_error']}"
-    return text
+    text = rate_and_warnings(p)
+    return f"{p['failed']} failed, {text}" if p["failed"] else text
 
 
 def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None) -> Any:
