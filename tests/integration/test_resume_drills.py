@@ -207,10 +207,12 @@ def walltime_scenario(work: Path) -> Scenario:
     a 1-minute walltime that is the first check after the start, 0-30 s in (measured: 2, 9 and
     25 s), often before lm-eval (16-40 s to start) has sent a request: no mid-run stop to test.
     With 2 minutes and signal_seconds 50, USR1 comes 40-70 s after the start; the requests
-    (100 at 2 x 1 s) last until about 75 s, so the stop falls among them. A loaded machine
-    (lm-eval up to ~50 s to start, leaving ~20 s of requests per allocation) needs more
-    allocations: max_walltime allows 8 (5 were too few once at load average 9)."""
-    return Scenario(work / "b", limit=100, parallelism=2, delay=1.0, execution={
+    (all 100 GSM8K items at 2 x 2 s) last 100 s after lm-eval's start, so the stop falls among
+    them even on an idle machine where lm-eval starts in 2 s (at 2 x 1 s they once all finished
+    at 65 s, before the signal). A loaded machine (lm-eval up to ~50 s to start, leaving ~20 s
+    of requests per allocation) needs more allocations: max_walltime allows 8 (5 were too few
+    once at load average 9)."""
+    return Scenario(work / "b", limit=100, parallelism=2, delay=2.0, execution={
         "walltime": "00:02:00", "signal_seconds": 50, "auto_resume": True,
         "max_walltime": "00:16:00"})
 
