@@ -51,17 +51,22 @@ def test_usage_errors_exit_2(bad: list[str]) -> None:
     assert exc.value.code == 2
 
 
+def _proxy_process(tmp_path: Path, port: int, upstream: str, *extra: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+         "--port", str(port), "--upstream", upstream, "--cache-dir", str(tmp_path / "cache"),
+         "--progress-file", str(tmp_path / "progress.json"), *extra],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
 async def test_proxy_process_flushes_on_usr1_and_stops_on_term(tmp_path: Path) -> None:
     up = FakeUpstream()
     async with running_upstreams(up) as urls:
         progress = tmp_path / "progress.json"
         port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
-             "--port", str(port), "--upstream", urls[0], "--cache-dir", str(tmp_path / "cache"),
-             "--progress-file", str(progress), "--expected-requests", "3"],
-            stderr=subprocess.PIPE, text=True)
+        proc = _proxy_process(tmp_path, port, urls[0], "--expected-requests", "3")
         try:
             await _wait_until(lambda: bool(_requests(progress)))
             async with aiohttp.ClientSession() as s:
@@ -138,12 +143,8 @@ async def test_gzip_bomb_does_not_inflate_in_the_proxy_process(tmp_path: Path) -
     up = FakeUpstream()
     async with running_upstreams(up) as urls:
         port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
-             "--port", str(port), "--upstream", urls[0], "--cache-dir", str(tmp_path / "cache"),
-             "--progress-file", str(tmp_path / "progress.json"), "--api-key-env", "JOB_TOKEN"],
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "JOB_TOKEN": token})
+        proc = _proxy_process(tmp_path, port, urls[0], "--api-key-env", "JOB_TOKEN",
+                              env={"JOB_TOKEN": token})
         try:
             await _wait_until(lambda: bool(_requests(tmp_path / "progress.json")))
             before = _peak_rss_kib(proc.pid)
@@ -168,15 +169,6 @@ async def test_gzip_bomb_does_not_inflate_in_the_proxy_process(tmp_path: Path) -
     assert grown_mib < 90, grown_mib  # 64 MiB cap + decoder slack; was > 200 MiB
     assert token not in stderr and up.hits == 0
 
-
-def _proxy_process(tmp_path: Path, port: int, upstream: str, *extra: str,
-                   env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
-         "--port", str(port), "--upstream", upstream, "--cache-dir", str(tmp_path / "cache"),
-         "--progress-file", str(tmp_path / "progress.json"), *extra],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
 async def test_upstream_token_replaces_the_clients_header_and_ready_file_names_the_pid(
