@@ -30,14 +30,20 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from report_json import add_json_option, command_line, exit_on_sigterm, row, write_result
+from report_json import (
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    row,
+    tmpfs_workdir,
+    write_result,
+)
 
 from hpceval.results.report import html_report
 from hpceval.results.schema import Metric, TaskResult
@@ -180,9 +186,7 @@ def main() -> None:
     add_json_option(parser)
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
-    shm = Path("/dev/shm")
-    work = Path(tempfile.mkdtemp(prefix="hpceval-aggregate-bench-",
-                                 dir=shm if os.access(shm, os.W_OK) else None))
+    work = tmpfs_workdir("hpceval-aggregate-bench-")
     exit_on_sigterm()
     os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
     os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)

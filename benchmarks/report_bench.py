@@ -27,14 +27,20 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aggregate_bench import NAIVE, generate_tree, naive_rows, paired
-from report_json import add_json_option, command_line, exit_on_sigterm, row, write_result
+from report_json import (
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    row,
+    tmpfs_workdir,
+    write_result,
+)
 
 from hpceval.results.report import html_report
 from hpceval.results.table import results_frame
@@ -157,9 +163,7 @@ def main() -> None:
     add_json_option(parser)
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
-    shm = Path("/dev/shm")
-    work = Path(tempfile.mkdtemp(prefix="hpceval-report-bench-",
-                                 dir=shm if os.access(shm, os.W_OK) else None))
+    work = tmpfs_workdir("hpceval-report-bench-")
     exit_on_sigterm()
     os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
     os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)

@@ -11,9 +11,11 @@ Every script in benchmarks/ keeps its Markdown on stdout and, given `--json PATH
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,13 @@ def row(metric: str, unit: str, value: Any, baseline: Any = None, *,
             "baseline_label": baseline_label,
             "ratio": ratio(value, baseline) if with_ratio else None,
             "better": better, "target": target, "ok": ok}
+
+
+def tmpfs_workdir(prefix: str) -> Path:
+    """A fresh work folder on tmpfs (/dev/shm) when it is writable: the run directories'
+    atomic writes fsync, which on a disk turns a benchmark's set-up into minutes."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=shm if os.access(shm, os.W_OK) else None))
 
 
 def exit_on_sigterm() -> None:

@@ -28,7 +28,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from report_json import add_json_option, command_line, exit_on_sigterm, row, write_result
+from report_json import (
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    row,
+    tmpfs_workdir,
+    write_result,
+)
 
 from hpceval.config import load_run
 from hpceval.runs.index import list_runs
@@ -282,10 +288,7 @@ def main() -> None:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     repeat, cap = (3, 30) if args.quick else (args.repeat, args.baseline_max)
     run_sizes = [s for s in sizes if s <= 100] if args.quick else sizes
-    shm = Path("/dev/shm")
-    # tmpfs: the run directories' atomic writes fsync; on a disk that makes set-up minutes.
-    work = Path(tempfile.mkdtemp(prefix="hpceval-status-bench-",
-                                 dir=shm if os.access(shm, os.W_OK) else None))
+    work = tmpfs_workdir("hpceval-status-bench-")
     counter = Counter(work)
     sacct = str(shutil.which("sacct"))
     exit_on_sigterm()
