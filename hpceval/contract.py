@@ -33,6 +33,13 @@ RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
 MANIFEST_FILE = "manifest.json"  # models/<key>/tasks/<task>/: provenance
 DONE_MARKER = "done"  # models/<key>/tasks/<task>/: written last; results are final
 
+# -- auxiliary deployments (a judge): models/<key>/auxiliary/<name>/ when served in the job
+# (scope job), <run dir>/auxiliary/<name>/ for the sweep's own judge job (scope sweep) ----------
+AUX_DIR = "auxiliary"
+AUX_ENDPOINT_FILE = "endpoint.json"  # sweep judge job: its instance URLs, once all are healthy
+AUX_TOKEN_FILE = "token"  # sweep judge job: the per-job token its servers require (mode 0600)
+AUX_STOP_FILE = "stop"  # sweep judge job: written by the aggregation step; the judge job ends
+
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
@@ -45,6 +52,8 @@ JOB_FILES = {
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
+    "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
+    "aux_stop": AUX_STOP_FILE,
 }
 
 

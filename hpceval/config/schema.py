@@ -19,6 +19,7 @@ MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 ExportDestination = Literal["local", "mlflow", "wandb"]
 ExportFormat = Literal["json", "csv"]
+AuxiliaryScope = Literal["job", "sweep"]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
 
 
@@ -127,6 +128,37 @@ class DeploymentSpec:
     health_path: str = key("/health", "path polled until the server answers")
     health_timeout: int = key(
         3600, "seconds to wait for servers to load (large checkpoints take 40+ min)", minimum=10
+    )
+
+
+@dataclass(frozen=True)
+class AuxiliaryDeploymentSpec(DeploymentSpec):
+    """A second model the tasks call (a judge, a guard model): NeMo Evaluator's
+    ``auxiliary_deployments.<name>``. Served by the same machinery as the model under test, or
+    an external endpoint (type none + url). Tasks reach it through references in their params
+    and environment: ``auxiliary_deployments.<name>.chat_url`` (and ``.completions_url``,
+    ``.url``, ``.model_id``), resolved to an in-job proxy in front of it."""
+
+    num_nodes: int = key(
+        1, "nodes of its own (scope job: added to the job's nodes); 0: GPUs of the model's "
+        "node beside the model, which then gets the rest of that node", minimum=0
+    )
+    num_instances: int | None = key(
+        None, "NeMo Evaluator's name for data_parallel_size (independent server instances)",
+        minimum=1,
+    )
+    scope: AuxiliaryScope = key(
+        "job", "job: served inside each model's job; sweep: one job of its own for the whole "
+        "sweep, which every model's job uses (the judge loads once)"
+    )
+    url: str | None = key(None, "an external endpoint's URL (type none): nothing is served")
+    model_id: str | None = key(None, "model name sent to it; default served_model_name")
+    api_key_name: str | None = key(
+        None, "external endpoint: NAME of the environment variable holding its API key"
+    )
+    env_prefix: str | None = key(
+        None, "prefix of the variables tasks see (<PREFIX>_CHAT_URL, <PREFIX>_MODEL_ID); "
+        "default the name in capitals"
     )
 
 
@@ -259,6 +291,9 @@ class RunSpec:
     target: TargetSpec
     evaluation: EvaluationSpec
     export: ExportSpec = field(default_factory=ExportSpec)
+    auxiliary_deployments: dict[str, AuxiliaryDeploymentSpec] = key(
+        {}, "more models the tasks call, by name (a judge): see AuxiliaryDeploymentSpec"
+    )
 
 
-SECTIONS = ("execution", "deployment", "target", "evaluation", "export")
+SECTIONS = ("execution", "deployment", "target", "evaluation", "export", "auxiliary_deployments")
