@@ -15,17 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec, TaskSpec
+from hpceval.images import image_file_name
 
 if TYPE_CHECKING:
     from hpceval.tasks import Catalogue, HarnessDef, Resolution, TaskDef
 
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def image_file_name(sif: str, runtime: str) -> str:
-    """The staged file for a runtime: the SIF itself, or for pyxis the squashfs image that
-    ``enroot import`` writes (same stem, ``.sqsh``). `hpceval stage` writes it, jobs run it."""
-    return sif.removesuffix(".sif") + ".sqsh" if runtime == "pyxis" else sif
 
 
 @dataclass(frozen=True)

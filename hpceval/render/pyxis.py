@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from hpceval.images import DOCKER, pyxis_reference
 from hpceval.render.quoting import ShellCode, env_name, joined
-from hpceval.staging.images import DOCKER, pyxis_reference
 
 
 def image(value: str) -> str:

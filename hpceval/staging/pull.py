@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.staging.images import DOCKER, pyxis_reference, read_sidecar, sidecar_path
+from hpceval.images import DOCKER, pyxis_reference
+from hpceval.staging.images import read_sidecar, sidecar_path
 from hpceval.storage import atomic_write_json
 
 SIDECAR_FORMAT = 1

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from render_helpers import RenderFn
 
 from hpceval.config.errors import ConfigError
+from hpceval.images import image_file_name, pyxis_reference
 from hpceval.render.quoting import FlagWord, ShellCode, command_lines, joined
-from hpceval.staging.images import image_file_name, pyxis_reference
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
          "image": "docker://vllm/vllm-openai:v0.13.0", "tensor_parallel_size": 8}

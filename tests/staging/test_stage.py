@@ -13,8 +13,8 @@ from staging_helpers import LM_EVAL, SIMPLE_EVALS, Fakes, Site, digest
 
 from hpceval.cli.main import cli
 from hpceval.config.errors import ConfigError
+from hpceval.images import sif_name
 from hpceval.staging import stage
-from hpceval.staging.images import sif_name
 from hpceval.staging.stage import MANIFEST
 from hpceval.tasks import load_catalogue
 
