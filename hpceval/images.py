@@ -42,3 +42,8 @@ def image_file_name(sif: str, runtime: str) -> str:
     """The staged file for a runtime: the SIF itself, or for pyxis the squashfs image that
     ``enroot import`` writes (same stem, ``.sqsh``). `hpceval stage` writes it, jobs run it."""
     return sif.removesuffix(".sif") + ".sqsh" if runtime == "pyxis" else sif
+
+
+def staged_kind(runtime: str) -> str:
+    """What a staged image file is called in messages: a SIF, or pyxis's squashfs image."""
+    return "squashfs image (.sqsh)" if runtime == "pyxis" else "SIF"

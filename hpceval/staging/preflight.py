@@ -15,6 +15,7 @@ from pathlib import Path
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.images import staged_kind
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
 from hpceval.staging.stage import stage_command
@@ -54,6 +55,7 @@ def check_preflight(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
 
 def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     offline = resolved.spec.execution.offline
+    kind = staged_kind(resolved.spec.execution.container_runtime)
     fix = stage_command(resolved)
     issues: list[ConfigIssue] = []
     for need in image_needs(resolved):
@@ -62,7 +64,7 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                 continue  # online nodes pull it themselves
             first = "" if need.sif else "set execution.image_dir to a shared folder, "
             if need.where == "deployment.image" or need.where.endswith(".container"):
-                sif = need.sif or "the SIF it writes"
+                sif = need.sif or f"the {kind} it writes"
                 how = f"{first}run `{fix}`, then set {need.where}={sif}"
             else:
                 how = f"{first}run `{fix}`"
@@ -75,7 +77,7 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
             how = f"run `{fix}` on the login node"
             if need.reference is None:
                 how = f"run `{fix} --pull {sif.name}=docker://REPO:TAG` on the login node"
-            issues.append(ConfigIssue(need.where, f"SIF image {sif} ({need.purpose}) is "
+            issues.append(ConfigIssue(need.where, f"{kind} {sif} ({need.purpose}) is "
                                       f"missing", f"{how}; {_SHARED}"))
     return issues
 

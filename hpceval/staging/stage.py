@@ -17,6 +17,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.images import staged_kind
 from hpceval.staging import data as hub
 from hpceval.staging.images import ImageNeed, image_needs, read_sidecar
 from hpceval.staging.pull import PullError, decide, image_lock, pull, remote_digest
@@ -79,11 +80,12 @@ def plan_issues(configs: Sequence[ResolvedConfig],
                 issues.append(ConfigIssue(
                     "execution.image_dir", f"compute nodes are offline, but {need.in_job} "
                     f"({need.purpose}) would be pulled there at run time",
-                    "set execution.image_dir to a shared folder; hpceval stage pulls SIFs into it"))
+                    "set execution.image_dir to a shared folder; hpceval stage pulls images "
+                    "into it"))
             elif need.sif is not None and need.reference is None and not need.sif.exists():
                 issues.append(ConfigIssue(
-                    need.where, f"SIF {need.sif} does not exist and nothing records which "
-                    "image it is built from",
+                    need.where, f"{staged_kind(ex.container_runtime)} {need.sif} does not exist "
+                    "and nothing records which image it is built from",
                     f"{stage_command(resolved)} --pull {need.sif.name}=docker://REPO:TAG"))
         if ex.offline and not ex.hf_cache_dir:
             for item in hub.data_needs(resolved):
@@ -118,7 +120,8 @@ def stage(configs: Sequence[ResolvedConfig], *, dry_run: bool = False, force: bo
                 report.items.append(_stage_image(need, runtime, dry_run, force, echo))
                 if need.where == "deployment.image" and need.pulled_at_run_time and need.sif:
                     report.hints.append(f"the job still pulls {need.in_job} at run time; to "
-                                        f"run the staged SIF: -o deployment.image={need.sif}")
+                                        f"run the staged {staged_kind(runtime)}: "
+                                        f"-o deployment.image={need.sif}")
     if downloader is _UNSET:
         downloader = hub.default_downloader()
     for resolved in configs:

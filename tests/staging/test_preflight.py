@@ -26,10 +26,19 @@ def test_missing_sifs_are_refused_with_the_stage_command(site: Site) -> None:
     issues = _issues(site, run)
     assert len(issues) == 2  # simple_evals tasks share one image
     sif = site.image_dir / "eval-factory_simple-evals_26.03.sif"
-    assert issues[0].startswith(f"evaluation.tasks.simple_evals.gpqa_diamond: SIF image {sif} "
+    assert issues[0].startswith(f"evaluation.tasks.simple_evals.gpqa_diamond: SIF {sif} "
                                 "(harness simple_evals) is missing")
     assert f"run `hpceval stage {run}` on the login node" in issues[0]
     assert "shared storage" in issues[0]
+
+
+def test_pyxis_sites_are_told_of_squashfs_images_not_sifs(site: Site) -> None:
+    run = site.run_file(execution={"container_runtime": "pyxis"})
+    issues = _issues(site, run)
+    sqsh = site.image_dir / "eval-factory_simple-evals_26.03.sqsh"
+    assert issues[0].startswith(f"evaluation.tasks.simple_evals.gpqa_diamond: squashfs image "
+                                f"(.sqsh) {sqsh} (harness simple_evals) is missing")
+    assert "SIF" not in issues[0]
 
 
 def test_the_fix_names_the_same_overrides(site: Site) -> None:
