@@ -24,9 +24,7 @@ import argparse
 import csv
 import inspect
 import io
-import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,10 +36,9 @@ from typing import Any
 
 from report_json import (
     add_json_option,
+    bench_workdir,
     command_line,
-    exit_on_sigterm,
     row,
-    tmpfs_workdir,
     write_result,
 )
 
@@ -186,14 +183,8 @@ def main() -> None:
     add_json_option(parser)
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
-    work = tmpfs_workdir("hpceval-aggregate-bench-")
-    exit_on_sigterm()
-    os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
-    os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)
-    try:
+    with bench_workdir("hpceval-aggregate-bench-") as work:
         measure(work, args.files, args.metrics, repeat, args.json)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def measure(work: Path, files: int, metrics: int, repeat: int, json_path: Path | None) -> None:

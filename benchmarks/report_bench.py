@@ -25,7 +25,6 @@ import argparse
 import glob
 import json
 import os
-import shutil
 import sys
 import time
 from functools import partial
@@ -35,10 +34,9 @@ from typing import Any
 from aggregate_bench import NAIVE, generate_tree, naive_rows, paired
 from report_json import (
     add_json_option,
+    bench_workdir,
     command_line,
-    exit_on_sigterm,
     row,
-    tmpfs_workdir,
     write_result,
 )
 
@@ -163,14 +161,8 @@ def main() -> None:
     add_json_option(parser)
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
-    work = tmpfs_workdir("hpceval-report-bench-")
-    exit_on_sigterm()
-    os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
-    os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)
-    try:
+    with bench_workdir("hpceval-report-bench-") as work:
         measure(work, args.files, args.samples, repeat, args.json)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

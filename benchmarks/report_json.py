@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,22 @@ def exit_on_sigterm() -> None:
     """Turn SIGTERM (run_all's timeout, a user's kill) into SystemExit, so `finally` blocks
     still cancel the script's jobs and delete its files."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+@contextmanager
+def bench_workdir(prefix: str) -> Iterator[Path]:
+    """The work folder of one benchmark run: on tmpfs when it can be, with hpceval's own cache
+    (run index, state cache) inside it and the user's run folders, profile and task paths out
+    of the environment, removed afterwards, also on SIGTERM."""
+    work = tmpfs_workdir(prefix)
+    exit_on_sigterm()
+    os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
+    for name in ("HPCEVAL_OUTPUT_DIRS", "HPCEVAL_PROFILE", "HPCEVAL_TASKS_PATH"):
+        os.environ.pop(name, None)
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

@@ -37,10 +37,9 @@ from typing import Any
 import yaml
 from report_json import (
     add_json_option,
+    bench_workdir,
     command_line,
-    exit_on_sigterm,
     row,
-    tmpfs_workdir,
     write_result,
 )
 
@@ -268,13 +267,6 @@ def cached_after_end(client: HeldClient, counter: Counter, status_args: list[str
     return counter.slurm_reads() - before
 
 
-def isolate(work: Path, counter: Counter) -> None:
-    os.environ["PATH"] = f"{counter.bin}{os.pathsep}{os.environ['PATH']}"
-    os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")  # fresh run index and state cache
-    for name in ("HPCEVAL_OUTPUT_DIRS", "HPCEVAL_PROFILE", "HPCEVAL_TASKS_PATH"):
-        os.environ.pop(name, None)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000", help="job counts (default 10,100,1000)")
@@ -288,39 +280,38 @@ def main() -> None:
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     repeat, cap = (3, 30) if args.quick else (args.repeat, args.baseline_max)
     run_sizes = [s for s in sizes if s <= 100] if args.quick else sizes
-    work = tmpfs_workdir("hpceval-status-bench-")
-    counter = Counter(work)
-    sacct = str(shutil.which("sacct"))
-    exit_on_sigterm()
-    isolate(work, counter)
-    client = HeldClient()
     results: list[Measured] = []
     cached_calls = None
     setup: dict[str, float] = {}
-    try:
-        for size in sizes:
-            start = time.perf_counter()
-            run = submit_sweep(work / f"sweep-{size}", size, client)
-            setup[f"sweep of {size}"] = time.perf_counter() - start
-            results.append(measure("sweep", size, [run.run_dir], [run.invocation_id], counter,
-                                   sacct, repeat, cap))
+    with bench_workdir("hpceval-status-bench-") as work:
+        counter = Counter(work)
+        sacct = str(shutil.which("sacct"))
+        os.environ["PATH"] = f"{counter.bin}{os.pathsep}{os.environ['PATH']}"
+        client = HeldClient()
+        try:
+            for size in sizes:
+                start = time.perf_counter()
+                run = submit_sweep(work / f"sweep-{size}", size, client)
+                setup[f"sweep of {size}"] = time.perf_counter() - start
+                results.append(measure("sweep", size, [run.run_dir], [run.invocation_id],
+                                       counter, sacct, repeat, cap))
+                client.cancel(client.submitted)
+                client.submitted.clear()
+            folder, made = work / "runs", 0
+            for size in run_sizes:
+                start = time.perf_counter()
+                submit_runs(folder, size - made, client)
+                setup[f"{size - made} more single runs"] = time.perf_counter() - start
+                made = size
+                dirs = [r.run_dir for r in list_runs([folder / "out"])
+                        if r.run_dir.parent == folder / "out"]
+                results.append(measure("runs", size, dirs, ["--limit", str(size)], counter,
+                                       sacct, repeat, cap))
+            if run_sizes:
+                cached_calls = cached_after_end(client, counter,
+                                                ["--limit", str(run_sizes[-1])])
+        finally:
             client.cancel(client.submitted)
-            client.submitted.clear()
-        folder, made = work / "runs", 0
-        for size in run_sizes:
-            start = time.perf_counter()
-            submit_runs(folder, size - made, client)
-            setup[f"{size - made} more single runs"] = time.perf_counter() - start
-            made = size
-            dirs = [r.run_dir for r in list_runs([folder / "out"])
-                    if r.run_dir.parent == folder / "out"]
-            results.append(measure("runs", size, dirs, ["--limit", str(size)], counter, sacct,
-                                   repeat, cap))
-        if run_sizes:
-            cached_calls = cached_after_end(client, counter, ["--limit", str(run_sizes[-1])])
-    finally:
-        client.cancel(client.submitted)
-        shutil.rmtree(work, ignore_errors=True)
     report(results, cached_calls, setup, args.json, repeat, cap)
 
 
