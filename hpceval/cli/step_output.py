@@ -12,11 +12,12 @@ import click
 def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
                       as_json: bool = False, output: str | None = None,
                       html_file: str | None = None, metric: str | None = None,
-                      long: bool = False, title: str = "hpceval: score vs training step"
-                      ) -> None:
+                      long: bool = False, title: str = "hpceval: score vs training step",
+                      cost: bool = True) -> None:
     """One row per step, one column per task (its primary metric, or `metric`); `long`: the
     usual metric rows with a step column. --json is --format json, as for `hpceval results`.
-    `html_file`: also write the score-vs-step report there."""
+    `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
+    `cost` is False (one sacct call for jobs not seen ended before, as `results --html`)."""
     from hpceval.results.steps import render_steps, step_pivot, step_table
     from hpceval.results.table import parquet_available, write_parquet
 
@@ -26,10 +27,13 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
         fmt = "json"
     table = step_table(points)
     if html_file:
-        from hpceval.results.report import step_report_html
-        from hpceval.storage import atomic_write_text
+        from hpceval.cli.results_cmds import _watcher
+        from hpceval.results.cost import cost_frame
+        from hpceval.results.report import write_step_report
 
-        atomic_write_text(Path(html_file), step_report_html(table, title, metric=metric))
+        dirs = [Path(d) for d in dict.fromkeys(table["run_dir"])] if not table.empty else []
+        write_step_report(table, Path(html_file), title, metric=metric,
+                          cost=cost_frame(dirs, _watcher) if cost else None)
         click.echo(f"report: {html_file}", err=True)
     shown = table if long else step_pivot(table, metric)
     if fmt == "parquet":

@@ -124,6 +124,9 @@ def test_chart_plots_each_score_at_its_step(points: list[tuple[int, Path]],
         for c in circles:  # the drawn height is the score on the axis
             want = top + (hi - float(c["data-value"])) / (hi - lo) * height
             assert float(c["cy"]) == pytest.approx(want, abs=0.01)
+    # one x axis for every chart of the page: step 3000 sits at the same x in both
+    at_3000 = [c["cx"] for svg in charts for c in _circles(svg) if c["data-step"] == "3000"]
+    assert len(at_3000) == 2 and at_3000[0] == at_3000[1]
     two = _circles(charts[0])[1]
     assert (two["data-step"], float(two["data-value"])) == ("2000", SCORES[2000][ONE][0])
     # whiskers for every point with a stderr: ONE 4, TWO 2 (2000 has none, 4000 is partial)

@@ -34,7 +34,7 @@ from hpceval.results.table import leaderboard
 from hpceval.storage import atomic_write_text
 
 __all__ = ["DEFAULT_SAMPLES", "build_step_report", "html_report", "step_report_html",
-           "task_chart", "write_report"]
+           "task_chart", "write_report", "write_step_report"]
 
 DEFAULT_SAMPLES = 20
 
@@ -145,6 +145,11 @@ def step_report_html(table: Any, title: str = "hpceval: score vs training step",
     return "\n".join(out) + "\n"
 
 
+def write_step_report(table: Any, path: Path, title: str = "hpceval: score vs training step",
+                      **kw: Any) -> None:
+    atomic_write_text(Path(path), step_report_html(table, title, **kw))
+
+
 def build_step_report(points: Sequence[tuple[int, Path]], out_path: Path,
                       title: str = "hpceval: score vs training step", *,
                       metric: str | None = None, cost: Any = None) -> Any:
@@ -152,5 +157,5 @@ def build_step_report(points: Sequence[tuple[int, Path]], out_path: Path,
     from hpceval.results.steps import step_table
 
     table = step_table(points)
-    atomic_write_text(Path(out_path), step_report_html(table, title, metric=metric, cost=cost))
+    write_step_report(table, out_path, title, metric=metric, cost=cost)
     return table

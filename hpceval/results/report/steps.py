@@ -61,10 +61,12 @@ def _label_indexes(points: list[StepPoint]) -> set[int]:
     return {0, len(points) - 1, best}
 
 
-def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]]) -> str:
-    """One SVG: a line per series (model), points in step order, labelled with their value."""
+def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]],
+               steps: list[int] | None = None) -> str:
+    """One SVG: a line per series (model), points in step order, labelled with their value.
+    `steps`: the page's steps, so that the charts of all tasks share one x axis."""
     every = [p for _, pts in series for p in pts]
-    steps = sorted({p.step for p in every})
+    steps = sorted({p.step for p in every} | set(steps or ()))
     x0, x1 = steps[0], steps[-1]
     lo, hi = y_range(every)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
@@ -132,7 +134,8 @@ def chart_series(points: Any) -> list[tuple[str, str, list[tuple[str, list[StepP
     out = []
     for task, group in points.groupby("task", sort=True):
         first = group.iloc[0]
-        metric = str(first["metric"]) + (f" ({first['filter']})" if first["filter"] else "")
+        flt = first["filter"]
+        metric = str(first["metric"]) + (f" ({flt})" if isinstance(flt, str) and flt else "")
         series = []
         for model, rows in group.groupby("model", sort=True):
             series.append((str(model), [StepPoint(int(r.step), float(r.value),
@@ -155,9 +158,11 @@ def steps_section(table: Any, metric: str | None = None) -> str:
     if points.empty:
         out.append("<p>No finished tasks at any step yet.</p></section>")
         return "".join(out)
+    steps = sorted(int(s) for s in set(points["step"]))
     for task, label, series in chart_series(points):
         out.append(f'<div class="step-task" data-task="{_e(task)}"><h3>{_e(task)}</h3>'
-                   f'<p class="meta">{_e(label)}</p>{step_chart(task, label, series)}</div>')
+                   f'<p class="meta">{_e(label)}</p>{step_chart(task, label, series, steps)}'
+                   "</div>")
     pivot = step_pivot(table, metric)
     columns = [c for c in pivot.columns if c not in ("tasks_done", "tasks_total")]
     rows = []
