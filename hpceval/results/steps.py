@@ -20,6 +20,7 @@ per task (its primary metric, or ``metric``), plus the step's done/total tasks.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,9 @@ def step_table(points: Sequence[tuple[int, Path]]) -> Any:
 
     rows: list[dict[str, Any]] = []
     for step, run_dir in points:
-        if isinstance(step, bool) or not isinstance(step, int):
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
             raise TypeError(f"step must be an int, got {step!r} for {run_dir}")
+        step = int(step)
         found = run_rows(Path(run_dir))
         if not found:
             continue
@@ -63,26 +65,36 @@ def step_table(points: Sequence[tuple[int, Path]]) -> Any:
 
 
 def primary_points(table: Any, metric: str | None = None) -> Any:
-    """One row per (step, model, task): its primary metric, or `metric` where reported."""
+    """One row per (step, model, task): its primary metric, or `metric` where reported.
+
+    Column ``series`` says which line a point is on: the model, when some step's run has
+    several models; otherwise one line for all steps, named by the newest step's model, so
+    that a model key that changes from checkpoint to checkpoint does not break the line."""
     if table.empty:
-        return table
+        return table.assign(series=[])
     chosen = table[table["metric"] == metric] if metric else table[table["primary"]]
     # A metric reported under several subtasks/filters: the task's first row (the primary
     # metric's own subtask and filter come first in the harness's order).
-    return chosen.drop_duplicates(["step", "model", "task"], keep="first").reset_index(drop=True)
+    chosen = chosen.drop_duplicates(["step", "model", "task"], keep="first")
+    several = bool((chosen.groupby("step")["model"].nunique() > 1).any())
+    series = chosen["model"] if several else str(chosen["model"].iloc[-1]) if len(chosen) else ""
+    return chosen.assign(series=series).reset_index(drop=True)
+
+
+def several_series(points: Any) -> bool:
+    return bool(points["series"].nunique() > 1)
 
 
 def step_pivot(table: Any, metric: str | None = None) -> Any:
-    """Index step; a column per task (``model: task`` when there are several models), its
+    """Index step; a column per task (``model: task`` when a step has several models), its
     primary metric (or `metric`); then the step's tasks_done and tasks_total."""
     import pandas as pd
 
     chosen = primary_points(table, metric)
     if chosen.empty:
         return pd.DataFrame()
-    several = chosen["model"].nunique() > 1
-    chosen = chosen.assign(column=chosen["model"] + ": " + chosen["task"] if several
-                           else chosen["task"])
+    chosen = chosen.assign(column=chosen["series"] + ": " + chosen["task"]
+                           if several_series(chosen) else chosen["task"])
     board = chosen.pivot(index="step", columns="column", values="value")
     board.columns.name = None
     # A retried step: its best-finished run says how complete it is.

@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import click
 import pandas as pd
 import pytest
 from report_helpers import ONE, TWO
@@ -95,6 +96,11 @@ def test_cli_helper_json_and_html(points: list[tuple[int, Path]], tmp_path: Path
     out = capsys.readouterr()
     assert [r["step"] for r in json.loads(out.out)] == [1000, 2000, 3000, 4000]
     assert f"report: {page}" in out.err and page.read_text().count('class="step-chart"') == 2
+    with pytest.raises(click.UsageError, match="--json is --format json"):
+        echo_step_results(points, fmt="csv", as_json=True)
+    echo_step_results(points, fmt="csv", output=str(tmp_path / "s.csv"))
+    assert "wrote 4 rows" in capsys.readouterr().err
+    assert (tmp_path / "s.csv").read_text().splitlines()[4].startswith("4000,0.47,,1,2")
 
 
 def _circles(svg: str) -> list[dict[str, str]]:
@@ -153,15 +159,33 @@ def test_many_points_label_first_last_and_best_and_escape_names() -> None:
     assert "<b>t" not in svg and "&lt;b&gt;t" in svg and "<i>m" not in svg
 
 
+def _rows(models: list[str], steps: tuple[int, ...], model_of_step: bool = False
+          ) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"step": step, "invocation_id": f"i{step}", "model": f"{m}-{step}" if model_of_step
+         else m, "task": "h.t", "subtask": "t", "metric": "acc", "filter": None,
+         "value": 0.2 + n * 0.3 + step / 100, "stderr": None, "primary": True,
+         "run_dir": "/nonexistent", "tasks_done": 2, "tasks_total": 2}
+        for n, m in enumerate(models) for step in steps]).sort_values("step", kind="stable")
+
+
 def test_several_models_get_a_line_and_a_column_each() -> None:
-    rows = []
-    for model, base in (("a", 0.2), ("b", 0.5)):
-        for step in (1, 2, 3):
-            rows.append({"step": step, "invocation_id": f"i{step}", "model": model,
-                         "task": "h.t", "subtask": "t", "metric": "acc", "filter": None,
-                         "value": base + step / 100, "stderr": None, "primary": True,
-                         "run_dir": "/nonexistent", "tasks_done": 2, "tasks_total": 2})
-    table = pd.DataFrame(rows)
+    table = _rows(["a", "b"], (1, 2, 3))
     assert list(step_pivot(table).columns) == ["a: h.t", "b: h.t", "tasks_done", "tasks_total"]
     page = step_report_html(table)
     assert page.count('<g class="series"') == 2 and page.count("<circle") == 6
+
+
+def test_a_model_key_that_changes_with_the_checkpoint_is_still_one_line() -> None:
+    table = _rows(["ckpt"], (1, 2, 3), model_of_step=True)  # ckpt-1, ckpt-2, ckpt-3
+    assert list(step_pivot(table).columns) == ["h.t", "tasks_done", "tasks_total"]
+    page = step_report_html(table)
+    assert page.count('<g class="series"') == 1 and page.count("<polyline") == 1
+    assert 'data-model="ckpt-3"' in page and page.count("<circle") == 3
+
+
+def test_numpy_steps_are_accepted(points: list[tuple[int, Path]]) -> None:
+    import numpy as np
+
+    table = step_table([(np.int64(s), d) for s, d in points])
+    assert table["step"].tolist() == step_table(points)["step"].tolist()

@@ -137,7 +137,7 @@ def chart_series(points: Any) -> list[tuple[str, str, list[tuple[str, list[StepP
         flt = first["filter"]
         metric = str(first["metric"]) + (f" ({flt})" if isinstance(flt, str) and flt else "")
         series = []
-        for model, rows in group.groupby("model", sort=True):
+        for model, rows in group.groupby("series", sort=True):
             series.append((str(model), [StepPoint(int(r.step), float(r.value),
                                                   _number(r.stderr))
                                         for r in rows.sort_values("step").itertuples()]))
