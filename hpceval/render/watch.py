@@ -18,7 +18,7 @@ TICK_MINUTES = 10  # a tick lists folders and runs a few sbatch calls
 
 def tick_job_name(watch_id: str) -> str:
     """The name every tick of one watch shares (singleton: one of them at a time)."""
-    return f"hpceval-watch-{watch_id}"
+    return f"hpceval-{watch_id}"
 
 
 def render_tick(resolved: ResolvedConfig, *, watch_dir: str, watch_id: str, python: str,
