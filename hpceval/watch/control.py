@@ -131,7 +131,10 @@ def _sample_name(pattern: str) -> str:
 def _check_training_job(client: SlurmClient | None, job_id: str) -> None:
     from hpceval.slurm.client import CommandSlurmClient
 
-    if job_id not in (client or CommandSlurmClient()).sacct([job_id]):
+    slurm = client or CommandSlurmClient()
+    # squeue first: sacct lags a job submitted a second ago; sacct for one that ended
+    # longer ago than the controller keeps it (MinJobAge)
+    if job_id not in slurm.squeue([job_id]) and job_id not in slurm.sacct([job_id]):
         raise ConfigError.at("--after-job", f"sacct knows no job {job_id}",
                              "give the training job's id (squeue --me), or leave the option "
                              "out and stop the watch with `hpceval watch stop`")
