@@ -1,7 +1,7 @@
 """HTML report build time, against a bare json loop over the same files.
 
     .venv/bin/python benchmarks/report_bench.py [--files 10000] [--samples 100000] [--repeat 3]
-                                                [--quick]
+                                                [--steps 50] [--steps-only] [--quick]
 
 Two synthetic output directories written with hpceval's own writers (aggregate_bench's
 generator), page cache warm for both sides, median of --repeat:
@@ -13,7 +13,9 @@ generator), page cache warm for both sides, median of --repeat:
   task's harness/ folder, every 3rd answer wrong): the report (20 samples and 20 wrong ones per
   task) against a bare loop that json-decodes every sample line. The report reads a bounded
   prefix of each file, so this ratio says what that bound buys; the worst case, where no answer
-  is wrong and the report reads up to its scan limit (10,000 lines per task), is timed too.
+  is wrong and the report reads up to its scan limit (10,000 lines per task), is timed too;
+* the score-vs-step page (`hpceval watch`: one run per checkpoint) for --steps runs of 10 tasks
+  (step_table + step_report_html) against the same naive loop over their results.json files.
 
 Every page is checked (task sections, sample rows) so a fast wrong answer fails the run.
 About 1 minute with --quick and 3 with the defaults on 2 cores.
@@ -42,7 +44,8 @@ from report_json import (
     write_result,
 )
 
-from hpceval.results.report import html_report
+from hpceval.results.report import html_report, step_report_html
+from hpceval.results.steps import step_table
 from hpceval.results.table import results_frame
 
 SAMPLE_TASKS = 100  # 10 models x 10 tasks
@@ -108,7 +111,36 @@ def _report(run_dirs: list[Path]) -> str:
     return html_report(results_frame(run_dirs), run_dirs=run_dirs)
 
 
-def measure(work: Path, files: int, samples: int, repeat: int, json_path: Path | None) -> None:
+def _step_report(points: list[tuple[int, Path]]) -> str:
+    return step_report_html(step_table(points))
+
+
+def measure_steps(work: Path, steps: int, repeat: int) -> dict[str, Any]:
+    """The score-vs-step page of `steps` runs (one per checkpoint) of 1 model x 10 tasks."""
+    out = work / "steps"
+    dirs = generate_tree(out, steps * 10, models_per_run=1, tasks_per_model=10)
+    points = [(1000 * (i + 1), d) for i, d in enumerate(dirs)]
+    page = _step_report(points)
+    charts, circles = page.count('class="step-chart"'), page.count('<circle class="point"')
+    if (charts, circles) != (10, 10 * steps):
+        raise SystemExit(f"the step page has {charts} charts and {circles} points, "
+                         f"expected 10 and {10 * steps}")
+    ours, theirs = paired(partial(_step_report, points), partial(naive_rows, out), repeat)
+    return row(f"score-vs-step page, {steps} steps x 10 tasks (step table + page)", "ms",
+               round(ours * 1000, 1), round(theirs * 1000, 1), baseline_label=NAIVE,
+               better="lower")
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print("| what | unit | hpceval | baseline | ratio |\n|---|---|---:|---:|---:|")
+    for r in rows:
+        base = "" if r["baseline"] is None else f"{r['baseline']:g}"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        print(f"| {r['metric']} | {r['unit']} | {r['hpceval']:g} | {base} | {ratio} |")
+
+
+def measure(work: Path, files: int, samples: int, repeat: int, json_path: Path | None, *,
+            steps: int = 50) -> None:
     rows: list[dict[str, Any]] = []
     big = work / "results"
     start = time.perf_counter()
@@ -138,16 +170,15 @@ def measure(work: Path, files: int, samples: int, repeat: int, json_path: Path |
         rows.append(row(f"report with {samples:,} samples in {SAMPLE_TASKS} tasks, {label}",
                         "ms", round(ours * 1000, 1), round(theirs * 1000, 1),
                         baseline_label="json.loads of every sample line", better="lower"))
-    print("| what | unit | hpceval | baseline | ratio |\n|---|---|---:|---:|---:|")
-    for r in rows:
-        base = "" if r["baseline"] is None else f"{r['baseline']:g}"
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-        print(f"| {r['metric']} | {r['unit']} | {r['hpceval']:g} | {base} | {ratio} |")
+    rows.append(measure_steps(work, steps, repeat))
+    print_rows(rows)
     notes = [f"{files:,} results.json files in runs of 25 models x 20 tasks; the report also "
              "reads every run.json, run.yaml and manifest.json, the naive loop only results.json.",
              f"{samples:,} lm-eval sample lines (~1 KB each) in {SAMPLE_TASKS} tasks; the report "
              "shows the first 20 samples and the first 20 wrong ones per task and stops reading "
              "a file once it has them (at most 10,000 lines per task).",
+             f"Score-vs-step page: {steps} runs of 1 model x 10 tasks (one per checkpoint); the "
+             "page also reads each run's run.json and manifests (what was run).",
              "On tmpfs (/dev/shm) when writable, page cache warm for both sides; "
              f"median of {repeat} timed call(s), the two sides alternating."]
     write_result(json_path, name="report", title="HTML report build time",
@@ -158,6 +189,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000, help="task results (10000)")
     parser.add_argument("--samples", type=int, default=100_000, help="sample lines (100000)")
+    parser.add_argument("--steps", type=int, default=50, help="score-vs-step page: runs (50)")
+    parser.add_argument("--steps-only", action="store_true",
+                        help="only the score-vs-step figure (prints it, writes no JSON)")
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per figure (3)")
     parser.add_argument("--quick", action="store_true", help="one timed call per figure")
     add_json_option(parser)
@@ -168,7 +202,10 @@ def main() -> None:
     os.environ["HPCEVAL_CACHE_DIR"] = str(work / "cache")
     os.environ.pop("HPCEVAL_OUTPUT_DIRS", None)
     try:
-        measure(work, args.files, args.samples, repeat, args.json)
+        if args.steps_only:
+            print_rows([measure_steps(work, args.steps, repeat)])
+        else:
+            measure(work, args.files, args.samples, repeat, args.json, steps=args.steps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

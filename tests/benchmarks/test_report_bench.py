@@ -18,8 +18,9 @@ def test_expected_rows() -> None:
 def test_report_bench_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "report.json"
-    report_bench.measure(tmp_path / "work", 60, 5_000, 1, out)
+    report_bench.measure(tmp_path / "work", 60, 5_000, 1, out, steps=3)
     result = json.loads(out.read_text())
     assert result["name"] == "report"
-    assert [r["unit"] for r in result["rows"]] == ["ms", "KiB", "ms", "ms"]
+    assert [r["unit"] for r in result["rows"]] == ["ms", "KiB", "ms", "ms", "ms"]
+    assert result["rows"][-1]["metric"].startswith("score-vs-step page, 3 steps x 10 tasks")
     assert all(r["ratio"] > 0 for r in result["rows"] if r["baseline"])

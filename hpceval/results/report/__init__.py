@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,12 @@ from hpceval.results.report.sections import (
     runs_section,
     samples_section,
 )
+from hpceval.results.report.steps import steps_section
 from hpceval.results.table import leaderboard
 from hpceval.storage import atomic_write_text
 
-__all__ = ["DEFAULT_SAMPLES", "html_report", "task_chart", "write_report"]
+__all__ = ["DEFAULT_SAMPLES", "build_step_report", "html_report", "step_report_html",
+           "task_chart", "write_report", "write_step_report"]
 
 DEFAULT_SAMPLES = 20
 
@@ -43,7 +46,7 @@ table.models td,table.tasks td,table.samples td,table.models th,table.tasks th,
 table.samples th{text-align:left}
 pre{white-space:pre-wrap;margin:0;max-width:40em;max-height:14em;overflow:auto;font-size:85%}
 tr.wrong td:last-child{color:#b00020}tr.right td:last-child{color:#1b7f2a}
-li.apart{color:#1b5e20}li.overlap{color:#795548}nav a{margin-right:1em}
+li.apart{color:#1b5e20}span.partial{color:#b26a00}li.overlap{color:#795548}nav a{margin-right:1em}
 td{overflow-wrap:break-word;word-break:break-word}"""
 
 # The wrong-answer filter. Rows are hidden with the `hidden` attribute (not CSS), so the
@@ -115,3 +118,44 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
 
 def write_report(frame: Any, path: Path, title: str = "hpceval results", **kw: Any) -> None:
     atomic_write_text(path, html_report(frame, title, **kw))
+
+
+def step_report_html(table: Any, title: str = "hpceval: score vs training step", *,
+                     metric: str | None = None, cost: Any = None) -> str:
+    """The page for a step_table (one run per checkpoint): the charts and table of scores
+    against the step, then what was run at each step (and its cost when given)."""
+    runs = [] if table.empty else list(dict.fromkeys(table["invocation_id"]))
+    steps = [] if table.empty else sorted(set(table["step"]))
+    dirs = [] if table.empty else list(dict.fromkeys(table["run_dir"]))
+    infos = [i for d in dirs if (i := read_run_info(Path(d))) is not None]
+    span = f"steps {steps[0]:,} to {steps[-1]:,}" if steps else "no finished step yet"
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+           f"<h1>{html.escape(title)}</h1>",
+           f'<p class="meta">{len(steps)} step(s) with results ({html.escape(span)}), '
+           f"{len(runs)} run(s). Generated {html.escape(time.strftime('%Y-%m-%d %H:%M'))} "
+           "by hpceval.</p>",
+           '<nav><a href="#steps">score vs step</a>'
+           + ('<a href="#cost">cost</a>' if cost is not None else "")
+           + '<a href="#runs">what was run</a></nav>', steps_section(table, metric)]
+    if cost is not None:
+        out.append(cost_section(cost))
+    out.append(runs_section(infos))
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_step_report(table: Any, path: Path, title: str = "hpceval: score vs training step",
+                      **kw: Any) -> None:
+    atomic_write_text(Path(path), step_report_html(table, title, **kw))
+
+
+def build_step_report(points: Sequence[tuple[int, Path]], out_path: Path,
+                      title: str = "hpceval: score vs training step", *,
+                      metric: str | None = None, cost: Any = None) -> Any:
+    """Write the score-vs-step page for (step, run_dir) pairs; returns the step_table."""
+    from hpceval.results.steps import step_table
+
+    table = step_table(points)
+    write_step_report(table, out_path, title, metric=metric, cost=cost)
+    return table

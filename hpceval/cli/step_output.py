@@ -1,0 +1,53 @@
+"""What ``hpceval results WATCH`` / ``hpceval report WATCH`` print and write for one run per
+training step: the command that knows the steps (the watch) hands (step, run_dir) pairs here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+
+def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
+                      as_json: bool = False, output: str | None = None,
+                      html_file: str | None = None, metric: str | None = None,
+                      long: bool = False, title: str = "hpceval: score vs training step",
+                      cost: bool = True) -> None:
+    """One row per step, one column per task (its primary metric, or `metric`); `long`: the
+    usual metric rows with a step column. --json is --format json, as for `hpceval results`.
+    `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
+    `cost` is False (one sacct call for jobs not seen ended before, as `results --html`)."""
+    from hpceval.results.steps import render_steps, step_pivot, step_table
+    from hpceval.results.table import parquet_available, write_parquet
+
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise click.UsageError("--json is --format json: give one of them")
+        fmt = "json"
+    table = step_table(points)
+    if html_file:
+        from hpceval.cli.results_cmds import _watcher
+        from hpceval.results.cost import cost_frame
+        from hpceval.results.report import write_step_report
+
+        dirs = [Path(d) for d in dict.fromkeys(table["run_dir"])] if not table.empty else []
+        write_step_report(table, Path(html_file), title, metric=metric,
+                          cost=cost_frame(dirs, _watcher) if cost else None)
+        click.echo(f"report: {html_file}", err=True)
+    shown = table if long else step_pivot(table, metric)
+    if fmt == "parquet":
+        if not parquet_available():
+            raise click.ClickException("parquet needs pyarrow, which is not installed here "
+                                       "(pip install pyarrow); use --format csv or json")
+        if not output:
+            raise click.UsageError("--format parquet writes a file: give --output FILE")
+        write_parquet(shown if long else shown.reset_index(), Path(output))
+        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
+        return
+    text = render_steps(table, fmt, metric=metric, long=long)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
