@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "watch": ("hpceval.cli.watch_cmds", "watch", "Evaluate each new checkpoint of a training "
               "run."),
     "results": ("hpceval.cli.results_cmds", "results", "Results table across runs."),
+    "report": ("hpceval.cli.results_cmds", "report", "HTML score-vs-step report of a watch."),
     "export": ("hpceval.cli.results_cmds", "export", "Export results (JSON/CSV, MLflow, W&B)."),
     "stage": ("hpceval.cli.stage_cmds", "stage", "Pre-fetch images and data for offline nodes."),
     "tasks": ("hpceval.cli.stage_cmds", "tasks", "Manage the task catalogue (discover)."),

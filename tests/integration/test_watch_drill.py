@@ -166,6 +166,16 @@ def test_watch_evaluates_three_checkpoints_written_over_time(
     assert data["summary"]["evaluated"] == 3, shown.stdout
     text = hpceval("status", watch_id)
     assert "3 seen, 3 evaluated" in text.stdout, text.stdout
+    # score against the training step: one row per checkpoint, and the report page
+    table = hpceval("results", watch_id, "--json")
+    assert table.returncode == 0, table.stderr
+    rows = json.loads(table.stdout)
+    assert [r["step"] for r in rows] == list(STEPS)
+    assert all(r["tasks_done"] == r["tasks_total"] == 1 for r in rows)
+    page = hpceval("report", watch_id, "-O", str(work / "steps.html"))
+    assert page.returncode == 0, page.stderr
+    assert "score vs training step" in (work / "steps.html").read_text()
+    print("\n" + hpceval("results", watch_id).stdout + text.stdout)
     print_timeline(t0, landed, half, entries, client.sacct(jobs), train_end, state)
 
 

@@ -405,3 +405,30 @@ def test_dry_run_prints_the_tick_script_and_writes_nothing(tmp_path: Path,
     assert "--begin=now+120" in result.output
     assert "-m hpceval.job watch-tick --watch-dir" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
+                                                              fake: FakeSlurm) -> None:
+    from run_helpers import finish_task
+
+    watch_dir = started(tmp_path, fake, marker="OK")
+    for step in (2000, 1000, 3000):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    run_tick(watch_dir, client=fake)
+    state = st.load_state(watch_dir)
+    for name in ("step_1000", "step_2000"):  # step_3000's run has no finished task yet
+        run_dir = Path(state["checkpoints"][name]["run_dir"])
+        finish_task(run_dir, "solo", "ut-harness.ut_one")
+    result = CliRunner().invoke(cli, ["results", watch_dir.name, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["step"] for r in rows] == [1000, 2000]
+    assert all(r["tasks_done"] == 1 and r["tasks_total"] == 2 for r in rows)
+    long = CliRunner().invoke(cli, ["results", watch_dir.name, "--json", "--long"])
+    assert {r["step"] for r in json.loads(long.output)} == {1000, 2000}
+    refused = CliRunner().invoke(cli, ["results", watch_dir.name, "--leaderboard"])
+    assert refused.exit_code == 2 and "shown alone" in refused.output
+    out = tmp_path / "steps.html"
+    result = CliRunner().invoke(cli, ["report", watch_dir.name, "-O", str(out), "--no-cost"])
+    assert result.exit_code == 0, result.output
+    assert "score vs training step" in out.read_text() and "3 checkpoints" in result.output
