@@ -39,13 +39,13 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     tick = state["ticks"][-1] if state["ticks"] else None
     extra = ([(str(tick["id"]), float(tick["submitted_at"]))] if tick else []) + (
         [(spec.after_job, spec.created_at - 86400 * 30)] if spec.after_job else [])
-    watcher = tracker.watcher if spec.kind == "slurm" else None
-    if watcher is not None:
-        for job_id, since in extra:
-            watcher.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
-    before = watcher.sacct_calls if watcher is not None else 0
+    # `watch start` accepts only backends that queue jobs for later: the scheduler's watcher
+    watcher = tracker.watcher
+    for job_id, since in extra:
+        watcher.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
+    before = watcher.sacct_calls
     states = tracker.refresh(force=True)  # ONE sacct for the runs and the jobs above
-    if watcher is not None and extra and watcher.sacct_calls == before:
+    if extra and watcher.sacct_calls == before:
         watcher.refresh(force=True)  # no run had a job to ask about: ask for these alone
     runs = {str(s.ref.run_dir): s for s in states}
     rows = [_row(name, entry, runs.get(str(entry.get("run_dir")))) for name, entry in entries]
@@ -56,8 +56,8 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     return {**out, "status": state["status"], "reason": state.get("reason", ""),
             "summary": summary, "checkpoints": rows, "ignored": state.get("ignored", []),
             "last_tick": state.get("last_tick"),
-            "tick": _job(watcher, tick["id"]) if tick and watcher else None,
-            "training": _job(watcher, spec.after_job) if spec.after_job and watcher else None}
+            "tick": _job(watcher, tick["id"]) if tick else None,
+            "training": _job(watcher, spec.after_job) if spec.after_job else None}
 
 
 def _job(watcher: Any, job_id: str) -> dict[str, str]:
