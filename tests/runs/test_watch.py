@@ -432,3 +432,29 @@ def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
     result = CliRunner().invoke(cli, ["report", watch_dir.name, "-O", str(out), "--no-cost"])
     assert result.exit_code == 0, result.output
     assert "score vs training step" in out.read_text() and "3 checkpoints" in result.output
+
+
+def test_a_failing_sacct_for_the_training_job_does_not_end_or_break_the_watch(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpceval.slurm.client import SlurmError
+
+    fake.states["31"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="31")
+
+    def broken(job_ids: Any, **kw: Any) -> Any:
+        raise SlurmError(["sacct"], 1, "slurmdbd: connection refused")
+
+    monkeypatch.setattr(fake, "sacct", broken)
+    report = run_tick(watch_dir, client=fake)
+    assert report.status == st.WATCHING and report.next_tick is not None
+    assert report.training is not None and "connection refused" in report.training
+
+
+def test_tick_main_reports_a_damaged_state_with_exit_2(tmp_path: Path, fake: FakeSlurm,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from hpceval.job.__main__ import main
+
+    watch_dir = started(tmp_path, fake, marker="OK")
+    (watch_dir / "state.json").write_text("{")
+    assert main(["watch-tick", "--watch-dir", str(watch_dir)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
