@@ -71,11 +71,13 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
           checkpoints: str, pattern: str, step_regex: str | None, marker: str | None,
           grace: str | None, interval: str, after_job: str | None, attempts: int,
           dry_run: bool) -> None:
-    """Watch a checkpoint folder: evaluate RUN_FILE on every new complete checkpoint.
+    """Watch a checkpoint folder: evaluate the run file (CONFIG) on every new complete
+    checkpoint.
 
     The run is validated as `hpceval submit` would (with deployment.checkpoint_path set to a
     sample checkpoint): a config error exits 2 and submits nothing. Each checkpoint's run is
-    `hpceval submit RUN_FILE -o deployment.checkpoint_path=CKPT`, each submitted once.
+    `hpceval submit CONFIG -o deployment.checkpoint_path=CKPT`, each submitted once. Every
+    tick reads CONFIG again on a compute node: keep it on shared storage.
     """
     from hpceval.config.errors import ConfigError
     from hpceval.watch.control import start_watch
@@ -83,7 +85,7 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     if run_file is None:
-        raise click.UsageError("give the run file (RUN_FILE or --config)")
+        raise click.UsageError("give the run file (CONFIG or --config)")
     if marker and grace:
         raise ConfigError.at("--grace", "goes with no --marker: a checkpoint is complete by "
                              "its marker, or by its files staying the same", "give one")
