@@ -76,6 +76,10 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
                              "watch one model (drop models:), or start one watch per model")
     resolved = configs[0]
     ex = resolved.spec.execution
+    if resolved.spec.deployment.type == "none":
+        raise ConfigError.at("deployment.type", "none serves no checkpoint: every checkpoint "
+                             "would evaluate the same external endpoint",
+                             "deploy the checkpoint (vllm, sglang or command)")
     if not backend_for(ex.type).schedules_later:
         raise ConfigError.at("execution.type", f"{ex.type} cannot queue a job for later; a "
                              "watch's ticks are scheduler jobs", "use execution.type slurm")

@@ -5,6 +5,7 @@ are asked together through the shared watcher, as `hpceval status` does for runs
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import datetime
 from pathlib import Path
@@ -34,8 +35,10 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     tracker = Tracker(client, min_interval_s=2.0)
     entries = sorted(state["checkpoints"].items(), key=lambda kv: (int(kv[1]["step"]), kv[0]))
     for _, entry in entries:
-        if entry.get("run_dir") and Path(entry["run_dir"]).is_dir():
-            tracker.add(Path(entry["run_dir"]))
+        if entry.get("run_dir"):
+            # gone or damaged: its row says so; the other runs still show
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                tracker.add(Path(entry["run_dir"]))
     tick = state["ticks"][-1] if state["ticks"] else None
     extra = ([(str(tick["id"]), float(tick["submitted_at"]))] if tick else []) + (
         [(spec.after_job, spec.created_at - 86400 * 30)] if spec.after_job else [])
@@ -71,12 +74,14 @@ def _row(name: str, entry: dict[str, Any], run: RunState | None) -> dict[str, An
            "run_id": entry.get("run_id"), "run_state": None, "reason": entry.get("error", "")}
     if run is not None:
         row["run_state"], row["reason"] = run.phase.value, run.reason
+    elif status == st.SUBMITTED:
+        row["reason"] = f"run directory {entry.get('run_dir')} is missing or unreadable"
     if status in (st.PENDING, st.COMPLETE, st.CLAIMED) or (
             status == st.FAILED and entry.get("retryable")):
         bucket = "pending"
     elif status == st.SUBMITTED and run is not None and run.phase.value == "done":
         bucket = "evaluated"
-    elif status == st.SUBMITTED and (run is None or not run.phase.terminal):
+    elif status == st.SUBMITTED and run is not None and not run.phase.terminal:
         bucket = "running"
     else:
         bucket = "failed"

@@ -327,6 +327,11 @@ def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
     assert data["tick"]["state"] == "queued" and data["training"]["state"] == "running"
     text = format_watch(data)
     assert "4 seen, 1 evaluated, 1 running, 1 pending, 1 failed" in text
+    # a run directory that went away (or broke) is failed with the reason, the rest still show
+    (Path(state["checkpoints"]["step_2"]["run_dir"]) / "run.json").write_text("{")
+    data = watch_status(watch_dir, client=fake)
+    assert data["summary"]["failed"] == 2 and data["summary"]["evaluated"] == 1
+    assert "missing or unreadable" in format_watch(data)
 
 
 def test_stop_cancels_the_queued_tick_and_later_ticks_do_nothing(tmp_path: Path,
@@ -378,6 +383,8 @@ def _start(tmp_path: Path, *args: str) -> Any:
     (["--after-job", "12;rm"], "not a Slurm job id"),
     (["-o", "execution.type=local"], "cannot queue a job for later"),
     (["-o", "models=[{name: a}, {name: b}]"], "a sweep of 2 models"),
+    (["-o", "deployment={type: none}", "-o", "target.api_endpoint.url=http://x/v1",
+      "-o", "target.api_endpoint.model_id=m"], "none serves no checkpoint"),
 ])
 def test_start_refuses_bad_input_with_exit_2_and_submits_nothing(
         tmp_path: Path, no_sbatch: None, args: list[str], message: str) -> None:
