@@ -220,8 +220,10 @@ def _glob(output_dir: Path, prefix: str) -> list[Path]:
 # -- stop and resume ------------------------------------------------------------------------
 
 def _tick_entries(state: dict[str, Any]) -> list[JobEntry]:
+    """The newest tick: the one that may still be queued. Every earlier tick queued its
+    successor under the lock before it ended, and a stop waits for that lock."""
     return [JobEntry(str(t["id"]), str(t.get("kind", "slurm")), "watch", (), False,
-                     float(t.get("submitted_at", 0.0)), "tick") for t in state["ticks"][-3:]]
+                     float(t.get("submitted_at", 0.0)), "tick") for t in state["ticks"][-1:]]
 
 
 def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,

@@ -465,3 +465,33 @@ def test_tick_main_reports_a_damaged_state_with_exit_2(tmp_path: Path, fake: Fak
     (watch_dir / "state.json").write_text("{")
     assert main(["watch-tick", "--watch-dir", str(watch_dir)]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_slurm_backend_renders_begin_and_singleton(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.backends import JobRequest, backend_for
+
+    backend = backend_for("slurm", client=fake)
+    backend.submit(tmp_path, JobRequest("x.sbatch", after="5", begin="now+9", singleton=True))
+    backend.submit(tmp_path, JobRequest("y.sbatch", after="6"))
+    assert [(s["extra_args"], s["dependency"]) for s in fake.submits] == [
+        (["--begin=now+9"], "afterany:5,singleton"), ([], "afterany:6")]
+    assert backend.schedules_later and not backend_for("local").schedules_later
+
+
+def test_kill_watch_stops_it_and_cancels_its_evaluations(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **kw: fake)
+    watch_dir = started(tmp_path, fake, marker="OK")
+    for step in (1, 2):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    run_tick(watch_dir, client=fake)
+    state = st.load_state(watch_dir)
+    evals = [e["job_ids"][0] for e in state["checkpoints"].values()]
+    tick = state["ticks"][-1]["id"]
+    fake.states.update({j: "RUNNING" for j in [*evals, tick]})
+    result = CliRunner().invoke(cli, ["kill", watch_dir.name])
+    assert result.exit_code == 0, result.output
+    cancelled = {j for call in fake.cancels for j in call}
+    assert cancelled == {*evals, tick}
+    assert st.load_state(watch_dir)["status"] == st.STOPPED
+    assert "verified: nothing of this watch is queued or running" in result.output
