@@ -176,12 +176,13 @@ def test_watch_evaluates_three_checkpoints_written_over_time(
     assert page.returncode == 0, page.stderr
     assert "score vs training step" in (work / "steps.html").read_text()
     print("\n" + hpceval("results", watch_id).stdout + text.stdout)
-    print_timeline(t0, landed, half, entries, client.sacct(jobs), train_end, state)
+    print_timeline(t0, landed, half, entries, client.sacct(jobs), train_end, state,
+                   client.sacct([t["id"] for t in state["ticks"]]))
 
 
 def print_timeline(t0: float, landed: dict[int, float], half: dict[int, float],
                    entries: dict[str, Any], records: dict[str, Any], train_end: float,
-                   state: dict[str, Any]) -> None:
+                   state: dict[str, Any], ticks: dict[str, Any]) -> None:
     rows = [f"{'step':>6} {'half':>6} {'landed':>7} {'seen':>6} {'claimed':>8} "
             f"{'eval start':>10} {'eval end':>8}  (s after the training job was submitted; "
             "half: its first file; eval times from sacct, whole seconds)"]
@@ -197,4 +198,8 @@ def print_timeline(t0: float, landed: dict[int, float], half: dict[int, float],
                     f"{rel(ts(rec.start)):>10} {rel(ts(rec.end)):>8}")
     rows.append(f"training job ended at {train_end - t0:.1f}; the watch ended at "
                 f"{state['last_tick']['at'] - t0:.1f} after {len(state['ticks'])} ticks")
+    elapsed = sorted(r.elapsed_s for r in ticks.values() if r.elapsed_s is not None)
+    if elapsed:
+        rows.append(f"tick jobs: {len(elapsed)} ran, {elapsed[len(elapsed) // 2]} s median, "
+                    f"{elapsed[-1]} s longest (sacct Elapsed)")
     print("\nwatch drill timeline\n" + "\n".join(rows))
