@@ -495,3 +495,23 @@ def test_kill_watch_stops_it_and_cancels_its_evaluations(
     assert cancelled == {*evals, tick}
     assert st.load_state(watch_dir)["status"] == st.STOPPED
     assert "verified: nothing of this watch is queued or running" in result.output
+
+
+def test_python_api_mirrors_the_cli(tmp_path: Path, fake: FakeSlurm) -> None:
+    from run_helpers import finish_task
+
+    from hpceval import api
+    from hpceval.config.errors import ConfigError
+
+    (tmp_path / "ckpts").mkdir()
+    with pytest.raises(ConfigError, match="below the minimum"):
+        api.watch(write_run_file(tmp_path), tmp_path / "ckpts", profile="local-dev",
+                  interval_s=5, client=fake)
+    started_ = api.watch(write_run_file(tmp_path), tmp_path / "ckpts", profile="local-dev",
+                         marker="OK", interval_s=120, client=fake)
+    write_ckpt(tmp_path / "ckpts", "step_7", {"OK": ""})
+    run_tick(started_.watch_dir, client=fake)
+    assert api.watch_status(started_.watch_id, client=fake)["summary"]["running"] == 1
+    entry = st.load_state(started_.watch_dir)["checkpoints"]["step_7"]
+    finish_task(Path(entry["run_dir"]), "solo", "ut-harness.ut_one")
+    assert list(api.watch_steps(started_.watch_id)["step"]) == [7]
