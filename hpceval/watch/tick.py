@@ -8,8 +8,10 @@ Under the watch's lock, from reading state.json to queuing the next tick:
 3. claim every complete, unclaimed one (status ``claimed``, saved), then submit it through the
    same code path as ``hpceval submit`` with ``deployment.checkpoint_path`` set to it;
    record the run (``submitted``) or the error (``failed``);
-4. end the watch when the training job had ended and this tick found nothing new and nothing
-   pending; otherwise submit the next tick (``--begin=now+INTERVAL``, singleton).
+4. end the watch when the training job had ended (at least min(interval, 60 s) before: a
+   shared file system may show another node's newest files late) and this tick found
+   nothing new and nothing pending; otherwise queue the next tick (``--begin=now+INTERVAL``,
+   singleton).
 
 Retries: a submission that failed before any job was queued is tried again at later ticks,
 ``attempts`` times in all (a transient sbatch error heals; a config error shows in status
@@ -36,6 +38,7 @@ from hpceval.watch.checkpoints import Checkpoint, judge, list_checkpoints
 from hpceval.watch.spec import WatchError, WatchSpec, read_spec
 
 KEEP_TICKS = 50  # tick job entries kept in state.json (stop cancels the newest)
+SETTLE_MAX_S = 60
 MAX_IGNORED = 20
 
 
@@ -107,18 +110,31 @@ def submit_checkpoint(spec: WatchSpec, ckpt: Checkpoint,
             "job_ids": list(result.job_ids), "model": result.models[0]}
 
 
-def training_phase(client: SlurmClient | None, job_id: str) -> tuple[str, bool]:
-    """The after-job's phase and whether it has ended: ONE sacct call. A failed call is
-    "not ended": the watch goes on and asks again at the next tick."""
+def settle_s(spec: WatchSpec) -> int:
+    """How long after the training job ended its last files count as visible: a shared file
+    system's attribute cache may hide a folder's newest entries from another node for up to
+    a minute (NFS acdirmax), and a tick in that window must not end the watch."""
+    return min(spec.interval_s, SETTLE_MAX_S)
+
+
+def training_phase(client: SlurmClient | None, spec: WatchSpec, at: float
+                   ) -> tuple[str, bool]:
+    """The after-job's phase, and whether it ended at least settle_s() before `at`: ONE
+    sacct call. A failed call is "not ended": the watch asks again at the next tick."""
     from hpceval.slurm.client import CommandSlurmClient, SlurmError
     from hpceval.slurm.states import classify
 
+    assert spec.after_job is not None
     try:
-        records = (client or CommandSlurmClient()).sacct([job_id])
+        record = (client or CommandSlurmClient()).sacct([spec.after_job]).get(spec.after_job)
     except SlurmError as exc:
         return f"unknown ({exc})", False
-    status = classify(records.get(job_id))
-    return status.phase.value, status.terminal
+    status = classify(record)
+    if not status.terminal:
+        return status.phase.value, False
+    end = record.end.timestamp() if record is not None and record.end is not None else None
+    settled = end is None or at - end >= settle_s(spec)
+    return status.phase.value + ("" if settled else " (settling)"), settled
 
 
 def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
@@ -134,7 +150,7 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
         report = TickReport(st.WATCHING)
         ended = False
         if spec.after_job:
-            report.training, ended = training_phase(client, spec.after_job)
+            report.training, ended = training_phase(client, spec, now())
         _look(spec, state, report, now(), training_ended=ended)
         st.save_state(watch_dir, state)
         for name in _claimable(spec, state):

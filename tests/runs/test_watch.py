@@ -515,3 +515,26 @@ def test_python_api_mirrors_the_cli(tmp_path: Path, fake: FakeSlurm) -> None:
     entry = st.load_state(started_.watch_dir)["checkpoints"]["step_7"]
     finish_task(Path(entry["run_dir"]), "solo", "ut-harness.ut_one")
     assert list(api.watch_steps(started_.watch_id)["step"]) == [7]
+
+
+def test_the_watch_ends_only_once_the_training_job_ended_a_settle_time_ago(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared file system may show another node's newest files up to a minute late."""
+    from datetime import datetime
+
+    from hpceval.slurm.records import JobRecord
+
+    fake.states["77"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="77", interval_s=600)
+    clock = Clock()
+    ended_at = {"t": clock.t - 30}
+
+    def sacct(job_ids: Any, **kw: Any) -> dict[str, JobRecord]:
+        end = datetime.fromtimestamp(ended_at["t"]).astimezone()
+        return {"77": JobRecord("77", "COMPLETED", "COMPLETED", 0, 0, "None", "n1", end=end)}
+
+    monkeypatch.setattr(fake, "sacct", sacct)
+    report = run_tick(watch_dir, client=fake, now=clock)
+    assert report.status == st.WATCHING and report.training == "done (settling)"
+    ended_at["t"] = clock.t - 60  # min(interval, 60 s) ago
+    assert run_tick(watch_dir, client=fake, now=clock).status == st.ENDED
