@@ -130,6 +130,45 @@ def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: st
     return results_frame([submitted.run_dir])
 
 
+def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] = (), *,
+          profile: str | None = None, pattern: str = "step_*", step_regex: str | None = None,
+          marker: str | None = None, grace_s: int | None = None, interval_s: int = 600,
+          after_job: str | None = None, attempts: int = 3,
+          client: SlurmClient | None = None) -> Any:
+    """`hpceval watch start`: evaluate each new complete checkpoint in `checkpoints`.
+
+    Returns ``hpceval.watch.control.Started`` (watch_id, watch_dir, script, tick_job). A
+    checkpoint is complete by its `marker` file, else once unchanged for `grace_s` (default
+    300). docs/watch.md."""
+    from hpceval.watch.control import start_watch
+    from hpceval.watch.spec import DEFAULT_GRACE_S, WatchSpec, parse_interval
+
+    options = WatchSpec(
+        watch_id="", kind="", run_file=str(Path(config).resolve()), overrides=tuple(overrides),
+        profile=profile, checkpoints=str(Path(checkpoints).expanduser().absolute()),
+        pattern=pattern, step_regex=step_regex, marker=marker,
+        grace_s=None if marker else (grace_s or DEFAULT_GRACE_S),
+        interval_s=parse_interval(str(interval_s)), after_job=after_job, attempts=attempts)
+    return start_watch(options, client=client)
+
+
+def watch_status(watch_ref: str | Path, *, client: SlurmClient | None = None
+                 ) -> dict[str, Any]:
+    """`hpceval status WATCH --json` as a dict (one sacct call)."""
+    from hpceval.watch.control import find_watch
+    from hpceval.watch.status import watch_status as status_of
+
+    return status_of(find_watch(str(watch_ref)), client)
+
+
+def watch_steps(watch_ref: str | Path) -> Any:
+    """A watch's results with a `step` column (hpceval.results.steps.step_table)."""
+    from hpceval.results.steps import step_table
+    from hpceval.watch.control import find_watch, submitted_points
+
+    return step_table(submitted_points(find_watch(str(watch_ref))))
+
+
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
 render_scripts = render

@@ -45,6 +45,14 @@ LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
 LOCAL_RUNNER_LOG = "logs/local-runner.log"
 
+# -- a checkpoint watch (hpceval.watch): <output_dir>/watch-<id>/ on shared storage ----------
+WATCH_DIR_PREFIX = "watch-"  # the watch directory's name: watch-<watch id>
+WATCH_FILE = "watch.json"  # written once by `watch start`: run file, overrides, options
+WATCH_STATE_FILE = "state.json"  # checkpoints seen/claimed/submitted, tick jobs; under the lock
+WATCH_LOCK_FILE = "state.json.lock"  # the filelock every writer of state.json holds
+WATCH_SCRIPT = "tick.sbatch"  # the tick job's script, exactly as submitted (every tick)
+WATCH_LOG_DIR = "logs"  # tick-<job id>.log
+
 # The names the scripts use, handed to the templates as `files` (the job script, the local
 # runner): templates write {{ files.done }}, never the literal, so bash and Python agree.
 JOB_FILES = {

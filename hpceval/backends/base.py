@@ -61,7 +61,9 @@ class JobRequest:
     elements: tuple[int, ...] | None = None  # run only these elements (None: as the script says)
     max_parallel: int | None = None  # at most this many elements at once (with `elements`)
     after: str | None = None  # a job id this one waits for, whatever its end
-    role: str = "main"  # main | aggregate
+    begin: str | None = None  # start no earlier than this (sbatch --begin: "now+600")
+    singleton: bool = False  # never alongside another job of the same name (a watch's tick)
+    role: str = "main"  # main | aggregate | export | watch
     reason: str = "submit"  # submit | resume
 
 
@@ -116,6 +118,9 @@ class Backend(Protocol):
     multi_node: ClassVar[bool]
     # its jobs start job steps with srun, so container_runtime pyxis (srun's plugin) works
     srun_steps: ClassVar[bool]
+    # it can queue a job to start later (JobRequest.begin) and keep one job of a name at a
+    # time (JobRequest.singleton): what a checkpoint watch's self-resubmitting tick needs
+    schedules_later: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

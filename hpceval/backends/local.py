@@ -39,6 +39,7 @@ class LocalBackend:
     accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
     multi_node: ClassVar[bool] = False
     srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
+    schedules_later: ClassVar[bool] = False  # no queue: a job starts now or not at all
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

@@ -35,6 +35,7 @@ class SlurmBackend:
     accounted: ClassVar[bool] = True
     multi_node: ClassVar[bool] = True
     srun_steps: ClassVar[bool] = True
+    schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
@@ -79,7 +80,12 @@ class SlurmBackend:
             # --array on the command line overrides the script's: the same dispatcher runs
             # only these elements, each keeping its index (so its model).
             extra.append(f"--array={spec}")
-        dependency = f"afterany:{request.after}" if request.after else None
+        if request.begin is not None:
+            extra.append(f"--begin={request.begin}")
+        # "," joins dependencies that must all hold
+        wait = ([f"afterany:{request.after}"] if request.after else []) + \
+            (["singleton"] if request.singleton else [])
+        dependency = ",".join(wait) or None
         submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
         job_id = self.client.submit(run_dir / request.script, extra_args=extra,
                                     dependency=dependency)

@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "logs": ("hpceval.cli.track_cmds", "logs", "Print or follow job, server and harness logs."),
     "kill": ("hpceval.cli.track_cmds", "kill", "Cancel every job of a run."),
     "resume": ("hpceval.cli.track_cmds", "resume", "Resubmit the unfinished work of a run."),
+    "watch": ("hpceval.cli.watch_cmds", "watch", "Evaluate each new checkpoint of a training "
+              "run."),
     "results": ("hpceval.cli.results_cmds", "results", "Results table across runs."),
+    "report": ("hpceval.cli.results_cmds", "report", "HTML score-vs-step report of a watch."),
     "export": ("hpceval.cli.results_cmds", "export", "Export results (JSON/CSV, MLflow, W&B)."),
     "stage": ("hpceval.cli.stage_cmds", "stage", "Pre-fetch images and data for offline nodes."),
     "tasks": ("hpceval.cli.stage_cmds", "tasks", "Manage the task catalogue (discover)."),

@@ -81,23 +81,41 @@ def selection_options(func: Any) -> Any:
 @click.option("--cost", is_flag=True,
               help="GPU-hours and node-hours per model (all its jobs) and per task, instead of "
                    "metrics (one sacct call for jobs not seen ended before).")
+@click.option("--long", "long_rows", is_flag=True,
+              help="With a WATCH: the usual metric rows with a step column, instead of one "
+                   "row per step.")
 def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[str, ...],
             tasks: tuple[str, ...], limit: int, output_dirs: tuple[str, ...], fmt: str,
             output: str | None, board: bool, metric: str | None, html_file: str | None,
-            as_json: bool, cost: bool, n_samples: int) -> None:
+            as_json: bool, cost: bool, n_samples: int, long_rows: bool) -> None:
     """Results of finished tasks across runs: models x tasks x metrics.
 
     RUN (or --run RUN) is an invocation id, a unique prefix of one, or a run directory. Only
     tasks with a `done` marker count. Without RUN, every run of the known output directories
-    is read (see `hpceval ls runs`).
+    is read (see `hpceval ls runs`). A checkpoint watch (watch-...) instead gives one row per
+    training step, one column per task (--html: the score-vs-step report).
     """
     from hpceval.results.table import leaderboard, parquet_available, render, write_parquet
+    from hpceval.watch.control import is_watch_ref
 
+    runs = run_args + run_opts
+    if any(is_watch_ref(r) for r in runs):
+        if len(runs) > 1 or board or cost or models or tasks:
+            raise click.UsageError("a WATCH is shown alone: no other RUN, --leaderboard, "
+                                   "--cost, --model or --task")
+        from hpceval.cli.step_output import echo_step_results
+
+        watch_dir = _watch_dir(runs[0], output_dirs)
+        echo_step_results(_watch_points(watch_dir), fmt=fmt, as_json=as_json, output=output,
+                          html_file=html_file, metric=metric, long=long_rows,
+                          title=f"hpceval: {watch_dir.name}: score vs training step")
+        return
+    if long_rows:
+        raise click.UsageError("--long goes with a WATCH")
     if as_json:
         if fmt not in ("table", "json"):
             raise click.UsageError("--json is --format json: give one of them")
         fmt = "json"
-    runs = run_args + run_opts
     if cost:
         if board or html_file:
             raise click.UsageError("--cost is a table of its own: leave out --leaderboard/--html")
@@ -129,6 +147,47 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         click.echo(f"wrote {len(shown)} rows to {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+def _watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
+    from hpceval.cli.watch_cmds import find_watch_dir
+
+    return find_watch_dir(ref, output_dirs)
+
+
+def _watch_points(watch_dir: Path) -> list[tuple[int, Path]]:
+    """(step, run_dir) of each checkpoint the watch submitted (hpceval.watch)."""
+    from hpceval.watch.control import submitted_points
+    from hpceval.watch.spec import WatchError
+
+    try:
+        return submitted_points(watch_dir)
+    except WatchError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command()
+@click.argument("watch_ref", metavar="WATCH")
+@click.option("--output", "-O", "output", type=click.Path(dir_okay=False),
+              help="The HTML file to write [default: report.html in the watch directory].")
+@click.option("--metric", help="This metric instead of each task's primary one.")
+@click.option("--no-cost", is_flag=True, help="Leave out GPU-hours (no sacct call).")
+@output_dir_option
+def report(watch_ref: str, output: str | None, metric: str | None, no_cost: bool,
+           output_dirs: tuple[str, ...]) -> None:
+    """HTML report of a checkpoint watch: each task's score against the training step.
+
+    For runs, `hpceval results RUN... --html FILE` writes the comparison report."""
+    from hpceval.results.cost import cost_frame
+    from hpceval.results.report import build_step_report
+
+    watch_dir = _watch_dir(watch_ref, output_dirs)
+    points = _watch_points(watch_dir)
+    out = Path(output) if output else watch_dir / "report.html"
+    build_step_report(points, out, f"hpceval: {watch_dir.name}: score vs training step",
+                      metric=metric,
+                      cost=None if no_cost else cost_frame([d for _, d in points], _watcher))
+    click.echo(f"report: {out} ({len(points)} checkpoints)")
 
 
 @click.command()

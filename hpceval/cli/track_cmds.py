@@ -87,6 +87,8 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
     """State of runs, their models and tasks, with live request progress and GPU-hours.
 
+    RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
+
     One sacct call per refresh, whatever the number of runs, models or array tasks. A job
     sacct does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
     the jobs held (sacct AllocTRES x Elapsed), every attempt of a model included.
@@ -94,7 +96,15 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     from hpceval.runs.index import list_runs
     from hpceval.runs.state import Tracker
     from hpceval.runs.views import format_states, rich_states, state_to_dict
+    from hpceval.watch.control import is_watch_ref
 
+    if len(runs) == 1 and is_watch_ref(runs[0]) and not watch:
+        from hpceval.cli.watch_cmds import show_watch
+
+        show_watch(runs[0], as_json, output_dirs)  # a checkpoint watch: its own view
+        return
+    if any(is_watch_ref(r) for r in runs):
+        raise click.UsageError("give one WATCH alone (hpceval status WATCH; no --watch)")
     refs = ([find(r, output_dirs) for r in runs] if runs
             else list_runs([Path(d) for d in output_dirs])[:limit])
     if not refs:
@@ -214,9 +224,15 @@ def logs(run: str, model: str | None, task: str | None, server: bool, follow: bo
 @click.argument("run")
 @output_dir_option
 def kill(run: str, output_dirs: tuple[str, ...]) -> None:
-    """Cancel every job of a run (array, successors, aggregation), then verify."""
-    from hpceval.runs.control import kill_run
+    """Cancel every job of a run (array, successors, aggregation), then verify.
 
+    A checkpoint watch (watch-...): stop it and cancel every evaluation it submitted."""
+    from hpceval.runs.control import kill_run
+    from hpceval.watch.control import is_watch_ref
+
+    if is_watch_ref(run):
+        _kill_watch(run, output_dirs)
+        return
     ref = find(run, output_dirs)
     report = _slurm_errors(lambda: kill_run(ref))
     if not report.cancelled:
@@ -227,6 +243,34 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
         raise click.ClickException("still queued or running after the cancel: "
                                    + ", ".join(report.still_active))
     click.echo("verified: nothing of this run is queued or running")
+
+
+def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
+    from hpceval.cli.watch_cmds import find_watch_dir
+    from hpceval.runs.control import kill_run
+    from hpceval.runs.index import ref_from_dir
+    from hpceval.watch.control import stop_watch, submitted_points
+    from hpceval.watch.spec import WatchError
+
+    watch_dir = find_watch_dir(ref, output_dirs)
+    try:
+        ticks = _slurm_errors(lambda: stop_watch(watch_dir))
+        points = submitted_points(watch_dir)
+    except WatchError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{watch_dir.name}: stopped" + (f"; cancelled tick job(s) {', '.join(ticks)}"
+                                               if ticks else ""))
+    left: list[str] = []
+    for _, run_dir in points:
+        run_ref = ref_from_dir(run_dir)
+        report = _slurm_errors(lambda: kill_run(run_ref))  # noqa: B023 (called at once)
+        if report.cancelled:
+            click.echo(f"{run_dir.name}: cancelled {', '.join(report.cancelled)}")
+        left += report.still_active
+    if left:
+        raise click.ClickException("still queued or running after the cancel: "
+                                   + ", ".join(left))
+    click.echo("verified: nothing of this watch is queued or running")
 
 
 @click.command()

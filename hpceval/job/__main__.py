@@ -3,6 +3,7 @@
     proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy_cli)
     collect  parse a finished harness run into the task's results (hpceval.job.collect)
     compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
+    watch-tick  one tick of a checkpoint watch: look, claim, submit (hpceval.watch.tick)
 
 Each command is imported only when chosen: the proxy pulls in aiohttp, collect does not, and
 start-up time is paid once per task on the node.
@@ -19,6 +20,7 @@ commands:
   proxy    OpenAI-compatible proxy in front of the job's model servers
   collect  turn a finished harness run into results.json, manifest.json and done
   compact-cache  merge the response cache's shard files (run after the proxy stopped)
+  watch-tick     one tick of a checkpoint watch (hpceval.watch.tick)
 """
 
 
@@ -40,8 +42,15 @@ def _compact_cache(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+def _watch_tick(argv: Sequence[str]) -> int:
+    from hpceval.watch.tick import main
+
+    return main(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache}
+    "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache,
+    "watch-tick": _watch_tick}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -85,6 +85,13 @@ def remember_output_dir(output_dir: Path) -> None:
         atomic_write_json(_index_path(), data)
 
 
+def known_output_dirs(extra_dirs: Iterable[Path] = ()) -> list[Path]:
+    """Every output directory this user submitted to, $HPCEVAL_OUTPUT_DIRS and `extra_dirs`
+    (where checkpoint watches are looked for: their folders sit beside the runs)."""
+    dirs = [Path(d) for d in _read()["output_dirs"]]
+    return list(dict.fromkeys([*dirs, *env_output_dirs(), *extra_dirs]))
+
+
 def list_runs(extra_dirs: Iterable[Path] = ()) -> list[RunRef]:
     """Every run in every known output directory, newest first (stale entries refreshed)."""
     with _lock():

@@ -125,6 +125,31 @@ def test_update_golden_is_refused_in_ci(monkeypatch: pytest.MonkeyPatch) -> None
     refuse_update_in_ci()  # by hand: allowed
 
 
+# Scripts other than a model's job, rendered by their own pure function: name -> render
+WATCH_TICK = "slurm__watch-tick"
+
+
+def test_golden_watch_tick(tmp_path: Path) -> None:
+    """A checkpoint watch's tick job (hpceval.render.watch): what docs/watch.md shows."""
+    from render_helpers import resolve
+
+    from hpceval.render.watch import render_tick
+
+    resolved = resolve("slurm", {"evaluation": {"tasks": TASKS}, "deployment": {
+        "type": "vllm", **MODEL}}, tmp_path, ["execution.account=proj-42",
+                                               "execution.qos=normal"])
+    text = render_tick(resolved, watch_dir="/scratch/alice/evals/watch-20260101-120000-abcdef",
+                       watch_id="watch-20260101-120000-abcdef",
+                       python="/shared/hpceval/venv/bin/python",
+                       checkpoints="/lustre/alice/train/run-7/checkpoints", interval_s=600)
+    path = GOLDEN / f"{WATCH_TICK}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        refuse_update_in_ci()
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path.name} differs from the rendered script"
+
+
 def test_goldens_are_valid_bash() -> None:
     paths = sorted(GOLDEN.glob("*.sbatch"))
     assert len(paths) >= len(CASES)
@@ -134,5 +159,5 @@ def test_goldens_are_valid_bash() -> None:
 
 
 def test_no_stale_goldens() -> None:
-    expected = {golden_path(c[0], c[1]).name for c in CASES}
+    expected = {golden_path(c[0], c[1]).name for c in CASES} | {f"{WATCH_TICK}.sbatch"}
     assert {p.name for p in GOLDEN.glob("*.sbatch")} == expected

@@ -1,0 +1,43 @@
+"""A checkpoint watch's tick job script (templates/watch-tick.sbatch.j2). Pure, like render_job.
+
+The tick is a small CPU job: the run's partition, account, QOS and reservation, one CPU, a few
+minutes; its name is unique to the watch, which is what `--dependency=singleton` keys on.
+"""
+
+from __future__ import annotations
+
+from hpceval.config import ResolvedConfig
+from hpceval.contract import WATCH_LOG_DIR
+from hpceval.render.header import HeaderLine, sbatch_value
+from hpceval.render.quoting import ShellCode, shipped_environment
+from hpceval.slurm.formats import slurm_filename
+
+TICK_TEMPLATE = "watch-tick.sbatch.j2"
+TICK_MINUTES = 10  # a tick lists folders and runs a few sbatch calls
+
+
+def tick_job_name(watch_id: str) -> str:
+    """The name every tick of one watch shares (singleton: one of them at a time)."""
+    return f"hpceval-{watch_id}"
+
+
+def render_tick(resolved: ResolvedConfig, *, watch_dir: str, watch_id: str, python: str,
+                checkpoints: str, interval_s: int) -> str:
+    ex = resolved.spec.execution
+    lines = [HeaderLine("job-name", sbatch_value(tick_job_name(watch_id), "execution.job_name"),
+                        "the same for every tick of this watch")]
+    for flag, value, key in (("account", ex.account, "execution.account"),
+                             ("partition", ex.partition, "execution.partition"),
+                             ("qos", ex.qos, "execution.qos"),
+                             ("reservation", ex.reservation, "execution.reservation")):
+        if value is not None:
+            lines.append(HeaderLine(flag, sbatch_value(value, key)))
+    out = sbatch_value(f"{slurm_filename(watch_dir)}/{WATCH_LOG_DIR}/tick-%j.log",
+                       "execution.output_dir")
+    lines += [HeaderLine("time", str(TICK_MINUTES), "lists folders, submits a few jobs"),
+              HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
+              HeaderLine("cpus-per-task", "1", "no GPU"),
+              HeaderLine("output", out), HeaderLine("no-requeue", None)]
+    return shipped_environment().get_template(TICK_TEMPLATE).render(
+        header=[ShellCode(line.text()) for line in lines], watch_id=watch_id,
+        checkpoints=checkpoints, interval_s=interval_s, python=python, watch_dir=watch_dir)

@@ -1,0 +1,540 @@
+"""Checkpoint watches (hpceval.watch): completeness, exactly-once claims, the end condition,
+damaged state, and `hpceval watch start` refusing bad input before anything is submitted.
+
+Ticks here run the real submit path (create_run + submit_prepared) against the counting
+FakeSlurm; tests/integration/test_watch_drill.py runs a watch on the real dev cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from run_helpers import FakeSlurm, write_run_file
+
+from hpceval.cli.main import cli
+from hpceval.watch import state as st
+from hpceval.watch.checkpoints import judge
+from hpceval.watch.control import find_watch, start_watch, stop_watch, submitted_points
+from hpceval.watch.spec import WatchSpec, step_of
+from hpceval.watch.status import format_watch, watch_status
+from hpceval.watch.tick import SubmitFailed, run_tick, submit_checkpoint
+
+HERE = Path(__file__).resolve().parent
+
+
+def write_ckpt(folder: Path, name: str, files: dict[str, str] | None = None) -> Path:
+    path = folder / name
+    path.mkdir(parents=True, exist_ok=True)
+    for rel, text in (files or {"config.json": "{}", "model.safetensors": "w" * 64}).items():
+        (path / rel).write_text(text)
+    return path
+
+
+def options(tmp_path: Path, **kw: Any) -> WatchSpec:
+    ckpts = tmp_path / "ckpts"
+    ckpts.mkdir(exist_ok=True)
+    values: dict[str, Any] = {"watch_id": "", "kind": "", "run_file": str(
+        write_run_file(tmp_path)), "overrides": (), "profile": "local-dev",
+        "checkpoints": str(ckpts), "grace_s": 30, "interval_s": 60, **kw}
+    if values.get("marker"):
+        values["grace_s"] = None
+    return WatchSpec(**values)
+
+
+def started(tmp_path: Path, fake: FakeSlurm, **kw: Any) -> Path:
+    result = start_watch(options(tmp_path, **kw), client=fake)
+    return result.watch_dir
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- the step of a checkpoint, and when it is complete -------------------------------------
+
+def test_step_is_the_last_integer_or_the_regex_group() -> None:
+    assert step_of("step_1000") == 1000
+    assert step_of("run3-iter_0042") == 42
+    assert step_of("final") is None
+    assert step_of("iter_7_of_9", r"iter_(\d+)") == 7
+    assert step_of("final", r"iter_(\d+)") is None
+
+
+def test_marker_decides_completeness(tmp_path: Path) -> None:
+    spec = options(tmp_path, marker="COMPLETE")
+    ckpt = write_ckpt(Path(spec.checkpoints), "step_10")
+    seen: dict[str, object] = {}
+    assert not judge(spec, ckpt, seen, 0.0)
+    (ckpt / "COMPLETE").write_text("")
+    assert judge(spec, ckpt, seen, 0.0)
+
+
+def test_grace_needs_the_same_files_for_the_whole_grace_period(tmp_path: Path) -> None:
+    spec = options(tmp_path, grace_s=30)
+    ckpt = write_ckpt(Path(spec.checkpoints), "step_10", {"part-1": "x" * 10})
+    seen: dict[str, object] = {}
+    assert not judge(spec, ckpt, seen, 100.0)  # first sight: never complete
+    assert not judge(spec, ckpt, seen, 120.0)  # unchanged, but only for 20 s
+    (ckpt / "part-2").write_text("y")  # the writer goes on: the clock starts again
+    assert not judge(spec, ckpt, seen, 131.0)
+    assert not judge(spec, ckpt, seen, 160.0)
+    assert judge(spec, ckpt, seen, 161.0)
+    with open(ckpt / "part-2", "a") as handle:  # a file that grows is a change too
+        handle.write("more")
+    assert not judge(spec, ckpt, seen, 500.0)
+
+
+def test_an_empty_folder_is_never_complete(tmp_path: Path) -> None:
+    spec = options(tmp_path, grace_s=1)
+    ckpt = Path(spec.checkpoints) / "step_1"
+    ckpt.mkdir()
+    seen: dict[str, object] = {}
+    assert not judge(spec, ckpt, seen, 0.0)
+    assert not judge(spec, ckpt, seen, 1000.0)
+
+
+# -- ticks ----------------------------------------------------------------------------------
+
+def test_tick_submits_each_complete_checkpoint_once_and_requeues_itself(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="COMPLETE")
+    first_tick = fake.submits[0]
+    assert first_tick["script"] == watch_dir / "tick.sbatch"
+    assert first_tick["dependency"] == "singleton" and first_tick["extra_args"] == []
+    ckpts = tmp_path / "ckpts"
+    write_ckpt(ckpts, "step_200", {"COMPLETE": "", "w": "1"})
+    write_ckpt(ckpts, "step_100", {"COMPLETE": "", "w": "1"})
+    write_ckpt(ckpts, "step_300", {"w": "half"})  # no marker yet
+    report = run_tick(watch_dir, client=fake, job_id="77")
+    assert report.submitted == ["step_100", "step_200"] and report.pending == ["step_300"]
+    evals = [s for s in fake.submits if s["script"].name == "job.sbatch"]
+    assert len(evals) == 2
+    for sub, step in zip(evals, (100, 200), strict=True):
+        run_yaml = (sub["script"].parent / "run.yaml").read_text()
+        assert f"checkpoint_path: {ckpts}/step_{step}" in run_yaml
+        assert f"hpceval-{watch_dir.name}-step{step}" in sub["script"].read_text()
+    tick = fake.submits[-1]
+    assert tick["script"].name == "tick.sbatch"
+    assert tick["extra_args"] == ["--begin=now+60"] and tick["dependency"] == "singleton"
+    state = st.load_state(watch_dir)
+    assert state["checkpoints"]["step_100"]["claimed_by"] == "77"
+    # the next tick: step_300 completes, the others are not submitted again
+    (ckpts / "step_300" / "COMPLETE").write_text("")
+    assert run_tick(watch_dir, client=fake).submitted == ["step_300"]
+    assert run_tick(watch_dir, client=fake).submitted == []
+    assert len([s for s in fake.submits if s["script"].name == "job.sbatch"]) == 3
+    assert [p[0] for p in submitted_points(watch_dir)] == [100, 200, 300]
+
+
+def test_half_written_checkpoint_waits_in_grace_mode(tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, grace_s=30)
+    clock = Clock()
+    ckpt = write_ckpt(tmp_path / "ckpts", "step_5", {"config.json": "{}"})
+    assert run_tick(watch_dir, client=fake, now=clock).submitted == []
+    clock.t += 60
+    (ckpt / "model.safetensors").write_text("w" * 100)  # the rest lands after a tick
+    assert run_tick(watch_dir, client=fake, now=clock).submitted == []
+    clock.t += 29
+    assert run_tick(watch_dir, client=fake, now=clock).submitted == []
+    clock.t += 1
+    assert run_tick(watch_dir, client=fake, now=clock).submitted == ["step_5"]
+
+
+_RACER = """
+import json, sys
+sys.path.insert(0, {helpers!r})
+from pathlib import Path
+from run_helpers import FakeSlurm
+from hpceval.watch.tick import run_tick
+start = float(sys.argv[2])
+import time
+while time.time() < start:
+    time.sleep(0.001)
+report = run_tick(Path(sys.argv[1]), client=FakeSlurm(), job_id=sys.argv[3])
+print(json.dumps(report.submitted))
+"""
+
+
+def test_two_ticks_at_once_submit_each_checkpoint_exactly_once(tmp_path: Path,
+                                                                fake: FakeSlurm) -> None:
+    """Real processes, the real filelock, started at the same instant, three rounds."""
+    watch_dir = started(tmp_path, fake, marker="DONE")
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER.format(helpers=str(HERE)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    everything: list[str] = []
+    for round_ in range(3):
+        for i in range(3):
+            write_ckpt(tmp_path / "ckpts", f"step_{round_ * 10 + i}", {"DONE": "", "w": "1"})
+        go = f"{time.time() + 1.5}"
+        procs = [subprocess.Popen([sys.executable, str(script), str(watch_dir), go, f"p{n}"],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+                 for n in range(2)]
+        outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        assert sorted(outs[0] + outs[1]) == sorted(f"step_{round_ * 10 + i}" for i in range(3))
+        assert not set(outs[0]) & set(outs[1])
+        everything += outs[0] + outs[1]
+    runs = sorted(p for p in (tmp_path / "out").iterdir() if (p / "run.json").is_file())
+    assert len(runs) == len(everything) == 9  # one run directory per checkpoint
+    claimed = {e["claimed_by"] for e in st.load_state(watch_dir)["checkpoints"].values()}
+    assert claimed <= {"p0", "p1"}
+
+
+def test_failed_submission_does_not_block_the_next_and_is_retried(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK", attempts=2)
+    for step in (1, 2):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    calls: list[str] = []
+
+    def flaky(spec: WatchSpec, ckpt: Any, client: Any) -> dict[str, Any]:
+        calls.append(ckpt.name)
+        if ckpt.name == "step_1":
+            raise SubmitFailed("sbatch: Socket timed out", retryable=True)
+        return submit_checkpoint(spec, ckpt, client)
+
+    report = run_tick(watch_dir, client=fake, submit=flaky)
+    assert report.failed == ["step_1"] and report.submitted == ["step_2"]
+    assert report.pending == ["step_1"]  # one attempt left
+    report = run_tick(watch_dir, client=fake, submit=flaky)
+    assert report.failed == ["step_1"] and report.pending == []  # attempts used up
+    assert run_tick(watch_dir, client=fake, submit=flaky).failed == []
+    assert calls == ["step_1", "step_2", "step_1"]
+    entry = st.load_state(watch_dir)["checkpoints"]["step_1"]
+    assert entry["status"] == st.FAILED and "Socket timed out" in entry["error"]
+
+
+def test_a_submission_that_may_have_queued_a_job_is_never_retried(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    write_ckpt(tmp_path / "ckpts", "step_1", {"OK": ""})
+    st_before = st.load_state(watch_dir)
+    st_before["checkpoints"]["step_1"] = {"path": str(tmp_path / "ckpts" / "step_1"),
+                                          "step": 1, "status": st.CLAIMED, "attempts": 1}
+    st.save_state(watch_dir, st_before)  # a tick died between its claim and its record
+    report = run_tick(watch_dir, client=fake)
+    assert report.submitted == [] and report.pending == []
+    entry = st.load_state(watch_dir)["checkpoints"]["step_1"]
+    assert entry["status"] == st.FAILED and "its job may exist" in entry["error"]
+
+
+def test_after_job_ends_the_watch_once_nothing_new_remains(tmp_path: Path,
+                                                           fake: FakeSlurm) -> None:
+    fake.states["555"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="555")
+    write_ckpt(tmp_path / "ckpts", "step_1", {"OK": ""})
+    assert run_tick(watch_dir, client=fake).training == "running"
+    # the training job writes its last checkpoint and ends
+    write_ckpt(tmp_path / "ckpts", "step_2", {"OK": ""})
+    write_ckpt(tmp_path / "ckpts", "step_3", {"w": "crashed before its marker"})
+    fake.states["555"] = "COMPLETED"
+    report = run_tick(watch_dir, client=fake)
+    assert report.submitted == ["step_2"] and report.status == st.WATCHING  # one more look
+    ticks_before = len(st.load_state(watch_dir)["ticks"])
+    report = run_tick(watch_dir, client=fake)
+    assert report.status == st.ENDED and report.next_tick is None
+    state = st.load_state(watch_dir)
+    assert state["status"] == st.ENDED and len(state["ticks"]) == ticks_before
+    assert state["checkpoints"]["step_3"]["status"] == st.INCOMPLETE
+    assert run_tick(watch_dir, client=fake).submitted == []  # a stray tick does nothing
+
+
+def test_grace_mode_waits_for_a_pending_checkpoint_after_the_training_ended(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.states["9"] = "FAILED"
+    watch_dir = started(tmp_path, fake, grace_s=30, after_job="9")
+    clock = Clock()
+    write_ckpt(tmp_path / "ckpts", "step_1")
+    assert run_tick(watch_dir, client=fake, now=clock).status == st.WATCHING  # new: pending
+    clock.t += 30
+    assert run_tick(watch_dir, client=fake, now=clock).submitted == ["step_1"]
+    assert run_tick(watch_dir, client=fake, now=clock).status == st.ENDED
+
+
+# -- damaged state --------------------------------------------------------------------------
+
+def test_damaged_state_is_an_error_and_nothing_is_lost(tmp_path: Path,
+                                                       fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    write_ckpt(tmp_path / "ckpts", "step_1", {"OK": ""})
+    run_tick(watch_dir, client=fake)
+    write_ckpt(tmp_path / "ckpts", "step_2", {"OK": ""})
+    damaged = b'{"schema": 1, "status": "watching", "checkpoints": {"step_1": {"sta'
+    (watch_dir / "state.json").write_bytes(damaged)
+    submits = len(fake.submits)
+    with pytest.raises(st.WatchStateError, match=r"not valid JSON.*state\.json\.bak"):
+        run_tick(watch_dir, client=fake)
+    assert (watch_dir / "state.json").read_bytes() == damaged  # never reset
+    assert len(fake.submits) == submits  # nothing submitted, no tick queued
+    backup = json.loads((watch_dir / "state.json.bak").read_text())
+    assert backup["checkpoints"]["step_1"]["status"] == st.SUBMITTED  # the claim survives
+    data = watch_status(watch_dir, client=fake)
+    assert data["status"] == "error" and "not valid JSON" in data["reason"]
+    # repaired from the copy: step_1 stays claimed, step_2 is next
+    (watch_dir / "state.json").write_bytes((watch_dir / "state.json.bak").read_bytes())
+    assert run_tick(watch_dir, client=fake).submitted == ["step_2"]
+
+
+def test_state_of_the_wrong_shape_is_refused(tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    (watch_dir / "state.json").write_text('{"schema": 1, "status": "watching", '
+                                          '"checkpoints": [], "ticks": []}')
+    with pytest.raises(st.WatchStateError, match="checkpoints is not an object"):
+        run_tick(watch_dir, client=fake)
+
+
+# -- status, stop, find ---------------------------------------------------------------------
+
+def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.states["4242"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="4242")
+    for step in (1, 2, 3):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    write_ckpt(tmp_path / "ckpts", "step_4", {"w": ""})
+    run_tick(watch_dir, client=fake)
+    state = st.load_state(watch_dir)
+    jobs = {n: e["job_ids"][0] for n, e in state["checkpoints"].items() if "job_ids" in e}
+    fake.states.update({jobs["step_1"]: "COMPLETED", jobs["step_2"]: "RUNNING",
+                        jobs["step_3"]: "FAILED", state["ticks"][-1]["id"]: "PENDING"})
+    from run_helpers import finish_task
+
+    run_dir = Path(state["checkpoints"]["step_1"]["run_dir"])
+    for task in ("ut-harness.ut_one", "ut-harness.ut_two"):
+        finish_task(run_dir, "solo", task)
+    fake.sacct_calls.clear()
+    data = watch_status(watch_dir, client=fake)
+    assert len(fake.sacct_calls) == 1
+    # step_1's tasks are done on disk: its job is not asked about
+    assert set(fake.sacct_calls[0]) == {jobs["step_2"], jobs["step_3"],
+                                        state["ticks"][-1]["id"], "4242"}
+    assert data["summary"] == {"seen": 4, "evaluated": 1, "running": 1, "pending": 1,
+                               "failed": 1}
+    assert data["tick"]["state"] == "queued" and data["training"]["state"] == "running"
+    text = format_watch(data)
+    assert "4 seen, 1 evaluated, 1 running, 1 pending, 1 failed" in text
+    # a run directory that went away (or broke) is failed with the reason, the rest still show
+    (Path(state["checkpoints"]["step_2"]["run_dir"]) / "run.json").write_text("{")
+    data = watch_status(watch_dir, client=fake)
+    assert data["summary"]["failed"] == 2 and data["summary"]["evaluated"] == 1
+    assert "missing or unreadable" in format_watch(data)
+
+
+def test_stop_cancels_the_queued_tick_and_later_ticks_do_nothing(tmp_path: Path,
+                                                                 fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    tick = st.load_state(watch_dir)["ticks"][-1]["id"]
+    fake.states[tick] = "PENDING"
+    assert stop_watch(watch_dir, fake, verify_s=0) == [tick]
+    assert fake.cancels == [[tick]]
+    write_ckpt(tmp_path / "ckpts", "step_1", {"OK": ""})
+    submits = len(fake.submits)
+    assert run_tick(watch_dir, client=fake).status == st.STOPPED
+    assert len(fake.submits) == submits
+
+
+def test_find_watch_by_id_prefix_and_directory(tmp_path: Path, fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    assert find_watch(watch_dir.name) == watch_dir  # start remembered the output dir
+    assert find_watch(watch_dir.name[:14]) == watch_dir
+    assert find_watch(str(watch_dir)) == watch_dir.resolve()
+
+
+# -- the CLI --------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_sbatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("sbatch must not run")
+
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient.submit", refuse)
+
+
+def _start(tmp_path: Path, *args: str) -> Any:
+    (tmp_path / "ckpts").mkdir(exist_ok=True)
+    run_file = tmp_path / "run.yaml"
+    if not run_file.exists():
+        write_run_file(tmp_path)
+    return CliRunner().invoke(cli, ["watch", "start", str(run_file), "--profile", "local-dev",
+                                    "--checkpoints", str(tmp_path / "ckpts"), *args])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-o", "execution.nodes=zero"], "execution.nodes"),
+    (["-o", "deployment.type=vllm", "-o", "deployment.tensor_parallel_size=3"], "GPU"),
+    (["--interval", "5s"], "below the minimum of 60 s"),
+    (["--step-regex", r"(\d+)_(\d+)"], "has 2 groups"),
+    (["--marker", "/abs"], "not a file name inside a checkpoint"),
+    (["--marker", "OK", "--grace", "5m"], "--grace"),
+    (["--after-job", "12;rm"], "not a Slurm job id"),
+    (["-o", "execution.type=local"], "cannot queue a job for later"),
+    (["-o", "models=[{name: a}, {name: b}]"], "a sweep of 2 models"),
+    (["-o", "deployment={type: none}", "-o", "target.api_endpoint.url=http://x/v1",
+      "-o", "target.api_endpoint.model_id=m"], "none serves no checkpoint"),
+])
+def test_start_refuses_bad_input_with_exit_2_and_submits_nothing(
+        tmp_path: Path, no_sbatch: None, args: list[str], message: str) -> None:
+    result = _start(tmp_path, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "out").exists()  # no watch directory, no run directory
+
+
+def test_start_checks_the_checkpoint_folder_and_a_sample_checkpoint(
+        tmp_path: Path, no_sbatch: None) -> None:
+    result = CliRunner().invoke(cli, ["watch", "start", str(write_run_file(tmp_path)),
+                                      "--profile", "local-dev", "--checkpoints",
+                                      str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "--checkpoints" in result.output
+    (tmp_path / "ckpts" / "step_1").mkdir(parents=True)  # exists but empty: preflight says so
+    result = _start(tmp_path)
+    assert result.exit_code == 2 and "deployment.checkpoint_path" in result.output
+
+
+def test_dry_run_prints_the_tick_script_and_writes_nothing(tmp_path: Path,
+                                                           no_sbatch: None) -> None:
+    result = _start(tmp_path, "--interval", "2m", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "--begin=now+120" in result.output
+    assert "-m hpceval.job watch-tick --watch-dir" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
+                                                              fake: FakeSlurm) -> None:
+    from run_helpers import finish_task
+
+    watch_dir = started(tmp_path, fake, marker="OK")
+    for step in (2000, 1000, 3000):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    run_tick(watch_dir, client=fake)
+    state = st.load_state(watch_dir)
+    for name in ("step_1000", "step_2000"):  # step_3000's run has no finished task yet
+        run_dir = Path(state["checkpoints"][name]["run_dir"])
+        finish_task(run_dir, "solo", "ut-harness.ut_one")
+    result = CliRunner().invoke(cli, ["results", watch_dir.name, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["step"] for r in rows] == [1000, 2000]
+    assert all(r["tasks_done"] == 1 and r["tasks_total"] == 2 for r in rows)
+    long = CliRunner().invoke(cli, ["results", watch_dir.name, "--json", "--long"])
+    assert {r["step"] for r in json.loads(long.output)} == {1000, 2000}
+    refused = CliRunner().invoke(cli, ["results", watch_dir.name, "--leaderboard"])
+    assert refused.exit_code == 2 and "shown alone" in refused.output
+    out = tmp_path / "steps.html"
+    result = CliRunner().invoke(cli, ["report", watch_dir.name, "-O", str(out), "--no-cost"])
+    assert result.exit_code == 0, result.output
+    assert "score vs training step" in out.read_text() and "3 checkpoints" in result.output
+
+
+def test_a_failing_sacct_for_the_training_job_does_not_end_or_break_the_watch(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpceval.slurm.client import SlurmError
+
+    fake.states["31"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="31")
+
+    def broken(job_ids: Any, **kw: Any) -> Any:
+        raise SlurmError(["sacct"], 1, "slurmdbd: connection refused")
+
+    monkeypatch.setattr(fake, "sacct", broken)
+    report = run_tick(watch_dir, client=fake)
+    assert report.status == st.WATCHING and report.next_tick is not None
+    assert report.training is not None and "connection refused" in report.training
+
+
+def test_tick_main_reports_a_damaged_state_with_exit_2(tmp_path: Path, fake: FakeSlurm,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from hpceval.job.__main__ import main
+
+    watch_dir = started(tmp_path, fake, marker="OK")
+    (watch_dir / "state.json").write_text("{")
+    assert main(["watch-tick", "--watch-dir", str(watch_dir)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_slurm_backend_renders_begin_and_singleton(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.backends import JobRequest, backend_for
+
+    backend = backend_for("slurm", client=fake)
+    backend.submit(tmp_path, JobRequest("x.sbatch", after="5", begin="now+9", singleton=True))
+    backend.submit(tmp_path, JobRequest("y.sbatch", after="6"))
+    assert [(s["extra_args"], s["dependency"]) for s in fake.submits] == [
+        (["--begin=now+9"], "afterany:5,singleton"), ([], "afterany:6")]
+    assert backend.schedules_later and not backend_for("local").schedules_later
+
+
+def test_kill_watch_stops_it_and_cancels_its_evaluations(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **kw: fake)
+    watch_dir = started(tmp_path, fake, marker="OK")
+    for step in (1, 2):
+        write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
+    run_tick(watch_dir, client=fake)
+    state = st.load_state(watch_dir)
+    evals = [e["job_ids"][0] for e in state["checkpoints"].values()]
+    tick = state["ticks"][-1]["id"]
+    fake.states.update({j: "RUNNING" for j in [*evals, tick]})
+    result = CliRunner().invoke(cli, ["kill", watch_dir.name])
+    assert result.exit_code == 0, result.output
+    cancelled = {j for call in fake.cancels for j in call}
+    assert cancelled == {*evals, tick}
+    assert st.load_state(watch_dir)["status"] == st.STOPPED
+    assert "verified: nothing of this watch is queued or running" in result.output
+
+
+def test_python_api_mirrors_the_cli(tmp_path: Path, fake: FakeSlurm) -> None:
+    from run_helpers import finish_task
+
+    from hpceval import api
+    from hpceval.config.errors import ConfigError
+
+    (tmp_path / "ckpts").mkdir()
+    with pytest.raises(ConfigError, match="below the minimum"):
+        api.watch(write_run_file(tmp_path), tmp_path / "ckpts", profile="local-dev",
+                  interval_s=5, client=fake)
+    started_ = api.watch(write_run_file(tmp_path), tmp_path / "ckpts", profile="local-dev",
+                         marker="OK", interval_s=120, client=fake)
+    write_ckpt(tmp_path / "ckpts", "step_7", {"OK": ""})
+    run_tick(started_.watch_dir, client=fake)
+    assert api.watch_status(started_.watch_id, client=fake)["summary"]["running"] == 1
+    entry = st.load_state(started_.watch_dir)["checkpoints"]["step_7"]
+    finish_task(Path(entry["run_dir"]), "solo", "ut-harness.ut_one")
+    assert list(api.watch_steps(started_.watch_id)["step"]) == [7]
+
+
+def test_the_watch_ends_only_once_the_training_job_ended_a_settle_time_ago(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared file system may show another node's newest files up to a minute late."""
+    from datetime import datetime
+
+    from hpceval.slurm.records import JobRecord
+
+    fake.states["77"] = "RUNNING"
+    watch_dir = started(tmp_path, fake, marker="OK", after_job="77", interval_s=600)
+    clock = Clock()
+    ended_at = {"t": clock.t - 30}
+
+    def sacct(job_ids: Any, **kw: Any) -> dict[str, JobRecord]:
+        end = datetime.fromtimestamp(ended_at["t"]).astimezone()
+        return {"77": JobRecord("77", "COMPLETED", "COMPLETED", 0, 0, "None", "n1", end=end)}
+
+    monkeypatch.setattr(fake, "sacct", sacct)
+    report = run_tick(watch_dir, client=fake, now=clock)
+    assert report.status == st.WATCHING and report.training == "done (settling)"
+    ended_at["t"] = clock.t - 60  # min(interval, 60 s) ago
+    assert run_tick(watch_dir, client=fake, now=clock).status == st.ENDED
