@@ -99,7 +99,15 @@ def spec_issues(spec: RunSpec) -> list[ConfigIssue]:
         issues += _container_issues(spec, where, aux)
     if issues:
         return issues
-    return [i for _, _, found in _placements(spec) for i in found]
+    from hpceval.backends import backend_for
+
+    if not backend_for(spec.execution.type).multi_node:
+        issues += [ConfigIssue(f"auxiliary_deployments.{name}.num_nodes", f"is {aux.num_nodes}, "
+                               f"but execution.type {spec.execution.type} runs on this one "
+                               "machine", "set num_nodes: 0 (GPUs beside the model's)")
+                   for name, aux in spec.auxiliary_deployments.items()
+                   if served_in_job(aux) and aux.num_nodes > 0]
+    return issues + [i for _, _, found in _placements(spec) for i in found]
 
 
 def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:

@@ -138,6 +138,18 @@ def test_names_must_be_identifiers_and_differ_beyond_case(tmp_path: Path) -> Non
         in text
 
 
+def test_on_one_machine_a_judge_shares_the_models_node(tmp_path: Path) -> None:
+    text = refused(tmp_path, judge={}, extra={"execution": {
+        "type": "local", "output_dir": "/runs", "gpus_per_node": 8, "container_runtime": "none"}})
+    assert ("auxiliary_deployments.judge.num_nodes: is 1, but execution.type local runs on this "
+            "one machine") in text, text
+    r = run(tmp_path, judge={"num_nodes": 0, "tensor_parallel_size": 2},
+            model={"tensor_parallel_size": 2}, extra={"execution": {
+                "type": "local", "output_dir": "/runs", "gpus_per_node": 8,
+                "container_runtime": "none"}})
+    assert r.auxiliary["judge"].gpu_offset == 6
+
+
 def test_scope_sweep_on_one_model_is_served_in_its_job(tmp_path: Path) -> None:
     r = run(tmp_path, judge={"scope": "sweep"})
     assert r.spec.auxiliary_deployments["judge"].scope == "job" and "judge" in r.auxiliary
