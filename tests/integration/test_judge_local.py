@@ -74,3 +74,32 @@ def test_judge_beside_the_model_is_asked_once_and_replayed(work: Path) -> None:
     assert again.returncode == 0, again.stdout + again.stderr
     assert (task_dir / "done").is_file()
     assert len(answered(work / "judge.jsonl")) == 1  # replayed from the judge's proxy cache
+
+
+def test_a_judge_that_dies_while_loading_fails_the_job_naming_it(work: Path) -> None:
+    run = {
+        "defaults": [{"execution": "local"}, {"deployment": "command"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs")},
+        "deployment": {"served_model_name": "m", "health_timeout": 60,
+                       "command": oracle_command("m", work / "model.jsonl")},
+        "auxiliary_deployments": {"judge": {
+            "type": "command", "served_model_name": "judge-model", "num_nodes": 0,
+            "runtime": "host", "command": "echo 'ValueError: no judge weights' >&2; exit 3"}},
+        "evaluation": {"tasks": [{"name": "judge-it.judged_once", "params": {"extra": {
+            "judge": {"url": "auxiliary_deployments.judge.chat_url",
+                      "model_id": "auxiliary_deployments.judge.model_id"}}}}]},
+    }
+    (work / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False))
+    resolved = load_config(work / "run.yaml")
+    run_dir = work / "runs" / "inv-dies"
+    (run_dir / "models" / "m").mkdir(parents=True)
+    script = run_dir / "job.sbatch"
+    script.write_text(render_job(resolved, JobContext(run_dir, "inv-dies", "m", sys.executable)))
+    done = run_job(script)
+    assert done.returncode == 1, done.stdout
+    failure = (run_dir / "models" / "m" / "job-failure").read_text()
+    assert failure.startswith("auxiliary_deployments.judge server instance 0 (head) on "), failure
+    assert "[ValueError: no judge weights]" in failure and "exited while loading" in failure
+    # its log tail and its exact launch command, in the job's output
+    assert "ValueError: no judge weights" in done.stdout and "its launch command" in done.stdout
+    assert not (run_dir / "models" / "m" / "tasks" / "judge-it.judged_once" / "done").exists()
