@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hpceval.config.auxiliary import IDENTIFIER, RESERVED_PREFIXES, env_prefix
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout
-from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
+from hpceval.config.schema import AuxiliaryDeploymentSpec, DeploymentSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,14 @@ NO_LAYOUT = Layout(0, 0, 0, 0)
 
 def served_in_job(aux: AuxiliaryDeploymentSpec) -> bool:
     return aux.type != "none" and aux.scope == "job"
+
+
+def server_deployments(spec: RunSpec) -> list[tuple[str, DeploymentSpec]]:
+    """(key path, spec) of every deployment the run serves: the model's, and each judge's (in
+    its job or the sweep's judge job), for what they need staged and checked."""
+    return [("deployment", spec.deployment)] + [
+        (f"auxiliary_deployments.{name}", aux)
+        for name, aux in spec.auxiliary_deployments.items() if aux.type != "none"]
 
 
 def job_nodes(spec: RunSpec) -> int:
