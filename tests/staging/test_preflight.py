@@ -91,7 +91,7 @@ def test_a_judges_image_and_checkpoint_are_checked_too(site: Site) -> None:
                             "type": "vllm", "served_model_name": "j", "num_nodes": 0,
                             "checkpoint_path": str(checkpoint), "image": str(sif)}})
     issues = _issues(site, run)
-    assert any(i.startswith(f"auxiliary_deployments.judge.image: SIF image {sif} (server) "
+    assert any(i.startswith(f"auxiliary_deployments.judge.image: SIF {sif} (server) "
                             "is missing") for i in issues), issues
     assert any(i.startswith(f"auxiliary_deployments.judge.checkpoint_path: {checkpoint} is "
                             "not a directory here") for i in issues), issues
