@@ -39,6 +39,7 @@ AUX_DIR = "auxiliary"
 AUX_ENDPOINT_FILE = "endpoint.json"  # sweep judge job: its instance URLs, once all are healthy
 AUX_TOKEN_FILE = "token"  # sweep judge job: the per-job token its servers require (mode 0600)
 AUX_STOP_FILE = "stop"  # sweep judge job: written by the aggregation step; the judge job ends
+AUX_JOB_SCRIPT = "judge.sbatch"  # sweep judge job: its script, in auxiliary/<name>/
 
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status

@@ -23,7 +23,7 @@ class JobEntry:
 
     id: str  # Slurm job id (the array's base id) or "local-<pid>"
     kind: str  # the backend that runs it: slurm | local
-    role: str  # main | aggregate
+    role: str  # main | aggregate | export | judge
     models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
     array: bool  # True: model i runs as array task "<id>_<i>"
     submitted_at: float
@@ -32,6 +32,7 @@ class JobEntry:
     pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
     host: str | None = None
     cancelled_at: float | None = None
+    aux: str | None = None  # role judge: the auxiliary deployment it serves
 
     def watch_id(self, model_index: int) -> str:
         return f"{self.id}_{model_index}" if self.array else self.id
@@ -61,8 +62,11 @@ class JobRequest:
     elements: tuple[int, ...] | None = None  # run only these elements (None: as the script says)
     max_parallel: int | None = None  # at most this many elements at once (with `elements`)
     after: str | None = None  # a job id this one waits for, whatever its end
-    role: str = "main"  # main | aggregate
+    role: str = "main"  # main | aggregate | export | judge
     reason: str = "submit"  # submit | resume
+    # job ids that must have STARTED before this one starts (a sweep's judge jobs)
+    started_after: tuple[str, ...] = ()
+    aux: str | None = None  # role judge: the auxiliary deployment's name
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class Backend(Protocol):
     multi_node: ClassVar[bool]
     # its jobs start job steps with srun, so container_runtime pyxis (srun's plugin) works
     srun_steps: ClassVar[bool]
+    # it runs jobs side by side, so a sweep's judge job (scope: sweep) serves the models' jobs
+    side_by_side: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

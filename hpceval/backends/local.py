@@ -39,6 +39,9 @@ class LocalBackend:
     accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
     multi_node: ClassVar[bool] = False
     srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
+    # the runner runs one model's job after the other: a judge job beside them would need a
+    # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)
+    side_by_side: ClassVar[bool] = False
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

@@ -35,6 +35,7 @@ class SlurmBackend:
     accounted: ClassVar[bool] = True
     multi_node: ClassVar[bool] = True
     srun_steps: ClassVar[bool] = True
+    side_by_side: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
@@ -79,12 +80,16 @@ class SlurmBackend:
             # --array on the command line overrides the script's: the same dispatcher runs
             # only these elements, each keeping its index (so its model).
             extra.append(f"--array={spec}")
-        dependency = f"afterany:{request.after}" if request.after else None
+        # after: the judge has STARTED (the elements then wait for its endpoint themselves);
+        # afterany: the main job has ENDED, however. A comma means both.
+        needs = [f"after:{':'.join(request.started_after)}"] if request.started_after else []
+        needs += [f"afterany:{request.after}"] if request.after else []
+        dependency = ",".join(needs) or None
         submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
         job_id = self.client.submit(run_dir / request.script, extra_args=extra,
                                     dependency=dependency)
         return JobEntry(job_id, self.name, request.role, request.models, request.sweep,
-                        submitted_at, request.reason)
+                        submitted_at, request.reason, aux=request.aux)
 
     def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
         self._register([q for q in queries if not q.finished])
