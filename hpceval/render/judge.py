@@ -35,6 +35,10 @@ from hpceval.render.header import header_lines
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 JUDGE_TEMPLATE = "judge.sbatch.j2"
+# the model job's header comments, as they read for the judge job
+_JUDGE_WHY = {"nodes": "auxiliary_deployments.<name>.num_nodes: the judge's own nodes",
+              "time": "execution.max_walltime: the stop file ends it sooner",
+              "no-requeue": "a resumed sweep submits a new judge job"}
 _DEPLOYMENT_FIELDS = tuple(f.name for f in dataclasses.fields(DeploymentSpec))
 
 
@@ -103,8 +107,7 @@ def judge_config(resolved: ResolvedConfig, name: str, invocation_id: str) -> Res
     layout, layout_issues = compute_layout(judge)
     issues += layout_issues
     if issues:
-        raise ConfigError([ConfigIssue(f"{where} (its own job): {i.path}", i.message, i.fix)
-                           for i in issues])
+        raise _in_judge(issues, name)
     return ResolvedConfig(judge, layout, resolved.composed, ())
 
 
@@ -115,12 +118,17 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
     judge = judge_config(resolved, name, ctx.invocation_id)
     judge_ctx = dataclasses.replace(ctx, model_key=f"judge-{name}", array=None,
                                     script_path=f"{ctx.run_dir_text}/{judge_script(name)}")
-    context: dict[str, Any] = build_context(judge, judge_ctx)
+    try:
+        context: dict[str, Any] = build_context(judge, judge_ctx)
+    except ConfigError as exc:  # its keys are the judge's: say so
+        raise _in_judge(exc.issues, name) from exc
     aux = resolved.spec.auxiliary_deployments[name]
     model_id = aux.model_id or aux.served_model_name or name
     log_dir = f"{ctx.run_dir_text}/{AUX_DIR}/{name}"
+    header = [dataclasses.replace(line, why=_JUDGE_WHY.get(line.flag, line.why))
+              for line in header_lines(judge.spec, judge_ctx, log_dir)]
     context.update(
-        header=[ShellCode(line.text()) for line in header_lines(judge.spec, judge_ctx, log_dir)],
+        header=[ShellCode(line.text()) for line in header],
         proxy=False, steps=[],
         judge={"name": name, "model_id": model_id, "model_id_json": json.dumps(model_id)})
     text = shipped_environment().get_template(JUDGE_TEMPLATE).render(context)
@@ -128,3 +136,9 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
         raise ConfigError.at(f"auxiliary_deployments.{name}", "a NUL character reached the "
                              "judge job's script")
     return text
+
+
+def _in_judge(issues: Sequence[ConfigIssue], name: str) -> ConfigError:
+    """Issues found in the judge job's own config, named as the judge's keys."""
+    return ConfigError([ConfigIssue(f"auxiliary_deployments.{name} (its own job): {i.path}",
+                                    i.message, i.fix) for i in issues])
