@@ -1,4 +1,4 @@
-"""Judge loads of a 3-model x 3-judged-task sweep: one judge per sweep vs NeMo Evaluator's structure.
+"""Judge loads of a 3-model x 3-judged-task sweep: one judge per sweep vs NeMo Evaluator.
 
     .venv/bin/python benchmarks/judge_loads.py [--load-minutes 10] [--judge-gpus 8]
         [--startup-delay 2] [--json PATH]
@@ -72,10 +72,9 @@ def environment(work: Path) -> None:
 
 
 def sweep_configs(out: Path, loads: Path, startup_delay: float) -> list[Any]:
-    from tests.integration.test_controller import ORACLE, PYTHON, _answer_key
-
     from hpceval.api import _configs
     from hpceval.config.schema import AuxiliaryDeploymentSpec
+    from tests.integration.test_controller import ORACLE, PYTHON, _answer_key
 
     items = _answer_key().load_items()[:TASKS]
     config = {
