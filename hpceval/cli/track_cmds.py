@@ -232,7 +232,9 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
 @click.command()
 @click.argument("run")
 @click.option("--force", is_flag=True, help="Resubmit even if sacct shows live jobs.")
-@click.option("--no-aggregate", is_flag=True, help="Sweeps: no dependent aggregation job.")
+@click.option("--no-aggregate", is_flag=True,
+              help="Sweeps: no dependent aggregation job (kept with a scope: sweep judge: "
+                   "it ends the judge).")
 @output_dir_option
 def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ...]) -> None:
     """Resubmit only the unfinished models of a run (done tasks are skipped in the job)."""
