@@ -8,6 +8,7 @@ This module imports nothing, so every layer can use it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # -- written by submit (hpceval.runs.rundir) ------------------------------------------------
 RUN_FILE = "run.json"  # what the controller needs; written last: the directory is complete
@@ -56,6 +57,17 @@ JOB_FILES = {
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_stop": AUX_STOP_FILE,
 }
+
+
+def aux_folder(name: str) -> str:
+    """A sweep judge's folder (scope: sweep), relative to the run directory; also its key in
+    status and cost figures, where it never clashes with a model key (those have no "/")."""
+    return f"{AUX_DIR}/{name}"
+
+
+def judge_names(run: dict[str, Any]) -> list[str]:
+    """The sweep judges of a run, from run.json's "auxiliary" list (written by submit)."""
+    return [str(a["name"]) for a in run.get("auxiliary") or []]
 
 
 def is_done(task_dir: Path) -> bool:

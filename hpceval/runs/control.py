@@ -12,11 +12,11 @@ from typing import Any
 from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
-    AUX_DIR,
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
     ELEMENT_SCRIPT,
     EXPORT_SCRIPT,
+    aux_folder,
 )
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
@@ -140,12 +140,12 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
     running: list[str] = []
     stale: list[tuple[str, str]] = []
     for name, script in judges:
-        folder = run_dir / AUX_DIR / name
+        folder = run_dir / aux_folder(name)
         stop = (folder / AUX_STOP_FILE).exists()
         entry = jobs.judge(name)
         live = False
         if entry is not None:
-            query = JobQuery(entry, run_dir, f"{AUX_DIR}/{name}", 0)
+            query = JobQuery(entry, run_dir, aux_folder(name), 0)
             (state,) = backend.states([query], force=True)
             live = not state.terminal
         if live and not stop and entry is not None:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from hpceval.backends import Backend, JobEntry, JobQuery, backend_for
 from hpceval.contract import (
-    AUX_DIR,
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
     COMMAND_FILE,
@@ -26,7 +25,9 @@ from hpceval.contract import (
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
     RUN_FILE,
+    aux_folder,
     is_done,
+    judge_names,
 )
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
@@ -130,11 +131,11 @@ class Tracker:
                     queries.setdefault(entry.kind, []).append(JobQuery(
                         entry, ref.run_dir, model["key"], model["index"],
                         finished=_all_done(ref.run_dir, model)))
-            for name in _judge_names(run):
+            for name in judge_names(run):
                 entry = jobs.judge(name)
                 if entry is not None:  # asked in the same call as the models' jobs
                     queries.setdefault(entry.kind, []).append(
-                        JobQuery(entry, ref.run_dir, _judge_key(name), 0))
+                        JobQuery(entry, ref.run_dir, aux_folder(name), 0))
         answers: dict[tuple[Path, str], JobStatus] = {}
         for kind, asked in queries.items():
             states = self.backend(kind).states(asked, force=force)
@@ -149,8 +150,8 @@ class Tracker:
         models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run["models"]]
         phase, reason = combine_models(models)
         judges = [judge_state(ref.run_dir, name, jobs.judge(name),
-                              answers.get((ref.run_dir, _judge_key(name))))
-                  for name in _judge_names(run)]
+                              answers.get((ref.run_dir, aux_folder(name))))
+                  for name in judge_names(run)]
         return RunState(ref, phase, reason, models, jobs, run, judges)
 
     def _model_state(self, run_dir: Path, model: dict[str, Any], jobs: Jobs,
@@ -175,19 +176,11 @@ class Tracker:
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
 
 
-def _judge_names(run: dict[str, Any]) -> list[str]:
-    return [str(a["name"]) for a in run.get("auxiliary") or []]
-
-
-def _judge_key(name: str) -> str:
-    return f"{AUX_DIR}/{name}"  # never a model key: those have no "/"
-
-
 def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
                 job: JobStatus | None) -> JudgeState:
     """The judge job's phase, with what its folder says: serving (endpoint.json), stopped by
     the aggregation (stop), or why it failed (job-failure)."""
-    folder = run_dir / AUX_DIR / name
+    folder = run_dir / aux_folder(name)
     if entry is None or job is None:
         return JudgeState(name, Phase.UNKNOWN, "no judge job recorded (submission failed?)",
                           None)
