@@ -24,6 +24,10 @@ JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
 # -- written by the job ---------------------------------------------------------------------
 SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job sbatch'ed itself
 EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already waited for
+AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregation with a judge
+# exit status of `hpceval.results.table aggregate --resubmit` when it submitted itself again
+# after auto-resume successors: the aggregation script then leaves the sweep's judge running
+WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`

@@ -93,13 +93,14 @@ def render_aggregate(resolved: ResolvedConfig, ctx: JobContext,
                      judges: Sequence[str] = ()) -> str:
     """The dependent CPU job: same partition/account/QOS as the sweep, one CPU, 15 minutes.
     It also ends the sweep's judge jobs (``judges``: their names) by writing their stop file."""
-    from hpceval.contract import AUX_STOP_FILE, aux_folder
+    from hpceval.contract import AGGREGATE_SCRIPT, AUX_STOP_FILE, WAITS_FOR_SUCCESSORS, aux_folder
 
     return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
         header=cpu_job_header(resolved, ctx, "aggregate", AGGREGATE_MINUTES,
                               "reading result files is quick"),
         invocation_id=ctx.invocation_id, python=ctx.python, run_dir=ctx.run_dir_text,
-        stops=[f"{ctx.run_dir_text}/{aux_folder(name)}/{AUX_STOP_FILE}" for name in judges])
+        stops=[f"{ctx.run_dir_text}/{aux_folder(name)}/{AUX_STOP_FILE}" for name in judges],
+        script=f"{ctx.run_dir_text}/{AGGREGATE_SCRIPT}", waits_rc=WAITS_FOR_SUCCESSORS)
 
 
 def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:

@@ -176,3 +176,48 @@ def test_slurm_backend_dependency_text(tmp_path: Path, fake: FakeSlurm,
     backend.submit(tmp_path, JobRequest("y.sbatch", started_after=("5", "6")))
     want = "after:5,afterany:7" if started else "afterany:7"
     assert [s["dependency"] for s in fake.submits] == [want, "after:5:6"]
+
+
+def test_the_aggregation_script_waits_for_successors_before_it_stops_the_judge(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """The rendered aggregate.sbatch, run with bash (this Python, the fake sbatch on PATH): an
+    element that continues in an auto-resume successor still needs the judge."""
+    import os
+    import subprocess
+    import sys
+
+    from run_helpers import FAKES
+
+    from hpceval.contract import AGGREGATE_WAITED_FILE, SUCCESSORS_FILE
+
+    loaded = [dataclasses.replace(c, spec=dataclasses.replace(c.spec, execution=dataclasses.replace(
+        c.spec.execution, python=sys.executable))) for c in judged(tmp_path)]
+    result = submit_configs(loaded, fake)
+    run_dir = result.run_dir
+    folder = run_dir / "auxiliary" / "judge"
+    log = tmp_path / "sbatch.log"
+    env = {**os.environ, "FAKE_SBATCH_LOG": str(log),
+           "PATH": f"{FAKES / 'recording_sbatch'}:{os.environ['PATH']}"}
+
+    def aggregate() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(run_dir / "aggregate.sbatch")], env=env,
+                              capture_output=True, text=True, check=False, cwd=run_dir)
+
+    (run_dir / SUCCESSORS_FILE).write_text("4001 model-01\n")
+    first = aggregate()
+    assert first.returncode == 0, first.stderr
+    assert "aggregation waits for them" in first.stdout
+    assert not (folder / "stop").exists()  # the successor needs the judge
+    assert not (run_dir / "results.csv").exists()
+    assert "--dependency=afterany:4001" in log.read_text()
+    assert str(run_dir / "aggregate.sbatch") in log.read_text()
+    assert (run_dir / AGGREGATE_WAITED_FILE).read_text() == "4001\n"
+    chain = read_jobs(run_dir).chain
+    assert [(e.role, e.reason) for e in chain][-1] == ("aggregate", "auto-resume")
+    for i in range(3):
+        for key in (ONE, TWO):
+            finish_task(run_dir, f"model-{i:02d}", key)
+    second = aggregate()  # the successor has ended: aggregate, then stop the judge
+    assert second.returncode == 0, second.stderr
+    assert (folder / "stop").exists() and (run_dir / "results.csv").exists()
+    assert len(log.read_text().splitlines()) == 1
