@@ -99,3 +99,23 @@ def test_models_must_share_their_sweep_judge(tmp_path: Path, aux_loader: None) -
     assert [(i.path, i.fix) for i in issues] == [
         ("models.b.auxiliary_deployments.judge", "declare it once, outside models:")]
     assert sweep_judge_issues([("a", runs[0].spec), ("b", runs[1].spec)]) == []
+
+
+def test_render_prints_the_judge_job(tmp_path: Path, aux_loader: None) -> None:
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+
+    load(tmp_path, JUDGE)  # writes run.yaml (and loads it)
+    out = CliRunner().invoke(cli, ["render", str(tmp_path / "run.yaml")])
+    assert out.exit_code == 0, out.output
+    names = [line for line in out.output.splitlines() if line.startswith("# ===== ")]
+    assert names == ["# ===== sweep.sbatch =====",
+                     *[f"# ===== models/model-{i}/job.sh =====" for i in range(3)],
+                     "# ===== auxiliary/judge/judge.sbatch =====",
+                     "# ===== aggregate.sbatch ====="]
+    assert "#SBATCH --job-name=hpceval-" in out.output and "-judge-judge" in out.output
+    refused = CliRunner().invoke(cli, ["render", str(tmp_path / "run.yaml"),
+                                       "-o", "auxiliary_deployments.judge.num_nodes=0"])
+    assert refused.exit_code == 2
+    assert "auxiliary_deployments.judge.num_nodes" in refused.output

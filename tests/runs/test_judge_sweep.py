@@ -17,7 +17,7 @@ from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
-from hpceval.runs.views import format_states, state_to_dict
+from hpceval.runs.views import format_states, rich_states, state_to_dict
 from hpceval.slurm.states import Phase
 
 JUDGE = AuxiliaryDeploymentSpec(type="command", command="exec judge-server --port $PORT",
@@ -99,6 +99,12 @@ def test_status_has_a_line_for_the_judge(tmp_path: Path, fake: FakeSlurm) -> Non
     text = format_states([state])
     assert f"  judge judge  running    job {judge}  serving 2 instance(s)" in text
     assert state_to_dict(state)["judges"][0]["state"] == "running"
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(rich_states([state]))
+    assert any("judge judge" in line and judge in line and "serving 2 instance(s)" in line
+               for line in console.export_text().splitlines())
     # the judge failed: its job-failure line is the reason
     fake.states[judge] = "FAILED"
     (folder / "job-failure").write_text("model server instance 0 (head) on n1 exited\n")
