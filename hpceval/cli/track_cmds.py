@@ -158,7 +158,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
         extra = f" pid {e.pid} on {e.host}" if e.pid is not None else ""
         gone = " (cancelled)" if e.cancelled_at else ""
-        click.echo(f"job        {e.id} {e.role} ({e.reason}, {time.ctime(e.submitted_at)})"
+        role = f"{e.role} {e.aux}" if e.aux else e.role  # a sweep's judge: its name
+        click.echo(f"job        {e.id} {role} ({e.reason}, {time.ctime(e.submitted_at)})"
                    f"{tasks}{extra}{gone}")
     for m in manifest["models"]:
         click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "

@@ -227,3 +227,14 @@ def test_the_aggregation_script_waits_for_successors_before_it_stops_the_judge(
     assert second.returncode == 0, second.stderr
     assert (folder / "stop").exists() and (run_dir / "results.csv").exists()
     assert len(log.read_text().splitlines()) == 1
+
+
+def test_info_names_the_judge_job(tmp_path: Path, fake: FakeSlurm) -> None:
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+
+    result, _, _, judge = submitted(tmp_path, fake)
+    out = CliRunner().invoke(cli, ["info", result.invocation_id])
+    assert out.exit_code == 0, out.output
+    assert f"job        {judge} judge judge (submit, " in out.output
