@@ -30,13 +30,18 @@ _DEPLOYMENT_FIELDS = tuple(f.name for f in dataclasses.fields(DeploymentSpec))
 
 
 def sweep_scoped(spec: RunSpec) -> dict[str, AuxiliaryDeploymentSpec]:
-    return {n: a for n, a in spec.auxiliary_deployments.items() if a.scope == "sweep"}
+    """The judges served by a judge job of their own (type none is an external endpoint,
+    whatever its scope: nothing to serve, as render/aux_job.py reads it)."""
+    return {n: a for n, a in spec.auxiliary_deployments.items()
+            if a.scope == "sweep" and a.type != "none"}
 
 
 def sweep_judge_issues(models: Sequence[tuple[str, RunSpec]]) -> list[ConfigIssue]:
     """What keeps a run's scope: sweep deployments from being one judge job for the run:
-    a run of one model (no aggregation step ends the judge), a backend that runs one job at
-    a time, models declaring them differently, and each judge's own config (judge_issues)."""
+    a run of one model (no aggregation step ends the judge; the loader serves such a judge in
+    the model's job instead), a backend that runs one job at a time, models declaring them
+    differently, and the judge job's own layout (judge_issues). The judge deployment's own
+    keys are config/aux_layout.py's (spec_issues), checked with each model."""
     from hpceval.backends import backend_for
 
     first_key, first = models[0]
@@ -69,7 +74,7 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
     ex = dataclasses.replace(
-        spec.execution, nodes=max(aux.num_nodes, 1), walltime=spec.execution.max_walltime,
+        spec.execution, nodes=aux.num_nodes, walltime=spec.execution.max_walltime,
         auto_resume=False, job_name=f"hpceval-{invocation_id}-judge-{name}")
     return dataclasses.replace(
         spec, execution=ex, deployment=deployment, auxiliary_deployments={},
@@ -79,22 +84,18 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
 
 def judge_issues(spec: RunSpec, name: str, invocation_id: str = "judge"
                  ) -> tuple[tuple[RunSpec, Layout] | None, list[ConfigIssue]]:
-    """(the judge job's spec and layout, or None; the issues that refuse it)."""
-    aux = spec.auxiliary_deployments[name]
-    where = f"auxiliary_deployments.{name}"
-    if aux.type == "none":
-        return None, [ConfigIssue(f"{where}.scope", "is sweep, but type none serves nothing "
-                                  "(an external endpoint)", "remove scope, or give it a server "
-                                  "type")]
-    if aux.num_nodes < 1:
-        return None, [ConfigIssue(f"{where}.num_nodes", "is 0, but a scope: sweep judge runs "
-                                  "on nodes of its own", "set num_nodes: 1 (or more)")]
-    from hpceval.config.checks import semantic_issues
+    """(the judge job's spec and layout, or None; the issues that refuse it): the judge
+    deployment's own keys (aux_layout.spec_issues: kind, image, names, num_nodes >= 1 for
+    scope sweep), then the GPU arithmetic of its job."""
+    from hpceval.config.aux_layout import spec_issues
 
+    where = f"auxiliary_deployments.{name}"
+    own = [i for i in spec_issues(spec) if i.path == where or i.path.startswith(where + ".")]
+    if own:
+        return None, own
     judge, _, issues = fit_explicit_layout(judge_spec(spec, name, invocation_id))
     layout, layout_issues = compute_layout(judge)
-    # the judge's deployment, checked as a model's is (environment: the model's check did it)
-    issues = in_judge([*issues, *layout_issues, *semantic_issues(judge, None)], name)
+    issues = in_judge([*issues, *layout_issues], name)
     return (None if issues else (judge, layout)), issues
 
 

@@ -14,8 +14,10 @@ from hpceval.contract import (
     AGGREGATE_SCRIPT,
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
+    AUX_TOKEN_FILE,
     ELEMENT_SCRIPT,
     EXPORT_SCRIPT,
+    JOB_FAILURE_FILE,
     aux_folder,
 )
 from hpceval.runs.index import RunRef
@@ -134,8 +136,9 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
     the resumed array starts after; (name, script) of the judges to submit again).
 
     A judge is still serving when its newest job is queued or running and its stop file is
-    absent. Otherwise its stale files go (endpoint.json names servers that are gone, and the
-    stop file would end the new job at once); a judge job that is still live although its stop
+    absent. Otherwise its stale files go (endpoint.json names servers that are gone, token and
+    job-failure are an earlier job's, which the models' jobs would trust, and the stop file
+    would end the new job at once); a judge job that is still live although its stop
     file exists is ending, and is cancelled first, so that removing the file cannot keep it."""
     running: list[str] = []
     stale: list[tuple[str, str]] = []
@@ -154,7 +157,8 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
         if live and entry is not None:
             backend.cancel(run_dir, [entry], mark=lambda ids: _mark(run_dir, ids),
                            verify_s=30.0, sleep=time.sleep)
-        for leftover in (AUX_ENDPOINT_FILE, AUX_STOP_FILE):
+        # the models' jobs trust these files: none may be an earlier judge job's
+        for leftover in (AUX_ENDPOINT_FILE, AUX_TOKEN_FILE, JOB_FAILURE_FILE, AUX_STOP_FILE):
             (folder / leftover).unlink(missing_ok=True)
         stale.append((name, script))
     return tuple(running), stale

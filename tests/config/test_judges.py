@@ -17,15 +17,6 @@ JUDGE: dict[str, Any] = {"type": "vllm", "checkpoint_path": "/models/judge-72b",
                          "runtime": "host", "scope": "sweep"}
 
 
-@pytest.fixture
-def aux_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loader with its NEL-compat refusal of auxiliary_deployments lifted: what the loader
-    will read once branch aux-job lands (its side); the judge rules are this test's."""
-    from hpceval.config import nemo_compat
-
-    monkeypatch.delitem(nemo_compat.UNSUPPORTED, "auxiliary_deployments")
-
-
 def load(tmp_path: Path, judge: dict[str, Any], models: int = 3,
          execution: dict[str, Any] | None = None, per_model: dict[str, Any] | None = None
          ) -> list[Any]:
@@ -53,7 +44,7 @@ def refused(tmp_path: Path, judge: dict[str, Any], **kw: Any) -> list[tuple[str,
     return [(i.path, i.message) for i in err.value.issues]
 
 
-def test_a_valid_sweep_judge_loads(tmp_path: Path, aux_loader: None) -> None:
+def test_a_valid_sweep_judge_loads(tmp_path: Path) -> None:
     runs = load(tmp_path, JUDGE)
     assert len(runs) == 3
     built, issues = judge_issues(runs[0].spec, "judge", "inv-1")
@@ -66,25 +57,24 @@ def test_a_valid_sweep_judge_loads(tmp_path: Path, aux_loader: None) -> None:
 
 
 @pytest.mark.parametrize(("change", "kw", "path", "words"), [
-    ({}, {"models": 1}, "auxiliary_deployments.judge.scope", "one model"),
     ({}, {"execution": {"type": "local"}}, "auxiliary_deployments.judge.scope",
      "one job at a time"),
-    ({"type": "none", "url": "http://judge/v1"}, {}, "auxiliary_deployments.judge.scope",
-     "serves nothing"),
-    ({"num_nodes": 0}, {}, "auxiliary_deployments.judge.num_nodes", "nodes of its own"),
     ({"tensor_parallel_size": 3}, {}, "auxiliary_deployments.judge (its own job): deployment",
      "idle"),
-    ({"checkpoint_path": None}, {},
-     "auxiliary_deployments.judge (its own job): deployment.checkpoint_path", "exactly one"),
+    # the judge deployment's own keys: aux_layout's rules, named per model
+    ({"num_nodes": 0}, {}, "models[0]: auxiliary_deployments.judge.num_nodes",
+     "job of its own"),
+    ({"checkpoint_path": None}, {}, "models[0]: auxiliary_deployments.judge.checkpoint_path",
+     "exactly one"),
 ])
 def test_the_loader_refuses_what_the_judge_job_cannot_be(
-        tmp_path: Path, aux_loader: None, change: dict[str, Any], kw: dict[str, Any],
+        tmp_path: Path, change: dict[str, Any], kw: dict[str, Any],
         path: str, words: str) -> None:
     issues = refused(tmp_path, {**JUDGE, **change}, **kw)
     assert any(p == path and words in m for p, m in issues), issues
 
 
-def test_models_must_share_their_sweep_judge(tmp_path: Path, aux_loader: None) -> None:
+def test_models_must_share_their_sweep_judge(tmp_path: Path) -> None:
     """A models: entry cannot set auxiliary_deployments (the run file's is every model's);
     configs built by hand (the API) can, and are refused naming the model."""
     import dataclasses
@@ -101,7 +91,7 @@ def test_models_must_share_their_sweep_judge(tmp_path: Path, aux_loader: None) -
     assert sweep_judge_issues([("a", runs[0].spec), ("b", runs[1].spec)]) == []
 
 
-def test_render_prints_the_judge_job(tmp_path: Path, aux_loader: None) -> None:
+def test_render_prints_the_judge_job(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from hpceval.cli.main import cli
@@ -119,3 +109,21 @@ def test_render_prints_the_judge_job(tmp_path: Path, aux_loader: None) -> None:
                                        "-o", "auxiliary_deployments.judge.num_nodes=0"])
     assert refused.exit_code == 2
     assert "auxiliary_deployments.judge.num_nodes" in refused.output
+
+
+def test_one_model_serves_its_sweep_judge_in_its_job(tmp_path: Path) -> None:
+    """A run of one model has no sweep to share the judge with (and no aggregation step to end
+    a judge job): the loader serves it in the model's job; no judge job is rendered."""
+    from hpceval.runs.rundir import prepare_run
+
+    (run,) = load(tmp_path, JUDGE, models=1)
+    assert run.spec.auxiliary_deployments["judge"].scope == "job"
+    assert prepare_run([run]).judges == {}
+
+
+def test_an_external_judge_needs_no_job(tmp_path: Path) -> None:
+    from hpceval.runs.rundir import prepare_run
+
+    runs = load(tmp_path, {"type": "none", "url": "http://judge.example/v1",
+                           "model_id": "judge", "scope": "sweep"})
+    assert prepare_run(runs).judges == {}

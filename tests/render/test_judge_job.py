@@ -68,6 +68,7 @@ def test_judge_job_shape(tmp_path: Path) -> None:
     assert 'MODEL_DIR="$RUN_DIR/auxiliary/$JUDGE_NAME"' in text
     # 8 GPUs at TP=4: two instances, both in endpoint.json; the servers require the token
     assert text.count("launch_server 0 head") == 1 and text.count("launch_server 1 head") == 1
+    assert text.index("\nlaunch_server() {") < text.index("\nlaunch_server 0 head")
     assert "export APPTAINERENV_VLLM_API_KEY=\"${HPCEVAL_JOB_TOKEN}\"" in text
     assert text.index('mv -f "$tmp" "$MODEL_DIR/token"') < text.index(
         'mv -f "$tmp" "$MODEL_DIR/endpoint.json"')
@@ -85,7 +86,9 @@ def test_sweep_render_shows_the_judge_and_the_aggregation_stops_it(tmp_path: Pat
     assert list(scripts.judges) == ["judge"]
     stop = f"{context(models[0][1]).run_dir_text}/auxiliary/judge/stop"
     assert f": > {stop}\n" in scripts.aggregate
-    assert scripts.aggregate.index(stop) < scripts.aggregate.index("exec ")
+    # after the aggregation (which may instead wait for auto-resume successors: then no stop)
+    assert scripts.aggregate.index("hpceval.results.table aggregate") < scripts.aggregate.index(
+        stop) and "--resubmit" in scripts.aggregate
     # the elements are the ordinary model jobs: the judge is not in them
     assert all("judge-judge" not in text for text in scripts.elements.values())
 
@@ -118,9 +121,7 @@ def test_command_judge_runs_bash_clean(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "where", "words"), [
-    ({"type": "none", "url": "https://judge.example/v1"}, "auxiliary_deployments.judge.scope",
-     "serves nothing"),
-    ({"num_nodes": 0}, "auxiliary_deployments.judge.num_nodes", "nodes of its own"),
+    ({"num_nodes": 0}, "auxiliary_deployments.judge.num_nodes", "job of its own"),
     ({"tensor_parallel_size": 3}, "auxiliary_deployments.judge (its own job): deployment",
      "idle"),
 ])

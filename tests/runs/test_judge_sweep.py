@@ -137,6 +137,7 @@ def test_resume_submits_a_new_judge_when_the_old_one_ended(tmp_path: Path,
     (folder / "stop").touch()  # the aggregation ended it
     (folder / "endpoint.json").write_text("{}")  # stale: a killed judge leaves one
     (folder / "token").write_text("old\n")
+    (folder / "job-failure").write_text("model server exited\n")  # the old judge's
     entries = resume_run(find_run(result.invocation_id), fake, aggregate=False)
     new_judge, resubmit, new_aggregate = fake.submits[3:]
     assert new_judge["script"] == folder / "judge.sbatch"
@@ -144,7 +145,8 @@ def test_resume_submits_a_new_judge_when_the_old_one_ended(tmp_path: Path,
     assert resubmit["extra_args"] == ["--array=1%2"]  # only the unfinished model
     # the aggregation job comes even with aggregate=False: it ends the new judge
     assert new_aggregate["dependency"] == f"afterany:{resubmit['id']}"
-    assert not (folder / "stop").exists() and not (folder / "endpoint.json").exists()
+    for stale in ("stop", "endpoint.json", "token", "job-failure"):
+        assert not (folder / stale).exists(), stale
     assert [e.role for e in entries] == ["main", "aggregate", "judge"]
     newest = read_jobs(result.run_dir).judge("judge")
     assert newest is not None and newest.id == new_judge["id"]
