@@ -1,65 +1,91 @@
 """One judge per sweep on the real Slurm dev cluster: a 3-model sweep whose judge
-(``auxiliary_deployments.judge``, ``scope: sweep``) is ONE job of its own.
+(``auxiliary_deployments.judge``, ``scope: sweep``, NeMo Evaluator's form in the run file) is ONE
+job of its own.
 
-The judge is a cheap ``type: command`` deployment: tests/fakes/reference_server.py behind a
-line that appends one line per start to a file, so the number of judge loads is counted, not
-assumed. The models are the oracle server answering ask-harness (as in test_controller.py).
-Checked: the judge job loads once, the array elements start only after it started, it publishes
-token (0600) then endpoint.json once healthy, the aggregation job's stop file ends it, and it
-ends COMPLETED with its servers gone; `hpceval kill` cancels it too.
+The models and the judge are tests/fakes/oracle_server.py behind ``command`` deployments; the
+judge's command first appends one line per start to a file, so its loads are counted, not
+assumed. Each model's task (judge-it, from test_judge_job.py) sends the judge one request through
+``auxiliary_deployments.judge.chat_url``, i.e. through its own job's proxy in front of the judge
+job. Checked: the judge job loads once, every element starts after it started, it publishes
+token (0600) then endpoint.json once healthy, it answers each model's task (its own request
+log), the aggregation job's stop file ends it COMPLETED with its endpoint withdrawn;
+`hpceval kill` cancels it too.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import stat
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_controller import ORACLE, PYTHON, CountingClient, env, sweep_config
+import yaml
 
-from hpceval.api import _configs
-from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.config import load_run
 from hpceval.runs.control import kill_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
 from hpceval.slurm.client import CommandSlurmClient
 from hpceval.slurm.states import Phase
+from tests.integration.drill_support import answered, oracle_command
+from tests.integration.test_judge_job import CATALOGUE
 
 pytestmark = pytest.mark.slurm
-__all__ = ["env"]  # the fixture, imported from test_controller
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
+TASK = "judge-it.judged_once"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
 
 
-def judge_command(loads: Path, startup_delay: float = 2.0) -> str:
-    """The fake judge: one line per load in `loads`, then a server that is ready after
-    `startup_delay` seconds (a model load)."""
+@pytest.fixture
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
+    root = tmp_path_factory.mktemp("judge-sweep")
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / "judge_it.yaml").write_text(CATALOGUE)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
+    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    mp.setenv("HPCEVAL_CACHE_DIR", str(root / "hpceval-cache"))
+    mp.delenv("HPCEVAL_PROFILE", raising=False)
+    yield root
+    mp.undo()
+
+
+def counted(command: str, loads: Path) -> str:
+    """`command`, after one line per start in `loads` (time, job id, node)."""
     return (f'echo "$(date +%s.%N) ${{SLURM_JOB_ID:-local}} $(hostname)" >> {loads}; '
-            f"exec {PYTHON} {FAKES / 'reference_server.py'} --model judge-model "
-            f"--startup-delay {startup_delay}")
+            f"{command}")
 
 
-def submit_judged_sweep(out: Path, judge: str, models: int = 3,
-                        client: CommandSlurmClient | None = None) -> Submitted:
-    config: dict[str, Any] = sweep_config(out, ORACLE)
-    config["models"] = [{"name": f"oracle-{c}"} for c in "abc"[:models]]
-    config["execution"]["max_walltime"] = "00:10:00"  # the judge job's walltime
-    aux = AuxiliaryDeploymentSpec(type="command", runtime="host", command=judge,
-                                  served_model_name="judge-model", gpus_per_instance=0,
-                                  scope="sweep", health_timeout=60)
-    # The loader's side of auxiliary_deployments (NEL's form) is branch aux-job's: the
-    # judge is set on the loaded configs here, as the loader will produce them.
-    loaded = [dataclasses.replace(c, spec=dataclasses.replace(
-        c.spec, auxiliary_deployments={"judge": aux}))
-        for c in _configs(config, (), None, True)]
-    return submit_configs(loaded, client)
+def run_file(work: Path, judge_command: str, models: int = 3) -> Path:
+    run = {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs"),
+                      "walltime": "00:05:00", "max_walltime": "00:10:00"},
+        "deployment": {"health_timeout": 60,
+                       "command": oracle_command("model-under-test", work / "model.jsonl")},
+        "models": [{"name": f"model-{c}"} for c in "abc"[:models]],
+        "auxiliary_deployments": {"judge": {
+            "type": "command", "served_model_name": "judge-model", "num_nodes": 1,
+            "health_timeout": 60, "runtime": "host", "scope": "sweep",
+            "command": judge_command}},
+        "evaluation": {"tasks": [{"name": TASK, "params": {"extra": {
+            "judge": {"url": "auxiliary_deployments.judge.chat_url",
+                      "model_id": "auxiliary_deployments.judge.model_id"}}}}]},
+    }
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    return path
+
+
+def submit(client: CommandSlurmClient, path: Path) -> Submitted:
+    return submit_configs(load_run(path), client)
 
 
 def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str]]:
@@ -72,40 +98,58 @@ def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str]]:
 
 
 def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmClient,
-                                                  env: Path) -> None:
-    loads = env / "judge-loads"
-    client = CountingClient()
-    run = submit_judged_sweep(env / "runs", judge_command(loads), client=client)
+                                                  work: Path) -> None:
+    loads = work / "judge-loads"
+    judge_log = work / "judge.jsonl"
+    run = submit(slurm_cluster, run_file(
+        work, counted(oracle_command("judge-model", judge_log), loads)))
     array, aggregate, judge = run.job_ids
-    assert client.calls["sbatch"] == 3  # judge, array, aggregation
     folder = run.run_dir / "auxiliary" / "judge"
-    tracker = Tracker(client, min_interval_s=1.0)
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
     tracker.add(run.run_dir)
     endpoint: dict[str, Any] | None = None
     serving: RunState | None = None
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + 240
     while True:  # watch endpoint.json appear while the sweep runs
         if endpoint is None and (folder / "endpoint.json").is_file():
             endpoint = json.loads((folder / "endpoint.json").read_text())
-            (serving,) = tracker.refresh(force=True)
+        if endpoint is not None and serving is None:
+            (seen,) = tracker.refresh(force=True)  # sacct may lag the job's start a little
+            if seen.judges[0].phase is not Phase.UNKNOWN:
+                serving = seen
         (state,) = tracker.refresh()
         if state.phase.terminal and (folder / "stop").exists():
             break
         assert time.monotonic() < deadline, f"sweep stayed {state.phase}: {state.reason}"
         time.sleep(0.5)
-    assert state.phase is Phase.DONE, state
+    logs = {m.key: (run.run_dir / "logs" / f"slurm-{array}_{m.index}.log").read_text()
+            for m in state.models}
+    assert state.phase is Phase.DONE, (state, logs)
     assert endpoint is not None, "endpoint.json never appeared while the sweep ran"
     assert endpoint["model_id"] == "judge-model" and endpoint["job_id"] == judge
     assert len(endpoint["urls"]) == 1 and endpoint["urls"][0].startswith("http://")
-    assert serving is not None and serving.judges[0].phase is Phase.RUNNING
+    # seen serving (or, on a slow sacct, already stopped: the sweep is short)
+    assert serving is not None and (serving.judges[0].phase, serving.judges[0].reason) in (
+        (Phase.RUNNING, "serving 1 instance(s)"), (Phase.DONE, "stopped after the sweep")), \
+        serving.judges
     token = folder / "token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
+
+    # every model's task asked the judge once, through its own job's proxy
+    for key in ("model-a", "model-b", "model-c"):
+        task_dir = run.run_dir / "models" / key / "tasks" / TASK
+        url = (task_dir / "harness" / "seen.txt").read_text().split("\n")[0]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1/chat/completions")
+        assert "waiting up to 60 s for the sweep's judge judge" in logs[key], logs[key]
+    judged = answered(judge_log)
+    assert len(judged) == 3 and {str(j["job"]) for j in judged} == {judge}, judged
+    assert answered(work / "model.jsonl") == []
 
     # the judge job ends on the aggregation job's stop file: COMPLETED, endpoint withdrawn
     deadline = time.monotonic() + 60
     while True:
         records = _sacct([judge, array, aggregate])
-        if records.get(judge, ("",))[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        if records.get(judge, ("",))[0] in FINAL and records.get(aggregate, ("",))[0] in FINAL:
             break
         assert time.monotonic() < deadline, records
         time.sleep(1.0)
@@ -122,20 +166,20 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
     judge_start = records[judge][1]
     assert len(elements) == 3 and all(start >= judge_start for _, start, _ in
                                       elements.values()), (judge_start, elements)
-    final = Tracker(client)
+    final = Tracker(slurm_cluster)
     final.add(run.run_dir)
     (state,) = final.refresh(force=True)
     assert [(j.phase, j.reason) for j in state.judges] == [
         (Phase.DONE, "stopped after the sweep")]
+    assert (run.run_dir / "results.csv").read_text().count("model-") == 3
 
 
-def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, env: Path) -> None:
+def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, work: Path) -> None:
     marker = f"{4000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
-    client = CountingClient()
-    # a judge that never gets healthy: it sits in its health wait, running
-    run = submit_judged_sweep(env / "runs", f"exec sleep {marker}", models=2, client=client)
+    # a judge that never gets healthy: it sits in its health wait, and the elements wait for it
+    run = submit(slurm_cluster, run_file(work, f"exec sleep {marker}", models=2))
     judge = run.job_ids[-1]
-    tracker = Tracker(client, min_interval_s=1.0)
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
     tracker.add(run.run_dir)
     deadline = time.monotonic() + 60
     while True:
@@ -145,7 +189,7 @@ def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, env: Path
         assert time.monotonic() < deadline, state.judges
         time.sleep(1.0)
     assert state.judges[0].reason == "loading (no endpoint.json yet)"
-    report = kill_run(find_run(run.invocation_id), client)
+    report = kill_run(find_run(run.invocation_id), slurm_cluster)
     assert report.still_active == [] and judge in report.cancelled
     deadline = time.monotonic() + 30
     while state.judges[0].phase is not Phase.CANCELLED:
