@@ -240,3 +240,20 @@ def test_info_names_the_judge_job(tmp_path: Path, fake: FakeSlurm) -> None:
     out = CliRunner().invoke(cli, ["info", result.invocation_id])
     assert out.exit_code == 0, out.output
     assert f"job        {judge} judge judge (submit, " in out.output
+
+
+def test_logs_show_the_judge_job(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.runs.logs import log_files
+    from hpceval.runs.state import read_run
+
+    result, _, _, judge = submitted(tmp_path, fake)
+    run_dir = result.run_dir
+    (run_dir / "auxiliary/judge/server").mkdir(parents=True, exist_ok=True)
+    (run_dir / "auxiliary/judge/server/instance-0.log").write_text("up\n")
+    run, jobs = read_run(run_dir), read_jobs(run_dir)
+    assert log_files(run_dir, run, jobs)[-1] == (
+        "judge judge job", run_dir / "auxiliary" / "judge" / f"slurm-{judge}.log")
+    assert log_files(run_dir, run, jobs, server=True)[-1] == (
+        "judge judge server instance-0", run_dir / "auxiliary/judge/server/instance-0.log")
+    assert all(not label.startswith("judge")
+               for label, _ in log_files(run_dir, run, jobs, model="model-00"))
