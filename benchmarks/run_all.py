@@ -37,6 +37,7 @@ SCRIPTS: dict[str, str] = {
     "proxy": "proxy_bench.py",
     "resume": "resume_waste.py",
     "vllm": "vllm_bench.py",
+    "judge": "judge_loads.py",
 }
 HERE = Path(__file__).resolve().parent
 

@@ -8,6 +8,7 @@ This module imports nothing, so every layer can use it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # -- written by submit (hpceval.runs.rundir) ------------------------------------------------
 RUN_FILE = "run.json"  # what the controller needs; written last: the directory is complete
@@ -23,6 +24,10 @@ JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
 # -- written by the job ---------------------------------------------------------------------
 SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job sbatch'ed itself
 EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already waited for
+AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregation with a judge
+# exit status of `hpceval.results.table aggregate --resubmit` when it submitted itself again
+# after auto-resume successors: the aggregation script then leaves the sweep's judge running
+WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
@@ -39,6 +44,7 @@ AUX_DIR = "auxiliary"
 AUX_ENDPOINT_FILE = "endpoint.json"  # sweep judge job: its instance URLs, once all are healthy
 AUX_TOKEN_FILE = "token"  # sweep judge job: the per-job token its servers require (mode 0600)
 AUX_STOP_FILE = "stop"  # sweep judge job: written by the aggregation step; the judge job ends
+AUX_JOB_SCRIPT = "judge.sbatch"  # sweep judge job: its script, in auxiliary/<name>/
 
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
@@ -63,6 +69,17 @@ JOB_FILES = {
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_stop": AUX_STOP_FILE,
 }
+
+
+def aux_folder(name: str) -> str:
+    """A sweep judge's folder (scope: sweep), relative to the run directory; also its key in
+    status and cost figures, where it never clashes with a model key (those have no "/")."""
+    return f"{AUX_DIR}/{name}"
+
+
+def judge_names(run: dict[str, Any]) -> list[str]:
+    """The sweep judges of a run, from run.json's "auxiliary" list (written by submit)."""
+    return [str(a["name"]) for a in run.get("auxiliary") or []]
 
 
 def is_done(task_dir: Path) -> bool:

@@ -23,7 +23,7 @@ class JobEntry:
 
     id: str  # Slurm job id (the array's base id) or "local-<pid>"
     kind: str  # the backend that runs it: slurm | local
-    role: str  # main | aggregate
+    role: str  # main | aggregate | export | judge
     models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
     array: bool  # True: model i runs as array task "<id>_<i>"
     submitted_at: float
@@ -32,6 +32,7 @@ class JobEntry:
     pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
     host: str | None = None
     cancelled_at: float | None = None
+    aux: str | None = None  # role judge: the auxiliary deployment it serves
 
     def watch_id(self, model_index: int) -> str:
         return f"{self.id}_{model_index}" if self.array else self.id
@@ -63,8 +64,11 @@ class JobRequest:
     after: str | None = None  # a job id this one waits for, whatever its end
     begin: str | None = None  # start no earlier than this (sbatch --begin: "now+600")
     singleton: bool = False  # never alongside another job of the same name (a watch's tick)
-    role: str = "main"  # main | aggregate | export | watch
+    role: str = "main"  # main | aggregate | export | judge | watch
     reason: str = "submit"  # submit | resume
+    # job ids that must have STARTED before this one starts (a sweep's judge jobs)
+    started_after: tuple[str, ...] = ()
+    aux: str | None = None  # role judge: the auxiliary deployment's name
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class Backend(Protocol):
     # it can queue a job to start later (JobRequest.begin) and keep one job of a name at a
     # time (JobRequest.singleton): what a checkpoint watch's self-resubmitting tick needs
     schedules_later: ClassVar[bool]
+    # it runs jobs side by side, so a sweep's judge job (scope: sweep) serves the models' jobs
+    side_by_side: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

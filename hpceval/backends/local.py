@@ -40,6 +40,9 @@ class LocalBackend:
     multi_node: ClassVar[bool] = False
     srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
     schedules_later: ClassVar[bool] = False  # no queue: a job starts now or not at all
+    # the runner runs one model's job after the other: a judge job beside them would need a
+    # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)
+    side_by_side: ClassVar[bool] = False
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

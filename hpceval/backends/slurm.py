@@ -36,6 +36,7 @@ class SlurmBackend:
     multi_node: ClassVar[bool] = True
     srun_steps: ClassVar[bool] = True
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
+    side_by_side: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
@@ -82,15 +83,18 @@ class SlurmBackend:
             extra.append(f"--array={spec}")
         if request.begin is not None:
             extra.append(f"--begin={request.begin}")
-        # "," joins dependencies that must all hold
-        wait = ([f"afterany:{request.after}"] if request.after else []) + \
-            (["singleton"] if request.singleton else [])
-        dependency = ",".join(wait) or None
+        # after: the judge has STARTED (the elements then wait for its endpoint themselves);
+        # afterany: the main job has ENDED, however; singleton: no other job of this name
+        # runs (a watch's ticks). A comma means all of them.
+        needs = [f"after:{':'.join(request.started_after)}"] if request.started_after else []
+        needs += [f"afterany:{request.after}"] if request.after else []
+        needs += ["singleton"] if request.singleton else []
+        dependency = ",".join(needs) or None
         submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
         job_id = self.client.submit(run_dir / request.script, extra_args=extra,
                                     dependency=dependency)
         return JobEntry(job_id, self.name, request.role, request.models, request.sweep,
-                        submitted_at, request.reason)
+                        submitted_at, request.reason, aux=request.aux)
 
     def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
         self._register([q for q in queries if not q.finished])

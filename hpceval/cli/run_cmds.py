@@ -84,7 +84,8 @@ def _write_no_follow(target: Path, name: str, text: str) -> None:
 @config_options
 @click.option("--dry-run", is_flag=True, help="Validate and render, write and submit nothing.")
 @click.option("--no-aggregate", is_flag=True,
-              help="Sweeps: no dependent job writing the results table.")
+              help="Sweeps: no dependent job writing the results table (a sweep with a "
+                   "scope: sweep judge keeps it: that job also ends the judge).")
 def submit(config_file: str | None, config_opt: str | None, config_dir: str | None,
            config_name: str | None, profile: str | None, overrides: tuple[str, ...],
            dry_run: bool, no_aggregate: bool) -> None:
@@ -113,7 +114,10 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
         raise click.ClickException(f"sbatch failed: {exc} (run directory kept for "
                                    f"inspection: {run.run_dir})") from exc
     click.echo(f"submitted {result.invocation_id}: {result.what}")
-    if len(result.job_ids) > 1:
-        click.echo(f"aggregation job {result.job_ids[1]} (runs after the array)")
+    after = {"aggregate": "aggregation job {} (runs after the array; ends any judge job)",
+             "export": "export job {} (runs after the main job)"}
+    for job_id, role in list(zip(result.job_ids, result.roles, strict=True))[1:]:
+        click.echo(after[role].format(job_id) if role in after else
+                   f"{role} job {job_id} (the array starts once it has started)")
     click.echo(f"run directory: {result.run_dir}")
     click.echo(f"follow it with: hpceval status {result.invocation_id} --watch")

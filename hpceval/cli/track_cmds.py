@@ -168,7 +168,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
         extra = f" pid {e.pid} on {e.host}" if e.pid is not None else ""
         gone = " (cancelled)" if e.cancelled_at else ""
-        click.echo(f"job        {e.id} {e.role} ({e.reason}, {time.ctime(e.submitted_at)})"
+        role = f"{e.role} {e.aux}" if e.aux else e.role  # a sweep's judge: its name
+        click.echo(f"job        {e.id} {role} ({e.reason}, {time.ctime(e.submitted_at)})"
                    f"{tasks}{extra}{gone}")
     for m in manifest["models"]:
         click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "
@@ -187,7 +188,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
 @click.option("--model", help="Only this model (its key or model id).")
 @click.option("--task", help="The harness log of this task (harness.task or short name).")
 @click.option("--server", is_flag=True,
-              help="Server and proxy logs (the judges' too) instead of the job log.")
+              help="Server and proxy logs (the judges' too) instead of the job log; a sweep's "
+                   "judge job's logs come after the models'.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the run ends.")
 @click.option("-n", "--lines", type=int, help="Only the last N lines of each log.")
 @output_dir_option
@@ -277,7 +279,9 @@ def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
 @click.command()
 @click.argument("run")
 @click.option("--force", is_flag=True, help="Resubmit even if sacct shows live jobs.")
-@click.option("--no-aggregate", is_flag=True, help="Sweeps: no dependent aggregation job.")
+@click.option("--no-aggregate", is_flag=True,
+              help="Sweeps: no dependent aggregation job (kept with a scope: sweep judge: "
+                   "it ends the judge).")
 @output_dir_option
 def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ...]) -> None:
     """Resubmit only the unfinished models of a run (done tasks are skipped in the job)."""

@@ -80,11 +80,15 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
     models = composed.data.pop("models", None)
     lookups = _Lookups(catalogue)
     if models is None:
-        return [_resolve(composed, environ, check_environment, lookups, single_model=True)]
+        # one model: its scope sweep judges were turned into scope job (_sweep_judges_in_job)
+        single = [_resolve(composed, environ, check_environment, lookups, single_model=True)]
+        _check_judges([("model", single[0])])
+        return single
     from hpceval.config.compose import merge
     from hpceval.config.sweep import expand_models
 
     resolved: list[ResolvedConfig] = []
+    labels: list[str] = []
     issues: list[ConfigIssue] = []
     for label, _, patch in expand_models(models):
         one = Composed(copy.deepcopy(composed.data), dict(composed.sources),
@@ -92,11 +96,22 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
         merge(one.data, patch, one.sources, label)
         try:
             resolved.append(_resolve(one, environ, check_environment, lookups))
+            labels.append(label)
         except ConfigError as exc:
             issues += [ConfigIssue(f"{label}: {i.path}", i.message, i.fix) for i in exc.issues]
     if issues:
         raise ConfigError(issues)
+    _check_judges(list(zip(labels, resolved, strict=True)))
     return resolved
+
+
+def _check_judges(models: list[tuple[str, ResolvedConfig]]) -> None:
+    """A run's scope: sweep deployments (one judge job for the run): config/judges.py."""
+    from hpceval.config.judges import sweep_judge_issues
+
+    issues = sweep_judge_issues([(label, r.spec) for label, r in models])
+    if issues:
+        raise ConfigError(issues)
 
 
 class _Lookups:

@@ -101,6 +101,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
+        "judge": None,  # a sweep's judge job sets it (render.judge)
     }
 
 

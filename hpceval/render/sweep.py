@@ -6,12 +6,14 @@ every model's own job would carry, plus a `case "$SLURM_ARRAY_TASK_ID"` that exe
 their own (single-job) header too: under the dispatcher it is only comments, and it lets an
 admin sbatch one element by hand. A small CPU-only aggregation script, submitted with
 ``--dependency=afterany:<array>``, writes the sweep's results table when every element ended.
+An auxiliary deployment with ``scope: sweep`` (a judge) is one job of its own that the array
+starts after (render/judge.py); the aggregation script ends it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
@@ -19,6 +21,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.render.context import ArraySpec, JobContext
 from hpceval.render.header import HeaderLine, header_lines, sbatch_value
 from hpceval.render.job import render_job
+from hpceval.render.judge import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
 from hpceval.slurm.formats import slurm_filename
 
@@ -34,6 +37,7 @@ class SweepScripts:
     dispatcher: str  # what sbatch receives
     elements: dict[str, str]  # model key -> its job script (models/<key>/job.sh)
     aggregate: str  # the dependent aggregation job's script
+    judges: dict[str, str] = field(default_factory=dict)  # scope sweep: name -> judge job script
 
 
 def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
@@ -73,7 +77,9 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) 
     dispatcher = shipped_environment().get_template(SWEEP_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in header], models=views,
         job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version})
-    return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx))
+    judges = {name: render_judge_job(models[0][1], name, ctx) for name in sweep_judges(models)}
+    return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx, list(judges)),
+                        judges)
 
 
 def _element_context(ctx: JobContext, key: str) -> JobContext:
@@ -83,12 +89,18 @@ def _element_context(ctx: JobContext, key: str) -> JobContext:
                    script_path=f"{ctx.run_dir_text}/models/{key}/job.sh")
 
 
-def render_aggregate(resolved: ResolvedConfig, ctx: JobContext) -> str:
-    """The dependent CPU job: same partition/account/QOS as the sweep, one CPU, 15 minutes."""
+def render_aggregate(resolved: ResolvedConfig, ctx: JobContext,
+                     judges: Sequence[str] = ()) -> str:
+    """The dependent CPU job: same partition/account/QOS as the sweep, one CPU, 15 minutes.
+    It also ends the sweep's judge jobs (``judges``: their names) by writing their stop file."""
+    from hpceval.contract import AGGREGATE_SCRIPT, AUX_STOP_FILE, WAITS_FOR_SUCCESSORS, aux_folder
+
     return shipped_environment().get_template(AGGREGATE_TEMPLATE).render(
         header=cpu_job_header(resolved, ctx, "aggregate", AGGREGATE_MINUTES,
                               "reading result files is quick"),
-        invocation_id=ctx.invocation_id, python=ctx.python, run_dir=ctx.run_dir_text)
+        invocation_id=ctx.invocation_id, python=ctx.python, run_dir=ctx.run_dir_text,
+        stops=[f"{ctx.run_dir_text}/{aux_folder(name)}/{AUX_STOP_FILE}" for name in judges],
+        script=f"{ctx.run_dir_text}/{AGGREGATE_SCRIPT}", waits_rc=WAITS_FOR_SUCCESSORS)
 
 
 def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:

@@ -51,17 +51,19 @@ def _ids(path: Path) -> list[str]:
     return [line.split()[0] for line in lines if line.strip()]
 
 
-def unwaited_successors(run_dir: Path) -> list[str]:
-    """Successor jobs (auto-resume) this export has not waited for yet."""
-    waited = set(_ids(run_dir / EXPORT_WAITED_FILE))
+def unwaited_successors(run_dir: Path, waited_file: str = EXPORT_WAITED_FILE) -> list[str]:
+    """Successor jobs (auto-resume) this export (or aggregation) has not waited for yet."""
+    waited = set(_ids(run_dir / waited_file))
     return [i for i in dict.fromkeys(_ids(run_dir / SUCCESSORS_FILE)) if i not in waited]
 
 
-def wait_for_successors(run_dir: Path, script: Path,
-                        client: SlurmClient | None = None) -> str | None:
+def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None = None, *,
+                        waited_file: str = EXPORT_WAITED_FILE, role: str = "export"
+                        ) -> str | None:
     """Submit ``script`` again after the unwaited successors; returns its job id, or None
-    when the run has none (then export now)."""
-    todo = unwaited_successors(run_dir)
+    when the run has none (then export now). A sweep's aggregation job with a judge does the
+    same (``waited_file`` aggregate.waited, ``role`` aggregate): the judge must outlive them."""
+    todo = unwaited_successors(run_dir, waited_file)
     if not todo:
         return None
     from hpceval.slurm.client import CommandSlurmClient, SlurmError
@@ -70,9 +72,9 @@ def wait_for_successors(run_dir: Path, script: Path,
         job = (client or CommandSlurmClient()).submit(script,
                                                       dependency="afterany:" + ":".join(todo))
     except SlurmError as exc:  # e.g. a successor Slurm has forgotten: it ended long ago
-        print(f"not waiting for job(s) {', '.join(todo)}: {exc}; exporting now", file=sys.stderr)
+        print(f"not waiting for job(s) {', '.join(todo)}: {exc}; going on now", file=sys.stderr)
         return None
-    with (run_dir / EXPORT_WAITED_FILE).open("a", encoding="utf-8") as fh:
+    with (run_dir / waited_file).open("a", encoding="utf-8") as fh:
         fh.write("".join(f"{i}\n" for i in todo))
     # Into the run's chain, so `hpceval kill` cancels it too (status follows main jobs only).
     import time
@@ -80,7 +82,7 @@ def wait_for_successors(run_dir: Path, script: Path,
     from hpceval.backends.base import JobEntry
     from hpceval.runs.jobs import append_jobs
 
-    append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", "export", (), False, time.time(),
+    append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", role, (), False, time.time(),
                                             "auto-resume")])
     return job
 

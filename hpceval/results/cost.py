@@ -3,9 +3,10 @@
 A job's usage is what sacct says it held (AllocTRES gres/gpu and node) times how long it held
 it (Elapsed): the allocation budget is charged for held GPUs, busy or not. A model's cost is
 every job of its chain (the first submission and each resume), so failed and timed-out attempts
-count too. A task's cost is its own duration (manifest.json) times the GPUs of the job that ran
-it; tasks a job ran side by side (max_concurrent_tasks > 1) share those GPUs, so task figures
-can add up to more than the model's.
+count too; a sweep's judge job (scope: sweep) is a row of its own, ``auxiliary/<name>``. A
+task's cost is its own duration (manifest.json) times the GPUs of the job that ran it; tasks a
+job ran side by side (max_concurrent_tasks > 1) share those GPUs, so task figures can add up to
+more than the model's.
 
 Usage comes from the sacct call a refresh makes anyway: `register_usage` adds the jobs whose
 usage is not known yet to the watcher before that call, `collect_usage` reads the records after
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hpceval.backends import backend_for
-from hpceval.contract import DONE_MARKER, MANIFEST_FILE
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE, aux_folder, judge_names
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
 USAGE_FILE = "job-usage.json"
@@ -84,6 +85,10 @@ def run_jobs(run: dict[str, Any], jobs: Any) -> list[RunJob]:
             if _accounted(entry.kind):
                 out.append(RunJob(model["key"], entry.watch_id(model["index"]),
                                   entry.submitted_at))
+    # a sweep's judge jobs (scope: sweep) held GPUs for every model: charged as their own row
+    for name in judge_names(run):
+        out += [RunJob(aux_folder(name), e.id, e.submitted_at) for e in jobs.chain
+                if e.role == "judge" and e.aux == name and _accounted(e.kind)]
     return out
 
 
@@ -192,6 +197,14 @@ def run_cost(run_dir: Path, run: dict[str, Any], jobs: Any, book: UsageBook) -> 
             "elapsed_s": sum(u.elapsed_s for u in known),
             "gpu_hours": round(sum(u.gpu_hours for u in known), 6),
             "node_hours": round(sum(u.node_hours for u in known), 6), "tasks": tasks})
+    for label in map(aux_folder, judge_names(run)):
+        known = [u for j in attempts if j.model == label and (u := book.get(j)) is not None]
+        held = sum(j.model == label for j in attempts)
+        models.append({
+            "model": label, "jobs": held, "unknown_jobs": held - len(known),
+            "elapsed_s": sum(u.elapsed_s for u in known),
+            "gpu_hours": round(sum(u.gpu_hours for u in known), 6),
+            "node_hours": round(sum(u.node_hours for u in known), 6), "tasks": []})
     return {"accounted": _accounted(jobs.kind),  # local runs: no accounting to ask
             "gpu_hours": round(sum(m["gpu_hours"] for m in models), 6),
             "node_hours": round(sum(m["node_hours"] for m in models), 6),

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import DONE_MARKER, RESULTS_FILE, RUN_FILE
+from hpceval.contract import DONE_MARKER, RESULTS_FILE, RUN_FILE, WAITS_FOR_SUCCESSORS
 from hpceval.storage import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     agg = sub.add_parser("aggregate", help="write RUN_DIR/results.csv (+ .parquet)")
     agg.add_argument("--run-dir", type=Path, required=True)
+    agg.add_argument("--resubmit", type=Path,
+                     help="this job's script: if elements continue in auto-resume successors, "
+                          f"submit it again after them and exit {WAITS_FOR_SUCCESSORS}")
     args = parser.parse_args(argv)
+    if args.resubmit is not None:
+        from hpceval.contract import AGGREGATE_WAITED_FILE
+        from hpceval.results.autoexport import wait_for_successors
+
+        job = wait_for_successors(args.run_dir, args.resubmit,
+                                  waited_file=AGGREGATE_WAITED_FILE, role="aggregate")
+        if job is not None:
+            print(f"the sweep continues in successor jobs: aggregation waits for them (job {job})")
+            return WAITS_FOR_SUCCESSORS
     frame = aggregate(args.run_dir)
     models = frame["model"].nunique() if not frame.empty else 0
     print(f"aggregate: {len(frame)} metric rows from {models} model(s) -> "

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends import CancelReport, JobEntry, JobRequest, backend_for
-from hpceval.contract import AGGREGATE_SCRIPT, ELEMENT_SCRIPT, EXPORT_SCRIPT
+from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
+from hpceval.contract import (
+    AGGREGATE_SCRIPT,
+    AUX_ENDPOINT_FILE,
+    AUX_STOP_FILE,
+    AUX_TOKEN_FILE,
+    ELEMENT_SCRIPT,
+    EXPORT_SCRIPT,
+    JOB_FAILURE_FILE,
+    aux_folder,
+)
 from hpceval.runs.index import RunRef
-from hpceval.runs.jobs import mark_cancelled, read_jobs
+from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
 from hpceval.runs.state import Tracker, _all_done, read_run
 from hpceval.runs.submit import submit_jobs
@@ -110,8 +120,48 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
     # run.json's kind, not jobs.json's: a run whose first submission failed has no chain yet
     backend = backend_for(str(run.get("kind") or jobs.kind), client=client)
     with_export = (ref.run_dir / EXPORT_SCRIPT).is_file()  # written only where it is a job
+    judges = [(str(a["name"]), str(a["script"])) for a in run.get("auxiliary") or []]
+    running, stale = _resume_judges(ref.run_dir, backend, jobs, judges)
+    main = dataclasses.replace(main, started_after=running)
+    # the aggregation job ends the judge: it comes with one whatever --no-aggregate says
+    with_aggregate = with_aggregate or (sweep and bool(judges)
+                                        and (ref.run_dir / AGGREGATE_SCRIPT).is_file())
     return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None,
-                       EXPORT_SCRIPT if with_export else None)
+                       EXPORT_SCRIPT if with_export else None, judges=stale)
+
+
+def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
+                   judges: list[tuple[str, str]]) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    """A resumed element needs the sweep's judge again: (ids of judge jobs still serving, which
+    the resumed array starts after; (name, script) of the judges to submit again).
+
+    A judge is still serving when its newest job is queued or running and its stop file is
+    absent. Otherwise its stale files go (endpoint.json names servers that are gone, token and
+    job-failure are an earlier job's, which the models' jobs would trust, and the stop file
+    would end the new job at once); a judge job that is still live although its stop
+    file exists is ending, and is cancelled first, so that removing the file cannot keep it."""
+    running: list[str] = []
+    stale: list[tuple[str, str]] = []
+    for name, script in judges:
+        folder = run_dir / aux_folder(name)
+        stop = (folder / AUX_STOP_FILE).exists()
+        entry = jobs.judge(name)
+        live = False
+        if entry is not None:
+            query = JobQuery(entry, run_dir, aux_folder(name), 0)
+            (state,) = backend.states([query], force=True)
+            live = not state.terminal
+        if live and not stop and entry is not None:
+            running.append(entry.id)
+            continue
+        if live and entry is not None:
+            backend.cancel(run_dir, [entry], mark=lambda ids: _mark(run_dir, ids),
+                           verify_s=30.0, sleep=time.sleep)
+        # the models' jobs trust these files: none may be an earlier judge job's
+        for leftover in (AUX_ENDPOINT_FILE, AUX_TOKEN_FILE, JOB_FAILURE_FILE, AUX_STOP_FILE):
+            (folder / leftover).unlink(missing_ok=True)
+        stale.append((name, script))
+    return tuple(running), stale
 
 
 def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:

@@ -36,6 +36,11 @@ class Jobs:
         entries = self.main_for(model_index)
         return entries[-1] if entries else None
 
+    def judge(self, name: str) -> JobEntry | None:
+        """The newest job serving the sweep's auxiliary deployment ``name`` (scope: sweep)."""
+        entries = [e for e in self.chain if e.role == "judge" and e.aux == name]
+        return entries[-1] if entries else None
+
     @property
     def ids(self) -> list[str]:
         return [e.id for e in self.chain]

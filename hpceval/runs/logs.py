@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpceval.backends import backend_for
-from hpceval.contract import AUX_DIR
+from hpceval.contract import AUX_DIR, aux_folder, judge_names
 from hpceval.runs.jobs import Jobs
 
 
@@ -69,6 +69,23 @@ def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | No
         path = job_log(run_dir, m["key"], m["index"], jobs)
         if path is not None:
             out.append((f"{m['key']} job", path))
+    if model is None and task is None:
+        out += _judge_job_logs(run_dir, run, jobs, server=server)
+    return out
+
+
+def _judge_job_logs(run_dir: Path, run: dict[str, Any], jobs: Jobs, *,
+                    server: bool) -> list[tuple[str, Path]]:
+    """A sweep's judge jobs (scope: sweep): the newest one's own log (its #SBATCH --output in
+    its folder), or with `server` its servers' logs."""
+    out: list[tuple[str, Path]] = []
+    for name in judge_names(run):
+        folder = run_dir / aux_folder(name)
+        if server:
+            out += [(f"judge {name} server {p.stem}", p)
+                    for p in sorted((folder / "server").glob("*.log"))]
+        elif (entry := jobs.judge(name)) is not None:
+            out.append((f"judge {name} job", folder / f"slurm-{entry.id}.log"))
     return out
 
 

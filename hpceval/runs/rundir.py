@@ -10,6 +10,7 @@ Layout (see docs/controller.md)::
       local.sh          execution.type local: runs the job script(s) here with bash
       jobs.json         the chain of Slurm jobs / local processes (hpceval.runs.jobs)
       logs/             array element and aggregation logs
+      auxiliary/<name>/ a sweep's judge job (scope: sweep): judge.sbatch, server/, endpoint.json
       models/<key>/     job.sh (sweep element), run.yaml, then what the job writes
 """
 
@@ -91,6 +92,7 @@ class PreparedRun:
     entry: str  # the script handed to sbatch (or to bash, for local runs)
     aggregate: str | None = None  # a sweep whose backend runs aggregation as a job: its script
     export: str | None = None  # export.destinations, where the backend runs it as a job
+    judges: dict[str, str] = dataclasses.field(default_factory=dict)  # scope sweep: name -> script
 
     @property
     def sweep(self) -> bool:
@@ -113,6 +115,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                 invocation_id: str | None = None, python: str | None = None) -> PreparedRun:
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
+    from hpceval.render.judge import judge_script
     from hpceval.render.quoting import render_template
     from hpceval.render.sweep import render_export, render_sweep
     from hpceval.results.autoexport import export_arguments
@@ -128,6 +131,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     keys = unique_keys(runs)
     scripts: dict[str, str] = {}
     aggregate = None  # a sweep's aggregation script, for the backend to use or not
+    judges: dict[str, str] = {}  # a sweep's judge jobs (scope: sweep): name -> script
     if len(runs) == 1:
         entry = JOB_SCRIPT
         scripts[entry] = render_job(runs[0], dataclasses.replace(ctx, model_key=keys[0]))
@@ -139,6 +143,8 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         names = [f"models/{key}/{ELEMENT_SCRIPT}" for key in keys]
         scripts.update(dict(zip(names, sweep.elements.values(), strict=True)))
         aggregate = sweep.aggregate
+        judges = {name: judge_script(name) for name in sweep.judges}
+        scripts.update({judges[name]: text for name, text in sweep.judges.items()})
     models = tuple(
         ModelPlan(key, i, resolved, name,
                   tuple((t.key, t.task.qualified_name) for t in resolved.tasks))
@@ -150,7 +156,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
         ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template)))
     return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT),
-                       scripts.get(EXPORT_SCRIPT))
+                       scripts.get(EXPORT_SCRIPT), judges)
 
 
 def redacted(value: Any) -> Any:
@@ -182,6 +188,8 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
         # resume resubmits these files: it refuses one that changed since submit
         "scripts_sha256": {name: _sha256(text.encode()) for name, text in run.scripts.items()},
         "array_parallelism": run.resolved.spec.execution.array_parallelism,
+        # a sweep's judge jobs (scope: sweep): resume resubmits one that no longer runs
+        "auxiliary": [{"name": name, "script": script} for name, script in run.judges.items()],
         "models": [{"key": m.key, "index": m.index, "script": m.script_name,
                     "deployment": m.resolved.spec.deployment.type,
                     "model_id": m.resolved.spec.target.api_endpoint.model_id

@@ -16,14 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpceval.backends import Backend, JobQuery, backend_for
+from hpceval.backends import Backend, JobEntry, JobQuery, backend_for
 from hpceval.contract import (
+    AUX_ENDPOINT_FILE,
+    AUX_STOP_FILE,
     COMMAND_FILE,
     FAILED_FILE,
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
     RUN_FILE,
+    aux_folder,
     is_done,
+    judge_names,
 )
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
@@ -60,6 +64,16 @@ class ModelState:
 
 
 @dataclass(frozen=True)
+class JudgeState:
+    """A sweep's judge job (an auxiliary deployment with scope: sweep)."""
+
+    name: str
+    phase: Phase
+    reason: str
+    job_id: str | None
+
+
+@dataclass(frozen=True)
 class RunState:
     ref: RunRef
     phase: Phase
@@ -67,6 +81,7 @@ class RunState:
     models: list[ModelState]
     jobs: Jobs
     run: dict[str, Any] = field(default_factory=dict)  # run.json
+    judges: list[JudgeState] = field(default_factory=list)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -116,28 +131,36 @@ class Tracker:
                     queries.setdefault(entry.kind, []).append(JobQuery(
                         entry, ref.run_dir, model["key"], model["index"],
                         finished=_all_done(ref.run_dir, model)))
-        answers: dict[tuple[Path, int], JobStatus] = {}
+            for name in judge_names(run):
+                entry = jobs.judge(name)
+                if entry is not None:  # asked in the same call as the models' jobs
+                    queries.setdefault(entry.kind, []).append(
+                        JobQuery(entry, ref.run_dir, aux_folder(name), 0))
+        answers: dict[tuple[Path, str], JobStatus] = {}
         for kind, asked in queries.items():
             states = self.backend(kind).states(asked, force=force)
-            answers.update({(q.run_dir, q.index): st
+            answers.update({(q.run_dir, q.key): st
                             for q, st in zip(asked, states, strict=True)})
         return [self._run_state(ref, run, jobs, answers) for ref, run, jobs in loaded]
 
     # -- internals --------------------------------------------------------------------------
 
     def _run_state(self, ref: RunRef, run: dict[str, Any], jobs: Jobs,
-                   answers: dict[tuple[Path, int], JobStatus]) -> RunState:
+                   answers: dict[tuple[Path, str], JobStatus]) -> RunState:
         models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run["models"]]
         phase, reason = combine_models(models)
-        return RunState(ref, phase, reason, models, jobs, run)
+        judges = [judge_state(ref.run_dir, name, jobs.judge(name),
+                              answers.get((ref.run_dir, aux_folder(name))))
+                  for name in judge_names(run)]
+        return RunState(ref, phase, reason, models, jobs, run, judges)
 
     def _model_state(self, run_dir: Path, model: dict[str, Any], jobs: Jobs,
-                     answers: dict[tuple[Path, int], JobStatus]) -> ModelState:
+                     answers: dict[tuple[Path, str], JobStatus]) -> ModelState:
         key, index = model["key"], model["index"]
         model_dir = run_dir / "models" / key
         entry = jobs.current(index)
         attempts = len(jobs.main_for(index))
-        job = answers.get((run_dir, index),
+        job = answers.get((run_dir, key),
                           JobStatus(Phase.UNKNOWN, "no job recorded (submission failed?)"))
         tasks = task_states(model_dir, model["tasks"], job)
         stopped = ""
@@ -151,6 +174,29 @@ class Tracker:
         job_id = None if entry is None else entry.watch_id(index)
         progress = read_progress(model_dir) if phase is Phase.RUNNING else None
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
+
+
+def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
+                job: JobStatus | None) -> JudgeState:
+    """The judge job's phase, with what its folder says: serving (endpoint.json), stopped by
+    the aggregation (stop), or why it failed (job-failure)."""
+    folder = run_dir / aux_folder(name)
+    if entry is None or job is None:
+        return JudgeState(name, Phase.UNKNOWN, "no judge job recorded (submission failed?)",
+                          None)
+    reason = job.reason
+    if job.phase is Phase.RUNNING:
+        try:
+            urls = json.loads((folder / AUX_ENDPOINT_FILE).read_text(encoding="utf-8"))["urls"]
+            reason = f"serving {len(urls)} instance(s)"
+        except (OSError, ValueError, KeyError, TypeError):
+            reason = "loading (no endpoint.json yet)"
+    elif job.phase is Phase.DONE and (folder / AUX_STOP_FILE).exists():
+        reason = "stopped after the sweep"
+    elif job.terminal:
+        cause = job_failure(folder, entry.submitted_at)
+        reason = f"{cause}; {reason}" if cause and reason else cause or reason
+    return JudgeState(name, job.phase, reason, entry.id)
 
 
 def task_states(model_dir: Path, tasks: list[dict[str, str]], job: JobStatus

@@ -2,12 +2,15 @@
 
 One submission per run: a single model is one job, a sweep is one array job. A sweep on a
 backend that runs aggregation as a job of its own (Slurm) adds one dependent CPU job that
-writes the results table.
+writes the results table. A sweep's judge (an auxiliary deployment with scope: sweep) is one job
+submitted FIRST; the array starts once it has started (--dependency=after), and the aggregation
+job, which always comes with a judge, ends it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +31,11 @@ _ID_ATTEMPTS = 5
 class Submitted:
     invocation_id: str
     run_dir: Path
-    job_ids: tuple[str, ...]  # main job first, then the aggregation job if any
+    job_ids: tuple[str, ...]  # main job first, then aggregation / export / judge jobs if any
     kind: str
     models: tuple[str, ...]
     what: str = ""  # how the backend names the main job ("array job 12 (4 models)")
+    roles: tuple[str, ...] = ()  # each job id's role (main, aggregate, export, judge <name>)
 
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
@@ -72,21 +76,37 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
         write_run(run)
     backend = backend_for(run.kind, client=client)
     main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep)
+    # A judge job is ended by the aggregation job's stop file: with a judge it always comes.
+    with_aggregate = run.aggregate is not None and (aggregate or bool(run.judges))
     entries = submit_jobs(run.run_dir, backend, main,
-                          AGGREGATE_SCRIPT if run.aggregate is not None and aggregate else None,
-                          EXPORT_SCRIPT if run.export is not None else None)
+                          AGGREGATE_SCRIPT if with_aggregate else None,
+                          EXPORT_SCRIPT if run.export is not None else None,
+                          judges=tuple(run.judges.items()))
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
                        tuple(m.key for m in run.models),
-                       backend.describe(entries[0], len(run.models)))
+                       backend.describe(entries[0], len(run.models)),
+                       tuple(f"judge {e.aux}" if e.aux else e.role for e in entries))
     _register(run, result)
     return result
 
 
 def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
-                aggregate: str | None = None, export: str | None = None) -> list[JobEntry]:
-    """Submit a run's main job, then (if `aggregate` / `export` name a script) the aggregation
-    and export jobs that wait for it; each entry goes into jobs.json as soon as it exists.
-    Submit and resume both come here."""
+                aggregate: str | None = None, export: str | None = None, *,
+                judges: Sequence[tuple[str, str]] = ()) -> list[JobEntry]:
+    """Submit a run's judge jobs (`judges`: (name, script)), its main job, which starts once
+    they have started, then (if `aggregate` / `export` name a script) the aggregation and
+    export jobs that wait for it; each entry goes into jobs.json as soon as it exists (the
+    main entry first in the returned list). Submit and resume both come here."""
+    judged: list[JobEntry] = []
+    for name, script in judges:
+        judge = backend.submit(run_dir, JobRequest(script, role="judge", reason=main.reason,
+                                                   aux=name))
+        # Recorded at once: if a later submission fails, `kill` still finds the judge.
+        append_jobs(run_dir, backend.name, [judge])
+        judged.append(judge)
+    if judged:
+        main = dataclasses.replace(
+            main, started_after=(*main.started_after, *(j.id for j in judged)))
     entry = backend.submit(run_dir, main)
     # Recorded before the aggregation job: if that submission fails, the main job is known.
     append_jobs(run_dir, backend.name, [entry])
@@ -101,7 +121,7 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
                                                  reason=main.reason))
         append_jobs(run_dir, backend.name, [job])
         entries.append(job)
-    return entries
+    return [*entries, *judged]
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],

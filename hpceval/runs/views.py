@@ -19,6 +19,8 @@ def state_to_dict(state: RunState) -> dict[str, Any]:
         "submitted_at": state.ref.submitted_at, "state": state.phase.value,
         "reason": state.reason, "jobs": [e.to_json() for e in state.jobs.chain],
         "models": [model_to_dict(m) for m in state.models],
+        "judges": [{"name": j.name, "state": j.phase.value, "reason": j.reason,
+                    "job_id": j.job_id} for j in state.judges],
     }
 
 
@@ -71,6 +73,9 @@ def format_states(states: list[RunState], *, tasks: bool = True,
             if tasks:
                 for t in m.tasks:
                     lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
+        for j in st.judges:  # a sweep's judge job (scope: sweep)
+            lines.append(f"  judge {j.name}  {j.phase.value:<9}  job {j.job_id or '-'}"
+                         + (f"  {j.reason}" if j.reason else ""))
         lines.append("")
     return "\n".join(lines)
 
@@ -131,5 +136,8 @@ def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None 
             table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
                           m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
                           spent, _detail(m))
+        for j in st.judges:
+            table.add_row(f"judge {j.name}", Text(j.phase.value, style=_STYLE[j.phase.value]),
+                          j.job_id or "-", "", "", "", j.reason)
         parts.append(table)
     return Group(*parts)

@@ -67,6 +67,11 @@ UNREACHABLE = {
     # the catalogue gives every container harness an image and a SIF (tasks/schema.py), and
     # a task's own container is never empty once loaded (NEL's bare names gain docker://)
     "steps:_runner",
+    # a sweep's judge job: load_run refuses with the same rules first (config/judges.py,
+    # tests/config/test_judges.py); config show refuses every auxiliary_deployments section
+    # until the loader's side lands (branch aux-job), so no run file reaches render with one
+    "judge:sweep_judges",
+    "judge:render_judge_job",
 }
 
 

@@ -120,3 +120,28 @@ def test_local_runs_have_no_accounting(tmp_path: Path) -> None:
     run = {"models": [{"key": "m", "index": 0, "tasks": []}]}
     cost = run_cost(tmp_path, run, Jobs("local"), UsageBook())
     assert cost["accounted"] is False and cost["gpu_hours"] == 0
+
+
+def test_a_sweep_judge_job_is_charged_as_its_own_row(tmp_path: Path,
+                                                     recorded: RecordedSlurm) -> None:
+    """Judge job 15 (2 nodes x 2 GPUs, 3 s in the recording), array 16 (1 GPU, 2 s a task)."""
+    import dataclasses
+
+    from hpceval.config.schema import AuxiliaryDeploymentSpec
+
+    judge = AuxiliaryDeploymentSpec(type="command", command="exec j --port $PORT",
+                                    served_model_name="j", runtime="host", gpus_per_instance=0,
+                                    scope="sweep")
+    loaded = [dataclasses.replace(c, spec=dataclasses.replace(
+        c.spec, auxiliary_deployments={"judge": judge}))
+        for c in configs(tmp_path, 2, execution={"type": "slurm"})]
+    sweep = submit_configs(loaded, recorded)
+    assert list(sweep.job_ids) == ["16", "17", "15"]  # array, aggregation, judge (first)
+    out = CliRunner().invoke(cli, ["status", "--json", sweep.invocation_id])
+    assert out.exit_code == 0, out.output
+    (run,) = json.loads(out.output)
+    per_model = {m["model"]: m for m in run["cost"]["models"]}
+    assert per_model["auxiliary/judge"]["gpu_hours"] == pytest.approx(12 / 3600, abs=1e-6)
+    assert per_model["auxiliary/judge"]["jobs"] == 1
+    assert run["cost"]["gpu_hours"] == pytest.approx((12 + 2 + 2) / 3600, abs=1e-6)
+    assert len(recorded.sacct_calls) == 1

@@ -1,0 +1,202 @@
+"""One judge per sweep on the real Slurm dev cluster: a 3-model sweep whose judge
+(``auxiliary_deployments.judge``, ``scope: sweep``, NeMo Evaluator's form in the run file) is ONE
+job of its own.
+
+The models and the judge are tests/fakes/oracle_server.py behind ``command`` deployments; the
+judge's command first appends one line per start to a file, so its loads are counted, not
+assumed. Each model's task (judge-it, from test_judge_job.py) sends the judge one request through
+``auxiliary_deployments.judge.chat_url``, i.e. through its own job's proxy in front of the judge
+job. Checked: the judge job loads once, every element starts after it started, it publishes
+token (0600) then endpoint.json once healthy, it answers each model's task (its own request
+log), the aggregation job's stop file ends it COMPLETED with its endpoint withdrawn;
+`hpceval kill` cancels it too.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpceval.config import load_run
+from hpceval.runs.control import kill_run
+from hpceval.runs.index import find_run
+from hpceval.runs.state import RunState, Tracker
+from hpceval.runs.submit import Submitted, submit_configs
+from hpceval.slurm.client import CommandSlurmClient
+from hpceval.slurm.states import Phase
+from tests.integration.drill_support import answered, oracle_command
+from tests.integration.test_judge_job import CATALOGUE
+
+pytestmark = pytest.mark.slurm
+
+TASK = "judge-it.judged_once"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
+
+
+@pytest.fixture
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
+    root = tmp_path_factory.mktemp("judge-sweep")
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / "judge_it.yaml").write_text(CATALOGUE)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
+    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    mp.setenv("HPCEVAL_CACHE_DIR", str(root / "hpceval-cache"))
+    mp.delenv("HPCEVAL_PROFILE", raising=False)
+    yield root
+    mp.undo()
+
+
+def counted(command: str, loads: Path) -> str:
+    """`command`, after one line per start in `loads` (time, job id, node)."""
+    return (f'echo "$(date +%s.%N) ${{SLURM_JOB_ID:-local}} $(hostname)" >> {loads}; '
+            f"{command}")
+
+
+def run_file(work: Path, judge_command: str, models: int = 3) -> Path:
+    run = {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs"),
+                      "walltime": "00:05:00", "max_walltime": "00:10:00"},
+        "deployment": {"health_timeout": 60,
+                       "command": oracle_command("model-under-test", work / "model.jsonl")},
+        "models": [{"name": f"model-{c}"} for c in "abc"[:models]],
+        "auxiliary_deployments": {"judge": {
+            "type": "command", "served_model_name": "judge-model", "num_nodes": 1,
+            "health_timeout": 60, "runtime": "host", "scope": "sweep",
+            "command": judge_command}},
+        "evaluation": {"tasks": [{"name": TASK, "params": {"extra": {
+            "judge": {"url": "auxiliary_deployments.judge.chat_url",
+                      "model_id": "auxiliary_deployments.judge.model_id"}}}}]},
+    }
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    return path
+
+
+def submit(client: CommandSlurmClient, path: Path) -> Submitted:
+    return submit_configs(load_run(path), client)
+
+
+def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str]]:
+    """job id -> (state, start, end) from the real sacct (array tasks as <id>_<i>)."""
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", ",".join(ids),
+                          "-o", "JobID,State,Start,End"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = [line.split("|") for line in out.splitlines() if line.strip()]
+    return {r[0]: (r[1].split()[0], r[2], r[3]) for r in rows}
+
+
+def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmClient,
+                                                  work: Path) -> None:
+    loads = work / "judge-loads"
+    judge_log = work / "judge.jsonl"
+    run = submit(slurm_cluster, run_file(
+        work, counted(oracle_command("judge-model", judge_log), loads)))
+    array, aggregate, judge = run.job_ids
+    folder = run.run_dir / "auxiliary" / "judge"
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
+    tracker.add(run.run_dir)
+    endpoint: dict[str, Any] | None = None
+    serving: RunState | None = None
+    deadline = time.monotonic() + 240
+    while True:  # watch endpoint.json appear while the sweep runs
+        if endpoint is None and (folder / "endpoint.json").is_file():
+            endpoint = json.loads((folder / "endpoint.json").read_text())
+        if endpoint is not None and serving is None:
+            (seen,) = tracker.refresh(force=True)  # sacct may lag the job's start a little
+            if seen.judges[0].phase is not Phase.UNKNOWN:
+                serving = seen
+        (state,) = tracker.refresh()
+        if state.phase.terminal and (folder / "stop").exists():
+            break
+        assert time.monotonic() < deadline, f"sweep stayed {state.phase}: {state.reason}"
+        time.sleep(0.5)
+    logs = {m.key: (run.run_dir / "logs" / f"slurm-{array}_{m.index}.log").read_text()
+            for m in state.models}
+    assert state.phase is Phase.DONE, (state, logs)
+    assert endpoint is not None, "endpoint.json never appeared while the sweep ran"
+    assert endpoint["model_id"] == "judge-model" and endpoint["job_id"] == judge
+    assert len(endpoint["urls"]) == 1 and endpoint["urls"][0].startswith("http://")
+    # seen serving (or, on a slow sacct, already stopped: the sweep is short)
+    assert serving is not None and (serving.judges[0].phase, serving.judges[0].reason) in (
+        (Phase.RUNNING, "serving 1 instance(s)"), (Phase.DONE, "stopped after the sweep")), \
+        serving.judges
+    token = folder / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
+
+    # every model's task asked the judge once, through its own job's proxy
+    for key in ("model-a", "model-b", "model-c"):
+        task_dir = run.run_dir / "models" / key / "tasks" / TASK
+        url = (task_dir / "harness" / "seen.txt").read_text().split("\n")[0]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1/chat/completions")
+        assert "waiting up to 60 s for the sweep's judge judge" in logs[key], logs[key]
+    judged = answered(judge_log)
+    assert len(judged) == 3 and {str(j["job"]) for j in judged} == {judge}, judged
+    assert answered(work / "model.jsonl") == []
+
+    # the judge job ends on the aggregation job's stop file: COMPLETED, endpoint withdrawn
+    deadline = time.monotonic() + 60
+    while True:
+        records = _sacct([judge, array, aggregate])
+        if records.get(judge, ("",))[0] in FINAL and records.get(aggregate, ("",))[0] in FINAL:
+            break
+        assert time.monotonic() < deadline, records
+        time.sleep(1.0)
+    assert records[judge][0] == "COMPLETED", records
+    assert records[aggregate][0] == "COMPLETED", records
+    assert not (folder / "endpoint.json").exists()
+    log = (folder / f"slurm-{judge}.log").read_text()
+    assert "judge serves at http://" in log and "the sweep is done" in log, log
+
+    # ONE load for three models; every element started after the judge job had started
+    lines = loads.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].split()[1] == judge, lines
+    elements = _sacct([f"{array}_{i}" for i in range(3)])
+    judge_start = records[judge][1]
+    assert len(elements) == 3 and all(start >= judge_start for _, start, _ in
+                                      elements.values()), (judge_start, elements)
+    final = Tracker(slurm_cluster)
+    final.add(run.run_dir)
+    (state,) = final.refresh(force=True)
+    assert [(j.phase, j.reason) for j in state.judges] == [
+        (Phase.DONE, "stopped after the sweep")]
+    assert (run.run_dir / "results.csv").read_text().count("model-") == 3
+
+
+def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, work: Path) -> None:
+    marker = f"{4000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    # a judge that never gets healthy: it sits in its health wait, and the elements wait for it
+    run = submit(slurm_cluster, run_file(work, f"exec sleep {marker}", models=2))
+    judge = run.job_ids[-1]
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
+    tracker.add(run.run_dir)
+    deadline = time.monotonic() + 60
+    while True:
+        (state,) = tracker.refresh(force=True)
+        if state.judges[0].phase is Phase.RUNNING:
+            break
+        assert time.monotonic() < deadline, state.judges
+        time.sleep(1.0)
+    assert state.judges[0].reason == "loading (no endpoint.json yet)"
+    report = kill_run(find_run(run.invocation_id), slurm_cluster)
+    assert report.still_active == [] and judge in report.cancelled
+    deadline = time.monotonic() + 30
+    while state.judges[0].phase is not Phase.CANCELLED:
+        assert time.monotonic() < deadline, state.judges
+        time.sleep(1.0)
+        (state,) = tracker.refresh(force=True)
+    time.sleep(3)  # KillWait=2 on the dev cluster, then SIGKILL
+    left = subprocess.run(["pgrep", "-af", f"sleep {marker}"], capture_output=True,
+                          text=True, check=False).stdout
+    assert not [line for line in left.splitlines() if "pgrep" not in line], left

@@ -1,0 +1,172 @@
+"""The sweep's judge job (an auxiliary deployment with scope: sweep): golden script, refusals.
+
+The judge job is rendered from the model job's partials (header, preamble, teardown,
+deployment, health); the golden file shows the whole script an admin reads, and the golden
+test's bash -n + shellcheck covers it (tests/golden/*.sbatch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from render_helpers import context, resolve
+from test_golden import GOLDEN, MODEL, TASKS, refuse_update_in_ci
+
+from hpceval.config import ResolvedConfig
+from hpceval.config.errors import ConfigError
+from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.render.judge import judge_config, render_judge_job, sweep_judges
+from hpceval.render.sweep import render_sweep
+
+JUDGE = AuxiliaryDeploymentSpec(
+    type="vllm", checkpoint_path="/models/Qwen2.5-72B-Instruct", served_model_name="qwen-judge",
+    tensor_parallel_size=4, scope="sweep", health_timeout=5400,
+    image="/images/vllm-openai_v0.11.0.sif")
+JUDGE_GOLDEN = "slurm__judge-sweep.sbatch"
+
+
+def with_aux(resolved: ResolvedConfig, **aux: AuxiliaryDeploymentSpec) -> ResolvedConfig:
+    """The auxiliary deployments set on a loaded config (the loader's side is helper A's)."""
+    return dataclasses.replace(resolved, spec=dataclasses.replace(
+        resolved.spec, auxiliary_deployments=aux))
+
+
+def sweep_models(tmp_path: Path, profile: str = "slurm", n: int = 3, **aux: Any
+                 ) -> list[tuple[str, ResolvedConfig]]:
+    base = resolve(profile, {"evaluation": {"tasks": TASKS}, "deployment": {
+        "type": "vllm", **MODEL, "tensor_parallel_size": 8}}, tmp_path)
+    return [(f"model-{i}", with_aux(base, **(aux or {"judge": JUDGE}))) for i in range(n)]
+
+
+def test_judge_job_golden(tmp_path: Path) -> None:
+    models = sweep_models(tmp_path)
+    text = render_judge_job(models[0][1], "judge", context(models[0][1]))
+    path = GOLDEN / JUDGE_GOLDEN
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        refuse_update_in_ci()
+        path.write_text(text)
+    assert text == path.read_text(), (
+        f"{path.name} differs; if intended, UPDATE_GOLDEN=1 pytest tests/render and review")
+
+
+def test_judge_job_shape(tmp_path: Path) -> None:
+    models = sweep_models(tmp_path)
+    resolved = models[0][1]
+    text = render_judge_job(resolved, "judge", context(resolved))
+    run_dir = context(resolved).run_dir_text
+    # its own job: name, nodes = num_nodes, walltime = max_walltime, log in its folder
+    assert "#SBATCH --job-name=hpceval-inv-0123456789abcdef-judge-judge" in text
+    assert f"#SBATCH --time={resolved.spec.execution.max_walltime}" in text
+    assert "#SBATCH --nodes=1 " in text and "#SBATCH --gpus-per-node=8" in text
+    assert f"#SBATCH --output={run_dir}/auxiliary/judge/slurm-%j.log" in text
+    assert 'MODEL_DIR="$RUN_DIR/auxiliary/$JUDGE_NAME"' in text
+    # 8 GPUs at TP=4: two instances, both in endpoint.json; the servers require the token
+    assert text.count("launch_server 0 head") == 1 and text.count("launch_server 1 head") == 1
+    assert text.index("\nlaunch_server() {") < text.index("\nlaunch_server 0 head")
+    assert "export APPTAINERENV_VLLM_API_KEY=\"${HPCEVAL_JOB_TOKEN}\"" in text
+    assert text.index('mv -f "$tmp" "$MODEL_DIR/token"') < text.index(
+        'mv -f "$tmp" "$MODEL_DIR/endpoint.json"')
+    assert "'\"qwen-judge\"'" in text  # model_id as JSON, shell-quoted by the renderer
+    # no tasks, no proxy, no auto-resume, no "every task is done" exit
+    for absent in ("run_task()", "hpceval.job proxy", "submit_successor", "UNFINISHED_DIRS"):
+        assert absent not in text, absent
+    assert "--auto-resume" not in text
+    assert judge_config(resolved, "judge", "inv").spec.execution.auto_resume is False
+
+
+def test_sweep_render_shows_the_judge_and_the_aggregation_stops_it(tmp_path: Path) -> None:
+    models = sweep_models(tmp_path)
+    scripts = render_sweep(models, context(models[0][1]))
+    assert list(scripts.judges) == ["judge"]
+    stop = f"{context(models[0][1]).run_dir_text}/auxiliary/judge/stop"
+    assert f": > {stop}\n" in scripts.aggregate
+    # after the aggregation (which may instead wait for auto-resume successors: then no stop)
+    assert scripts.aggregate.index("hpceval.results.table aggregate") < scripts.aggregate.index(
+        stop) and "--resubmit" in scripts.aggregate
+    # the elements are the ordinary model jobs: the judge is not in them
+    assert all("judge-judge" not in text for text in scripts.elements.values())
+
+
+def test_scope_job_makes_no_judge_job(tmp_path: Path) -> None:
+    in_job = dataclasses.replace(JUDGE, scope="job")
+    models = sweep_models(tmp_path, judge=in_job)
+    scripts = render_sweep(models, context(models[0][1]))
+    assert scripts.judges == {} and "stop" not in scripts.aggregate
+
+
+def test_command_judge_runs_bash_clean(tmp_path: Path) -> None:
+    """A command judge on CPU: the script is valid bash and shellcheck-clean too."""
+    from render_helpers import bash_syntax, shellcheck
+
+    cpu = AuxiliaryDeploymentSpec(type="command", command="exec my-judge --port $PORT",
+                                  served_model_name="toy-judge", runtime="host",
+                                  gpus_per_instance=0, scope="sweep", num_instances=2)
+    base = resolve("local-dev", {"evaluation": {"tasks": TASKS}, "execution": {
+        "type": "slurm", "gpus_per_node": 0}, "deployment": {
+        "type": "command", "command": "exec s --port $PORT", "served_model_name": "m",
+        "runtime": "host", "gpus_per_instance": 0}}, tmp_path)
+    resolved = with_aux(base, judge=cpu)
+    text = render_judge_job(resolved, "judge", context(resolved))
+    assert text.count("\nlaunch_server ") == 2  # two instances
+    path = tmp_path / "judge.sbatch"
+    path.write_text(text)
+    bash_syntax(path)
+    shellcheck([path])
+
+
+@pytest.mark.parametrize(("change", "where", "words"), [
+    ({"num_nodes": 0}, "auxiliary_deployments.judge.num_nodes", "job of its own"),
+    ({"tensor_parallel_size": 3}, "auxiliary_deployments.judge (its own job): deployment",
+     "idle"),
+])
+def test_judge_config_refusals(tmp_path: Path, change: dict[str, Any], where: str,
+                               words: str) -> None:
+    models = sweep_models(tmp_path, judge=dataclasses.replace(JUDGE, **change))
+    with pytest.raises(ConfigError) as err:
+        render_sweep(models, context(models[0][1]))
+    assert err.value.issues[0].path == where and words in err.value.issues[0].message
+
+
+def test_scope_sweep_needs_a_sweep_and_one_declaration(tmp_path: Path) -> None:
+    models = sweep_models(tmp_path)
+    with pytest.raises(ConfigError, match="one model") as err:
+        sweep_judges(models[:1])
+    assert err.value.issues[0].path == "auxiliary_deployments.judge.scope"
+    other = dataclasses.replace(JUDGE, served_model_name="other-judge")
+    mixed = [*models[:2], ("model-x", with_aux(models[0][1], judge=other))]
+    with pytest.raises(ConfigError) as err:
+        sweep_judges(mixed)
+    assert err.value.issues[0].path == "models.model-x.auxiliary_deployments.judge"
+
+
+def test_local_backend_refuses_scope_sweep(tmp_path: Path) -> None:
+    base = resolve("local", {"evaluation": {"tasks": TASKS}, "deployment": {
+        "type": "vllm", **MODEL, "runtime": "host"}}, tmp_path)
+    assert base.spec.execution.type == "local"
+    models = [(f"m{i}", with_aux(base, judge=JUDGE)) for i in range(2)]
+    with pytest.raises(ConfigError, match="one job at a time") as err:
+        sweep_judges(models)
+    assert err.value.issues[0].fix.startswith("use scope: job")
+
+
+def test_endpoint_json_written_by_the_script_is_json(tmp_path: Path) -> None:
+    """The printf that writes endpoint.json, run as bash with two URLs and an odd model id."""
+    models = sweep_models(tmp_path, judge=dataclasses.replace(
+        JUDGE, served_model_name='judge "72b" \\ v2'))
+    text = render_judge_job(models[0][1], "judge", context(models[0][1]))
+    start = text.index("publish_endpoint() {")
+    body = text[start:text.index("\n}\n", start) + 3]
+    script = (f"MODEL_DIR={tmp_path}\nHPCEVAL_JOB_TOKEN=abc\nSLURM_JOB_ID=77\n"
+              "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body + "publish_endpoint\n")
+    subprocess.run(["bash", "-c", script], check=True)
+    data = json.loads((tmp_path / "endpoint.json").read_text())
+    assert data == {"urls": ["http://n1:8000", "http://n1:8001"],
+                    "model_id": 'judge "72b" \\ v2', "job_id": "77"}
+    token = tmp_path / "token"
+    assert token.read_text() == "abc\n" and (token.stat().st_mode & 0o777) == 0o600
