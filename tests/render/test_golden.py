@@ -202,5 +202,5 @@ def test_goldens_are_valid_bash() -> None:
 
 def test_no_stale_goldens() -> None:
     expected = {golden_path(c[0], c[1]).name for c in CASES} | {f"{WATCH_TICK}.sbatch"}
-    expected.add("slurm__judge-sweep.sbatch")  # test_judge_job.py: a sweep's judge job
+    expected.add("slurm__judge-sweep.sbatch")  # test_judge_sweep_render.py: a sweep's judge job
     assert {p.name for p in GOLDEN.glob("*.sbatch")} == expected
