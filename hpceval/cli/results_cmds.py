@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from hpceval.cli.table_output import emit, output_format
 from hpceval.cli.track_cmds import find, output_dir_option
 
 
@@ -95,7 +96,7 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
     is read (see `hpceval ls runs`). A checkpoint watch (watch-...) instead gives one row per
     training step, one column per task (--html: the score-vs-step report).
     """
-    from hpceval.results.table import leaderboard, parquet_available, render, write_parquet
+    from hpceval.results.table import leaderboard, render
     from hpceval.watch.control import is_watch_ref
 
     runs = run_args + run_opts
@@ -112,10 +113,7 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         return
     if long_rows:
         raise click.UsageError("--long goes with a WATCH")
-    if as_json:
-        if fmt not in ("table", "json"):
-            raise click.UsageError("--json is --format json: give one of them")
-        fmt = "json"
+    fmt = output_format(fmt, as_json)
     if cost:
         if board or html_file:
             raise click.UsageError("--cost is a table of its own: leave out --leaderboard/--html")
@@ -132,21 +130,8 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         write_report(frame, Path(html_file), run_dirs=run_dirs, samples=n_samples,
                      cost=cost_frame(run_dirs, _watcher))
         click.echo(f"report: {html_file}", err=True)
-    if fmt == "parquet":
-        if not parquet_available():
-            raise click.ClickException("parquet needs pyarrow, which is not installed here "
-                                       "(pip install pyarrow); use --format csv or json")
-        if not output:
-            raise click.UsageError("--format parquet writes a file: give --output FILE")
-        write_parquet(shown.reset_index() if board else shown, Path(output))
-        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
-        return
-    text = render(shown, fmt, index=board)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    emit(fmt, output, len(shown), lambda: shown.reset_index() if board else shown,
+         lambda: render(shown, fmt, index=board))
 
 
 def _watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:

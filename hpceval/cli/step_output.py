@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from hpceval.cli.table_output import emit, output_format
+
 
 def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
                       as_json: bool = False, output: str | None = None,
@@ -19,12 +21,8 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
     `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
     `cost` is False (one sacct call for jobs not seen ended before, as `results --html`)."""
     from hpceval.results.steps import render_steps, step_pivot, step_table
-    from hpceval.results.table import parquet_available, write_parquet
 
-    if as_json:
-        if fmt not in ("table", "json"):
-            raise click.UsageError("--json is --format json: give one of them")
-        fmt = "json"
+    fmt = output_format(fmt, as_json)
     table = step_table(points)
     if html_file:
         from hpceval.cli.results_cmds import _watcher
@@ -36,18 +34,5 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
                           cost=cost_frame(dirs, _watcher) if cost else None)
         click.echo(f"report: {html_file}", err=True)
     shown = table if long else step_pivot(table, metric)
-    if fmt == "parquet":
-        if not parquet_available():
-            raise click.ClickException("parquet needs pyarrow, which is not installed here "
-                                       "(pip install pyarrow); use --format csv or json")
-        if not output:
-            raise click.UsageError("--format parquet writes a file: give --output FILE")
-        write_parquet(shown if long else shown.reset_index(), Path(output))
-        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
-        return
-    text = render_steps(table, fmt, metric=metric, long=long)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {len(shown)} rows to {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    emit(fmt, output, len(shown), lambda: shown if long else shown.reset_index(),
+         lambda: render_steps(table, fmt, metric=metric, long=long))

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.config.schema import RunSpec
+from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.render.context import JobContext
 from hpceval.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, slurm_filename
 
@@ -44,6 +44,24 @@ def sbatch_value(value: Any, key: str) -> str:
     if text and _PLAIN.match(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
+                  cpu_why: str) -> list[HeaderLine]:
+    """The header of a small CPU job beside a run (aggregation, export, a watch's tick): the
+    run's account, partition, QOS and reservation; one CPU, no GPU; never requeued."""
+    lines = [name]
+    for flag, value, key in (("account", ex.account, "execution.account"),
+                             ("partition", ex.partition, "execution.partition"),
+                             ("qos", ex.qos, "execution.qos"),
+                             ("reservation", ex.reservation, "execution.reservation")):
+        if value is not None:
+            lines.append(HeaderLine(flag, sbatch_value(value, key)))
+    return [*lines, HeaderLine("time", str(minutes), why),
+            HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
+            HeaderLine("cpus-per-task", "1", cpu_why),
+            HeaderLine("output", sbatch_value(log_file, "execution.output_dir")),
+            HeaderLine("no-requeue", None)]
 
 
 def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLine]:

@@ -19,7 +19,7 @@ from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.render.context import ArraySpec, JobContext
-from hpceval.render.header import HeaderLine, header_lines, sbatch_value
+from hpceval.render.header import HeaderLine, cpu_job_lines, header_lines, sbatch_value
 from hpceval.render.job import render_job
 from hpceval.render.judge import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
@@ -121,21 +121,11 @@ def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:
 def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes: int,
                    why: str) -> list[ShellCode]:
     """The header of a run's dependent CPU job: same partition/account/QOS/reservation."""
-    ex = resolved.spec.execution
-    lines = [HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
-                                                 "execution.job_name"))]
-    for flag, value, key in (("account", ex.account, "execution.account"),
-                             ("partition", ex.partition, "execution.partition"),
-                             ("qos", ex.qos, "execution.qos"),
-                             ("reservation", ex.reservation, "execution.reservation")):
-        if value is not None:
-            lines.append(HeaderLine(flag, sbatch_value(value, key)))
-    log_dir = slurm_filename(ctx.run_dir_text) + "/logs"
-    out = sbatch_value(f"{log_dir}/{role}-%j.log", "execution.output_dir")
-    lines += [HeaderLine("time", str(minutes), why),
-              HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
-              HeaderLine("cpus-per-task", "1", "no GPU: only result files are read"),
-              HeaderLine("output", out), HeaderLine("no-requeue", None)]
+    name = HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
+                                               "execution.job_name"))
+    lines = cpu_job_lines(resolved.spec.execution, name,
+                          f"{slurm_filename(ctx.run_dir_text)}/logs/{role}-%j.log", minutes, why,
+                          "no GPU: only result files are read")
     return [ShellCode(line.text()) for line in lines]
 
 

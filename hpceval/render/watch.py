@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hpceval.config import ResolvedConfig
 from hpceval.contract import WATCH_LOG_DIR
-from hpceval.render.header import HeaderLine, sbatch_value
+from hpceval.render.header import HeaderLine, cpu_job_lines, sbatch_value
 from hpceval.render.quoting import ShellCode, shipped_environment
 from hpceval.slurm.formats import slurm_filename
 
@@ -23,21 +23,11 @@ def tick_job_name(watch_id: str) -> str:
 
 def render_tick(resolved: ResolvedConfig, *, watch_dir: str, watch_id: str, python: str,
                 checkpoints: str, interval_s: int) -> str:
-    ex = resolved.spec.execution
-    lines = [HeaderLine("job-name", sbatch_value(tick_job_name(watch_id), "execution.job_name"),
-                        "the same for every tick of this watch")]
-    for flag, value, key in (("account", ex.account, "execution.account"),
-                             ("partition", ex.partition, "execution.partition"),
-                             ("qos", ex.qos, "execution.qos"),
-                             ("reservation", ex.reservation, "execution.reservation")):
-        if value is not None:
-            lines.append(HeaderLine(flag, sbatch_value(value, key)))
-    out = sbatch_value(f"{slurm_filename(watch_dir)}/{WATCH_LOG_DIR}/tick-%j.log",
-                       "execution.output_dir")
-    lines += [HeaderLine("time", str(TICK_MINUTES), "lists folders, submits a few jobs"),
-              HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
-              HeaderLine("cpus-per-task", "1", "no GPU"),
-              HeaderLine("output", out), HeaderLine("no-requeue", None)]
+    name = HeaderLine("job-name", sbatch_value(tick_job_name(watch_id), "execution.job_name"),
+                      "the same for every tick of this watch")
+    lines = cpu_job_lines(resolved.spec.execution, name,
+                          f"{slurm_filename(watch_dir)}/{WATCH_LOG_DIR}/tick-%j.log",
+                          TICK_MINUTES, "lists folders, submits a few jobs", "no GPU")
     return shipped_environment().get_template(TICK_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in lines], watch_id=watch_id,
         checkpoints=checkpoints, interval_s=interval_s, python=python, watch_dir=watch_dir)
