@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 
+from hpceval.resources import lm_eval_tasks_dir
 from hpceval.tasks.models import HarnessDef, TaskDef
 
 # template variable -> environment variable set by the job script before the harness runs
@@ -56,7 +57,8 @@ def render_command(harness: HarnessDef, task: TaskDef, params: dict[str, Any], *
     """The harness command line, with ``$HPCEVAL_*`` references for the in-job values."""
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
-        "params": params, **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
+        "params": params, "lm_eval_tasks_dir": str(lm_eval_tasks_dir()),
+        **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
     }
     try:
         text = _compiled(harness.command).render(context)
