@@ -9,10 +9,11 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpceval.config.aux_layout import Placement
 from hpceval.config.build import build_run_spec
 from hpceval.config.compose import Composed, compose
 from hpceval.config.errors import ConfigError, ConfigIssue
@@ -35,6 +36,17 @@ class ResolvedConfig:
     layout: Layout
     composed: Composed
     tasks: tuple[ResolvedTask, ...] = ()  # spec.evaluation.tasks, resolved in the catalogue
+    # auxiliary deployments served in this job (a judge), by name: where their instances go
+    auxiliary: Mapping[str, Placement] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> Placement:
+        """Where the model's instances go: from node 0, GPU 0; pinned when a judge shares
+        the node."""
+        from hpceval.config.aux_layout import slice_gpus
+
+        lay = self.layout
+        return Placement(lay, 0, 0, pin=lay.instances_per_node > 1 or slice_gpus(self.spec) > 0)
 
 
 def with_tasks(resolved: ResolvedConfig, catalogue: Catalogue | None = None) -> ResolvedConfig:
@@ -51,7 +63,8 @@ def with_tasks(resolved: ResolvedConfig, catalogue: Catalogue | None = None) -> 
     issues += script_issues(resolved.spec, tasks)
     if issues:
         raise ConfigError(issues)
-    return ResolvedConfig(resolved.spec, resolved.layout, resolved.composed, tasks)
+    return ResolvedConfig(resolved.spec, resolved.layout, resolved.composed, tasks,
+                          resolved.auxiliary)
 
 
 def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
@@ -67,7 +80,7 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
     models = composed.data.pop("models", None)
     lookups = _Lookups(catalogue)
     if models is None:
-        return [_resolve(composed, environ, check_environment, lookups)]
+        return [_resolve(composed, environ, check_environment, lookups, single_model=True)]
     from hpceval.config.compose import merge
     from hpceval.config.sweep import expand_models
 
@@ -115,7 +128,15 @@ def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[
 
 
 def _resolve(composed: Composed, environ: Mapping[str, str] | None,
-             check_environment: bool, lookups: _Lookups) -> ResolvedConfig:
+             check_environment: bool, lookups: _Lookups, *,
+             single_model: bool = False) -> ResolvedConfig:
+    from hpceval.config.aux_layout import (
+        env_issues,
+        model_layout_spec,
+        placements,
+        spec_issues,
+    )
+    from hpceval.config.auxiliary import reference_issues
     from hpceval.config.checks import expand_paths, semantic_issues
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
@@ -125,10 +146,16 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     if path_issues:
         raise ConfigError(path_issues)
     spec = build_run_spec(composed.data)
+    if single_model:
+        spec, sweep_notes = _sweep_judges_in_job(spec)
+        composed.notes += sweep_notes
     spec, layout_notes, issues = fit_explicit_layout(spec)
     composed.notes += layout_notes
     issues += semantic_issues(spec, env if check_environment else None)
-    layout, layout_issues = compute_layout(spec)
+    aux_issues = spec_issues(spec)
+    issues += aux_issues + reference_issues(spec)
+    issues += env_issues(spec, env if check_environment else None)
+    layout, layout_issues = compute_layout(model_layout_spec(spec))
     if not any(i.path.startswith(("deployment.data_parallel", "execution.gpus_per_node"))
                for i in issues):  # the same numbers would be refused twice
         issues += layout_issues
@@ -137,4 +164,21 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     issues += script_issues(spec, tasks)
     if issues:
         raise ConfigError(list(dict.fromkeys(issues)))
-    return ResolvedConfig(spec, layout, composed, tasks)
+    return ResolvedConfig(spec, layout, composed, tasks,
+                          {} if aux_issues else placements(spec))
+
+
+def _sweep_judges_in_job(spec: RunSpec) -> tuple[RunSpec, list[str]]:
+    """scope sweep on a run of one model: its one job is the sweep, so the judge is served in
+    it (scope job) and loads once all the same; no judge job of its own to wait for."""
+    import dataclasses
+
+    changed = {name: dataclasses.replace(aux, scope="job")
+               for name, aux in spec.auxiliary_deployments.items() if aux.scope == "sweep"}
+    if not changed:
+        return spec, []
+    notes = [f"auxiliary_deployments.{name}.scope is sweep, but the run has one model: the "
+             "judge is served in its job (scope job; it loads once either way)"
+             for name in changed]
+    return dataclasses.replace(
+        spec, auxiliary_deployments={**spec.auxiliary_deployments, **changed}), notes

@@ -18,7 +18,6 @@ from typing import Any
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.nemo_compat import (
     RENAMED,
-    UNSUPPORTED,
     check_defaults_entry,
     translate,
     translate_merged,
@@ -70,10 +69,26 @@ def merge(base: dict[str, Any], layer: dict[str, Any], sources: dict[str, str], 
             sources[leaf] = source
 
 
-def _parse_defaults(defaults: Any) -> dict[str, str]:
-    """NeMo-style ``defaults: [{execution: x}, {deployment: y}, _self_]`` or a plain mapping."""
+_AUX_DEFAULT = re.compile(r"^deployment/([A-Za-z0-9_./-]+)@auxiliary_deployments\.(\w+)$")
+
+
+def _aux_default(entry: str, where: str) -> tuple[str, str]:
+    """``deployment/vllm@auxiliary_deployments.judge``: the judge starts from the vllm preset
+    (as ``deployment: vllm`` does for the model); returns (judge name, preset)."""
+    m = _AUX_DEFAULT.match(entry.strip())
+    if m is None:
+        raise ConfigError.at(where, f"{entry!r} is not a preset for an auxiliary deployment",
+                             "write deployment/<preset>@auxiliary_deployments.<name>")
+    check_defaults_entry("deployment", m.group(1))
+    return m.group(2), m.group(1)
+
+
+def _parse_defaults(defaults: Any) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """NeMo-style ``defaults: [{execution: x}, {deployment: y}, _self_]`` or a plain mapping;
+    also the presets of auxiliary deployments, as (name, preset)."""
+    aux: list[tuple[str, str]] = []
     if defaults is None:
-        return {}
+        return {}, aux
     pairs: list[tuple[Any, Any]] = []
     if isinstance(defaults, dict):
         pairs = list(defaults.items())
@@ -83,9 +98,14 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
         for i, entry in enumerate(defaults):
             if entry == "_self_":
                 continue
-            if isinstance(entry, str) and "@auxiliary_deployments" in entry:
-                what, fix = UNSUPPORTED["auxiliary_deployments"]
-                raise ConfigError.at(f"defaults[{i}]", f"{entry}: {what}", fix)
+            if isinstance(entry, str) and "@" in entry:
+                aux.append(_aux_default(entry, f"defaults[{i}]"))
+                continue
+            if isinstance(entry, dict) and len(entry) == 1 and "@" in str(next(iter(entry))):
+                group, name = next(iter(entry.items()))
+                what, _, package = str(group).partition("@")
+                aux.append(_aux_default(f"{what}/{name}@{package}", f"defaults[{i}]"))
+                continue
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ConfigError.at(f"defaults[{i}]", f"{entry!r} is not 'group: name'",
                                      "write - execution: <profile> or - deployment: <kind>")
@@ -97,7 +117,7 @@ def _parse_defaults(defaults: Any) -> dict[str, str]:
                                  "only execution: <profile> and deployment: <kind> are picked")
         check_defaults_entry(str(group), str(name))
         chosen[str(group)] = str(name)
-    return chosen
+    return chosen, aux
 
 
 def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = (),
@@ -198,7 +218,7 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     near = run_file.resolve().parent if run_file else None
     run = read_yaml(run_file, "config") if run_file else {}
     run = copy.deepcopy(run)
-    chosen = _parse_defaults(run.pop("defaults", None))
+    chosen, aux_presets = _parse_defaults(run.pop("defaults", None))
     if profile:
         chosen["execution"] = profile
     chosen.setdefault("execution", os.environ.get("HPCEVAL_PROFILE", ""))
@@ -213,6 +233,19 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
         layers.append(({"deployment": preset}, f"preset {chosen['deployment']}",
                        str(preset_file)))
+    # NeMo Evaluator's deployment/<kind>@auxiliary_deployments.<name>: the judge starts from
+    # what `deployment: <kind>` gives the model, the site profile's deployment keys (its
+    # image) and the preset, under the run file's keys.
+    site: dict[str, Any] = {}
+    for layer, _, _ in layers:
+        if isinstance(layer.get("deployment"), dict) and "auxiliary_deployments" not in layer:
+            merge(site, copy.deepcopy(layer["deployment"]), {}, "")
+    for name, kind in aux_presets:
+        preset_file, _ = find_file(kind, "deployment", near)
+        preset = copy.deepcopy(site)
+        merge(preset, read_yaml(preset_file, f"deployment preset {kind}"), {}, "")
+        layers.append(({"auxiliary_deployments": {name: preset}},
+                       f"preset {kind} (auxiliary_deployments.{name})", str(preset_file)))
     if run:
         layers.append((run, "run file", str(run_file)))
     placeholders = Placeholders()

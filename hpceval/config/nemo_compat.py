@@ -22,10 +22,6 @@ RENAMED = {
 
 # Launcher features hpceval does not have: refused (exit 2), never run with another meaning.
 UNSUPPORTED = {
-    "auxiliary_deployments": (
-        "auxiliary deployments (a judge served in the same job) are not supported",
-        "serve the judge with its own hpceval run or elsewhere, and set the task's judge url "
-        "(params.extra.judge.url)"),
     "execution.lepton_platform": (
         "Lepton deployments are out of scope for hpceval (it runs on Slurm clusters and "
         "workstations)", "use execution: slurm/default or local"),
@@ -123,7 +119,18 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
         if found:
             _put(layer, new, value)
     _translate_execution(layer, notes, source)
-    _translate_deployment(layer, notes, source)
+    _translate_deployment(layer.get("deployment"), "deployment", notes, source)
+    aux = layer.get("auxiliary_deployments")
+    for name, entry in aux.items() if isinstance(aux, dict) else ():
+        where = f"auxiliary_deployments.{name}"
+        _translate_deployment(entry, where, notes, source)
+        for key in ("endpoints", "pre_cmd", "base_command", "n_tasks"):
+            if isinstance(entry, dict) and entry.pop(key, None) is not None:
+                why = DROPPED["deployment." + key]
+                notes.append(f"{source}: {where}.{key} is ignored: {why}")
+        if isinstance(entry, dict) and "port" in entry and not source.startswith("preset"):
+            notes.append(f"{source}: {where}.port is not used: a judge's servers take ports of "
+                         "the job's own port block, beside the model's (docs/judge.md)")
     issues.clear()
     translate_export(layer, notes, issues, source)
     adapters: dict[str, Any] = {}  # where -> adapter_config, applied together below
@@ -211,8 +218,7 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
                      "behind the in-job proxy)")
 
 
-def _translate_deployment(layer: dict[str, Any], notes: list[str], source: str) -> None:
-    deployment = layer.get("deployment")
+def _translate_deployment(deployment: Any, where: str, notes: list[str], source: str) -> None:
     if not isinstance(deployment, dict):
         return
     kind = deployment.get("type")
@@ -250,15 +256,19 @@ def translate_merged(data: dict[str, Any]) -> list[str]:
     """What only the merged config can tell (the type may come from a preset, a key from a
     file): launcher commands for servers hpceval starts itself, and interpolations."""
     notes: list[str] = []
-    deployment = data.get("deployment")
-    if isinstance(deployment, dict) and deployment.get("type") in ("vllm", "sglang") \
-            and deployment.get("command") is not None:
-        deployment.pop("command")
-        notes.append(f"deployment.command is ignored for a {deployment['type']} deployment: "
-                     "hpceval starts the server itself from tensor/pipeline/data_parallel_size "
-                     "(one instance per replica, spread over the nodes), extra_args and "
-                     "env_vars; put server flags in deployment.extra_args, or set "
-                     "deployment.type: command to run your own command")
+    aux = data.get("auxiliary_deployments")
+    deployments = [("deployment", data.get("deployment"))] + [
+        (f"auxiliary_deployments.{name}", entry)
+        for name, entry in (aux.items() if isinstance(aux, dict) else ())]
+    for where, deployment in deployments:
+        if isinstance(deployment, dict) and deployment.get("type") in ("vllm", "sglang") \
+                and deployment.get("command") is not None:
+            deployment.pop("command")
+            notes.append(f"{where}.command is ignored for a {deployment['type']} deployment: "
+                         "hpceval starts the server itself from tensor/pipeline/"
+                         "data_parallel_size (one instance per replica, spread over the nodes), "
+                         f"extra_args and env_vars; put server flags in {where}.extra_args, or "
+                         f"set {where}.type: command to run your own command")
     endpoint = (data.get("target") or {}).get("api_endpoint")
     if isinstance(endpoint, dict) and endpoint.get("api_key_name") == "":
         endpoint.pop("api_key_name")  # the launcher's quick start: "" means no key

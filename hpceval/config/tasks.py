@@ -110,8 +110,9 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
     """Every task of ``spec`` resolved in ``catalogue``, with the issues that stop a task from
     being written into a job. ``memo`` shares lookups between the models of a sweep;
     ``composed_data`` None (a hand-built spec): every non-null param counts as set."""
+    from hpceval.config import auxiliary
     from hpceval.tasks import TaskLookupError
-    from hpceval.tasks.command import CommandError, render_command
+    from hpceval.tasks.command import CommandError, render_command, runtime_token
 
     ep = spec.target.api_endpoint
     model_id = ep.model_id or spec.deployment.served_model_name or ""
@@ -137,8 +138,11 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
         harness = catalogue.harness(task.harness)
         explicit = None if composed_data is None else explicit_params(composed_data, i)
         params = params_for(task, task_spec, explicit)
+        # auxiliary_deployments.<name>.<field> references: the judge's model name, or its URL
+        # as "${HPCEVAL_AUX_<NAME>_<FIELD>}" (known in the job); checked when the run loaded
+        seen_params = auxiliary.resolve(params, spec.auxiliary_deployments, runtime_token)
         try:
-            command = render_command(harness, task, params, model_id=model_id,
+            command = render_command(harness, task, seen_params, model_id=model_id,
                                      api_key_env=ep.api_key_name)
         except CommandError as exc:
             issues.append(ConfigIssue(where, str(exc), f"check its catalogue file "

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.render.context import JobContext
@@ -62,7 +63,9 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
     add("reservation", ex.reservation, "execution.reservation")
     add("constraint", ex.constraint, "execution.constraint")
     add("time", ex.walltime, "execution.walltime")
-    add("nodes", ex.nodes, "execution.nodes", "one allocation serves every task of this model")
+    nodes = job_nodes(spec)
+    add("nodes", nodes, "execution.nodes", "one allocation serves every task of this model"
+        if nodes == ex.nodes else f"the model's {ex.nodes} and its judges' {nodes - ex.nodes}")
     lines.append(HeaderLine("ntasks-per-node", "1", "servers and tasks start their own steps"))
     gpus = ex.gpus_per_node
     typed = f"{ex.gpu_type}:{gpus}" if ex.gpu_type else str(gpus)

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpceval.config import ResolvedConfig
+from hpceval.config.aux_layout import Placement
 from hpceval.config.errors import ConfigError
+from hpceval.config.schema import DeploymentSpec
 from hpceval.render.quoting import ShellCode, var
 
 # Ports inside a job's block: instance i listens on PORT_BASE+i; the coordination port of a
@@ -43,27 +45,48 @@ class Instance:
         return self.nodes[0]
 
 
-def model_source(resolved: ResolvedConfig) -> str:
-    dep = resolved.spec.deployment
+@dataclass(frozen=True)
+class Served:
+    """One deployment this job serves: the model's, or an auxiliary one (a judge)."""
+
+    dep: DeploymentSpec
+    where: str  # its key path: deployment | auxiliary_deployments.<name>
+    model_name: str | None  # the name it answers to, or None (refused by served_name)
+    placement: Placement
+
+
+def model_served(resolved: ResolvedConfig) -> Served:
+    dep, ep = resolved.spec.deployment, resolved.spec.target.api_endpoint
+    return Served(dep, "deployment", dep.served_model_name or ep.model_id, resolved.placement)
+
+
+def auxiliary_served(resolved: ResolvedConfig) -> dict[str, Served]:
+    """The judges served in this job (scope job, not type none), by name."""
+    specs = resolved.spec.auxiliary_deployments
+    return {name: Served(specs[name], f"auxiliary_deployments.{name}",
+                         specs[name].served_model_name or specs[name].model_id, placement)
+            for name, placement in resolved.auxiliary.items()}
+
+
+def model_source(served: Served) -> str:
+    dep = served.dep
     source = dep.checkpoint_path or dep.hf_model_handle
     if not source:
-        raise ConfigError.at("deployment.checkpoint_path", "no model to serve",
-                             "set deployment.checkpoint_path or deployment.hf_model_handle")
+        raise ConfigError.at(f"{served.where}.checkpoint_path", "no model to serve",
+                             f"set {served.where}.checkpoint_path or hf_model_handle")
     return source
 
 
-def served_name(resolved: ResolvedConfig) -> str:
-    dep, ep = resolved.spec.deployment, resolved.spec.target.api_endpoint
-    name = dep.served_model_name or ep.model_id
-    if not name:
-        raise ConfigError.at("deployment.served_model_name", "no model name for requests")
-    return name
+def served_name(served: Served) -> str:
+    if not served.model_name:
+        raise ConfigError.at(f"{served.where}.served_model_name", "no model name for requests")
+    return served.model_name
 
 
-def _vllm_argv(resolved: ResolvedConfig, *, nnodes: int, rank: int) -> list[Any]:
-    dep = resolved.spec.deployment
-    argv: list[Any] = ["vllm", "serve", model_source(resolved),
-                       "--served-model-name", served_name(resolved),
+def _vllm_argv(served: Served, *, nnodes: int, rank: int) -> list[Any]:
+    dep = served.dep
+    argv: list[Any] = ["vllm", "serve", model_source(served),
+                       "--served-model-name", served_name(served),
                        "--tensor-parallel-size", dep.tensor_parallel_size,
                        "--pipeline-parallel-size", dep.pipeline_parallel_size,
                        "--gpu-memory-utilization", str(dep.gpu_memory_utilization),
@@ -83,11 +106,11 @@ def _vllm_argv(resolved: ResolvedConfig, *, nnodes: int, rank: int) -> list[Any]
     return [*argv, "--port", PORT, *dep.extra_args]
 
 
-def _sglang_argv(resolved: ResolvedConfig, *, nnodes: int, rank: int) -> list[Any]:
-    dep = resolved.spec.deployment
+def _sglang_argv(served: Served, *, nnodes: int, rank: int) -> list[Any]:
+    dep = served.dep
     argv: list[Any] = ["python3", "-m", "sglang.launch_server",
-                       "--model-path", model_source(resolved),
-                       "--served-model-name", served_name(resolved),
+                       "--model-path", model_source(served),
+                       "--served-model-name", served_name(served),
                        "--tp-size", dep.tensor_parallel_size,
                        "--pp-size", dep.pipeline_parallel_size,
                        "--mem-fraction-static", str(dep.gpu_memory_utilization),
@@ -101,40 +124,41 @@ def _sglang_argv(resolved: ResolvedConfig, *, nnodes: int, rank: int) -> list[An
     return [*argv, *dep.extra_args]
 
 
-def _command_argv(resolved: ResolvedConfig) -> list[Any]:
-    dep = resolved.spec.deployment
+def _command_argv(served: Served) -> list[Any]:
+    dep = served.dep
     if not dep.command:
-        raise ConfigError.at("deployment.command", "required when deployment.type is command")
+        raise ConfigError.at(f"{served.where}.command", "required when its type is command")
     # The user's server command is shell by definition; bash runs it with $PORT in its
     # environment. It is one quoted word here, so nothing in it is run by the job script itself.
     return ["bash", "-c", dep.command]
 
 
-def build_instances(resolved: ResolvedConfig) -> list[Instance]:
-    spec, layout = resolved.spec, resolved.layout
-    dep = spec.deployment
-    if dep.type == "none" or layout.instances == 0:
+def build_instances(served: Served) -> list[Instance]:
+    """The instances of one deployment, on the job's nodes and GPUs its placement gives it."""
+    place = served.placement
+    layout = place.layout
+    if served.dep.type == "none" or layout.instances == 0:
         return []
     span = layout.nodes_per_instance
     instances: list[Instance] = []
     for i in range(layout.instances):
         if span > 1:
-            nodes = list(range(i * span, (i + 1) * span))
+            nodes = [place.first_node + n for n in range(i * span, (i + 1) * span)]
             first, count = 0, 0  # whole nodes: no pinning inside them
         else:
             per_node = max(layout.instances_per_node, 1)
-            nodes = [i // per_node]
-            count = layout.gpus_per_instance if per_node > 1 else 0
-            first = (i % per_node) * layout.gpus_per_instance
-        instances.append(Instance(i, nodes, _launches(resolved, nodes, first, count)))
+            nodes = [place.first_node + i // per_node]
+            count = layout.gpus_per_instance if place.pin else 0
+            first = place.gpu_offset + (i % per_node) * layout.gpus_per_instance
+        instances.append(Instance(i, nodes, _launches(served, nodes, first, count)))
     return instances
 
 
-def _launches(resolved: ResolvedConfig, nodes: list[int], first: int, count: int) -> list[Launch]:
-    dep = resolved.spec.deployment
+def _launches(served: Served, nodes: list[int], first: int, count: int) -> list[Launch]:
+    dep = served.dep
     n = len(nodes)
     if dep.type == "command":
-        return [Launch("head", nodes[0], first, count, _command_argv(resolved), True)]
+        return [Launch("head", nodes[0], first, count, _command_argv(served), True)]
     build = _vllm_argv if dep.type == "vllm" else _sglang_argv
     if n > 1 and dep.type == "vllm" and dep.multi_node_backend == "ray":
         # Ray wants the head's IP address, not its hostname: the job script resolves it once
@@ -146,9 +170,9 @@ def _launches(resolved: ResolvedConfig, nodes: list[int], first: int, count: int
             "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')])
             for r, node in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
-                 *build(resolved, nnodes=n, rank=0)]
+                 *build(served, nnodes=n, rank=0)]
         return [*ray, Launch("head", nodes[0], 0, 0, serve, True)]
-    launches = [Launch("head", nodes[0], first, count, build(resolved, nnodes=n, rank=0), True)]
-    launches += [Launch(f"worker-{r}", node, 0, 0, build(resolved, nnodes=n, rank=r))
+    launches = [Launch("head", nodes[0], first, count, build(served, nnodes=n, rank=0), True)]
+    launches += [Launch(f"worker-{r}", node, 0, 0, build(served, nnodes=n, rank=r))
                  for r, node in enumerate(nodes[1:], start=1)]
     return launches

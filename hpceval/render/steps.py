@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.config import ResolvedConfig, ResolvedTask
+from hpceval.config.auxiliary import has_reference
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
-from hpceval.render import pyxis
+from hpceval.render import aux_job, pyxis
 from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
@@ -137,8 +138,11 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
     if ex.dataset_dir:
         env += [("HPCEVAL_DATASET_DIR", ex.dataset_dir),
                 ("NEMO_EVALUATOR_DATASET_DIR", ex.dataset_dir)]
+    if in_container:  # the judges' URLs and names (config/auxiliary.py), exported by the job
+        env += aux_job.container_env(resolved)
     for name, value in {**spec.evaluation.env_vars, **task_spec.env_vars}.items():
-        env.append((name, env_value(value)))
+        env.append((name, aux_job.env_value(value, resolved) if has_reference(value)
+                    else env_value(value)))
     # Secrets: passed by NAME from the job's environment; their values never reach this file.
     names = [*task.required_env, *([ep.api_key_name] if ep.api_key_name else [])]
     given = {n for n, _ in env}

@@ -1,15 +1,17 @@
 """Harness commands: the catalogue's command template for a task, made safe for a job script.
 
-A catalogue command template quotes every value with ``q``. Three values are only known inside
+A catalogue command template quotes every value with ``q``. Some values are only known inside
 the job (the endpoint's host and port depend on the nodes and the job id; the output directory
-on the run): the template sees placeholder tokens for them, and each token is then replaced by a
-reference to an environment variable, written correctly for the quoting context it sits in
+on the run; an auxiliary deployment's URL, see config/auxiliary.py): the template sees
+placeholder tokens for them (``runtime_token(VAR)``), and each token is then replaced by a
+reference to the environment variable VAR, written correctly for the quoting context it sits in
 (inside '...', inside "...", or bare). The replacement is fixed text, so whatever a value holds
 it stays data. Placeholders contain NUL, which no value can (bash cannot hold it either).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from functools import lru_cache
 from typing import Any
@@ -26,6 +28,14 @@ RUNTIME_VALUES = {
     "output_dir": "HPCEVAL_OUTPUT_DIR",
 }
 _TOKEN = "\x00hpceval:{}\x00"
+_TOKEN_AT = re.compile("\x00hpceval:([A-Z_][A-Z0-9_]*)\x00")
+
+
+def runtime_token(variable: str) -> str:
+    """The placeholder for "${VARIABLE}" in a value the command template quotes."""
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", variable):
+        raise ValueError(f"{variable!r} is not a job-script variable name")
+    return _TOKEN.format(variable)
 
 
 def _q(value: Any) -> str:
@@ -58,7 +68,7 @@ def render_command(harness: HarnessDef, task: TaskDef, params: dict[str, Any], *
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
         "params": params, "lm_eval_tasks_dir": str(lm_eval_tasks_dir()),
-        **{name: _TOKEN.format(name) for name in RUNTIME_VALUES},
+        **{name: runtime_token(var) for name, var in RUNTIME_VALUES.items()},
     }
     try:
         text = _compiled(harness.command).render(context)
@@ -78,7 +88,7 @@ def substitute_runtime_values(text: str) -> str:
         hit = _token_at(text, i)
         if hit is not None:
             name, length = hit
-            ref = '"${' + RUNTIME_VALUES[name] + '}"'
+            ref = '"${' + name + '}"'
             i += length
             if state == "double":
                 out.append(ref[1:-1])
@@ -119,10 +129,8 @@ def substitute_runtime_values(text: str) -> str:
 
 
 def _token_at(text: str, i: int) -> tuple[str, int] | None:
+    """(variable, token length) of the placeholder at ``i``, if one starts there."""
     if text[i] != "\x00":
         return None
-    for name in RUNTIME_VALUES:
-        token = _TOKEN.format(name)
-        if text.startswith(token, i):
-            return name, len(token)
-    return None
+    m = _TOKEN_AT.match(text, i)
+    return (m.group(1), m.end() - i) if m else None

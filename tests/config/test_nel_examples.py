@@ -131,6 +131,25 @@ def _vllm_basic(r: ResolvedConfig, script: str, cwd: Path) -> None:
     _params(r, limit_samples=10)
 
 
+def _auxiliary_judge(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    """NEL's meaning: the judge gets the vllm preset (and the site's image) under its keys, a
+    node of its own added to the job, and its references resolve in the tasks' params."""
+    judge = r.spec.auxiliary_deployments["judge"]
+    assert (judge.type, judge.hf_model_handle, judge.num_nodes, judge.scope) == (
+        "vllm", "Qwen/Qwen2.5-72B-Instruct", 1, "job")
+    assert judge.image == r.spec.deployment.image and judge.image
+    assert judge.env_vars == {"HF_TOKEN": "host:HF_TOKEN"}
+    assert "#SBATCH --nodes=2" in script  # the model's node and the judge's
+    place = r.auxiliary["judge"]
+    assert (place.first_node, place.layout.instances, place.layout.gpus_per_instance) == (
+        1, 8, 1)  # the preset's TP=1 fills the judge's own 8-GPU node
+    assert 'launch_server 0 head "${NODES[1]}" 0 1' in script
+    assert "config.params.extra.judge.model_id=Qwen/Qwen2.5-72B-Instruct," in script
+    assert "config.params.extra.judge.url='\"${HPCEVAL_AUX_JUDGE_CHAT_URL}\"" in script
+    assert 'export JUDGE_CHAT_URL="$AUX_BASE"/v1/chat/completions' in script
+    assert "auxiliary_deployments.judge." not in script.split("# --- evaluation tasks")[1]
+
+
 def _checkpoint(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert r.spec.deployment.checkpoint_path == "/lustre/ckpt" and r.layout.instances == 8
 
@@ -313,9 +332,9 @@ OUTCOMES: dict[str, Renders | Refused] = {
          "thinking off\"'", SEPARATE_RUNS)),
     "slurm_vllm_advanced_hf_caching.yaml": Renders(
         ("lm-evaluation-harness.ifeval", "lm-evaluation-harness.gsm8k"), _hf_caching),
-    "slurm_vllm_auxiliary_judge.yaml": Refused((
-        "auxiliary deployments (a judge served in the same job) are not supported",
-        "serve the judge with its own hpceval run")),
+    "slurm_vllm_auxiliary_judge.yaml": Renders(
+        ("simple_evals.AIME_2025", "simple_evals.AIME_2024"), _auxiliary_judge,
+        ("auxiliary_deployments.judge.port is not used",)),
     "slurm_vllm_basic.yaml": Renders(
         ("lm-evaluation-harness.ifeval", "lm-evaluation-harness.gsm8k"), _vllm_basic,
         ("execution.username is ignored",)),
@@ -404,5 +423,5 @@ def test_example_outcome(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_tally() -> None:
     """The counts the issue's closing note reports (as documented, before any 'then')."""
     renders = sorted(n for n, o in OUTCOMES.items() if isinstance(o, Renders))
-    assert len(renders) == 9, renders
-    assert len(OUTCOMES) - len(renders) == 23
+    assert len(renders) == 10, renders
+    assert len(OUTCOMES) - len(renders) == 22

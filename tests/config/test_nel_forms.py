@@ -166,8 +166,8 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
     (("deployment: vllm", "deployment: nim"), "NIM deployments are out of scope"),
     (("deployment:\n", "export:\n  datadog: {url: http://m}\ndeployment:\n"),
      "export.datadog: export to 'datadog' is not supported"),
-    (("  - _self_\n", "  - deployment/vllm@auxiliary_deployments.judge\n  - _self_\n"),
-     "auxiliary deployments"),
+    (("  - _self_\n", "  - deployment/nim@auxiliary_deployments.judge\n  - _self_\n"),
+     "NIM deployments are out of scope"),
     (("  tensor_parallel_size: 1\n", "  tensor_parallel_size: ${deployment.port}\n"),
      "OmegaConf interpolation"),
     (("        limit_samples: 5\n", "        limit_samples: 5\n      extra: {n: 1}\n"),
@@ -226,7 +226,8 @@ def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
     # One shell word per option; the prompt's quote, newline and $HOME stay literal.
     assert "'--system-prompt=-- You are careful.\n'\"'\"'quoted'\"'\"' $HOME'" in line
     assert "--add-param=extra_body=" in line and "--reasoning-end=</reason>" in line
-    statement = line[: line.index("\nPROXY_ARGS+=(--upstream-api-key-env")]
+    statement = line[: min(i for i in (line.find(m) for m in ("\n# requests still",
+                                                                  "\nPROXY_PORT=")) if i >= 0)]
     words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
                             "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
                            text=True, check=True).stdout.split("\0")[:-1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.config import ResolvedConfig, load_config
+from hpceval.config import ResolvedConfig, load_config, load_run
 from hpceval.render import JobContext
 
 DATA = Path(__file__).parent / "data"
@@ -23,6 +23,8 @@ def resolve(profile: str, run: dict[str, Any], tmp_path: Path,
             overrides: list[str] | None = None) -> ResolvedConfig:
     run_file = tmp_path / "run.yaml"
     run_file.write_text(yaml.safe_dump(run, sort_keys=False))
+    if "models" in run:  # a sweep: its first model's job
+        return load_run(run_file, overrides or [], profile=profile, check_environment=False)[0]
     return load_config(run_file, overrides or [], profile=profile, check_environment=False)
 
 

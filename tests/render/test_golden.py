@@ -22,6 +22,16 @@ TASKS = [{"name": "boxed_chat"},
           "env_vars": {"EVAL_NOTE": "lit:two words", "JUDGE_URL": "host:JUDGE_URL"}},
          {"name": "completion_probe"}]
 MODEL = {"checkpoint_path": "/models/Llama-3.1-8B-Instruct", "served_model_name": "llama-3.1-8b"}
+JUDGE = {"type": "vllm", "image": "/images/vllm.sif", "checkpoint_path": "/models/Qwen2.5-7B",
+         "served_model_name": "qwen-judge", "max_model_len": 8192}
+# NeMo Evaluator's references: in params.extra (nested) and in a task's environment
+JUDGED_TASKS = [{"name": "judged", "params": {"extra": {"judge": {
+    "url": "auxiliary_deployments.judge.chat_url",
+    "model_id": "auxiliary_deployments.judge.model_id"}}},
+    "env_vars": {"JUDGE_BASE": "auxiliary_deployments.judge.url",
+                 "JUDGE_NOTE": "judge=auxiliary_deployments.judge.model_id at "
+                               "auxiliary_deployments.judge.completions_url"}},
+    {"name": "boxed_chat"}]
 
 
 def shape(profile: str, name: str) -> tuple[dict[str, Any], list[str]]:
@@ -80,6 +90,30 @@ CASES += [
          "type": "vllm", **MODEL, "image": "docker://nvcr.io/nvidia/vllm:25.09-py3",
          "tensor_parallel_size": 8, "pipeline_parallel_size": 2}},
      ["execution.container_runtime=pyxis", "execution.nodes=2"], {}),
+    # auxiliary deployments (a judge, docs/judge.md): on a node of its own; a slice of the
+    # model's node (8 GPUs: judge TP=2, model TP=2 x 3); an external API; the sweep's judge job
+    ("slurm", "judge-own-node",
+     {"evaluation": {"tasks": JUDGED_TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "image": "/images/vllm.sif", "tensor_parallel_size": 8},
+      "auxiliary_deployments": {"judge": {**JUDGE, "tensor_parallel_size": 4}}}, [], {}),
+    ("slurm", "judge-slice",
+     {"evaluation": {"tasks": JUDGED_TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "image": "/images/vllm.sif", "tensor_parallel_size": 2},
+      "auxiliary_deployments": {"judge": {**JUDGE, "num_nodes": 0, "tensor_parallel_size": 2,
+                                          "env_prefix": "GRADER"}}}, [], {}),
+    ("slurm", "judge-external",
+     {"evaluation": {"tasks": JUDGED_TASKS}, "deployment": {
+         "type": "vllm", **MODEL, "image": "/images/vllm.sif", "tensor_parallel_size": 8},
+      "auxiliary_deployments": {"judge": {
+          "type": "none", "url": "https://judge.example.org/api/v1", "model_id": "vendor/judge",
+          "api_key_name": "JUDGE_API_KEY"}}}, [], {}),
+    ("local-dev", "judge-sweep",
+     {"evaluation": {"tasks": JUDGED_TASKS}, "deployment": {"type": "vllm", **MODEL,
+                                                           "runtime": "host"},
+      "models": [{"name": "a", "checkpoint_path": "/models/a"},
+                 {"name": "b", "checkpoint_path": "/models/b"}],
+      "auxiliary_deployments": {"judge": {**JUDGE, "scope": "sweep", "runtime": "host"}}},
+     [], {"array": 2}),
     ("local-dev", "array",
      {"evaluation": {"tasks": TASKS}, "deployment": {"type": "vllm", **MODEL,
                                                      "runtime": "host"}}, [], {"array": 3}),

@@ -84,7 +84,7 @@ def test_port_block_skips_a_block_someone_listens_in(render: RenderFn) -> None:
 def test_an_answer_on_the_port_is_not_the_jobs_server_until_its_log_says_so(
         render: RenderFn, squatter: int, tmp_path: Path) -> None:
     script = render("slurm", VLLM_RUN)
-    ready_line = re.search(r"^SERVER_READY_LINE='(.+)'$", script, re.M)
+    ready_line = re.search(r"^INSTANCE_READY\+=\('(.+)'\)$", script, re.M)
     assert ready_line, "the vLLM deployment names no ready line"
     functions = "\n".join(function(script, name) for name in (
         "answers", "server_error", "server_failed", "servers_alive", "dead_server",
@@ -99,8 +99,8 @@ wait_pid() {{ wait "$1"; }}
 {functions}
 SERVER_PIDS=({server.pid}); SERVER_LABEL=("instance 0"); SERVER_LOG=({log}); SERVER_CMD=({log})
 INSTANCE_URLS=("http://127.0.0.1:{squatter}"); INSTANCE_LOGS=({log})
-SERVER_READY_LINE='{ready_line.group(1)}'
-HEALTH_PATH=/health HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
+INSTANCE_READY=('{ready_line.group(1)}'); INSTANCE_HEALTH=(/health)
+HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
 wait_for_servers
 """
     try:

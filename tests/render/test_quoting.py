@@ -25,7 +25,7 @@ from hpceval.render.quoting import (
     var,
 )
 from hpceval.resources import templates_dir
-from hpceval.tasks.command import substitute_runtime_values
+from hpceval.tasks.command import runtime_token, substitute_runtime_values
 
 # Everything bash treats specially, plus unicode and leading dashes; never NUL (bash cannot
 # hold it: render_job rejects it with a ConfigError instead).
@@ -99,7 +99,7 @@ def test_runtime_values_are_substituted_for_their_quoting_context(
     # --model_args); the placeholder becomes "$HPCEVAL_ENDPOINT_URL" in each quoting context.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters["q"] = __import__("shlex").quote
-    token = "\x00hpceval:endpoint_url\x00"
+    token = runtime_token("HPCEVAL_ENDPOINT_URL")
     a, b, c = values
     text = env.from_string(
         "printf '%s\\0' {{ (a ~ url ~ b)|q }} {{ url|q }} {{ c|q }} pre{{ url|q }}post "

@@ -39,8 +39,9 @@ HEADER_TEXT = ["job_name", "account", "partition", "qos", "reservation", "constr
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("job:_reject_nul", "deployment.served_model_name",
      {"deployment.served_model_name": "m\x00n"}),
-    ("job:_server_prefix", "deployment.runtime", {"execution.container_runtime": "none"}),
-    ("job:_server_prefix", "deployment.image", {"deployment.image": None}),
+    ("deployments:server_prefix", "deployment.runtime",
+     {"execution.container_runtime": "none"}),
+    ("deployments:server_prefix", "deployment.image", {"deployment.image": None}),
     ("steps:bind", "execution.hf_cache_dir", {"execution.hf_cache_dir": "/hf:cache"}),
     ("steps:bind", "execution.dataset_dir", {"execution.dataset_dir": "/data,sets"}),
     ("steps:checked_extra_bind", "execution.extra_binds[0]",

@@ -44,6 +44,12 @@ def test_every_vllm_golden_has_its_serve_lines_found() -> None:
     assert multinode[0][0] == "/models/Llama-3.1-8B-Instruct"
     assert "--port" in multinode[0] and multinode[0][multinode[0].index("--port") + 1] == "8000"
     assert found["slurm__external.sbatch"] == [] and found["slurm__sglang.sbatch"] == []
+    # judges (docs/judge.md): their `vllm serve` lines are checked with the model's
+    slice_lines = found["slurm__judge-slice.sbatch"]
+    assert [a[a.index("--served-model-name") + 1] for a in slice_lines] == [
+        "llama-3.1-8b"] * 3 + ["qwen-judge"]
+    assert slice_lines[-1][slice_lines[-1].index("--max-model-len") + 1] == "8192"
+    assert len(found["slurm__judge-own-node.sbatch"]) == 3  # the model's 1, the judge's 2
 
 
 def vllm_python() -> str:

@@ -2,7 +2,7 @@
 hooks ask the judge, score the verdict, and fail when the judge cannot be asked.
 
 The judge here is a small HTTP server in the test that records what it was sent; the real
-thing (two vLLM servers, real lm-eval) is tests/integration/test_judge_job.py."""
+thing (two vLLM servers, real lm-eval) is tests/integration/test_judged_task_vllm.py."""
 
 from __future__ import annotations
 

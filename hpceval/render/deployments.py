@@ -1,0 +1,160 @@
+"""What the job script needs to start one deployment's servers: the model's, or a judge's.
+
+The same view feeds the same template code (templates/deployment/_instances.j2) for both, so a
+judge starts through the same launch_server, is waited for by the same health wait and fails the
+job as fast as a model server does. Differences are data: its server folder, its environment
+function, its container, its port slots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpceval.config import ResolvedConfig
+from hpceval.config.errors import ConfigError
+from hpceval.render import pyxis
+from hpceval.render.aux_job import urls_var
+from hpceval.render.ports import PortPlan
+from hpceval.render.quoting import LineStart, ShellCode, var
+from hpceval.render.servers import Instance, Served, build_instances
+from hpceval.render.steps import bind, checked_extra_bind, env_value
+
+# What an instance's log says once it serves: vLLM binds its port before loading and logs this
+# after, so an answer on the port from anyone else is never taken for the job's server.
+READY_LINES = {"vllm": "Starting vLLM server on "}
+
+
+def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports: PortPlan,
+                    unset: list[str]) -> dict[str, Any]:
+    """``key``: "model", or the judge's name (an identifier: it becomes part of names)."""
+    ex, dep = resolved.spec.execution, served.dep
+    prefix = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(
+        ex.container_runtime, "") if dep.runtime == "container" else ""
+    env = server_env(resolved, served)
+    model = key == "model"
+    base = ports.first_slot(None if model else key)
+    instances = build_instances(served)
+    return {
+        "key": key, "type": dep.type, "where": served.where,
+        "what": "model server" if model else f"{served.where} server",
+        "dir": ShellCode('"$MODEL_DIR/server"' if model
+                         else f'"$MODEL_DIR/auxiliary/{key}/server"'),
+        "env_fn": "server_environment" if model else f"aux_{key}_server_environment",
+        "urls_var": urls_var(key),
+        "instances": [_instance_view(inst, base) for inst in instances],
+        "server_prefix": server_prefix(resolved, served),
+        "server_srun": server_srun(resolved, served, [name for name, _ in env]),
+        "server_env": [(prefix + name, value) for name, value in env],
+        "server_unset": sorted(set(unset) - _env_passes(env)),
+        "server_token": server_token(served),
+        "multi_node": dep.multi_node_backend if served.placement.layout.nodes_per_instance > 1
+        else None,
+        "layout_text": layout_text(resolved, served),
+        "health_path": dep.health_path,
+        "health_timeout": dep.health_timeout,
+        "ready_line": READY_LINES.get(dep.type, ""),
+    }
+
+
+def _env_passes(env: list[tuple[str, Any]]) -> set[str]:
+    from hpceval.render.quoting import passed_env_names
+
+    return {n for _, value in env for n in passed_env_names(str(value))}
+
+
+def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
+    head = inst.launches[-1] if inst.launches else None
+    if len(inst.nodes) > 1:
+        summary = f"nodes {inst.nodes[0]}-{inst.nodes[-1]} of the job, one model copy across them"
+    elif head is not None and head.gpu_count:
+        last = head.gpu_first + head.gpu_count - 1
+        summary = f"node {inst.nodes[0]}, GPUs {head.gpu_first}-{last} of its allocation"
+    else:
+        summary = f"node {inst.nodes[0]}, all of its allocated GPUs (if any)"
+    return {"index": inst.index, "slot": slot_base + inst.index, "nodes": inst.nodes,
+            "head_node": inst.head_node, "launches": inst.launches, "summary": summary}
+
+
+def server_prefix(resolved: ResolvedConfig, served: Served) -> list[Any]:
+    ex, dep, where = resolved.spec.execution, served.dep, served.where
+    if dep.type == "none" or dep.runtime == "host":
+        return []
+    if ex.container_runtime == "none":
+        raise ConfigError.at(f"{where}.runtime", "is container, but "
+                             "execution.container_runtime is none",
+                             f"set {where}.runtime=host, or a container runtime")
+    if not dep.image:
+        raise ConfigError.at(f"{where}.image", "a server from a container needs an image",
+                             f"set {where}.image, or {where}.runtime=host")
+    if ex.container_runtime == "pyxis":
+        return []  # the image and binds are srun's options then: server_srun
+    argv: list[Any] = [ex.container_runtime, "exec"]
+    if served.placement.layout.gpus_per_instance > 0:
+        argv.append("--nv")
+    argv.append("--cleanenv")  # the site's host Python must not leak into the image
+    argv += [item for b in _binds(resolved, served) for item in ("--bind", b)]
+    return [*argv, LineStart(dep.image)]
+
+
+def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
+    ex, dep = resolved.spec.execution, served.dep
+    binds = [bind(dep.checkpoint_path, f"{served.where}.checkpoint_path", "ro")] \
+        if dep.checkpoint_path else []
+    if ex.hf_cache_dir:
+        binds.append(bind(ex.hf_cache_dir, "execution.hf_cache_dir"))
+    return binds + [checked_extra_bind(extra, f"execution.extra_binds[{i}]")
+                    for i, extra in enumerate(ex.extra_binds)]
+
+
+def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) -> list[Any]:
+    """pyxis: the server step's container options (after server_prefix's checks)."""
+    ex, dep = resolved.spec.execution, served.dep
+    if ex.container_runtime != "pyxis" or dep.type == "none" or dep.runtime == "host":
+        return []
+    assert dep.image is not None  # server_prefix refused a missing one
+    return pyxis.container_flags(
+        dep.image, [pyxis.mount(pyxis.bind_parts(b)) for b in _binds(resolved, served)],
+        env_names)
+
+
+def server_token(served: Served) -> bool:
+    """The job's servers require a per-job token that only the proxy sends: vLLM reads it from
+    VLLM_API_KEY (not from its command line, which ps shows to every user of the node)."""
+    return served.dep.type == "vllm" and served.placement.layout.instances > 0
+
+
+def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]]:
+    ex, dep = resolved.spec.execution, served.dep
+    env: list[tuple[str, Any]] = []
+    if dep.type == "command":
+        env.append(("PORT", var("PORT")))
+    if ex.hf_cache_dir:
+        env.append(("HF_HOME", ex.hf_cache_dir))
+    if ex.offline:
+        env.append(("HF_HUB_OFFLINE", "1"))
+    env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
+    if server_token(served):
+        env.append(("VLLM_API_KEY", var("HPCEVAL_JOB_TOKEN")))
+    return env
+
+
+def layout_text(resolved: ResolvedConfig, served: Served) -> str:
+    lay, dep, ex = served.placement.layout, served.dep, resolved.spec.execution
+    if lay.instances == 0:
+        return "no servers"
+    gpus = (f"{lay.gpus_per_instance} GPU(s) each" if lay.gpus_per_instance else "CPU only")
+    if served.where == "deployment":
+        text = (f"{ex.nodes} node(s) x {ex.gpus_per_node} GPU(s): {lay.instances} instance(s), "
+                f"{gpus}")
+    elif served.placement.first_node == 0:  # a judge's own nodes come after the model's
+        text = (f"a slice of the model's node 0 from GPU {served.placement.gpu_offset}: "
+                f"{lay.instances} instance(s), {gpus}")
+    else:
+        nodes = getattr(dep, "num_nodes", 1)
+        text = (f"{nodes} node(s) of its own (node {served.placement.first_node} on of the job"
+                f"): {lay.instances} instance(s), {gpus}")
+    if dep.type in ("vllm", "sglang"):
+        text += f" (TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size})"
+    if lay.nodes_per_instance > 1:
+        text += f", each across {lay.nodes_per_instance} nodes ({dep.multi_node_backend})"
+    return text
