@@ -179,7 +179,7 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
         (task_dir / name).unlink()
     model_logs = sorted((model / "server").glob("instance-*.log"))
     before = {p: p.read_text() for p in (*judge_logs, *model_logs)}
-    resumed = hpceval("resume", str(run_dir))
+    resumed = hpceval("resume", str(run_dir), vllm_bin=vllm_bin)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     second = re.search(r"job (\d+)", resumed.stdout)
     assert second, resumed.stdout

@@ -122,12 +122,7 @@ def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tup
                         **run.get("execution", {})}
     path = work / "run.yaml"
     path.write_text(yaml.safe_dump(run, sort_keys=False))
-    bin_dir = Path(sys.executable).parent  # hpceval and lm_eval; vllm after them
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
-    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
-                                   env.get("PATH", "")])
-    out = subprocess.run([str(bin_dir / "hpceval"), "submit", str(path)], env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = hpceval("submit", str(path), vllm_bin=vllm_bin)
     assert out.returncode == 0, out.stderr + out.stdout
     job = re.search(r"submitted \S+: job (\d+)", out.stdout)
     run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
@@ -148,6 +143,12 @@ def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float =
     pytest.fail(f"job {job_id} not finished in {timeout} s\n{logs[-6000:]}")
 
 
-def hpceval(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "hpceval"), *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+def hpceval(*args: str, vllm_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The hpceval CLI; with ``vllm_bin``, in the environment a job that serves needs (sbatch
+    passes it on): hpceval and lm_eval first on PATH, then vllm, as from a site module."""
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
+                                   env.get("PATH", "")])
+    return subprocess.run([str(bin_dir / "hpceval"), *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
