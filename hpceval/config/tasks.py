@@ -180,7 +180,7 @@ def judge_issue(task: TaskDef, task_spec: TaskSpec, params: dict[str, Any], spec
     return ConfigIssue(
         f"{where}.params.extra.judge.url",
         f"{task.qualified_name} asks a judge model, and the run names none",
-        "serve one in the job (auxiliary_deployments.judge: a deployment, docs/judge.md) and "
+        "serve one in the job (auxiliary_deployments.judge: a deployment, docs/judged-task.md) and "
         "set params.extra.judge.url: auxiliary_deployments.judge.chat_url and "
         ".model_id: auxiliary_deployments.judge.model_id; or give an external judge's URL")
 

@@ -29,7 +29,7 @@ from typing import Any
 
 DATA_FILE = Path(__file__).resolve().parent / "judged_qa.jsonl"
 ATTEMPTS = 3  # per sample: a refused connection, a timeout or a 5xx is retried; a 4xx is not
-BACKOFF_S = 2.0  # wait before retry n: n * BACKOFF_S
+BACKOFF_S = 2.0  # wait before retry n (1, 2): n * BACKOFF_S
 MAX_ANSWER_BYTES = 1 << 20  # a judge's reply is a few words; anything bigger is not read whole
 SYSTEM = "You grade answers to quiz questions. Reply with one word: yes or no."
 PROMPT = ("Question: {question}\nReference answer: {reference}\nCandidate answer: {answer}\n\n"
@@ -88,6 +88,8 @@ def ask_judge(question: str, reference: str, answer: str) -> str:
     timeout = float(os.environ.get("JUDGE_TIMEOUT") or 60)
     last: Exception | None = None
     for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(BACKOFF_S * attempt)
         try:
             request = urllib.request.Request(url, data=body, headers=headers, method="POST")
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -98,10 +100,8 @@ def ask_judge(question: str, reference: str, answer: str) -> str:
                 detail = exc.read(2000).decode(errors="replace")
                 raise JudgeError(f"judge {url} answered HTTP {exc.code}: {detail}") from exc
             last = exc
-            time.sleep(BACKOFF_S * (attempt + 1))
         except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
             last = exc
-            time.sleep(BACKOFF_S * (attempt + 1))
     raise JudgeError(f"judge {url} did not answer after {ATTEMPTS} attempts: {last!r}")
 
 
