@@ -57,6 +57,11 @@ def _show_one(resolved: Any, no_sources: bool) -> None:
     click.echo(f"# layout: {resolved.layout.instances} server instance(s), "
                f"{resolved.layout.gpus_per_instance} GPU(s) each, "
                f"{resolved.layout.nodes_per_instance} node(s) per instance")
+    for name, place in resolved.auxiliary.items():
+        where = (f"GPUs {place.gpu_offset}+ of node 0" if place.first_node == 0
+                 else f"from node {place.first_node} of the job")
+        click.echo(f"# auxiliary_deployments.{name}: {place.layout.instances} server "
+                   f"instance(s), {place.layout.gpus_per_instance} GPU(s) each, {where}")
 
 
 def _leaf_paths(data: Any, prefix: str) -> list[str]:

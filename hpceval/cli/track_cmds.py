@@ -176,7 +176,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
 @click.argument("run")
 @click.option("--model", help="Only this model (its key or model id).")
 @click.option("--task", help="The harness log of this task (harness.task or short name).")
-@click.option("--server", is_flag=True, help="Server and proxy logs instead of the job log.")
+@click.option("--server", is_flag=True,
+              help="Server and proxy logs (the judges' too) instead of the job log.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the run ends.")
 @click.option("-n", "--lines", type=int, help="Only the last N lines of each log.")
 @output_dir_option

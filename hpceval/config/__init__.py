@@ -134,6 +134,7 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         env_issues,
         model_layout_spec,
         placements,
+        slice_gpus,
         spec_issues,
     )
     from hpceval.config.auxiliary import reference_issues
@@ -149,13 +150,19 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     if single_model:
         spec, sweep_notes = _sweep_judges_in_job(spec)
         composed.notes += sweep_notes
-    spec, layout_notes, issues = fit_explicit_layout(spec)
+    # An explicit data_parallel_size beside a judge's slice of the node sizes the model's part
+    # of it: the node is not shrunk to the model's GPUs (the judge needs the rest).
+    spec, layout_notes, issues = (spec, [], []) if slice_gpus(spec) else fit_explicit_layout(spec)
     composed.notes += layout_notes
     issues += semantic_issues(spec, env if check_environment else None)
     aux_issues = spec_issues(spec)
     issues += aux_issues + reference_issues(spec)
     issues += env_issues(spec, env if check_environment else None)
     layout, layout_issues = compute_layout(model_layout_spec(spec))
+    if slice_gpus(spec):
+        layout_issues = [ConfigIssue(i.path, f"{i.message} (the node's other "
+                                     f"{slice_gpus(spec)} GPU(s) serve auxiliary deployments)",
+                                     i.fix) for i in layout_issues]
     if not any(i.path.startswith(("deployment.data_parallel", "execution.gpus_per_node"))
                for i in issues):  # the same numbers would be refused twice
         issues += layout_issues

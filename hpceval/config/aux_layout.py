@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hpceval.config.auxiliary import IDENTIFIER, RESERVED_PREFIXES, env_prefix
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout
-from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
+from hpceval.config.schema import AuxiliaryDeploymentSpec, DeploymentSpec, RunSpec
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,14 @@ NO_LAYOUT = Layout(0, 0, 0, 0)
 
 def served_in_job(aux: AuxiliaryDeploymentSpec) -> bool:
     return aux.type != "none" and aux.scope == "job"
+
+
+def server_deployments(spec: RunSpec) -> list[tuple[str, DeploymentSpec]]:
+    """(key path, spec) of every deployment the run serves: the model's, and each judge's (in
+    its job or the sweep's judge job), for what they need staged and checked."""
+    return [("deployment", spec.deployment)] + [
+        (f"auxiliary_deployments.{name}", aux)
+        for name, aux in spec.auxiliary_deployments.items() if aux.type != "none"]
 
 
 def job_nodes(spec: RunSpec) -> int:
@@ -99,7 +107,15 @@ def spec_issues(spec: RunSpec) -> list[ConfigIssue]:
         issues += _container_issues(spec, where, aux)
     if issues:
         return issues
-    return [i for _, _, found in _placements(spec) for i in found]
+    from hpceval.backends import backend_for
+
+    if not backend_for(spec.execution.type).multi_node:
+        issues += [ConfigIssue(f"auxiliary_deployments.{name}.num_nodes", f"is {aux.num_nodes}, "
+                               f"but execution.type {spec.execution.type} runs on this one "
+                               "machine", "set num_nodes: 0 (GPUs beside the model's)")
+                   for name, aux in spec.auxiliary_deployments.items()
+                   if served_in_job(aux) and aux.num_nodes > 0]
+    return issues + [i for _, _, found in _placements(spec) for i in found]
 
 
 def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:

@@ -244,8 +244,9 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         preset_file, _ = find_file(kind, "deployment", near)
         preset = copy.deepcopy(site)
         merge(preset, read_yaml(preset_file, f"deployment preset {kind}"), {}, "")
+        label = f"{'profile deployment keys + ' if site else ''}preset {kind}"
         layers.append(({"auxiliary_deployments": {name: preset}},
-                       f"preset {kind} (auxiliary_deployments.{name})", str(preset_file)))
+                       f"{label} (auxiliary_deployments.{name})", str(preset_file)))
     if run:
         layers.append((run, "run file", str(run_file)))
     placeholders = Placeholders()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpceval.backends import backend_for
+from hpceval.contract import AUX_DIR
 from hpceval.runs.jobs import Jobs
 
 
@@ -58,6 +59,12 @@ def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | No
             out += [(f"{m['key']} server {p.stem}", p) for p in found]
             if (model_dir / "proxy.log").is_file():  # not in jobs against an external endpoint
                 out.append((f"{m['key']} proxy", model_dir / "proxy.log"))
+            # judges (auxiliary deployments): their servers' logs and their proxy's
+            for aux in sorted(p for p in (model_dir / AUX_DIR).glob("*") if p.is_dir()):
+                out += [(f"{m['key']} {aux.name} server {p.stem}", p)
+                        for p in sorted((aux / "server").glob("*.log"))]
+                if (aux / "proxy.log").is_file():
+                    out.append((f"{m['key']} {aux.name} proxy", aux / "proxy.log"))
             continue
         path = job_log(run_dir, m["key"], m["index"], jobs)
         if path is not None:

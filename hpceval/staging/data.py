@@ -84,10 +84,12 @@ def task_extras(resolved: ResolvedConfig) -> list[tuple[str, dict[str, Any]]]:
 
 
 def data_needs(resolved: ResolvedConfig) -> list[DataNeed]:
-    dep = resolved.spec.deployment
+    from hpceval.config.aux_layout import server_deployments
+
     needs: list[DataNeed] = []
-    if dep.type in ("vllm", "sglang") and dep.hf_model_handle:
-        needs.append(DataNeed("model", dep.hf_model_handle, "deployment.hf_model_handle"))
+    for key, dep in server_deployments(resolved.spec):  # the model, and judges
+        if dep.type in ("vllm", "sglang") and dep.hf_model_handle:
+            needs.append(DataNeed("model", dep.hf_model_handle, f"{key}.hf_model_handle"))
     for where, extra in task_extras(resolved):
         if looks_like_repo_id(extra.get("tokenizer")):
             needs.append(DataNeed("tokenizer", extra["tokenizer"],

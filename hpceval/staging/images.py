@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
+from hpceval.config.aux_layout import server_deployments
 from hpceval.config.tasks import image_file_name
 
 DOCKER = "docker://"
@@ -103,16 +104,17 @@ def image_needs(resolved: ResolvedConfig,
     paths in the config that have no sidecar yet (``hpceval stage --pull SIF=docker://REF``).
     """
     spec = resolved.spec
-    ex, dep = spec.execution, spec.deployment
+    ex = spec.execution
     refs = known or {}
     if ex.container_runtime == "none":
         return []  # render runs everything from the host then (or refuses the config)
     needs: list[ImageNeed] = []
-    if dep.type != "none" and dep.runtime == "container" and dep.image:
-        need = _from_image_value(dep.image, "deployment.image", "server", ex.image_dir, refs,
-                                 ex.container_runtime)
-        if need is not None:
-            needs.append(need)
+    for key, served in server_deployments(spec):  # the model's server, and judges'
+        if served.type != "none" and served.runtime == "container" and served.image:
+            need = _from_image_value(served.image, f"{key}.image", "server", ex.image_dir,
+                                     refs, ex.container_runtime)
+            if need is not None:
+                needs.append(need)
     for rt in resolved.tasks:
         task, where = rt.task, rt.where
         purpose = f"harness {rt.harness.name}"

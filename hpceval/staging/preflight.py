@@ -61,7 +61,7 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
             if not offline:
                 continue  # online nodes pull it themselves
             first = "" if need.sif else "set execution.image_dir to a shared folder, "
-            if need.where == "deployment.image" or need.where.endswith(".container"):
+            if need.where.endswith((".image", ".container")):
                 sif = need.sif or "the SIF it writes"
                 how = f"{first}run `{fix}`, then set {need.where}={sif}"
             else:
@@ -81,24 +81,30 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
 
 
 def _checkpoint_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
-    dep = resolved.spec.deployment
-    if dep.type == "none" or not dep.checkpoint_path:
-        return []
-    path = Path(dep.checkpoint_path)
+    """The model's checkpoint, and each judge's (auxiliary deployments)."""
+    from hpceval.config.aux_layout import server_deployments
+
+    issues: list[ConfigIssue] = []
+    for where, dep in server_deployments(resolved.spec):
+        if dep.checkpoint_path:
+            issues += _checkpoint_issue(Path(dep.checkpoint_path), f"{where}.checkpoint_path")
+    return issues
+
+
+def _checkpoint_issue(path: Path, key: str) -> list[ConfigIssue]:
     if path.is_dir():
         try:
             next(path.iterdir())
         except StopIteration:
-            return [ConfigIssue("deployment.checkpoint_path", f"{path} is an empty folder",
+            return [ConfigIssue(key, f"{path} is an empty folder",
                                 "copy the checkpoint there, or point to the right folder")]
         except OSError as exc:
-            return [ConfigIssue("deployment.checkpoint_path", f"{path} cannot be read: "
-                                f"{exc.strerror}", "fix its permissions for your user")]
+            return [ConfigIssue(key, f"{path} cannot be read: {exc.strerror}",
+                                "fix its permissions for your user")]
         return []
     if path.is_file() and path.suffix == ".gguf":  # vLLM also serves a single GGUF file
         return []
-    return [ConfigIssue("deployment.checkpoint_path", f"{path} is not a directory here",
-                        f"check the path; {_SHARED}")]
+    return [ConfigIssue(key, f"{path} is not a directory here", f"check the path; {_SHARED}")]
 
 
 def _data_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:

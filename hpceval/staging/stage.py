@@ -116,9 +116,9 @@ def stage(configs: Sequence[ResolvedConfig], *, dry_run: bool = False, force: bo
             if key not in seen:
                 seen.add(key)
                 report.items.append(_stage_image(need, runtime, dry_run, force, echo))
-                if need.where == "deployment.image" and need.pulled_at_run_time and need.sif:
+                if need.where.endswith(".image") and need.pulled_at_run_time and need.sif:
                     report.hints.append(f"the job still pulls {need.in_job} at run time; to "
-                                        f"run the staged SIF: -o deployment.image={need.sif}")
+                                        f"run the staged SIF: -o {need.where}={need.sif}")
     if downloader is _UNSET:
         downloader = hub.default_downloader()
     for resolved in configs:

@@ -73,6 +73,16 @@ def test_slice_of_the_models_node(tmp_path: Path) -> None:
     assert job_nodes(r.spec) == 1
 
 
+def test_an_explicit_model_dp_beside_a_slice_keeps_the_whole_node(tmp_path: Path) -> None:
+    r = run(tmp_path, judge={"num_nodes": 0, "tensor_parallel_size": 2},
+            model={"tensor_parallel_size": 2, "data_parallel_size": 3})
+    assert r.spec.execution.gpus_per_node == 8 and r.layout == Layout(3, 2, 1, 3)
+    text = refused(tmp_path, judge={"num_nodes": 0, "tensor_parallel_size": 2},
+                   model={"tensor_parallel_size": 2, "data_parallel_size": 2})
+    assert "deployment.data_parallel_size: is 2, but 1 node(s) x 6 GPUs with TP=2" in text, text
+    assert "(the node's other 2 GPU(s) serve auxiliary deployments)" in text, text
+
+
 @pytest.mark.parametrize(("kwargs", "key", "message"), [
     ({"judge": {"num_nodes": 0, "tensor_parallel_size": 2}, "nodes": 2,
       "model": {"tensor_parallel_size": 8}},
@@ -136,6 +146,18 @@ def test_names_must_be_identifiers_and_differ_beyond_case(tmp_path: Path) -> Non
     assert "auxiliary_deployments.my-judge: is not a name the job can use" in text
     assert "auxiliary_deployments.guard: differs from auxiliary_deployments.GUARD only in case" \
         in text
+
+
+def test_on_one_machine_a_judge_shares_the_models_node(tmp_path: Path) -> None:
+    text = refused(tmp_path, judge={}, extra={"execution": {
+        "type": "local", "output_dir": "/runs", "gpus_per_node": 8, "container_runtime": "none"}})
+    assert ("auxiliary_deployments.judge.num_nodes: is 1, but execution.type local runs on this "
+            "one machine") in text, text
+    r = run(tmp_path, judge={"num_nodes": 0, "tensor_parallel_size": 2},
+            model={"tensor_parallel_size": 2}, extra={"execution": {
+                "type": "local", "output_dir": "/runs", "gpus_per_node": 8,
+                "container_runtime": "none"}})
+    assert r.auxiliary["judge"].gpu_offset == 6
 
 
 def test_scope_sweep_on_one_model_is_served_in_its_job(tmp_path: Path) -> None:

@@ -105,6 +105,21 @@ def test_logs_point_at_the_newest_job(tmp_path: Path, fake: FakeSlurm) -> None:
     assert task[1] == result.run_dir / "models/model-01/tasks" / TWO / "harness.log"
 
 
+def test_server_logs_include_the_judges(tmp_path: Path, fake: FakeSlurm) -> None:
+    result = submit_configs(configs(tmp_path, 2), fake, aggregate=False)
+    run, jobs = read_run(result.run_dir), read_jobs(result.run_dir)
+    model_dir = result.run_dir / "models" / "model-01"
+    for path in (model_dir / "server" / "instance-0.log", model_dir / "proxy.log",
+                 model_dir / "auxiliary" / "judge" / "server" / "instance-0.log",
+                 model_dir / "auxiliary" / "judge" / "proxy.log"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x\n")
+    files = log_files(result.run_dir, run, jobs, model="model-01", server=True)
+    assert [label for label, _ in files] == [
+        "model-01 server instance-0", "model-01 proxy", "model-01 judge server instance-0",
+        "model-01 judge proxy"]
+
+
 def test_info_lists_scripts_and_chain(tmp_path: Path, fake: FakeSlurm) -> None:
     from hpceval.cli.main import cli
 

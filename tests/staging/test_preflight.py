@@ -71,6 +71,23 @@ def test_checkpoint_must_be_visible_from_the_login_node(site: Site) -> None:
     assert _issues(site, run) == []
 
 
+def test_a_judges_image_and_checkpoint_are_checked_too(site: Site) -> None:
+    checkpoint = site.root / "judge-ckpt"
+    sif = site.root / "judge-vllm.sif"
+    run = site.run_file([{"name": "lm-eval-upstream.gsm8k"}],
+                        deployment={"type": "vllm", "runtime": "host", "served_model_name": "m",
+                                    "hf_model_handle": "org/m"},
+                        execution={"gpus_per_node": 2}, target={"api_endpoint": {}},
+                        auxiliary_deployments={"judge": {
+                            "type": "vllm", "served_model_name": "j", "num_nodes": 0,
+                            "checkpoint_path": str(checkpoint), "image": str(sif)}})
+    issues = _issues(site, run)
+    assert any(i.startswith(f"auxiliary_deployments.judge.image: SIF image {sif} (server) "
+                            "is missing") for i in issues), issues
+    assert any(i.startswith(f"auxiliary_deployments.judge.checkpoint_path: {checkpoint} is "
+                            "not a directory here") for i in issues), issues
+
+
 def test_offline_hub_data_must_be_staged(site: Site) -> None:
     run = site.run_file([{"name": "lm-eval-upstream.gsm8k",
                           "params": {"extra": {"tokenizer": "org/tok"}}}])
