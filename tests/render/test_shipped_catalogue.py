@@ -18,7 +18,9 @@ def render_tasks(tmp_path: Path, catalogue: Catalogue, names: list[str], file: s
         "deployment": {"type": "vllm", "checkpoint_path": "/m", "served_model_name": "m",
                        "tensor_parallel_size": 4},
         "target": {"api_endpoint": {"api_key_name": "MY_API_KEY"}},
-        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}, tmp_path)
+        # a judge for the judged tasks that take theirs by URL (lm-eval-upstream.judged_qa)
+        "evaluation": {"tasks": [{"name": "boxed_chat"}],
+                       "env_vars": {"JUDGE_CHAT_URL": "http://judge:8000/v1"}}}, tmp_path)
     template = base.spec.evaluation.tasks[0]
     tasks = [dataclasses.replace(template, name=name) for name in names]
     tasks.append(TaskSpec(name="lm-evaluation-harness.ifeval", timeout=60,

@@ -48,7 +48,7 @@ def test_empty_json_list() -> None:
 def test_table(builtin: Catalogue) -> None:
     tasks = builtin.list(harness="tau2_bench") + builtin.list(harness="garak")
     lines = format_task_table(tasks).splitlines()
-    assert lines[0].split() == ["NAME", "HARNESS", "TYPE", "GPU", "DESCRIPTION"]
+    assert lines[0].split() == ["NAME", "HARNESS", "TYPE", "GPU", "JUDGE", "DESCRIPTION"]
     assert lines[-1] == "5 tasks in 2 harnesses"
     body = lines[1:-1]
     assert len(body) == 5
@@ -59,10 +59,17 @@ def test_table(builtin: Catalogue) -> None:
     assert all(" no " in line for line in body)
 
 
+def test_table_marks_tasks_that_need_a_judge(builtin: Catalogue) -> None:
+    lines = format_task_table(builtin.list(harness="lm-eval-upstream")).splitlines()
+    judge = lines[0].index("JUDGE")
+    marks = {line.split()[0]: line[judge:].split()[0] for line in lines[1:-1]}
+    assert marks["judged_qa"] == "yes" and marks["mmlu"] == "no"
+
+
 def test_table_cuts_long_descriptions(builtin: Catalogue) -> None:
     text = format_task_table(builtin.list(harness="codec"))
     assert all(len(line) < 160 for line in text.splitlines())
     assert format_task_table([]).splitlines() == [
-        "NAME  HARNESS  TYPE  GPU  DESCRIPTION",
+        "NAME  HARNESS  TYPE  GPU  JUDGE  DESCRIPTION",
         "0 tasks in 0 harnesses",
     ]

@@ -55,6 +55,7 @@ def _context(task: TaskDef, params: dict[str, Any]) -> dict[str, Any]:
         "output_dir": "/results/run 1",
         "api_key_env": None,
         "params": merged,
+        "lm_eval_tasks_dir": "/opt/hpceval/tasks/lm_eval_tasks",
     }
 
 
@@ -113,7 +114,34 @@ def test_upstream_lm_eval_command(builtin: Catalogue) -> None:
 
     comp_task = builtin.resolve("arc_easy").task
     comp = _argv(template.render(**_context(comp_task, SAMPLE_PARAMS)))
+    # params.extra.judge (NeMo Evaluator's spelling) names the judge to lm_eval's process, where
+    # a judged task's hooks read it (hpceval/tasks/lm_eval_tasks/judged_qa/utils.py)
+    assert comp[:3] == ["JUDGE_CHAT_URL=http://judge:8000/v1", "JUDGE_MODEL_ID=j m", "lm_eval"]
+    comp = comp[2:]
     assert comp[2] == "local-completions" and "--apply_chat_template" not in comp
     assert comp[comp.index("--limit") + 1] == "10"
     assert comp[comp.index("--num_fewshot") + 1] == "5"
     assert comp[comp.index("--gen_kwargs") + 1] == "temperature=0.0,top_p=1.0,max_gen_toks=2048"
+
+
+def test_shipped_judged_task_finds_its_folder_and_its_judge(builtin: Catalogue) -> None:
+    """lm-eval-upstream.judged_qa: lm_eval looks in the installed package's task folder, which
+    holds the task's YAML and data, and gets the judge the run names."""
+    from hpceval.resources import lm_eval_tasks_dir
+    from hpceval.tasks.command import render_command
+
+    task = builtin.resolve("lm-eval-upstream.judged_qa").task
+    assert task.needs_judge and task.endpoint_type == "chat"
+    params = _context(task, SAMPLE_PARAMS)["params"]
+    argv = _argv(render_command(builtin.harnesses[task.harness], task, params,
+                                model_id="m", api_key_env=None))
+    assert argv[:3] == ["JUDGE_CHAT_URL=http://judge:8000/v1", "JUDGE_MODEL_ID=j m", "lm_eval"]
+    folder = argv[argv.index("--include_path") + 1]
+    assert folder == str(lm_eval_tasks_dir())
+    assert {"judged_qa.yaml", "judged_qa.jsonl", "utils.py"} <= {
+        p.name for p in (lm_eval_tasks_dir() / "judged_qa").iterdir()}
+    # a user's own include_path wins (lm-eval keeps one)
+    params["extra"] = {**params["extra"], "include_path": "/mine"}
+    argv = _argv(render_command(builtin.harnesses[task.harness], task, params,
+                                model_id="m", api_key_env=None))
+    assert argv[argv.index("--include_path") + 1] == "/mine"

@@ -1,0 +1,200 @@
+"""A judged task end to end with real models: the model under test AND its judge are both
+SmolLM2-135M served by real vLLM (the CPU build), the task is hpceval's shipped
+lm-eval-upstream.judged_qa run by the real lm-evaluation-harness.
+
+* directly (no Slurm): two `vllm serve` processes, the catalogue's rendered lm_eval command;
+  the judge's own access log shows one chat request per sample, lm-eval's results file holds
+  the score, and a judge that cannot be reached fails the task instead of scoring 0;
+* in a job on the dev cluster (``hpceval submit``): ``deployment: vllm-cpu`` for the model and
+  ``auxiliary_deployments.judge`` (vllm-cpu too) on a slice of the same node, the task naming
+  its judge as ``auxiliary_deployments.judge.chat_url``; the judge's server log in the run
+  directory counts one request per sample, hpceval's results.json equals lm-eval's own results
+  file, and ``hpceval resume`` of the task replays the judge's answers from the judge proxy's
+  cache (the judge gets no new request).
+
+The judge machinery itself (placement, proxy, cache) with stand-in servers: test_judge_job.py.
+Needs what test_real_vllm.py needs (tests/integration/vllm_support.py): HPCEVAL_VLLM_PYTHON and
+the SmolLM2 venv; they skip without them, or fail with HPCEVAL_REQUIRE_VLLM=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpceval.slurm.client import CommandSlurmClient
+from hpceval.tasks import load_catalogue
+from hpceval.tasks.command import render_command
+from hpceval.tasks.models import GENERIC_PARAMS
+from tests.integration.vllm_support import (
+    find_model_dir,
+    find_vllm_bin,
+    free_port,
+    hpceval,
+    preset_env,
+    serve,
+    submit,
+    wait,
+)
+
+pytestmark = pytest.mark.slow
+
+TASK = "lm-eval-upstream.judged_qa"
+MODEL, JUDGE = "smollm2", "smollm2-judge"
+LIMIT = 8  # samples: one generation and one judge request each
+SERVE_ARGS = ["--max-model-len", "1024", "--dtype", "bfloat16", "--enforce-eager"]
+JUDGE_REQUEST = re.compile(r'"POST /v1/chat/completions HTTP/1\.1" 200')
+
+
+def own_results(output_dir: Path) -> dict[str, float]:
+    """judged_qa's scores as lm-eval's own results_*.json holds them ("metric,filter")."""
+    own = json.loads(next(output_dir.rglob("results_*.json")).read_text())["results"]
+    return {k: v for k, v in own["judged_qa"].items()
+            if "," in k and "_stderr" not in k and isinstance(v, int | float)}
+
+
+def run_rendered_lm_eval(model_url: str, judge: dict[str, str], output_dir: Path,
+                         hf_home: Path) -> subprocess.CompletedProcess[str]:
+    """The catalogue's lm_eval command for judged_qa, rendered as a job renders it, run with
+    the values the job script would export, offline."""
+    catalogue = load_catalogue()
+    task = catalogue.resolve(TASK).task
+    params: dict[str, Any] = dict.fromkeys(GENERIC_PARAMS)
+    params.update(parallelism=2, request_timeout=120, limit_samples=LIMIT,
+                  extra={**task.params["extra"], "judge": judge})
+    command = render_command(catalogue.harness(task.harness), task, params, model_id=MODEL,
+                             api_key_env=None)
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env.update({"HPCEVAL_ENDPOINT_URL": f"{model_url}/v1/chat/completions",
+                "HPCEVAL_OUTPUT_DIR": str(output_dir), "HF_HOME": str(hf_home),
+                "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "OPENAI_API_KEY": "EMPTY", "no_proxy": "127.0.0.1",
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(tmp_path: Path) -> None:
+    vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
+    started = time.monotonic()
+    with ExitStack() as stack:  # both servers end here, before the Slurm tests start theirs
+        model = stack.enter_context(serve(vllm_bin, model_dir, MODEL, tmp_path / "model.log",
+                                          SERVE_ARGS))
+        judge = stack.enter_context(serve(vllm_bin, model_dir, JUDGE, tmp_path / "judge.log",
+                                          SERVE_ARGS))
+        ready = time.monotonic() - started
+        out = run_rendered_lm_eval(model, {"url": f"{judge}/v1/chat/completions",
+                                           "model_id": JUDGE}, tmp_path / "out", tmp_path / "hf")
+        assert out.returncode == 0, out.stderr[-4000:]
+        # The judge's own log: one chat request per sample, each answered.
+        judged = JUDGE_REQUEST.findall((tmp_path / "judge.log").read_text())
+        generated = JUDGE_REQUEST.findall((tmp_path / "model.log").read_text())
+        assert len(judged) == LIMIT and len(generated) == LIMIT, (judged, generated)
+        scores = own_results(tmp_path / "out")
+        assert set(scores) == {"judge_acc,none", "judge_unparsed,none"}
+        # The aggregate is the mean of the per-sample verdicts lm-eval logged.
+        samples = [json.loads(line) for line in
+                   next((tmp_path / "out").rglob("samples_judged_qa_*.jsonl")).open()]
+        assert len(samples) == LIMIT
+        for metric in ("judge_acc", "judge_unparsed"):
+            assert scores[f"{metric},none"] == pytest.approx(
+                sum(s[metric] for s in samples) / LIMIT)
+
+        # A judge nobody answers on: the task fails, naming the judge; it does not score 0.
+        dead = f"http://127.0.0.1:{free_port()}/v1/chat/completions"
+        failed = run_rendered_lm_eval(model, {"url": dead, "model_id": JUDGE},
+                                      tmp_path / "out-dead", tmp_path / "hf")
+        assert failed.returncode != 0
+        assert f"judge {dead} did not answer after 3 attempts" in failed.stderr[-6000:]
+        assert not list((tmp_path / "out-dead").rglob("results_*.json"))
+    print(f"\njudged_qa direct: servers ready in {ready:.0f} s, {len(judged)} judge requests, "
+          f"scores {scores}, whole test {time.monotonic() - started:.0f} s")
+
+
+# --- in a job on the dev cluster: the judge served in the allocation -----------------------
+
+def job_run(model_dir: Path) -> dict[str, Any]:
+    """Model and judge both vllm-cpu SmolLM2 on one node of 2 (fake) GPUs: the judge a slice
+    of one GPU beside the model (num_nodes: 0); CPU vLLM ignores the GPUs, Slurm counts them."""
+    served = {"checkpoint_path": str(model_dir), "max_model_len": 1024,
+              "extra_args": ["--enforce-eager", "--dtype", "bfloat16"]}
+    judge = {"type": "vllm", "runtime": "host", "num_nodes": 0, "tensor_parallel_size": 1,
+             "served_model_name": JUDGE, "health_timeout": 900, **served,
+             "env_vars": preset_env()}
+    return {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
+        "execution": {"gpus_per_node": 2},
+        "deployment": {"served_model_name": MODEL, **served},
+        "auxiliary_deployments": {"judge": judge},
+        "target": {"api_endpoint": {"type": "chat"}},
+        "evaluation": {"params": {"parallelism": 2, "request_timeout": 300}, "tasks": [
+            {"name": TASK, "params": {"limit_samples": LIMIT, "extra": {"judge": {
+                "url": "auxiliary_deployments.judge.chat_url",
+                "model_id": "auxiliary_deployments.judge.model_id"}}}}]},
+    }
+
+
+def served_requests(log: Path) -> int:
+    return len(JUDGE_REQUEST.findall(log.read_text())) if log.exists() else 0
+
+
+@pytest.mark.slurm
+def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path) -> None:
+    vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
+    started = time.monotonic()
+    job_id, run_dir = submit(tmp_path, job_run(model_dir), vllm_bin)
+    state = wait(slurm_cluster, job_id, run_dir)
+    model = next(run_dir.glob("models/*"))
+    job_log = (model / f"slurm-{job_id}.log").read_text()
+    assert state == "COMPLETED", job_log[-6000:]
+    first_job = time.monotonic() - started
+    # Two real `vllm serve` processes in the job: the model's and the judge's.
+    judge_logs = sorted((model / "auxiliary" / "judge" / "server").glob("instance-*.log"))
+    assert judge_logs, sorted(p.relative_to(model) for p in model.rglob("*.log"))
+    assert f"--served-model-name {JUDGE}" in job_log and f"--served-model-name {MODEL}" in job_log
+    # The judge's own access log: one chat request per sample; the model's: one generation each.
+    judged = sum(served_requests(p) for p in judge_logs)
+    generated = sum(served_requests(p) for p in (model / "server").glob("instance-*.log"))
+    assert judged == LIMIT and generated == LIMIT, (judged, generated)
+    # hpceval's results.json holds exactly lm-eval's own numbers.
+    task_dir = model / "tasks" / TASK
+    result = json.loads((task_dir / "results.json").read_text())
+    ours = {f"{m['name']},{m['filter'] or 'none'}": m["value"] for m in result["metrics"]}
+    own = own_results(task_dir / "harness")
+    assert ours == own and set(own) == {"judge_acc,none", "judge_unparsed,none"}, (ours, own)
+
+    # The task again in a resumed job (as if the first had stopped before recording it): the
+    # judge proxy's cache answers, so the (new) judge server gets no request at all.
+    for name in ("done", "results.json"):
+        (task_dir / name).unlink()
+    model_logs = sorted((model / "server").glob("instance-*.log"))
+    before = {p: p.read_text() for p in (*judge_logs, *model_logs)}
+    resumed = hpceval("resume", str(run_dir), vllm_bin=vllm_bin)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    second = re.search(r"job (\d+)", resumed.stdout)
+    assert second, resumed.stdout
+    state = wait(slurm_cluster, second.group(1), run_dir)
+    log2 = (model / f"slurm-{second.group(1)}.log").read_text()
+    assert state == "COMPLETED", log2[-6000:]
+    # (server logs are appended to: count what this job's servers added)
+    new_judge_lines = sum(served_requests(p) - len(JUDGE_REQUEST.findall(before[p]))
+                          for p in judge_logs)
+    new_model_lines = sum(served_requests(p) - len(JUDGE_REQUEST.findall(before[p]))
+                          for p in model_logs)
+    assert "--served-model-name " + JUDGE in log2  # the judge was started again, and idle
+    assert (new_judge_lines, new_model_lines) == (0, 0)
+    again = json.loads((task_dir / "results.json").read_text())
+    assert {f"{m['name']},{m['filter'] or 'none'}": m["value"] for m in again["metrics"]} == ours
+    print(f"\njudged_qa in a job: first job {first_job:.0f} s, {judged} judge requests, "
+          f"scores {ours}; resumed job: {new_judge_lines} new judge requests, "
+          f"whole test {time.monotonic() - started:.0f} s")

@@ -1,0 +1,154 @@
+"""Real vLLM for the integration tests: find the CPU build and SmolLM2, serve it, submit jobs.
+
+Shared by test_real_vllm.py (the model alone) and test_judge_job.py (a model and its judge).
+Needs HPCEVAL_VLLM_PYTHON (the vLLM venv's python; run-tests.sh sets it) and the SmolLM2 venv;
+without them the tests skip, and with HPCEVAL_REQUIRE_VLLM=1 they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpceval.slurm.client import CommandSlurmClient
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = REPO / "site-configs" / "deployment" / "vllm-cpu.yaml"
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+def unavailable(message: str) -> None:
+    if os.environ.get("HPCEVAL_REQUIRE_VLLM") == "1":
+        pytest.fail(f"HPCEVAL_REQUIRE_VLLM=1 but {message}")
+    pytest.skip(message)
+
+
+def find_vllm_bin() -> Path:
+    """The folder holding the `vllm` executable of the pinned CPU build."""
+    python = os.environ.get("HPCEVAL_VLLM_PYTHON")
+    if not python:
+        unavailable("HPCEVAL_VLLM_PYTHON is not set (bash scripts/vllm/install.sh, then point "
+                    "it at .venv-vllm/bin/python)")
+    assert python
+    folder = Path(python).parent
+    if not (folder / "vllm").exists():
+        unavailable(f"no vllm executable beside {python}")
+    return folder
+
+
+def find_model_dir() -> Path:
+    model = Path(os.environ.get("HPCEVAL_SMOLLM2_MODEL")
+                 or REPO / ".venv-smollm2" / "models" / "smollm2-135m-instruct")
+    if not (model / "config.json").exists():
+        unavailable(f"no model in {model}: run bash scripts/smollm2/install.sh")
+    return model
+
+
+def preset_env() -> dict[str, str]:
+    """The server environment the vllm-cpu preset gives jobs: the tests serve the same way."""
+    env = yaml.safe_load(PRESET.read_text())["env_vars"]
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+@contextmanager
+def serve(vllm_bin: Path, model_dir: Path, name: str, log_path: Path,
+          args: Sequence[str]) -> Iterator[str]:
+    """`vllm serve MODEL` on a free local port, healthy; yields its base URL. Its own log
+    (access lines included) goes to ``log_path``; the process group ends on exit."""
+    port = free_port()
+    env = {**os.environ, **preset_env(), "HF_HUB_OFFLINE": "1"}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", name,
+             "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
+             *args], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "vllm serve not healthy in 600 s"
+            try:
+                if call(base, "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        yield base
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=30)
+
+
+def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tuple[str, Path]:
+    """hpceval submit; (job id, run directory). The job inherits PATH, as from a site module."""
+    run["execution"] = {"walltime": "00:15:00", "output_dir": str(work / "runs"),
+                        **run.get("execution", {})}
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    out = hpceval("submit", str(path), vllm_bin=vllm_bin)
+    assert out.returncode == 0, out.stderr + out.stdout
+    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
+    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
+    assert job and run_dir, out.stdout
+    return job.group(1), Path(run_dir.group(1))
+
+
+def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float = 600) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = slurm.sacct([job_id]).get(job_id)
+        state = record.state.split()[0] if record else None
+        if state in FINAL:
+            return state
+        time.sleep(2)
+    slurm.cancel([job_id])
+    logs = "\n".join(p.read_text() for p in run_dir.rglob("*.log"))
+    pytest.fail(f"job {job_id} not finished in {timeout} s\n{logs[-6000:]}")
+
+
+def hpceval(*args: str, vllm_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The hpceval CLI; with ``vllm_bin``, in the environment a job that serves needs (sbatch
+    passes it on): hpceval and lm_eval first on PATH, then vllm, as from a site module."""
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
+                                   env.get("PATH", "")])
+    return subprocess.run([str(bin_dir / "hpceval"), *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
