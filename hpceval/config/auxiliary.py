@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpceval.config.errors import ConfigIssue
-from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
+from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from hpceval.tasks import TaskDef
 
 REFERENCE = re.compile(r"auxiliary_deployments\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_]+)")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -31,6 +34,10 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 URL_FIELDS = {"url": "", "chat_url": "/chat/completions", "completions_url": "/completions",
               "embedding_url": "/embeddings", "ranking_url": "/ranking"}
 FIELDS = (*URL_FIELDS, "model_id")
+# What a judged task reads to find its judge (the shipped judged_qa's utils.py, which runs in
+# lm-eval's Python without hpceval, reads the same name); an auxiliary deployment named judge
+# exports it.
+JUDGE_URL_VARIABLE = "JUDGE_CHAT_URL"
 # NeMo Evaluator reserves these prefixes for its own variables; HPCEVAL is ours.
 RESERVED_PREFIXES = {"SLURM", "PRIMARY", "MODEL", "SERVER", "HPCEVAL"}
 
@@ -162,3 +169,27 @@ def reference_issues(spec: RunSpec) -> list[ConfigIssue]:
                     if issue is not None:
                         issues.append(issue)
     return list(dict.fromkeys(issues))
+
+
+def judge_issue(task: TaskDef, task_spec: TaskSpec, params: dict[str, Any], spec: RunSpec,
+                where: str) -> ConfigIssue | None:
+    """A task that asks a judge model (catalogue: needs_judge) and is not one of the external
+    judge APIs reached by key (required_env JUDGE_API_KEY) must be told where its judge is: in
+    params.extra.judge.url (NeMo Evaluator's spelling), in JUDGE_CHAT_URL in its environment, or
+    by an auxiliary deployment that exports JUDGE_CHAT_URL. Refused at load, not in the job."""
+    if not task.needs_judge or "JUDGE_API_KEY" in task.required_env:
+        return None
+    judge = params["extra"].get("judge")
+    if isinstance(judge, dict) and judge.get("url"):
+        return None
+    if JUDGE_URL_VARIABLE in {**spec.evaluation.env_vars, **task_spec.env_vars}:
+        return None
+    if any(variable == JUDGE_URL_VARIABLE for name, aux in spec.auxiliary_deployments.items()
+           for variable, _ in exported_variables(name, aux)):
+        return None
+    return ConfigIssue(
+        f"{where}.params.extra.judge.url",
+        f"{task.qualified_name} asks a judge model, and the run names none",
+        "serve one in the job (auxiliary_deployments.judge: a deployment, docs/judged-task.md) and "
+        "set params.extra.judge.url: auxiliary_deployments.judge.chat_url and "
+        ".model_id: auxiliary_deployments.judge.model_id; or give an external judge's URL")

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 # What hpceval's judged tasks read to find their judge (lm-eval-upstream.judged_qa's utils.py):
 # NeMo Evaluator's variable for an auxiliary deployment named judge, which the job exports.
-JUDGE_URL_VARIABLE = "JUDGE_CHAT_URL"
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
         harness = catalogue.harness(task.harness)
         explicit = None if composed_data is None else explicit_params(composed_data, i)
         params = params_for(task, task_spec, explicit)
-        unnamed = judge_issue(task, task_spec, params, spec, where)
+        unnamed = auxiliary.judge_issue(task, task_spec, params, spec, where)
         if unnamed is not None:
             issues.append(unnamed)
         # auxiliary_deployments.<name>.<field> references: the judge's model name, or its URL
@@ -152,32 +151,6 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
         out.append(ResolvedTask(task_spec, resolution, harness,
                                 _key(task.qualified_name, seen), params, command))
     return tuple(out), issues
-
-
-def judge_issue(task: TaskDef, task_spec: TaskSpec, params: dict[str, Any], spec: RunSpec,
-                where: str) -> ConfigIssue | None:
-    """A task that asks a judge model (catalogue: needs_judge) and is not one of the external
-    judge APIs reached by key (required_env JUDGE_API_KEY) must be told where its judge is: in
-    params.extra.judge.url (NeMo Evaluator's spelling), in JUDGE_CHAT_URL in its environment, or
-    by an auxiliary deployment that exports JUDGE_CHAT_URL. Refused at load, not in the job."""
-    from hpceval.config.auxiliary import exported_variables
-
-    if not task.needs_judge or "JUDGE_API_KEY" in task.required_env:
-        return None
-    judge = params["extra"].get("judge")
-    if isinstance(judge, dict) and judge.get("url"):
-        return None
-    if JUDGE_URL_VARIABLE in {**spec.evaluation.env_vars, **task_spec.env_vars}:
-        return None
-    if any(variable == JUDGE_URL_VARIABLE for name, aux in spec.auxiliary_deployments.items()
-           for variable, _ in exported_variables(name, aux)):
-        return None
-    return ConfigIssue(
-        f"{where}.params.extra.judge.url",
-        f"{task.qualified_name} asks a judge model, and the run names none",
-        "serve one in the job (auxiliary_deployments.judge: a deployment, docs/judged-task.md) and "
-        "set params.extra.judge.url: auxiliary_deployments.judge.chat_url and "
-        ".model_id: auxiliary_deployments.judge.model_id; or give an external judge's URL")
 
 
 def stale(tasks: Sequence[ResolvedTask], spec: RunSpec) -> bool:
