@@ -1,15 +1,16 @@
-"""``hpceval ls tasks|runs|profiles``."""
+"""``hpceval ls tasks|runs|watches|profiles``."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 
 @click.group()
 def ls() -> None:
-    """List tasks, runs or site profiles."""
+    """List tasks, runs, checkpoint watches or site profiles."""
 
 
 @ls.command("profiles")
@@ -88,3 +89,43 @@ def runs(as_json: bool, limit: int, output_dirs: tuple[str, ...]) -> None:
         click.echo(f"{r.invocation_id:<24}  {when:<16}  {r.user[:10]:<10}  {r.kind:<5}  "
                    f"{models}")
         click.echo(f"{'':<24}  {r.run_dir}")
+
+
+@ls.command("watches")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--output-dir", "output_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also list watches of this output directory.")
+def watches(as_json: bool, output_dirs: tuple[str, ...]) -> None:
+    """Checkpoint watches (`hpceval watch start`) in the known output directories, newest
+    first, with their checkpoint counts as their state files say (no Slurm call). For job
+    states use `hpceval status WATCH`."""
+    from collections import Counter
+    from pathlib import Path
+
+    from hpceval.watch.control import list_watches
+    from hpceval.watch.spec import WatchError, read_spec
+    from hpceval.watch.state import load_state
+
+    rows: list[dict[str, Any]] = []
+    for watch_dir in list_watches([Path(d) for d in output_dirs]):
+        try:
+            spec, state = read_spec(watch_dir), load_state(watch_dir)
+        except WatchError as exc:
+            rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
+                         "status": "damaged", "reason": str(exc)})
+            continue
+        counts = Counter(str(e.get("status")) for e in state["checkpoints"].values())
+        rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
+                     "status": state["status"], "checkpoints": spec.checkpoints,
+                     "seen": sum(counts.values()), "submitted": counts["submitted"],
+                     "failed": counts["failed"]})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no watches yet (hpceval watch start; or pass --output-dir)")
+        return
+    click.echo(f"{'WATCH':<30}  {'STATUS':<9}  {'SEEN':>4}  {'SUBMITTED':>9}  CHECKPOINTS")
+    for row in rows:
+        click.echo(f"{row['watch_id']:<30}  {row['status']:<9}  {row.get('seen', '-'):>4}  "
+                   f"{row.get('submitted', '-'):>9}  {row.get('checkpoints', row.get('reason'))}")

@@ -209,6 +209,16 @@ def find_watch(ref: str, extra_dirs: Iterable[Path] = ()) -> Path:
                         f"({', '.join(p.name for p in matches[:8])}); give more of the id")
 
 
+def list_watches(extra_dirs: Iterable[Path] = ()) -> list[Path]:
+    """This user's watches in the known output directories, newest first (no Slurm call)."""
+    from hpceval.runs.index import known_output_dirs
+    from hpceval.runs.registry import owned_dir
+
+    found = {p for d in known_output_dirs(extra_dirs) for p in _glob(d, WATCH_DIR_PREFIX)
+             if owned_dir(p)}
+    return sorted(found, key=lambda p: p.name, reverse=True)  # ids start with the start time
+
+
 def _glob(output_dir: Path, prefix: str) -> list[Path]:
     try:
         return [p for p in output_dir.iterdir()

@@ -354,6 +354,21 @@ def test_find_watch_by_id_prefix_and_directory(tmp_path: Path, fake: FakeSlurm) 
     assert find_watch(str(watch_dir)) == watch_dir.resolve()
 
 
+def test_ls_watches_lists_this_users_watches_with_their_counts(tmp_path: Path,
+                                                               fake: FakeSlurm) -> None:
+    watch_dir = started(tmp_path, fake, marker="OK")
+    write_ckpt(tmp_path / "ckpts", "step_10", {"OK": "", "w": "1"})
+    write_ckpt(tmp_path / "ckpts", "step_20", {"w": "half"})  # no marker: seen, pending
+    assert run_tick(watch_dir, client=fake).submitted == ["step_10"]
+    out = CliRunner().invoke(cli, ["ls", "watches", "--json"])
+    assert out.exit_code == 0, out.output
+    [row] = json.loads(out.output)
+    assert (row["watch_id"], row["status"], row["seen"], row["submitted"]) == (
+        watch_dir.name, "watching", 2, 1)
+    text = CliRunner().invoke(cli, ["ls", "watches"]).output
+    assert watch_dir.name in text and "watching" in text
+
+
 # -- the CLI --------------------------------------------------------------------------------
 
 @pytest.fixture
