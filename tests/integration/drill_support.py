@@ -12,10 +12,13 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hpceval.config import load_config
 from hpceval.runs.jobs import read_jobs
@@ -155,3 +158,23 @@ def assert_untouched(before: Snapshot, model_dir: Path, keys: Sequence[str] = ()
     after = snapshot_done(model_dir)
     changed = {p: (v, after.get(p)) for p, v in before.items() if after.get(p) != v}
     assert not changed, f"finished results changed: {changed}"
+
+
+@contextmanager
+def own_catalogue(root: Path, file_name: str, catalogue: str, *,
+                  own_index: bool = False) -> Iterator[Path]:
+    """``root`` as one test's shared storage (the dev cluster's nodes are this machine): its
+    own task catalogue file (HPCEVAL_TASKS_PATH), its own XDG cache, no profile from the
+    caller's environment; ``own_index``: its own run index too (HPCEVAL_CACHE_DIR)."""
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / file_name).write_text(catalogue)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
+    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    if own_index:
+        mp.setenv("HPCEVAL_CACHE_DIR", str(root / "hpceval-cache"))
+    mp.delenv("HPCEVAL_PROFILE", raising=False)
+    try:
+        yield root
+    finally:
+        mp.undo()

@@ -21,7 +21,13 @@ import pytest
 import yaml
 
 from hpceval.slurm.client import CommandSlurmClient
-from tests.integration.drill_support import answered, oracle_command, submit_run, wait_done
+from tests.integration.drill_support import (
+    answered,
+    oracle_command,
+    own_catalogue,
+    submit_run,
+    wait_done,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -53,16 +59,8 @@ tasks:
 
 @pytest.fixture
 def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
-    root = tmp_path_factory.mktemp("judge-job")
-    (root / "catalogue").mkdir()
-    (root / "catalogue" / "judge_it.yaml").write_text(CATALOGUE)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
-    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-    mp.delenv("HPCEVAL_PROFILE", raising=False)
-    yield root
-    mp.undo()
+    with own_catalogue(tmp_path_factory.mktemp("judge-job"), "judge_it.yaml", CATALOGUE) as root:
+        yield root
 
 
 def run_file(work: Path) -> Path:

@@ -33,7 +33,7 @@ from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
 from hpceval.slurm.client import CommandSlurmClient
 from hpceval.slurm.states import Phase
-from tests.integration.drill_support import answered, oracle_command
+from tests.integration.drill_support import answered, oracle_command, own_catalogue
 from tests.integration.test_judge_job import CATALOGUE
 
 pytestmark = pytest.mark.slurm
@@ -44,17 +44,9 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
 
 @pytest.fixture
 def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
-    root = tmp_path_factory.mktemp("judge-sweep")
-    (root / "catalogue").mkdir()
-    (root / "catalogue" / "judge_it.yaml").write_text(CATALOGUE)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
-    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-    mp.setenv("HPCEVAL_CACHE_DIR", str(root / "hpceval-cache"))
-    mp.delenv("HPCEVAL_PROFILE", raising=False)
-    yield root
-    mp.undo()
+    with own_catalogue(tmp_path_factory.mktemp("judge-sweep"), "judge_it.yaml", CATALOGUE,
+                       own_index=True) as root:
+        yield root
 
 
 def counted(command: str, loads: Path) -> str:

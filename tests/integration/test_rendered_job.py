@@ -24,6 +24,7 @@ import yaml
 from hpceval.config import load_config
 from hpceval.render import JobContext, render_job
 from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.drill_support import own_catalogue
 
 pytestmark = pytest.mark.slurm
 
@@ -65,16 +66,8 @@ tasks:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    # The dev cluster's nodes are this machine: a tmp dir is shared storage for the jobs.
-    root = tmp_path_factory.mktemp("rendered-jobs")
-    (root / "catalogue").mkdir()
-    (root / "catalogue" / "it.yaml").write_text(CATALOGUE)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("HPCEVAL_TASKS_PATH", str(root / "catalogue"))
-    mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
-    mp.delenv("HPCEVAL_PROFILE", raising=False)
-    yield root
-    mp.undo()
+    with own_catalogue(tmp_path_factory.mktemp("rendered-jobs"), "it.yaml", CATALOGUE) as root:
+        yield root
 
 
 def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
