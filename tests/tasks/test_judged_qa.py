@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness.lm_eval_env import require_lm_eval
+
 utils: ModuleType = importlib.import_module("hpceval.tasks.lm_eval_tasks.judged_qa.utils")
 
 
@@ -65,6 +67,7 @@ def test_data_ships_with_the_package_and_loads_offline() -> None:
     rows = [json.loads(line) for line in utils.DATA_FILE.read_text().splitlines()]
     assert len(rows) == 20 and len({r["question"] for r in rows}) == 20
     assert all(set(r) == {"id", "question", "reference"} and r["reference"] for r in rows)
+    require_lm_eval()  # loading goes through `datasets`, which comes with lm-eval
     docs = utils.load_docs(version=1.0)["test"]
     assert docs.num_rows == 20 and docs[0]["question"] == rows[0]["question"]
 
