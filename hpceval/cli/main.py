@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("hpceval.cli.run_cmds", "submit", "Alias of submit (NeMo Evaluator's name)."),
     "render": ("hpceval.cli.run_cmds", "render", "Print the job scripts submit would send."),
     "config": ("hpceval.cli.config_cmds", "config", "Show the resolved configuration."),
-    "ls": ("hpceval.cli.ls_cmds", "ls", "List tasks, runs or site profiles."),
+    "ls": ("hpceval.cli.ls_cmds", "ls", "List tasks, runs, checkpoint watches or site profiles."),
     "status": ("hpceval.cli.track_cmds", "status", "State and progress of runs."),
     "info": ("hpceval.cli.track_cmds", "info", "Paths, job ids, script and config of a run."),
     "logs": ("hpceval.cli.track_cmds", "logs", "Print or follow job, server and harness logs."),
