@@ -104,7 +104,7 @@ def watches(as_json: bool, output_dirs: tuple[str, ...]) -> None:
 
     from hpceval.watch.control import list_watches
     from hpceval.watch.spec import WatchError, read_spec
-    from hpceval.watch.state import load_state
+    from hpceval.watch.state import FAILED, SUBMITTED, load_state
 
     rows: list[dict[str, Any]] = []
     for watch_dir in list_watches([Path(d) for d in output_dirs]):
@@ -117,8 +117,8 @@ def watches(as_json: bool, output_dirs: tuple[str, ...]) -> None:
         counts = Counter(str(e.get("status")) for e in state["checkpoints"].values())
         rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
                      "status": state["status"], "checkpoints": spec.checkpoints,
-                     "seen": sum(counts.values()), "submitted": counts["submitted"],
-                     "failed": counts["failed"]})
+                     "seen": sum(counts.values()), "submitted": counts[SUBMITTED],
+                     "failed": counts[FAILED]})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

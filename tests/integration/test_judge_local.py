@@ -8,25 +8,40 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from hpceval.config import load_config
 from hpceval.render import JobContext, render_job
-from tests.integration.drill_support import answered, oracle_command
+from tests.integration.drill_support import answered, oracle_command, own_catalogue
 from tests.integration.test_judge_job import CATALOGUE
 
 
 @pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "catalogue").mkdir()
-    (tmp_path / "catalogue" / "judge_it.yaml").write_text(CATALOGUE)
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
-    return tmp_path
+def work(tmp_path: Path) -> Iterator[Path]:
+    with own_catalogue(tmp_path, "judge_it.yaml", CATALOGUE) as root:
+        yield root
+
+
+def judge_run(work: Path, judge: dict[str, Any], **evaluation: Any) -> dict[str, Any]:
+    """A local run: the oracle model, a `command` judge beside it (num_nodes: 0) with ``judge``'s
+    keys, and the task that asks the judge once, told where it is by references."""
+    return {
+        "defaults": [{"execution": "local"}, {"deployment": "command"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs")},
+        "deployment": {"served_model_name": "m", "health_timeout": 60,
+                       "command": oracle_command("m", work / "model.jsonl")},
+        "auxiliary_deployments": {"judge": {
+            "type": "command", "served_model_name": "judge-model", "num_nodes": 0,
+            "runtime": "host", **judge}},
+        "evaluation": {"tasks": [{"name": "judge-it.judged_once", "params": {"extra": {
+            "judge": {"url": "auxiliary_deployments.judge.chat_url",
+                      "model_id": "auxiliary_deployments.judge.model_id"}}}}], **evaluation},
+    }
 
 
 def run_job(script: Path) -> subprocess.CompletedProcess[str]:
@@ -36,20 +51,9 @@ def run_job(script: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_judge_beside_the_model_is_asked_once_and_replayed(work: Path) -> None:
-    run = {
-        "defaults": [{"execution": "local"}, {"deployment": "command"}],
-        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs")},
-        "deployment": {"served_model_name": "m", "health_timeout": 60,
-                       "command": oracle_command("m", work / "model.jsonl")},
-        "auxiliary_deployments": {"judge": {
-            "type": "command", "served_model_name": "judge-model", "num_nodes": 0,
-            "health_timeout": 60, "runtime": "host", "env_prefix": "GRADER",
-            "command": oracle_command("judge-model", work / "judge.jsonl")}},
-        "evaluation": {"tasks": [{"name": "judge-it.judged_once", "params": {"extra": {
-            "judge": {"url": "auxiliary_deployments.judge.chat_url",
-                      "model_id": "auxiliary_deployments.judge.model_id"}}}}],
-            "env_vars": {"JUDGE_CHAT_URL": "auxiliary_deployments.judge.chat_url"}},
-    }
+    run = judge_run(work, {"health_timeout": 60, "env_prefix": "GRADER", "command": oracle_command(
+        "judge-model", work / "judge.jsonl")},
+        env_vars={"JUDGE_CHAT_URL": "auxiliary_deployments.judge.chat_url"})
     (work / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False))
     resolved = load_config(work / "run.yaml")
     run_dir = work / "runs" / "inv-judge"
@@ -77,18 +81,7 @@ def test_judge_beside_the_model_is_asked_once_and_replayed(work: Path) -> None:
 
 
 def test_a_judge_that_dies_while_loading_fails_the_job_naming_it(work: Path) -> None:
-    run = {
-        "defaults": [{"execution": "local"}, {"deployment": "command"}],
-        "execution": {"gpus_per_node": 0, "output_dir": str(work / "runs")},
-        "deployment": {"served_model_name": "m", "health_timeout": 60,
-                       "command": oracle_command("m", work / "model.jsonl")},
-        "auxiliary_deployments": {"judge": {
-            "type": "command", "served_model_name": "judge-model", "num_nodes": 0,
-            "runtime": "host", "command": "echo 'ValueError: no judge weights' >&2; exit 3"}},
-        "evaluation": {"tasks": [{"name": "judge-it.judged_once", "params": {"extra": {
-            "judge": {"url": "auxiliary_deployments.judge.chat_url",
-                      "model_id": "auxiliary_deployments.judge.model_id"}}}}]},
-    }
+    run = judge_run(work, {"command": "echo 'ValueError: no judge weights' >&2; exit 3"})
     (work / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False))
     resolved = load_config(work / "run.yaml")
     run_dir = work / "runs" / "inv-dies"
