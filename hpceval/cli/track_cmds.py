@@ -1,6 +1,7 @@
 """``hpceval status|info|logs|kill|resume``: follow and steer submitted runs.
 
-RUN is an invocation id, a unique prefix of one, or a run directory. Runs are found through the
+RUN is an invocation id, a unique prefix of one, or a run directory of yours (a path: with a
+'/', or '.', '..', '~'; a bare word always goes to the registry). Runs are found through the
 local index (hpceval.runs.index), which knows every output directory you submitted to and those
 in $HPCEVAL_OUTPUT_DIRS; `--output-dir` adds one for this call.
 """
@@ -230,14 +231,17 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
     """Cancel every job of a run (array, successors, aggregation), then verify.
 
     A checkpoint watch (watch-...): stop it and cancel every evaluation it submitted."""
-    from hpceval.runs.control import kill_run
+    from hpceval.runs.control import KillRefused, kill_run
     from hpceval.watch.control import is_watch_ref
 
     if is_watch_ref(run):
         _kill_watch(run, output_dirs)
         return
     ref = find(run, output_dirs)
-    report = _slurm_errors(lambda: kill_run(ref))
+    try:
+        report = _slurm_errors(lambda: kill_run(ref))
+    except KillRefused as exc:
+        raise click.ClickException(str(exc)) from exc
     if not report.cancelled:
         click.echo(f"{ref.invocation_id}: no job to cancel")
         return

@@ -37,9 +37,18 @@ class ResumeRefused(RuntimeError):
 KillReport = CancelReport
 
 
+class KillRefused(PermissionError):
+    """The run directory is not this user's: its jobs.json may name anyone's jobs."""
+
+
 def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
              sleep: Callable[[float], None] = time.sleep) -> KillReport:
     """Cancel every job in the chain (array, successors, aggregation), then verify."""
+    from hpceval.runs.registry import owned_dir
+
+    if not owned_dir(ref.run_dir):  # a planted jobs.json could name any job of ours
+        raise KillRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
+                          "only the user who submitted a run can kill it")
     jobs = read_jobs(ref.run_dir)
     if not jobs.chain:
         return KillReport([], [], {})

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpceval.contract import RUN_FILE
-from hpceval.runs.registry import owned_dir, registry_stamp, trusted_entries
+from hpceval.runs.registry import owned_dir, owner_name, registry_stamp, trusted_entries
 from hpceval.storage import atomic_write_json, cache_dir
 
 INDEX_FILE = "runs.json"
@@ -123,19 +124,40 @@ def ref_from_dir(run_dir: Path) -> RunRef:
                   tuple(m["key"] for m in data.get("models", [])), bool(data.get("sweep")))
 
 
+def is_path_ref(ref: str) -> bool:
+    """A RUN argument names a directory only when it looks like a path: with a '/', or '.',
+    '..', '~...'. A bare word is an id or prefix and always goes to the registry: a folder of
+    that name in the current directory (another user may have made it in a shared output
+    directory) must not decide which run `kill` acts on."""
+    return "/" in ref or ref in (".", "..") or ref.startswith("~")
+
+
+def _own_run_dir(path: Path) -> RunRef:
+    """The run in directory `path`, if the directory and its run.json are this user's."""
+    resolved = path.resolve()
+    try:
+        st = (resolved / RUN_FILE).lstat()
+    except PermissionError as exc:  # another user's run directory
+        raise RunNotFound(f"cannot read run directory {path}: permission denied") from exc
+    except OSError as exc:
+        raise RunNotFound(f"no run directory at {path} (no {RUN_FILE} there)") from exc
+    for what, uid in (("directory", resolved.stat().st_uid), (RUN_FILE, st.st_uid)):
+        if uid != os.getuid() or not owned_dir(resolved) or not stat.S_ISREG(st.st_mode):
+            raise RunNotFound(f"{path} is not a run directory of yours (its {what} is owned by "
+                              f"{owner_name(uid)}); give the invocation id, which is looked up "
+                              "in the registry")
+    return ref_from_dir(resolved)
+
+
 def find_run(ref: str, extra_dirs: Iterable[Path] = ()) -> RunRef:
-    """An invocation id, a unique prefix of one, or a run directory path."""
+    """An invocation id, a unique prefix of one, or a run directory path (see is_path_ref)."""
     if not ref.strip():
         # '' is a prefix of every id and Path('') is the current directory: an unset shell
         # variable ($RUN) must never pick a run, least of all for `kill`.
         raise RunNotFound(f"empty run id {ref!r}: give an invocation id, a unique prefix of "
                           "one, or a run directory (is a shell variable unset?)")
-    path = Path(os.path.expanduser(ref))
-    try:
-        if (path / RUN_FILE).is_file():
-            return ref_from_dir(path.resolve())
-    except PermissionError as exc:  # another user's run directory
-        raise RunNotFound(f"cannot read run directory {path}: permission denied") from exc
+    if is_path_ref(ref):
+        return _own_run_dir(Path(os.path.expanduser(ref)))
     runs = list_runs(extra_dirs)
     # Owner checked again for the candidates only (one stat each): a directory replaced since
     # the index was built must not be handed out.

@@ -85,6 +85,11 @@ def _owner(path: Path) -> str:
         uid = path.stat().st_uid
     except OSError:
         return "unknown"
+    return owner_name(uid)
+
+
+def owner_name(uid: int) -> str:
+    """'name (uid N)' for messages that say whose a file is."""
     try:
         import pwd
 
