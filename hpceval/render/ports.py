@@ -2,8 +2,10 @@
 
 A job takes one block of ports (templates/preamble.j2 picks a free one per node). Inside it:
 server instances count up from slot 0 (the model's first, then each judge's), the
-coordination port of a multi-node instance is half a block above its slot, and the proxies
-count down from the top (the model's proxy last slot, then one per auxiliary deployment).
+coordination port of a multi-node instance is half a block above its slot, a Ray instance's
+client-server port (Ray's default 10001 is one per node, whoever takes it first) is one
+instance count above its slot, and the proxies count down from the top (the model's proxy last
+slot, then one per auxiliary deployment).
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ class PortPlan:
     aux_proxies: tuple[str, ...] = ()  # every auxiliary deployment has a proxy in the job
 
     @property
+    def served(self) -> int:
+        return max(self.model_instances + sum(n for _, n in self.aux_instances), 1)
+
+    @property
     def block(self) -> int:
-        served = max(self.model_instances + sum(n for _, n in self.aux_instances), 1)
-        return 64 * -(-(2 * (served + len(self.aux_proxies)) + 2) // 64)
+        # lower half: instances, then the Ray client ports; upper half: coordination, proxies
+        need = max(2 * (self.served + len(self.aux_proxies)) + 2, 4 * self.served)
+        return 64 * -(-need // 64)
 
     def first_slot(self, aux: str | None) -> int:
         """The slot of the first instance of the model (None) or of auxiliary deployment aux."""
@@ -47,5 +54,6 @@ class PortPlan:
     def view(self) -> dict[str, int]:
         first, block = self.first, self.block
         limit = _EPHEMERAL_FIRST if first + block <= _EPHEMERAL_FIRST else 65536
-        return {"first": first, "block": block, "coord": block // 2, "proxy": block - 1,
+        return {"first": first, "block": block, "coord": block // 2, "ray_client": self.served,
+                "proxy": block - 1,
                 "slots": max(1, min(_MAX_PORT_SLOTS, (limit - first) // block))}

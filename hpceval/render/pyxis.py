@@ -49,5 +49,7 @@ def container_flags(image_value: str, mounts: Iterable[ShellCode],
 
 
 # A harness runs as its own one-task step beside the servers (--overlap: the servers' steps
-# hold the allocation's resources).
-HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1"]
+# hold the allocation's resources), on the batch node: it calls the in-job proxy on 127.0.0.1,
+# and Slurm would otherwise place a one-node step on any node of the allocation.
+HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1",
+                joined([ShellCode('"$SLURMD_NODENAME"')], ",", "--nodelist=")]

@@ -161,16 +161,20 @@ def _launches(served: Served, nodes: list[int], first: int, count: int) -> list[
         return [Launch("head", nodes[0], first, count, _command_argv(served), True)]
     build = _vllm_argv if dep.type == "vllm" else _sglang_argv
     if n > 1 and dep.type == "vllm" and dep.multi_node_backend == "ray":
-        # Ray wants the head's IP address, not its hostname: the job script resolves it once
-        # (HEAD_IP, from the name every node uses for the head) before the launches.
+        # Ray wants IP addresses, not hostnames: the job script resolves the head's once
+        # (HEAD_IP, from the name every node uses for the head) for the nodes that join it;
+        # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
+            "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
             "ray", "start", "--head", "--block", "--port", COORD_PORT,
-            "--node-ip-address", var("HEAD_IP")])]
+            "--temp-dir", ShellCode('"/tmp/ray-${SLURM_JOB_ID}"'), "--include-dashboard=false",
+            "--ray-client-server-port", var("RAY_CLIENT_PORT")])]
         ray += [Launch(f"ray-worker-{r}", node, 0, 0, [
+            "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
             "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')])
             for r, node in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
-                 *build(served, nnodes=n, rank=0)]
+                 ShellCode('"${HEAD_IP}:${COORD_PORT}"'), *build(served, nnodes=n, rank=0)]
         return [*ray, Launch("head", nodes[0], 0, 0, serve, True)]
     launches = [Launch("head", nodes[0], first, count, build(served, nnodes=n, rank=0), True)]
     launches += [Launch(f"worker-{r}", node, 0, 0, build(served, nnodes=n, rank=r))
