@@ -1,6 +1,7 @@
 """Container image names: the docker reference, the SIF file staged from it, and the spelling
-pyxis/enroot want. Pure string rules, imported by config, render and staging alike (so it
-imports none of them)."""
+pyxis/enroot want (which file each runtime runs is the runtime's: ``hpceval.runtimes``). Pure
+string rules, imported by config, render, staging and the runtimes alike (so it imports none
+of them)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,3 @@ def pyxis_reference(reference: str) -> str:
     ref = reference.removeprefix(DOCKER)
     first, sep, rest = ref.partition("/")
     return f"{first}#{rest}" if sep and _HOSTLIKE.search(first) else ref
-
-
-def image_file_name(sif: str, runtime: str) -> str:
-    """The staged file for a runtime: the SIF itself, or for pyxis the squashfs image that
-    ``enroot import`` writes (same stem, ``.sqsh``). `hpceval stage` writes it, jobs run it."""
-    return sif.removesuffix(".sif") + ".sqsh" if runtime == "pyxis" else sif
-
-
-def staged_kind(runtime: str) -> str:
-    """What a staged image file is called in messages: a SIF, or pyxis's squashfs image."""
-    return "squashfs image (.sqsh)" if runtime == "pyxis" else "SIF"

@@ -22,6 +22,8 @@ from hpceval.config.auxiliary import IDENTIFIER, RESERVED_PREFIXES, env_prefix
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout
 from hpceval.config.schema import AuxiliaryDeploymentSpec, DeploymentSpec, RunSpec
+from hpceval.engines import engine_for
+from hpceval.runtimes import runtime_for
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ NO_LAYOUT = Layout(0, 0, 0, 0)
 
 
 def served_in_job(aux: AuxiliaryDeploymentSpec) -> bool:
-    return aux.type != "none" and aux.scope == "job"
+    return engine_for(aux.type).serves and aux.scope == "job"
 
 
 def server_deployments(spec: RunSpec) -> list[tuple[str, DeploymentSpec]]:
@@ -46,7 +48,7 @@ def server_deployments(spec: RunSpec) -> list[tuple[str, DeploymentSpec]]:
     its job or the sweep's judge job), for what they need staged and checked."""
     return [("deployment", spec.deployment)] + [
         (f"auxiliary_deployments.{name}", aux)
-        for name, aux in spec.auxiliary_deployments.items() if aux.type != "none"]
+        for name, aux in spec.auxiliary_deployments.items() if engine_for(aux.type).serves]
 
 
 def job_nodes(spec: RunSpec) -> int:
@@ -64,11 +66,8 @@ def slice_gpus(spec: RunSpec) -> int:
 
 
 def _need(aux: AuxiliaryDeploymentSpec, per_node: int) -> int:
-    if aux.type == "command":
-        if aux.gpus_per_instance is not None:
-            return aux.gpus_per_instance
-        return per_node if aux.num_nodes else 0
-    return aux.tensor_parallel_size * aux.pipeline_parallel_size
+    # a judge with nodes of its own defaults to whole nodes, a slice of the model's to none
+    return engine_for(aux.type).gpu_need(aux, per_node if aux.num_nodes else 0)
 
 
 def _instances(aux: AuxiliaryDeploymentSpec, default: int) -> int:
@@ -119,7 +118,8 @@ def spec_issues(spec: RunSpec) -> list[ConfigIssue]:
 
 
 def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:
-    if aux.type == "none":
+    engine = engine_for(aux.type)
+    if not engine.serves:
         if not aux.url:
             return [ConfigIssue(f"{where}.url", "required when its type is none (an external "
                                 "endpoint)", "give the judge's URL, or type vllm/sglang/command")]
@@ -139,11 +139,11 @@ def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:
         found.append(ConfigIssue(f"{where}.api_key_name", "is for an external endpoint: a "
                                  "served judge requires the job's own token",
                                  "remove it, or set type: none with url"))
-    if aux.type in ("vllm", "sglang") and bool(aux.checkpoint_path) == bool(aux.hf_model_handle):
+    if engine.model_source and bool(aux.checkpoint_path) == bool(aux.hf_model_handle):
         found.append(ConfigIssue(f"{where}.checkpoint_path", "give exactly one of "
                                  "checkpoint_path and hf_model_handle",
                                  f"set {where}.checkpoint_path=/path/to/judge"))
-    if aux.type == "command" and not aux.command:
+    if engine.needs_command and not aux.command:
         found.append(ConfigIssue(f"{where}.command", "required when its type is command",
                                  "give the server command ($PORT is set)"))
     if not (aux.served_model_name or aux.model_id):
@@ -186,13 +186,13 @@ def _container_issues(spec: RunSpec, where: str,
     """A judge served from an image: what script_checks.server_issues asks of the model's."""
     from hpceval.config.script_checks import bind_issue
 
-    if aux.type == "none" or aux.runtime != "container":
+    if not engine_for(aux.type).serves or aux.runtime != "container":
         return []
     found = []
     if not aux.image:
         found.append(ConfigIssue(f"{where}.image", f"a {aux.type} server from a container "
                                  "needs an image", f"set {where}.image, or {where}.runtime=host"))
-    if spec.execution.container_runtime == "none":
+    if not runtime_for(spec.execution.container_runtime).containers:
         found.append(ConfigIssue(f"{where}.runtime", "is container, but execution."
                                  "container_runtime is none", f"set {where}.runtime=host, or a "
                                  "container runtime"))
@@ -228,10 +228,10 @@ def _placements(spec: RunSpec) -> list[tuple[str, Placement, list[ConfigIssue]]]
         if not served_in_job(aux):
             continue
         where = f"auxiliary_deployments.{name}"
+        engine = engine_for(aux.type)
         need = _need(aux, per_node)
-        what = (f"TP={aux.tensor_parallel_size} x PP={aux.pipeline_parallel_size} = {need} GPUs "
-                "per instance" if aux.type != "command" else f"gpus_per_instance={need}")
-        if aux.type in ("vllm", "sglang") and per_node == 0:
+        what = engine.need_text(aux, need, "")
+        if engine.parallel and per_node == 0:
             out.append((name, Placement(NO_LAYOUT), [ConfigIssue(
                 "execution.gpus_per_node", f"is 0, but {where} is a {aux.type} server ({what})",
                 "set execution.gpus_per_node to the GPUs of your nodes")]))
@@ -262,12 +262,12 @@ def _slice_issues(spec: RunSpec, where: str, need: int, instances: int, what: st
         return [ConfigIssue(f"{where}.num_nodes", f"is 0 (a slice of one node), but {what} is "
                             f"more than a {per_node}-GPU node",
                             f"give it nodes of its own (num_nodes: {-(-need // per_node)})")]
-    if dep.type in ("none",):
+    model_engine = engine_for(dep.type)
+    if not model_engine.serves:
         return [] if taken <= per_node else [ConfigIssue(
             f"{where}.num_instances", f"{taken} judge GPUs do not fit a {per_node}-GPU node",
             "use fewer instances or a smaller TP")]
-    model_need = (dep.gpus_per_instance or 0) if dep.type == "command" else \
-        dep.tensor_parallel_size * dep.pipeline_parallel_size
+    model_need = model_engine.gpu_need(dep, 0)
     rest = per_node - taken
     if taken > per_node or model_need > rest:
         return [ConfigIssue(f"{where}.num_nodes", f"is 0: the judge takes {taken} of the node's "

@@ -10,6 +10,8 @@ from typing import Any
 from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
+from hpceval.engines import engine_for, engine_names
+from hpceval.runtimes import runtime_for
 from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -78,25 +80,28 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("target.api_endpoint.url", "carries a user:password@ part",
                           "remove it from the URL and set target.api_endpoint.api_key_name to "
                           "the NAME of the variable holding the key")
-    if dep.type == "none" and not ep.url:
-        yield ConfigIssue("target.api_endpoint.url", "required when deployment.type is none",
-                          "give the endpoint URL, or pick a deployment (vllm, sglang, command)")
-    if dep.type in ("vllm", "sglang") and bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
+    engine = engine_for(dep.type)
+    if not engine.serves and not ep.url:
+        yield ConfigIssue("target.api_endpoint.url", f"required when deployment.type is {dep.type}",
+                          "give the endpoint URL, or pick a deployment ("
+                          + ", ".join(n for n in engine_names() if engine_for(n).serves) + ")")
+    if engine.model_source and bool(dep.checkpoint_path) == bool(dep.hf_model_handle):
         yield ConfigIssue("deployment.checkpoint_path",
                           "give exactly one of checkpoint_path and hf_model_handle",
                           "set deployment.checkpoint_path=/path/to/model")
-    if dep.type == "command" and not dep.command:
-        yield ConfigIssue("deployment.command", "required when deployment.type is command",
+    if engine.needs_command and not dep.command:
+        yield ConfigIssue("deployment.command", f"required when deployment.type is {dep.type}",
                           "give the server command line; $PORT holds its port")
-    if dep.type != "none" and not (dep.served_model_name or ep.model_id):
+    if engine.serves and not (dep.served_model_name or ep.model_id):
         yield ConfigIssue("deployment.served_model_name", "no model name for requests",
                           "set deployment.served_model_name (or target.api_endpoint.model_id)")
-    if dep.type == "none" and not ep.model_id:
+    if not engine.serves and not ep.model_id:
         yield ConfigIssue("target.api_endpoint.model_id", "required for an external endpoint",
                           "set the model name the endpoint serves")
     yield from _export_issues(spec)
-    if ex.container_runtime == "pyxis" and not backend_for(ex.type).srun_steps:
-        yield ConfigIssue("execution.container_runtime", f"pyxis starts containers through "
+    if runtime_for(ex.container_runtime).srun_steps and not backend_for(ex.type).srun_steps:
+        yield ConfigIssue("execution.container_runtime", f"{ex.container_runtime} starts "
+                          "containers through "
                           f"srun, which a {ex.type} run does not use",
                           "use container_runtime apptainer (or none) here, or execution.type "
                           "slurm")
@@ -132,7 +137,8 @@ def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
         if not _FIELD.match(name):
             yield ConfigIssue(path, f"{name[:80]!r} is not a request field name",
                               "write a field name, dotted for nested fields (a.b)")
-    if (rules.changes_requests or rules.log_requests) and spec.deployment.type == "none" \
+    if (rules.changes_requests or rules.log_requests) and not engine_for(
+            spec.deployment.type).serves \
             and not spec.target.api_endpoint.proxy:
         yield ConfigIssue("target.api_endpoint.proxy", "is false, but evaluation.interceptors "
                           "are applied by the in-job proxy",

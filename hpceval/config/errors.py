@@ -1,40 +1,9 @@
-"""Config errors that name the key path and the fix."""
+"""Config errors that name the key path and the fix (defined in the leaf ``hpceval.errors``, so
+the layers below config, the serving engines and container runtimes, raise them too)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-def one_line(text: str) -> str:
-    """Non-printable characters (newlines, NUL, bidi marks) as escapes: a value or key quoted
-    in a message can neither continue it on a new line nor reorder what the terminal shows."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-@dataclass(frozen=True)
-class ConfigIssue:
-    """One problem in a run configuration."""
-
-    path: str
-    message: str
-    fix: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.message}" if self.path else self.message
-        return one_line(f"{text} (fix: {self.fix})" if self.fix else text)
-
-
-class ConfigError(Exception):
-    """A configuration that must not be submitted. Carries every issue found, not just the first."""
-
-    exit_code = 2
-
-    def __init__(self, issues: list[ConfigIssue] | ConfigIssue) -> None:
-        self.issues = [issues] if isinstance(issues, ConfigIssue) else list(issues)
-        super().__init__("\n".join(str(i) for i in self.issues))
-
-    @classmethod
-    def at(cls, path: str, message: str, fix: str = "") -> ConfigError:
-        return cls(ConfigIssue(path, message, fix))
+from hpceval.errors import ConfigError as ConfigError
+from hpceval.errors import ConfigIssue as ConfigIssue
+from hpceval.errors import HpcevalError as HpcevalError
+from hpceval.errors import one_line as one_line

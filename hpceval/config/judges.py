@@ -22,6 +22,7 @@ from hpceval.config.schema import (
     RunSpec,
     TargetSpec,
 )
+from hpceval.engines import engine_for
 
 if TYPE_CHECKING:
     from hpceval.config import ResolvedConfig
@@ -33,7 +34,7 @@ def sweep_scoped(spec: RunSpec) -> dict[str, AuxiliaryDeploymentSpec]:
     """The judges served by a judge job of their own (type none is an external endpoint,
     whatever its scope: nothing to serve, as render/aux_job.py reads it)."""
     return {n: a for n, a in spec.auxiliary_deployments.items()
-            if a.scope == "sweep" and a.type != "none"}
+            if a.scope == "sweep" and engine_for(a.type).serves}
 
 
 def sweep_judge_issues(models: Sequence[tuple[str, RunSpec]]) -> list[ConfigIssue]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
+from hpceval.engines import engine_for
 
 
 @dataclass(frozen=True)
@@ -31,19 +32,15 @@ class Layout:
 def compute_layout(spec: RunSpec) -> tuple[Layout, list[ConfigIssue]]:
     ex, dep = spec.execution, spec.deployment
     nodes, per_node = ex.nodes, ex.gpus_per_node
-    if dep.type == "none":
+    engine = engine_for(dep.type)
+    if not engine.serves:
         return Layout(0, 0, 0, 0), []
-    if dep.type == "command":
-        need = dep.gpus_per_instance if dep.gpus_per_instance is not None else per_node
-        what = f"deployment.gpus_per_instance={need}"
-    else:
-        need = dep.tensor_parallel_size * dep.pipeline_parallel_size
-        what = (f"TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size} = {need} GPUs "
-                "per instance")
-        if per_node == 0:
-            return Layout(0, 0, 0, 0), [ConfigIssue(
-                "execution.gpus_per_node", f"is 0, but a {dep.type} server needs GPUs ({what})",
-                "set execution.gpus_per_node to the GPUs of your nodes")]
+    need = engine.gpu_need(dep, per_node)
+    what = engine.need_text(dep, need, "deployment")
+    if engine.parallel and per_node == 0:
+        return Layout(0, 0, 0, 0), [ConfigIssue(
+            "execution.gpus_per_node", f"is 0, but a {dep.type} server needs GPUs ({what})",
+            "set execution.gpus_per_node to the GPUs of your nodes")]
     alloc = f"{nodes} node(s) x {per_node} GPUs"
     if need == 0:  # a CPU server (command deployment): one instance per node by default
         instances = dep.data_parallel_size or nodes
@@ -89,7 +86,7 @@ def fit_explicit_layout(spec: RunSpec) -> tuple[RunSpec, list[str], list[ConfigI
     is honoured: the job requests only the GPUs (or nodes) it uses, and a note says so. With
     nothing written, compute_layout fills the allocation."""
     ex, dep = spec.execution, spec.deployment
-    if dep.type in ("none", "command"):
+    if not engine_for(dep.type).parallel:  # only TP x PP tiles leave a smaller request
         return spec, [], []
     need = dep.tensor_parallel_size * dep.pipeline_parallel_size
     nodes, per_node = ex.nodes, ex.gpus_per_node

@@ -8,12 +8,13 @@ all read the field types, defaults and help texts from here. A validated config 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from hpceval.engines import engine_for, engine_names
+from hpceval.runtimes import runtime_for, runtime_names
 
 ExecutionType = Literal["slurm", "local"]
-ContainerRuntime = Literal["apptainer", "singularity", "pyxis", "none"]
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
-DeploymentType = Literal["none", "vllm", "sglang", "command"]
 ServerRuntime = Literal["container", "host"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
@@ -21,6 +22,15 @@ ExportDestination = Literal["local", "mlflow", "wandb"]
 ExportFormat = Literal["json", "csv"]
 AuxiliaryScope = Literal["job", "sweep"]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
+# The choices of deployment.type and execution.container_runtime are the registries' names
+# (hpceval.engines, hpceval.runtimes): a new engine or runtime is a new module there, not an
+# edit here. mypy sees plain strings; the builder sees (and checks) the Literal.
+if TYPE_CHECKING:
+    ContainerRuntime = str
+    DeploymentType = str
+else:
+    ContainerRuntime = Literal[runtime_names()]
+    DeploymentType = Literal[engine_names()]
 
 
 def key(default: Any = None, doc: str = "", *, minimum: float | None = None,
@@ -70,8 +80,8 @@ class ExecutionSpec:
     )
     output_dir: str = key(REQUIRED, "run directories go here; must be on storage the nodes share")
     container_runtime: ContainerRuntime = key(
-        "apptainer", "runs harness (and server) images: apptainer | singularity | pyxis (srun "
-        "--container-image, .sqsh images; Slurm jobs only) | none (host-installed tools)"
+        "apptainer", "runs harness (and server) images: "
+        + " | ".join(runtime_for(n).summary or n for n in runtime_names())
     )
     image_dir: str | None = key(
         None, "folder of pre-built images, SIF (.sqsh for pyxis); see `hpceval stage`")
@@ -94,7 +104,8 @@ class ExecutionSpec:
 
 @dataclass(frozen=True)
 class DeploymentSpec:
-    type: DeploymentType = key("none", "none (external endpoint) | vllm | sglang | command")
+    type: DeploymentType = key(
+        "none", " | ".join(engine_for(n).summary or n for n in engine_names()))
     checkpoint_path: str | None = key(None, "model directory on shared storage")
     hf_model_handle: str | None = key(None, "Hugging Face model id (from the shared HF cache)")
     served_model_name: str | None = key(None, "model name the server answers to")

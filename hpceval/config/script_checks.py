@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.config.tasks import ResolvedTask
+from hpceval.engines import engine_for
+from hpceval.runtimes import runtime_for
 from hpceval.slurm.formats import SBATCH_UNWRITABLE
 
 # Execution keys whose values the #SBATCH header carries as text.
@@ -42,7 +44,7 @@ def extra_bind_issue(spec: str, where: str) -> ConfigIssue | None:
 
 
 def server_in_container(spec: RunSpec) -> bool:
-    return spec.deployment.type != "none" and spec.deployment.runtime == "container"
+    return engine_for(spec.deployment.type).serves and spec.deployment.runtime == "container"
 
 
 def server_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
@@ -53,7 +55,7 @@ def server_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
     if not dep.image:
         yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs an "
                           "image", "set deployment.image, or deployment.runtime=host")
-    if ex.container_runtime == "none":
+    if not runtime_for(ex.container_runtime).containers:
         yield ConfigIssue("deployment.runtime", "is container, but execution.container_runtime "
                           "is none", "set deployment.runtime=host, or a container runtime")
         return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec, TaskSpec
-from hpceval.images import image_file_name
+from hpceval.runtimes import runtime_for
 
 if TYPE_CHECKING:
     from hpceval.tasks import Catalogue, HarnessDef, Resolution, TaskDef
@@ -44,7 +44,7 @@ class ResolvedTask:
 
     def in_container(self, ex: ExecutionSpec) -> bool:
         """Whether the harness runs in a container image (else host-installed)."""
-        return ex.container_runtime != "none" and (
+        return runtime_for(ex.container_runtime).containers and (
             self.harness.runtime == "container" or self.spec.container is not None)
 
     def image(self, ex: ExecutionSpec) -> str | None:
@@ -53,7 +53,7 @@ class ResolvedTask:
         if self.spec.container:
             return self.spec.container
         if ex.image_dir and self.task.sif:
-            name = image_file_name(self.task.sif, ex.container_runtime)
+            name = runtime_for(ex.container_runtime).image_file(self.task.sif)
             return f"{ex.image_dir.rstrip('/')}/{name}"
         if self.task.image:
             return f"docker://{self.task.image}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig, auxiliary
 from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.engines import engine_for
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env, var
 from hpceval.render.urls import proxied
@@ -34,7 +35,8 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
     views = []
     for name, aux in resolved.spec.auxiliary_deployments.items():
         upper = name.upper()
-        if aux.type == "none":
+        engine = engine_for(aux.type)
+        if not engine.serves:
             kind, split = "external", proxied(aux.url)
             base_path = split["base_path"] or ""
             token = aux.api_key_name or ""
@@ -45,7 +47,7 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
             summary = "served by the sweep's own judge job (it loads once for every model)"
         else:
             kind, split, base_path = "served", {}, SERVED_BASE_PATH
-            token = "HPCEVAL_JOB_TOKEN" if aux.type == "vllm" else ""
+            token = "HPCEVAL_JOB_TOKEN" if engine.token_env else ""
             summary = f"served in this job ({aux.type}), logs in auxiliary/{name}/server"
         views.append({
             "name": name, "kind": kind, "summary": summary, "dir": aux_dir(name),

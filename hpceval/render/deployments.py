@@ -12,30 +12,28 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
-from hpceval.render import pyxis
+from hpceval.engines import engine_for
 from hpceval.render.aux_job import urls_var
 from hpceval.render.ports import PortPlan
-from hpceval.render.quoting import LineStart, ShellCode, var
+from hpceval.render.quoting import ShellCode, var
 from hpceval.render.servers import Instance, Served, build_instances
 from hpceval.render.steps import bind, checked_extra_bind, env_value
-
-# What an instance's log says once it serves: vLLM binds its port before loading and logs this
-# after, so an answer on the port from anyone else is never taken for the job's server.
-READY_LINES = {"vllm": "Starting vLLM server on "}
+from hpceval.runtimes import runtime_for
 
 
 def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports: PortPlan,
                     unset: list[str]) -> dict[str, Any]:
     """``key``: "model", or the judge's name (an identifier: it becomes part of names)."""
     ex, dep = resolved.spec.execution, served.dep
-    prefix = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(
-        ex.container_runtime, "") if dep.runtime == "container" else ""
+    engine = engine_for(dep.type)
+    prefix = runtime_for(ex.container_runtime).env_prefix if dep.runtime == "container" else ""
     env = server_env(resolved, served)
     model = key == "model"
     base = ports.first_slot(None if model else key)
     instances = build_instances(served)
     return {
         "key": key, "type": dep.type, "where": served.where,
+        "shell_command": engine.needs_command,
         "what": "model server" if model else f"{served.where} server",
         "dir": ShellCode('"$MODEL_DIR/server"' if model
                          else f'"$MODEL_DIR/auxiliary/{key}/server"'),
@@ -52,7 +50,8 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "layout_text": layout_text(resolved, served),
         "health_path": dep.health_path,
         "health_timeout": dep.health_timeout,
-        "ready_line": READY_LINES.get(dep.type, ""),
+        # what an instance's log says once it serves (the engine's; "" for none)
+        "ready_line": engine.ready_line,
     }
 
 
@@ -77,23 +76,18 @@ def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
 
 def server_prefix(resolved: ResolvedConfig, served: Served) -> list[Any]:
     ex, dep, where = resolved.spec.execution, served.dep, served.where
-    if dep.type == "none" or dep.runtime == "host":
+    runtime = runtime_for(ex.container_runtime)
+    if not engine_for(dep.type).serves or dep.runtime == "host":
         return []
-    if ex.container_runtime == "none":
+    if not runtime.containers:
         raise ConfigError.at(f"{where}.runtime", "is container, but "
                              "execution.container_runtime is none",
                              f"set {where}.runtime=host, or a container runtime")
     if not dep.image:
         raise ConfigError.at(f"{where}.image", "a server from a container needs an image",
                              f"set {where}.image, or {where}.runtime=host")
-    if ex.container_runtime == "pyxis":
-        return []  # the image and binds are srun's options then: server_srun
-    argv: list[Any] = [ex.container_runtime, "exec"]
-    if served.placement.layout.gpus_per_instance > 0:
-        argv.append("--nv")
-    argv.append("--cleanenv")  # the site's host Python must not leak into the image
-    argv += [item for b in _binds(resolved, served) for item in ("--bind", b)]
-    return [*argv, LineStart(dep.image)]
+    return runtime.server_prefix(dep.image, _binds(resolved, served),
+                                 gpus=served.placement.layout.gpus_per_instance > 0)
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
@@ -107,26 +101,28 @@ def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
 
 
 def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) -> list[Any]:
-    """pyxis: the server step's container options (after server_prefix's checks)."""
+    """The server step's container options for runtimes that start containers through srun
+    (pyxis), after server_prefix's checks."""
     ex, dep = resolved.spec.execution, served.dep
-    if ex.container_runtime != "pyxis" or dep.type == "none" or dep.runtime == "host":
+    runtime = runtime_for(ex.container_runtime)
+    if not runtime.srun_steps or not engine_for(dep.type).serves or dep.runtime == "host":
         return []
     assert dep.image is not None  # server_prefix refused a missing one
-    return pyxis.container_flags(
-        dep.image, [pyxis.mount(pyxis.bind_parts(b)) for b in _binds(resolved, served)],
-        env_names)
+    return runtime.server_srun(dep.image, _binds(resolved, served), env_names)
 
 
 def server_token(served: Served) -> bool:
-    """The job's servers require a per-job token that only the proxy sends: vLLM reads it from
-    VLLM_API_KEY (not from its command line, which ps shows to every user of the node)."""
-    return served.dep.type == "vllm" and served.placement.layout.instances > 0
+    """The job's servers require a per-job token that only the proxy sends, where the engine
+    takes one (vLLM reads it from VLLM_API_KEY, not from its command line)."""
+    return engine_for(served.dep.type).token_env is not None \
+        and served.placement.layout.instances > 0
 
 
 def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]]:
     ex, dep = resolved.spec.execution, served.dep
+    engine = engine_for(dep.type)
     env: list[tuple[str, Any]] = []
-    if dep.type == "command":
+    if engine.port_env:
         env.append(("PORT", var("PORT")))
     if ex.hf_cache_dir:
         env.append(("HF_HOME", ex.hf_cache_dir))
@@ -134,7 +130,8 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
         env.append(("HF_HUB_OFFLINE", "1"))
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
     if server_token(served):
-        env.append(("VLLM_API_KEY", var("HPCEVAL_JOB_TOKEN")))
+        assert engine.token_env is not None  # server_token says it takes one
+        env.append((engine.token_env, var("HPCEVAL_JOB_TOKEN")))
     return env
 
 
@@ -153,7 +150,7 @@ def layout_text(resolved: ResolvedConfig, served: Served) -> str:
         nodes = getattr(dep, "num_nodes", 1)
         text = (f"{nodes} node(s) of its own (node {served.placement.first_node} on of the job"
                 f"): {lay.instances} instance(s), {gpus}")
-    if dep.type in ("vllm", "sglang"):
+    if engine_for(dep.type).parallel:
         text += f" (TP={dep.tensor_parallel_size} x PP={dep.pipeline_parallel_size})"
     if lay.nodes_per_instance > 1:
         text += f", each across {lay.nodes_per_instance} nodes ({dep.multi_node_backend})"

@@ -12,6 +12,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES
+from hpceval.engines import engine_for
 from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext
 from hpceval.render.deployments import deployment_view
@@ -19,8 +20,9 @@ from hpceval.render.header import header_lines
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served
-from hpceval.render.steps import build_steps, container_prefix, env_value
+from hpceval.render.steps import build_steps, env_value
 from hpceval.render.urls import base_of, proxied
+from hpceval.runtimes import runtime_for
 
 # The vLLM release whose `vllm serve` parser the rendered command lines are checked against
 # (scripts/check-vllm-args.py); see docs/rendering.md.
@@ -43,12 +45,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     spec, layout = resolved.spec, resolved.layout
     ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
     run_dir = ctx.run_dir_text
-    prefix = container_prefix(resolved)
+    prefix = runtime_for(ex.container_runtime).env_prefix
     judges = auxiliary_served(resolved)
     ports = PortPlan(dep.port, layout.instances,
                      tuple((n, s.placement.layout.instances) for n, s in judges.items()),
                      tuple(spec.auxiliary_deployments))
-    fixed_url = ep.url if dep.type == "none" else None
+    engine = engine_for(dep.type)
+    fixed_url = ep.url if not engine.serves else None
     # An external endpoint gets the proxy too: its cache is what lets a resumed job replay the
     # answers it already paid for, its progress file is what status shows, and interceptors
     # apply to it as to the job's own servers.
@@ -75,7 +78,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "container_prefix": prefix,
         "signal_seconds": ex.signal_seconds,
         "ports": ports.view(),
-        "deployment": {"type": dep.type},
+        "deployment": {"type": dep.type, "template": engine.template},
         "model": model,
         # the model's, then each judge's served in this job: the same launch and health code
         "served": served,

@@ -11,7 +11,6 @@ spaces, quotes, ``$()``, backticks, ``;`` or newlines stays one literal word.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -19,53 +18,38 @@ from typing import Any
 
 import jinja2
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Words that start a new line in a long command (the server command after its container).
-_BREAK_BEFORE = {"vllm", "python3", "bash", "ray"}
+from hpceval.engines import engine_for, engine_names
 
+# The pure word-level pieces live in hpceval.shell (below config and render); re-exported.
+from hpceval.shell import (
+    FlagWord as FlagWord,
+)
+from hpceval.shell import (
+    LineStart as LineStart,
+)
+from hpceval.shell import (
+    ShellCode as ShellCode,
+)
+from hpceval.shell import (
+    argv as argv,
+)
+from hpceval.shell import (
+    env_name as env_name,
+)
+from hpceval.shell import (
+    joined as joined,
+)
+from hpceval.shell import (
+    quote as quote,
+)
+from hpceval.shell import (
+    var as var,
+)
 
-class ShellCode(str):
-    """Text that goes into the script verbatim. Create it only from trusted or checked text."""
-
-    __slots__ = ()
-
-
-def var(name: str) -> ShellCode:
-    """A double-quoted reference to a shell variable, e.g. ``"$PORT"``."""
-    return ShellCode(f'"${{{env_name(name)}}}"')
-
-
-def quote(value: Any) -> str:
-    """One shell word for a value; ShellCode passes through; lists become several words."""
-    if isinstance(value, ShellCode):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return " ".join(quote(v) for v in value)
-    if value is None:
-        raise ValueError("a None value reached the job script; the template must test for it")
-    return shlex.quote(str(value))
-
-
-def argv(values: Iterable[Any]) -> ShellCode:
-    """A command line: each item one word (quoted unless it is ShellCode)."""
-    return ShellCode(" ".join(quote(v) for v in values))
-
-
-_FLAG_PREFIX = re.compile(r"^(--[a-z][a-z-]*=)?$")
-
-
-def joined(values: Iterable[Any], sep: str, prefix: str = "") -> ShellCode:
-    """One shell word from several values, e.g. ``--container-mounts=A:A,B:B:ro``: each value
-    quoted on its own (a ShellCode such as ``"$MODEL_DIR/x"`` stays a live reference), joined
-    by a separator that bash reads literally, after an optional fixed ``--flag=``."""
-    if sep not in (",", ":") or not _FLAG_PREFIX.match(prefix):
-        raise ValueError(f"joined: {sep!r} / {prefix!r} is not a fixed separator and flag")
-    word = prefix + sep.join(quote(v) for v in values)
-    return FlagWord(word) if prefix else ShellCode(word)
+# Words that start a new line in a long command (the server command after its container):
+# each serving engine's first word, bash (Ray's wait) and ray.
+_BREAK_BEFORE = {"bash", "ray", *(w for w in (engine_for(n).command_word for n in engine_names())
+                                  if w)}
 
 
 def command_lines(values: Iterable[Any], indent: int = 2) -> ShellCode:
@@ -80,13 +64,6 @@ def command_lines(values: Iterable[Any], indent: int = 2) -> ShellCode:
         lines[-1].append(word)
     pad = " " * indent
     return ShellCode(f" \\\n{pad}".join(" ".join(line) for line in lines))
-
-
-def env_name(value: Any) -> ShellCode:
-    """An environment variable name, checked so it can appear unquoted (``export NAME=``)."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid environment variable name")
-    return ShellCode(value)
 
 
 # A secret or host variable the job reads by NAME: the script stops with this message when it
@@ -115,18 +92,6 @@ def comment(value: Any) -> ShellCode:
     gets '# ' too, so no line of the value can escape the comment."""
     lines = str(value).splitlines() or [""]
     return ShellCode("\n# ".join(lines))
-
-
-class FlagWord(ShellCode):
-    """A ``--flag=value`` word built by :func:`joined`; wrapped commands break before it."""
-
-    __slots__ = ()
-
-
-class LineStart(str):
-    """A command-line word that starts a new line when the command is wrapped."""
-
-    __slots__ = ()
 
 
 def _finalize(value: Any) -> str:

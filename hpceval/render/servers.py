@@ -12,8 +12,10 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import Placement
-from hpceval.config.errors import ConfigError
 from hpceval.config.schema import DeploymentSpec
+from hpceval.engines import engine_for
+from hpceval.engines import model_source as model_source
+from hpceval.engines import served_name as served_name
 from hpceval.render.quoting import ShellCode, var
 
 # Ports inside a job's block: instance i listens on PORT_BASE+i; the coordination port of a
@@ -68,76 +70,11 @@ def auxiliary_served(resolved: ResolvedConfig) -> dict[str, Served]:
             for name, placement in resolved.auxiliary.items()}
 
 
-def model_source(served: Served) -> str:
-    dep = served.dep
-    source = dep.checkpoint_path or dep.hf_model_handle
-    if not source:
-        raise ConfigError.at(f"{served.where}.checkpoint_path", "no model to serve",
-                             f"set {served.where}.checkpoint_path or hf_model_handle")
-    return source
-
-
-def served_name(served: Served) -> str:
-    if not served.model_name:
-        raise ConfigError.at(f"{served.where}.served_model_name", "no model name for requests")
-    return served.model_name
-
-
-def _vllm_argv(served: Served, *, nnodes: int, rank: int) -> list[Any]:
-    dep = served.dep
-    argv: list[Any] = ["vllm", "serve", model_source(served),
-                       "--served-model-name", served_name(served),
-                       "--tensor-parallel-size", dep.tensor_parallel_size,
-                       "--pipeline-parallel-size", dep.pipeline_parallel_size,
-                       "--gpu-memory-utilization", str(dep.gpu_memory_utilization),
-                       # lm-eval's API models tokenize through /tokenize and /tokenizer_info;
-                       # without them they download a tokenizer from the hub, which offline
-                       # compute nodes cannot do.
-                       "--enable-tokenizer-info-endpoint"]
-    if dep.max_model_len is not None:
-        argv += ["--max-model-len", dep.max_model_len]
-    if nnodes > 1 and dep.multi_node_backend == "ray":
-        argv += ["--distributed-executor-backend", "ray"]
-    elif nnodes > 1:  # vLLM's own multi-node (multiprocessing): no Ray cluster to manage
-        argv += ["--nnodes", nnodes, "--node-rank", rank, "--master-addr", var("HEAD_NODE"),
-                 "--master-port", COORD_PORT]
-        if rank > 0:
-            return [*argv, "--headless", *dep.extra_args]
-    return [*argv, "--port", PORT, *dep.extra_args]
-
-
-def _sglang_argv(served: Served, *, nnodes: int, rank: int) -> list[Any]:
-    dep = served.dep
-    argv: list[Any] = ["python3", "-m", "sglang.launch_server",
-                       "--model-path", model_source(served),
-                       "--served-model-name", served_name(served),
-                       "--tp-size", dep.tensor_parallel_size,
-                       "--pp-size", dep.pipeline_parallel_size,
-                       "--mem-fraction-static", str(dep.gpu_memory_utilization),
-                       # SGLang listens on 127.0.0.1 by default; the proxy is on another node
-                       "--host", "0.0.0.0", "--port", PORT]
-    if dep.max_model_len is not None:
-        argv += ["--context-length", dep.max_model_len]
-    if nnodes > 1:
-        argv += ["--nnodes", nnodes, "--node-rank", rank,
-                 "--dist-init-addr", ShellCode('"${HEAD_NODE}:${COORD_PORT}"')]
-    return [*argv, *dep.extra_args]
-
-
-def _command_argv(served: Served) -> list[Any]:
-    dep = served.dep
-    if not dep.command:
-        raise ConfigError.at(f"{served.where}.command", "required when its type is command")
-    # The user's server command is shell by definition; bash runs it with $PORT in its
-    # environment. It is one quoted word here, so nothing in it is run by the job script itself.
-    return ["bash", "-c", dep.command]
-
-
 def build_instances(served: Served) -> list[Instance]:
     """The instances of one deployment, on the job's nodes and GPUs its placement gives it."""
     place = served.placement
     layout = place.layout
-    if served.dep.type == "none" or layout.instances == 0:
+    if not engine_for(served.dep.type).serves or layout.instances == 0:
         return []
     span = layout.nodes_per_instance
     instances: list[Instance] = []
@@ -156,11 +93,13 @@ def build_instances(served: Served) -> list[Instance]:
 
 def _launches(served: Served, nodes: list[int], first: int, count: int) -> list[Launch]:
     dep = served.dep
+    engine = engine_for(dep.type)
     n = len(nodes)
-    if dep.type == "command":
-        return [Launch("head", nodes[0], first, count, _command_argv(served), True)]
-    build = _vllm_argv if dep.type == "vllm" else _sglang_argv
-    if n > 1 and dep.type == "vllm" and dep.multi_node_backend == "ray":
+    if not engine.multi_node:  # one process per instance, on its head node
+        return [Launch("head", nodes[0], first, count, engine.argv(served, nnodes=n, rank=0),
+                       True)]
+    build = engine.argv
+    if engine.uses_ray(dep, n):
         # Ray wants IP addresses, not hostnames: the job script resolves the head's once
         # (HEAD_IP, from the name every node uses for the head) for the nodes that join it;
         # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).

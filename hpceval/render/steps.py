@@ -15,8 +15,10 @@ from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
-from hpceval.render import aux_job, pyxis
-from hpceval.render.quoting import LineStart, ShellCode, passed_env, var
+from hpceval.engines import engine_for
+from hpceval.render import aux_job
+from hpceval.render.quoting import ShellCode, passed_env, var
+from hpceval.runtimes import runtime_for
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
                   "completions": "/completions", "embedding": "/embeddings"}
@@ -43,11 +45,6 @@ def env_value(value: str) -> Any:
     return passed_env(ref)
 
 
-def container_prefix(resolved: ResolvedConfig) -> str:
-    runtime = resolved.spec.execution.container_runtime
-    return {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_"}.get(runtime, "")
-
-
 def bind(path: str, where: str, options: str = "") -> str:
     issue = bind_issue(path, where)  # refused when the run was loaded; a guard here
     if issue is not None:
@@ -72,7 +69,7 @@ def build_steps(resolved: ResolvedConfig) -> list[Step]:
     for index, rt in enumerate(resolved.tasks, start=1):
         task = rt.task
         in_container = rt.in_container(ex)
-        prefix = container_prefix(resolved) if in_container else ""
+        prefix = runtime_for(ex.container_runtime).env_prefix if in_container else ""
         env = [(prefix + name, value) for name, value in _task_env(resolved, rt, in_container)]
         runner = _runner(resolved, rt, [name for name, _ in env]) if in_container else []
         how = f"in {ex.container_runtime}" if in_container else "host-installed harness"
@@ -100,17 +97,8 @@ def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str]) ->
         binds.append(bind(ex.dataset_dir, "execution.dataset_dir", "ro"))
     for i, extra in enumerate(ex.extra_binds):
         binds.append(checked_extra_bind(extra, f"execution.extra_binds[{i}]"))
-    if ex.container_runtime == "pyxis":  # GPUs: pyxis's enroot hooks expose the step's own
-        mounts = [pyxis.mount([task_dir]), *(pyxis.mount(pyxis.bind_parts(b)) for b in binds)]
-        return [*pyxis.HARNESS_STEP,
-                *pyxis.container_flags(image, mounts, env_names, workdir=task_dir)]
-    argv: list[Any] = [ex.container_runtime, "exec", "--cleanenv"]
-    if rt.task.needs_gpu:
-        argv.append("--nv")
-    argv += ["--bind", task_dir]
-    for spec in binds:
-        argv += ["--bind", spec]
-    return [*argv, LineStart(image)]
+    return runtime_for(ex.container_runtime).harness_runner(image, task_dir, binds, env_names,
+                                                            gpus=rt.task.needs_gpu)
 
 
 def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
@@ -119,7 +107,7 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
     spec = resolved.spec
     ex, ep = spec.execution, spec.target.api_endpoint
     env: list[tuple[str, Any]] = []
-    if spec.deployment.type == "none":
+    if not engine_for(spec.deployment.type).serves:
         env.append(("HPCEVAL_ENDPOINT_URL", var("HPCEVAL_ENDPOINT_URL")))
     else:
         path = ENDPOINT_PATHS.get(task.endpoint_type, "/chat/completions")

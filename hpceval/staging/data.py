@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
+from hpceval.engines import engine_for
 from hpceval.tasks import TaskDef
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -88,7 +89,7 @@ def data_needs(resolved: ResolvedConfig) -> list[DataNeed]:
 
     needs: list[DataNeed] = []
     for key, dep in server_deployments(resolved.spec):  # the model, and judges
-        if dep.type in ("vllm", "sglang") and dep.hf_model_handle:
+        if engine_for(dep.type).model_source and dep.hf_model_handle:
             needs.append(DataNeed("model", dep.hf_model_handle, f"{key}.hf_model_handle"))
     for where, extra in task_extras(resolved):
         if looks_like_repo_id(extra.get("tokenizer")):

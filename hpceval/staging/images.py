@@ -14,7 +14,9 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import server_deployments
-from hpceval.images import DOCKER, image_file_name, sif_name
+from hpceval.engines import engine_for
+from hpceval.images import DOCKER, sif_name
+from hpceval.runtimes import runtime_for
 
 SIDECAR_SUFFIX = ".json"
 
@@ -52,7 +54,7 @@ def _from_image_value(value: str, where: str, purpose: str, image_dir: str | Non
     """deployment.image or a task's container: a docker:// reference or an image file."""
     if value.startswith(DOCKER):
         ref = value[len(DOCKER):]
-        name = image_file_name(sif_name(ref), runtime)
+        name = runtime_for(runtime).image_file(sif_name(ref))
         sif = Path(image_dir) / name if image_dir else None
         return ImageNeed(where, purpose, value, sif, ref)
     if "://" in value:  # library://, oras://...: pulled by the runtime, not staged here
@@ -75,11 +77,11 @@ def image_needs(resolved: ResolvedConfig,
     spec = resolved.spec
     ex = spec.execution
     refs = known or {}
-    if ex.container_runtime == "none":
+    if not runtime_for(ex.container_runtime).containers:
         return []  # render runs everything from the host then (or refuses the config)
     needs: list[ImageNeed] = []
     for key, served in server_deployments(spec):  # the model's server, and judges'
-        if served.type != "none" and served.runtime == "container" and served.image:
+        if engine_for(served.type).serves and served.runtime == "container" and served.image:
             need = _from_image_value(served.image, f"{key}.image", "server", ex.image_dir,
                                      refs, ex.container_runtime)
             if need is not None:
@@ -93,7 +95,7 @@ def image_needs(resolved: ResolvedConfig,
         elif not rt.in_container(ex):
             continue
         elif ex.image_dir and task.sif:  # the rule of ResolvedTask.image
-            sif = Path(ex.image_dir) / image_file_name(task.sif, ex.container_runtime)
+            sif = Path(ex.image_dir) / runtime_for(ex.container_runtime).image_file(task.sif)
             need = ImageNeed(where, purpose, str(sif), sif, task.image)
         elif task.image:
             need = ImageNeed(where, purpose, DOCKER + task.image, None, task.image)

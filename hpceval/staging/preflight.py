@@ -15,7 +15,7 @@ from pathlib import Path
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.images import staged_kind
+from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
 from hpceval.staging.stage import stage_command
@@ -55,7 +55,7 @@ def check_preflight(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
 
 def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     offline = resolved.spec.execution.offline
-    kind = staged_kind(resolved.spec.execution.container_runtime)
+    kind = runtime_for(resolved.spec.execution.container_runtime).staged_kind
     fix = stage_command(resolved)
     issues: list[ConfigIssue] = []
     for need in image_needs(resolved):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.images import DOCKER, pyxis_reference
+from hpceval.images import DOCKER
+from hpceval.runtimes import runtime_for
 from hpceval.staging.images import read_sidecar, sidecar_path
 from hpceval.storage import atomic_write_json
 
@@ -76,20 +77,14 @@ def decide(sif: Path, reference: str, digest: str | None, *, force: bool = False
     return Decision(False, "up to date (same reference; digest not checked: no skopeo)")
 
 
-def _pull_argv(binary: str, runtime: str, dest: Path, source: str) -> list[str]:
-    """The one command line per runtime (the strict fakes of the tests accept exactly it)."""
-    if runtime == "pyxis":  # enroot writes the squashfs file pyxis's --container-image reads
-        return [binary, "import", "--output", str(dest), DOCKER + pyxis_reference(source)]
-    return [binary, "pull", "--force", str(dest), source]
-
-
 def pull(runtime: str, sif: Path, reference: str, digest: str | None,
          purpose: str) -> dict[str, Any]:
     """Pull into a temp file beside ``sif``, rename it into place, write the sidecar; returns
     the sidecar record. With a known digest the pull names it, so the file is exactly the
     recorded image even if the tag moves during the pull. For pyxis the image is a .sqsh
     made by ``enroot import``."""
-    tool = "enroot" if runtime == "pyxis" else runtime
+    kind = runtime_for(runtime)
+    tool = kind.tool
     binary = shutil.which(tool)
     if binary is None:
         raise PullError(f"{tool} not found on PATH (load its module, e.g. "
@@ -110,13 +105,13 @@ def pull(runtime: str, sif: Path, reference: str, digest: str | None,
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600 would hide the image from the site's group
-    if runtime == "pyxis":
-        tmp.unlink()  # enroot import refuses to write over a file; the name stays unique
+    if not kind.pull_over_file:
+        tmp.unlink()  # e.g. enroot import refuses to write over a file; the name stays unique
     try:
-        proc = subprocess.run(_pull_argv(binary, runtime, tmp, source),
+        proc = subprocess.run(kind.pull_argv(binary, tmp, source),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               check=False)
-        what = f"{tool} {'import' if runtime == 'pyxis' else 'pull'} {source}"
+        what = f"{tool} {kind.pull_verb} {source}"
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             raise PullError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))

@@ -17,7 +17,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.images import staged_kind
+from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import ImageNeed, image_needs, read_sidecar
 from hpceval.staging.pull import PullError, decide, image_lock, pull, remote_digest
@@ -84,8 +84,8 @@ def plan_issues(configs: Sequence[ResolvedConfig],
                     "into it"))
             elif need.sif is not None and need.reference is None and not need.sif.exists():
                 issues.append(ConfigIssue(
-                    need.where, f"{staged_kind(ex.container_runtime)} {need.sif} does not exist "
-                    "and nothing records which image it is built from",
+                    need.where, f"{runtime_for(ex.container_runtime).staged_kind} {need.sif} "
+                    "does not exist and nothing records which image it is built from",
                     f"{stage_command(resolved)} --pull {need.sif.name}=docker://REPO:TAG"))
         if ex.offline and not ex.hf_cache_dir:
             for item in hub.data_needs(resolved):
@@ -120,7 +120,7 @@ def stage(configs: Sequence[ResolvedConfig], *, dry_run: bool = False, force: bo
                 report.items.append(_stage_image(need, runtime, dry_run, force, echo))
                 if need.where.endswith(".image") and need.pulled_at_run_time and need.sif:
                     report.hints.append(f"the job still pulls {need.in_job} at run time; to "
-                                        f"run the staged {staged_kind(runtime)}: "
+                                        f"run the staged {runtime_for(runtime).staged_kind}: "
                                         f"-o {need.where}={need.sif}")
     if downloader is _UNSET:
         downloader = hub.default_downloader()

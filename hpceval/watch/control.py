@@ -20,6 +20,7 @@ from typing import Any
 from hpceval.backends import JobEntry, backend_for
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
+from hpceval.engines import engine_for
 from hpceval.slurm.client import SlurmClient
 from hpceval.storage import atomic_write_text
 from hpceval.watch import state as st
@@ -76,7 +77,7 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
                              "watch one model (drop models:), or start one watch per model")
     resolved = configs[0]
     ex = resolved.spec.execution
-    if resolved.spec.deployment.type == "none":
+    if not engine_for(resolved.spec.deployment.type).serves:
         raise ConfigError.at("deployment.type", "none serves no checkpoint: every checkpoint "
                              "would evaluate the same external endpoint",
                              "deploy the checkpoint (vllm, sglang or command)")

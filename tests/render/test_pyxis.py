@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from render_helpers import RenderFn
 
 from hpceval.config.errors import ConfigError
-from hpceval.images import image_file_name, pyxis_reference
+from hpceval.images import pyxis_reference
 from hpceval.render.quoting import FlagWord, ShellCode, command_lines, joined
+from hpceval.runtimes import runtime_for
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
          "image": "docker://vllm/vllm-openai:v0.13.0", "tensor_parallel_size": 8}
@@ -62,8 +63,8 @@ def test_pyxis_reference(reference: str, pyxis: str) -> None:
 
 
 def test_staged_file_names_follow_the_runtime() -> None:
-    assert image_file_name("simple-evals_26.03.sif", "pyxis") == "simple-evals_26.03.sqsh"
-    assert image_file_name("simple-evals_26.03.sif", "apptainer") == "simple-evals_26.03.sif"
+    assert runtime_for("pyxis").image_file("simple-evals_26.03.sif") == "simple-evals_26.03.sqsh"
+    assert runtime_for("apptainer").image_file("simple-evals_26.03.sif") == "simple-evals_26.03.sif"
 
 
 def test_servers_and_harnesses_run_through_srun_flags(render: RenderFn) -> None:

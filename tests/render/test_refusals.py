@@ -1,6 +1,7 @@
 """What render refuses, loading refuses first: `config show` exits 2 naming the same key.
 
-Every `raise ConfigError` in hpceval/render/ is found in the source, and each must have a case
+Every `raise ConfigError` in hpceval/render/ (and in the serving engines and container runtimes
+it builds command lines with) is found in the source, and each must have a case
 below (or a reason why no loaded config can reach it). A case is one bad value: set in a run
 file, `hpceval config show` must refuse it (exit 2, the key named); set by hand in an otherwise
 valid loaded config, with its tasks resolved but the load's checks skipped, render_job must
@@ -26,7 +27,10 @@ from hpceval.config.tasks import resolve_tasks
 from hpceval.render import render_job
 from hpceval.tasks import load_catalogue
 
-RENDER = Path(__file__).resolve().parents[2] / "hpceval" / "render"
+PACKAGE = Path(__file__).resolve().parents[2] / "hpceval"
+RENDER = PACKAGE / "render"
+# where render's refusals live: render's modules by name, the registries' as <package>.<module>
+SOURCES = [(RENDER, ""), (PACKAGE / "engines", "engines."), (PACKAGE / "runtimes", "runtimes.")]
 BASE: dict[str, Any] = {
     "deployment": {"type": "vllm", "checkpoint_path": "/m", "served_model_name": "m",
                    "image": "/images/vllm.sif", "tensor_parallel_size": 8},
@@ -53,10 +57,11 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"execution.sbatch_extra_flags": {"mail-user": "a@b\n#SBATCH --wrap=id"}}),
     ("header:header_lines", "execution.sbatch_extra_flags.--mail",
      {"execution.sbatch_extra_flags": {"--mail": "x"}}),
-    ("servers:model_source", "deployment.checkpoint_path", {"deployment.checkpoint_path": None}),
-    ("servers:served_name", "deployment.served_model_name",
+    ("engines.base:model_source", "deployment.checkpoint_path",
+     {"deployment.checkpoint_path": None}),
+    ("engines.base:served_name", "deployment.served_model_name",
      {"deployment.served_model_name": None}),
-    ("servers:_command_argv", "deployment.command", {"deployment.type": "command"}),
+    ("engines.command:argv", "deployment.command", {"deployment.type": "command"}),
 ]
 UNREACHABLE = {
     # models: entries set only deployment and target; execution, the whole header, is shared
@@ -77,7 +82,7 @@ UNREACHABLE = {
 
 def raise_sites() -> set[str]:
     sites: set[str] = set()
-    for path in RENDER.glob("*.py"):
+    for path, prefix in ((p, prefix) for folder, prefix in SOURCES for p in folder.glob("*.py")):
         tree = ast.parse(path.read_text())
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef):
@@ -85,7 +90,7 @@ def raise_sites() -> set[str]:
             for node in ast.walk(func):
                 if isinstance(node, ast.Raise) and node.exc is not None and \
                         "ConfigError" in ast.unparse(node.exc):
-                    sites.add(f"{path.stem}:{func.name}")
+                    sites.add(f"{prefix}{path.stem}:{func.name}")
     return sites
 
 

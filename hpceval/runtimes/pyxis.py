@@ -10,10 +10,13 @@ the image's own ``ENV`` lines (HF_HOME, the endpoint URL...).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from hpceval.images import DOCKER, pyxis_reference
-from hpceval.render.quoting import ShellCode, env_name, joined
+from hpceval.runtimes import register
+from hpceval.runtimes.base import Runtime
+from hpceval.shell import ShellCode, env_name, joined
 
 
 def image(value: str) -> str:
@@ -53,3 +56,32 @@ def container_flags(image_value: str, mounts: Iterable[ShellCode],
 # and Slurm would otherwise place a one-node step on any node of the allocation.
 HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1",
                 joined([ShellCode('"$SLURMD_NODENAME"')], ",", "--nodelist=")]
+
+
+@register
+class Pyxis(Runtime):
+    name = "pyxis"
+    order = 2
+    summary = "pyxis (srun --container-image, .sqsh images; Slurm jobs only)"
+    srun_steps: ClassVar[bool] = True
+    image_suffix = ".sqsh"  # the squashfs file `enroot import` writes (same stem as the SIF)
+    staged_kind = "squashfs image (.sqsh)"
+    pull_tool = "enroot"
+    pull_verb = "import"
+    pull_over_file: ClassVar[bool] = False  # enroot import refuses to write over a file
+
+    def server_prefix(self, image: str, binds: list[str], *, gpus: bool) -> list[Any]:
+        return []  # the image and binds are srun's options then: server_srun
+
+    def server_srun(self, image: str, binds: list[str], env_names: list[str]) -> list[Any]:
+        return container_flags(image, [mount(bind_parts(b)) for b in binds], env_names)
+
+    def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
+                       env_names: list[str], *, gpus: bool) -> list[Any]:
+        # GPUs: pyxis's enroot hooks expose the step's own
+        mounts = [mount([task_dir]), *(mount(bind_parts(b)) for b in binds)]
+        return [*HARNESS_STEP, *container_flags(image, mounts, env_names, workdir=task_dir)]
+
+    def pull_argv(self, binary: str, dest: Path, source: str) -> list[str]:
+        # enroot writes the squashfs file pyxis's --container-image reads
+        return [binary, "import", "--output", str(dest), DOCKER + pyxis_reference(source)]

@@ -1,0 +1,13 @@
+"""container_runtime apptainer: ``apptainer exec --cleanenv`` with SIF images."""
+
+from __future__ import annotations
+
+from hpceval.runtimes import register
+from hpceval.runtimes.base import Runtime
+
+
+@register
+class Apptainer(Runtime):
+    name = "apptainer"
+    order = 0
+    env_prefix = "APPTAINERENV_"

@@ -1,0 +1,69 @@
+"""What a container runtime is: one class declaring how hpceval runs and stages images with it.
+
+Render asks the runtime of the run (``runtime_for(execution.container_runtime)``) for a
+server's and a harness's command prefix (or srun options), the prefix that passes variables
+into the container, and staging asks it for the image file it runs and the command that pulls
+one. A new runtime is one module in this package plus its tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hpceval.shell import LineStart, ShellCode
+
+
+class Runtime:
+    """The defaults describe an apptainer-like runtime: ``<tool> exec`` with ``--bind``s."""
+
+    name: ClassVar[str]
+    order: ClassVar[int]  # place in the schema's list of choices
+    summary: ClassVar[str] = ""  # the help text's words for it (default: its name)
+    containers: ClassVar[bool] = True  # False: no containers, everything runs from the host
+    srun_steps: ClassVar[bool] = False  # True: starts containers through srun (Slurm only)
+    # Prefix of a variable passed into the container (--cleanenv drops the rest).
+    env_prefix: ClassVar[str] = ""
+    image_suffix: ClassVar[str] = ".sif"  # the staged image file a job runs
+    staged_kind: ClassVar[str] = "SIF"  # what that file is called in messages
+    pull_tool: ClassVar[str] = ""  # the program `hpceval stage` pulls with (default: name)
+
+    def image_file(self, sif: str) -> str:
+        """The staged file for this runtime, from the catalogue's SIF name."""
+        return sif.removesuffix(".sif") + self.image_suffix
+
+    def server_prefix(self, image: str, binds: list[str], *, gpus: bool) -> list[Any]:
+        """Words before a server's command line: ``<tool> exec ... IMAGE``."""
+        argv: list[Any] = [self.name, "exec"]
+        if gpus:
+            argv.append("--nv")
+        argv.append("--cleanenv")  # the site's host Python must not leak into the image
+        argv += [item for b in binds for item in ("--bind", b)]
+        return [*argv, LineStart(image)]
+
+    def server_srun(self, image: str, binds: list[str], env_names: list[str]) -> list[Any]:
+        """srun options of a server step (runtimes that start containers through srun)."""
+        return []
+
+    def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
+                       env_names: list[str], *, gpus: bool) -> list[Any]:
+        """Words before a harness's command: the task directory is bound and its workdir."""
+        argv: list[Any] = [self.name, "exec", "--cleanenv"]
+        if gpus:
+            argv.append("--nv")
+        argv += ["--bind", task_dir]
+        for spec in binds:
+            argv += ["--bind", spec]
+        return [*argv, LineStart(image)]
+
+    @property
+    def tool(self) -> str:
+        return self.pull_tool or self.name
+
+    def pull_argv(self, binary: str, dest: Path, source: str) -> list[str]:
+        """The one pull command line (the strict fakes of the tests accept exactly it);
+        ``source`` is a docker:// reference."""
+        return [binary, "pull", "--force", str(dest), source]
+
+    pull_verb: ClassVar[str] = "pull"  # in messages: `<tool> <verb> <source>`
+    pull_over_file: ClassVar[bool] = True  # False: the tool refuses to write over a file

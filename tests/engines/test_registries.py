@@ -1,0 +1,85 @@
+"""The serving-engine and container-runtime registries: each engine and runtime is one class in
+one module, found by name; no other module (or template) tests a deployment type or a runtime
+by its name, so adding one touches its own module and its tests only."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from hpceval.config.schema import DeploymentSpec, ExecutionSpec
+from hpceval.engines import engine_for, engine_names
+from hpceval.runtimes import runtime_for, runtime_names
+
+ROOT = Path(__file__).parents[2]
+_NAMES = "|".join(sorted({*engine_names(), *runtime_names()}))
+# names specific enough to flag as dict keys ("command"/"none" are common keys elsewhere)
+_KEYS = "|".join(sorted({*engine_names(), *runtime_names()} - {"command", "none"}))
+# A type or runtime test by name: `x.type == "vllm"`, `runtime in ("pyxis", ...)`, a table keyed
+# by names (`{"apptainer": "..."}`), or `"enroot" if runtime == "pyxis"`.
+_BY_NAME = re.compile(
+    r"""\b(type|container_runtime|runtime)\s*(==|!=|\bin\b|\bnot in\b)\s*[(\[{]?\s*"""
+    rf"""["']({_NAMES})["']|["']({_KEYS})["']\s*:\s*["']""")
+
+
+def _sources() -> list[Path]:
+    files = [*(ROOT / "hpceval").rglob("*.py"), *(ROOT / "templates").rglob("*.j2")]
+    return [p for p in files if not {"engines", "runtimes"} & set(p.parts)]
+
+
+def test_no_engine_or_runtime_is_tested_by_name_outside_its_registry() -> None:
+    offenders = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+                 for path in _sources()
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if _BY_NAME.search(line)]
+    assert offenders == []
+
+
+def test_the_pattern_catches_the_forms_it_forbids() -> None:
+    for line in ['if dep.type == "vllm":', "if runtime == 'pyxis':",
+                 'if aux.type in ("vllm", "sglang"):', 'x = {"apptainer": "APPTAINERENV_"}',
+                 '{% if d.type == "command" %}', 'if ex.container_runtime != "none":']:
+        assert _BY_NAME.search(line), line
+    assert not _BY_NAME.search('if dep.runtime == "host":')  # container or host: not a runtime
+
+
+def test_the_schema_choices_are_the_registries() -> None:
+    hints = typing.get_type_hints(DeploymentSpec)
+    assert typing.get_args(hints["type"]) == engine_names() == ("none", "vllm", "sglang",
+                                                                "command")
+    hints = typing.get_type_hints(ExecutionSpec)
+    assert typing.get_args(hints["container_runtime"]) == runtime_names() == (
+        "apptainer", "singularity", "pyxis", "none")
+
+
+def test_unknown_names_are_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown serving engine 'trtllm'.*vllm, sglang"):
+        engine_for("trtllm")
+    with pytest.raises(ValueError, match=r"unknown container runtime 'lxc'.*apptainer"):
+        runtime_for("lxc")
+
+
+def test_each_engine_declares_a_template_that_exists_and_one_module_each() -> None:
+    modules = set()
+    for name in engine_names():
+        engine = engine_for(name)
+        assert (ROOT / "templates" / engine.template).is_file(), name
+        modules.add(type(engine).__module__)
+    assert len(modules) == len(engine_names())
+    assert len({type(runtime_for(n)).__module__ for n in runtime_names()}) == len(runtime_names())
+
+
+def test_engine_capabilities() -> None:
+    vllm, sglang, command, none = (engine_for(n) for n in ("vllm", "sglang", "command", "none"))
+    assert not none.serves and all(e.serves for e in (vllm, sglang, command))
+    assert vllm.token_env == "VLLM_API_KEY" and sglang.token_env is None
+    assert vllm.ready_line and not sglang.ready_line
+    assert command.needs_command and command.port_env and not command.parallel
+    spec = DeploymentSpec(type="command", tensor_parallel_size=2, gpus_per_instance=None)
+    assert command.gpu_need(spec, 4) == 4 and vllm.gpu_need(spec, 4) == 2
+    assert vllm.uses_ray(DeploymentSpec(multi_node_backend="ray"), 2)
+    assert not vllm.uses_ray(DeploymentSpec(multi_node_backend="ray"), 1)
+    assert not sglang.uses_ray(DeploymentSpec(multi_node_backend="ray"), 2)
