@@ -17,7 +17,6 @@ from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 _BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
-_FIELD = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")  # a JSON field path, a.b.c
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -127,25 +126,15 @@ def _export_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
 
 
 def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
-    rules = spec.evaluation.interceptors
     where = "evaluation.interceptors"
-    names = [(f"{where}.add_params.{k}", k) for k in rules.add_params]
-    names += [(f"{where}.remove_params", k) for k in rules.remove_params]
-    names += [(f"{where}.rename_params.{k}", n) for k, v in rules.rename_params.items()
-              for n in (k, v)]
-    for path, name in names:
-        if not _FIELD.match(name):
-            yield ConfigIssue(path, f"{name[:80]!r} is not a request field name",
-                              "write a field name, dotted for nested fields (a.b)")
-    if (rules.changes_requests or rules.log_requests) and not engine_for(
-            spec.deployment.type).serves \
+    chain = spec.evaluation.interceptors.chain()
+    for interceptor in chain:  # each checks its own keys
+        yield from interceptor.issues(where)
+    if chain and not engine_for(spec.deployment.type).serves \
             and not spec.target.api_endpoint.proxy:
         yield ConfigIssue("target.api_endpoint.proxy", "is false, but evaluation.interceptors "
                           "are applied by the in-job proxy",
                           "remove target.api_endpoint.proxy: false, or the interceptors")
-    if rules.strip_reasoning and not rules.reasoning_end:
-        yield ConfigIssue("evaluation.interceptors.reasoning_end", "must not be empty",
-                          "give the marker that ends a reasoning trace, e.g. </think>")
 
 
 # Values that become a word of a server's or harness's command line, or a directory name.

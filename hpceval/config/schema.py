@@ -7,10 +7,13 @@ all read the field types, defaults and help texts from here. A validated config 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpceval.engines import engine_for, engine_names
+from hpceval.fields import REQUIRED as REQUIRED
+from hpceval.fields import key as key
+from hpceval.interceptors import Interceptor, chain_of, spec_fields
 from hpceval.runtimes import runtime_for, runtime_names
 
 ExecutionType = Literal["slurm", "local"]
@@ -33,16 +36,7 @@ else:
     DeploymentType = Literal[engine_names()]
 
 
-def key(default: Any = None, doc: str = "", *, minimum: float | None = None,
-        maximum: float | None = None) -> Any:
-    """A config key with its help text; mutable defaults are copied per instance."""
-    meta = {"doc": doc, "minimum": minimum, "maximum": maximum}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-REQUIRED: Any = object()  # sentinel default: the key must be given somewhere
+# key() and REQUIRED live in the leaf hpceval.fields (the interceptors declare keys too).
 
 
 @dataclass(frozen=True)
@@ -220,30 +214,27 @@ class TaskSpec:
     allow_unlisted: bool = key(False, "run a harness.task the catalogue does not list")
 
 
-@dataclass(frozen=True)
-class InterceptorsSpec:
-    """What the in-job proxy changes on the way to and from the model, for every task."""
+class _InterceptorKeys:
+    """What the code sees of evaluation.interceptors: its active chain. The keys themselves are
+    the interceptors' own (hpceval/interceptors/, one class each), made into one frozen
+    dataclass below, so config show, the builder and the docs list them as before."""
 
-    system_prompt: str | None = key(
-        None, "system message placed first in every chat request (NEL: system_message)"
-    )
-    strip_reasoning: bool = key(
-        False, "move <think>...</think> out of answers before scoring (NEL: reasoning)"
-    )
-    reasoning_start: str = key("<think>", "marker where a reasoning trace starts")
-    reasoning_end: str = key("</think>", "marker where a reasoning trace ends")
-    add_params: dict[str, Any] = key(
-        {}, "request fields set on every request; dotted keys reach nested fields"
-    )
-    remove_params: list[str] = key([], "request fields removed from every request (dotted)")
-    rename_params: dict[str, str] = key({}, "request fields renamed: {old: new} (dotted)")
-    log_requests: int = key(0, "log the first N request/response pairs to the model's folder",
-                            minimum=0)
+    def chain(self) -> tuple[Interceptor, ...]:
+        """The active interceptors, in chain order, each built from its own keys."""
+        return chain_of(self)
 
     @property
     def changes_requests(self) -> bool:
-        return bool(self.system_prompt is not None or self.strip_reasoning or self.add_params
-                    or self.remove_params or self.rename_params)
+        return any(i.changes_requests for i in self.chain())
+
+
+if TYPE_CHECKING:
+    InterceptorsSpec = _InterceptorKeys
+else:
+    InterceptorsSpec = make_dataclass(
+        "InterceptorsSpec", spec_fields(), bases=(_InterceptorKeys,), frozen=True,
+        namespace={"__doc__": "What the in-job proxy changes on the way to and from the model, "
+                              "for every task.", "__module__": __name__})
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class ProxyServer:
         self.config = config
         self.balancer = Balancer(config.upstreams, external=config.external_upstream)
         self.progress = Progress(config.expected_requests)
-        self.interceptors = build_interceptors(config)
+        self.interceptors = build_interceptors(config.interceptors)
         self.request_log = RequestLog(config.request_log_path, config.log_requests)
         self.cache = ResponseCache(config.cache_dir, config.cache_fsync_every) \
             if config.cache_dir is not None else None

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig, parse_param_value, split_pair
+from hpceval.interceptors import chain_from_json
+from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="response cache directory on shared storage")
     p.add_argument("--progress-file", type=Path, required=True, help="progress JSON to write")
     p.add_argument("--expected-requests", type=int, help="total requests expected (for ETA)")
-    p.add_argument("--log-requests", type=int, default=0, metavar="N",
-                   help="log the first N request/response pairs as JSONL")
     p.add_argument("--log-file", type=Path,
                    help="request log path (default: proxy-requests.jsonl beside the progress file)")
     p.add_argument("--request-timeout", type=float, default=1800.0, metavar="S",
@@ -52,17 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--external-upstream", action="store_true",
                    help="the upstream is an API outside the job: re-probe it with /v1/models "
                         "(any answer below 500 means up) instead of /health")
-    p.add_argument("--system-prompt", metavar="TEXT", help="system prompt for chat requests")
-    p.add_argument("--strip-reasoning", action="store_true",
-                   help="move reasoning traces out of the answer into reasoning_content")
-    p.add_argument("--reasoning-start", default="<think>", metavar="MARKER")
-    p.add_argument("--reasoning-end", default="</think>", metavar="MARKER")
-    p.add_argument("--add-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a request parameter (VALUE parsed as JSON if it parses; repeat)")
-    p.add_argument("--remove-param", action="append", default=[], metavar="KEY",
-                   help="remove a request parameter (repeat)")
-    p.add_argument("--rename-param", action="append", default=[], metavar="OLD=NEW",
-                   help="rename a request parameter (repeat)")
+    p.add_argument("--interceptors", default="[]", metavar="JSON",
+                   help="the interceptor chain, in order: a JSON list of {\"name\": ..., "
+                        "\"config\": {...}} (names and keys: evaluation.interceptors; "
+                        "log_requests logs the first N request/response pairs as JSONL)")
     p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB",
                    help="largest request body, as sent and after gzip/deflate decoding "
                         "(default 64); larger ones get 413")
@@ -74,9 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    add = tuple((k, parse_param_value(v))
-                for k, v in (split_pair(a, "--add-param") for a in args.add_param))
-    rename = tuple(split_pair(a, "--rename-param") for a in args.rename_param)
     api_key = _secret(args.api_key_env, "--api-key-env")
     upstream_api_key = _secret(args.upstream_api_key_env, "--upstream-api-key-env")
     max_body = int(args.max_body_mb * (1 << 20))
@@ -84,10 +73,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
         cache_dir=args.cache_dir, progress_file=args.progress_file,
         expected_requests=args.expected_requests, request_timeout=args.request_timeout,
-        max_retries=args.max_retries, system_prompt=args.system_prompt,
-        strip_reasoning=args.strip_reasoning, reasoning_start=args.reasoning_start,
-        reasoning_end=args.reasoning_end, add_params=add, remove_params=tuple(args.remove_param),
-        rename_params=rename, log_requests=args.log_requests, log_file=args.log_file,
+        max_retries=args.max_retries, interceptors=chain_from_json(args.interceptors),
+        log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, api_key=api_key, upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream)

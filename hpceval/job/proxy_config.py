@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from hpceval.interceptors import Interceptor
+from hpceval.interceptors.log_requests import LogRequests
 
 # The variable a job script puts its per-job token in (a random value made in the job, never
 # written to a file): the proxy's `--api-key-env`, and the API key name the harnesses are given.
@@ -29,14 +30,9 @@ class ProxyConfig:
     max_retries: int = 3
     retry_backoff: float = 1.0  # first backoff in seconds; doubles per retry, with full jitter
     retry_backoff_max: float = 30.0
-    system_prompt: str | None = None
-    strip_reasoning: bool = False
-    reasoning_start: str = "<think>"
-    reasoning_end: str = "</think>"
-    add_params: tuple[tuple[str, Any], ...] = ()
-    remove_params: tuple[str, ...] = ()
-    rename_params: tuple[tuple[str, str], ...] = ()
-    log_requests: int = 0  # log the first N request/response pairs
+    # evaluation.interceptors, the active ones in chain order (hpceval.interceptors): what the
+    # proxy changes in requests and answers, and log_requests (the first N pairs logged)
+    interceptors: tuple[Interceptor, ...] = ()
     log_file: Path | None = None  # default: proxy-requests.jsonl beside the progress file
     # The upstream is an API outside the job (deployment.type none): it has no /health, so a
     # down-marked one is re-probed with GET /v1/models, and any answer below 500 means it is up.
@@ -82,8 +78,15 @@ class ProxyConfig:
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():
             raise ValueError("the upstream API key is empty")
-        if self.strip_reasoning and not self.reasoning_end:
-            raise ValueError("--strip-reasoning needs a non-empty end marker")
+        problems = [str(issue) for i in self.interceptors for issue in i.issues("interceptors")]
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def log_requests(self) -> int:
+        """Request/response pairs to log: the log_requests interceptor's, if in the chain."""
+        return max((i.log_requests for i in self.interceptors if isinstance(i, LogRequests)),
+                   default=0)
 
     @property
     def request_log_path(self) -> Path | None:
@@ -93,22 +96,3 @@ class ProxyConfig:
             return self.log_file
         base = self.progress_file.parent if self.progress_file else (self.cache_dir or Path("."))
         return base / "proxy-requests.jsonl"
-
-
-def parse_param_value(text: str) -> Any:
-    """`--add-param k=v` values: JSON when they parse (numbers, booleans, lists), else a string.
-
-    So `max_tokens=512` sends an integer and `stop=["\\n"]` a list, while `model=foo` stays "foo".
-    """
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def split_pair(text: str, flag: str) -> tuple[str, str]:
-    """Split `a=b`; a missing `=` or an empty key is a usage error, not a silent no-op."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(f"{flag} expects KEY=VALUE, got {text!r}")
-    return key, value

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES
 from hpceval.engines import engine_for
+from hpceval.interceptors import chain_json
 from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext
 from hpceval.render.deployments import deployment_view
@@ -109,20 +109,10 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
 
 
 def proxy_arguments(rules: InterceptorsSpec) -> list[str]:
-    """evaluation.interceptors as `hpceval.job proxy` options. Always --flag=value: a value
-    that starts with a dash (a system prompt may) is still read as the flag's value."""
-    args = [f"--rename-param={old}={new}" for old, new in rules.rename_params.items()]
-    args += [f"--remove-param={name}" for name in rules.remove_params]
-    args += [f"--add-param={name}={json.dumps(value, ensure_ascii=False)}"
-             for name, value in rules.add_params.items()]
-    if rules.system_prompt is not None:
-        args.append(f"--system-prompt={rules.system_prompt}")
-    if rules.strip_reasoning:
-        args += ["--strip-reasoning", f"--reasoning-start={rules.reasoning_start}",
-                 f"--reasoning-end={rules.reasoning_end}"]
-    if rules.log_requests:
-        args.append(f"--log-requests={rules.log_requests}")
-    return args
+    """evaluation.interceptors as `hpceval.job proxy` options: the active chain as one JSON
+    word. Always --flag=value: a value that starts with a dash is still the flag's value."""
+    chain = rules.chain()
+    return [f"--interceptors={chain_json(chain)}"] if chain else []
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:

@@ -154,12 +154,16 @@ def _checkpoint(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert r.spec.deployment.checkpoint_path == "/lustre/ckpt" and r.layout.instances == 8
 
 
+# the rendered chain's log_requests entry (the proxy's --interceptors JSON)
+LOG_10 = '{"name":"log_requests","config":{"log_requests":10}}'
+
+
 def _multinode_dp(r: ResolvedConfig, script: str, cwd: Path) -> None:
     ex, dep = r.spec.execution, r.spec.deployment
     assert (ex.nodes, ex.gpus_per_node, ex.walltime, ex.partition) == (2, 8, "01:00:00", "batch")
     assert (r.layout.instances, r.layout.instances_per_node) == (16, 8)
     assert dep.extra_args == ["--trust-remote-code"] and dep.command is None
-    assert r.spec.evaluation.interceptors.log_requests == 10 and "--log-requests=10" in script
+    assert r.spec.evaluation.interceptors.log_requests == 10 and LOG_10 in script
     _params(r, parallelism=512, temperature=0.6, top_p=0.95, max_new_tokens=32768,
             request_timeout=3600, limit_samples=10)
     assert "#SBATCH --nodes=2" in script
@@ -171,7 +175,7 @@ def _multiinstance_ray(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert (r.layout.instances, r.layout.nodes_per_instance) == (2, 2)
     assert ex.hf_cache_dir == "/path/to/hf_home" and dep.env_vars == {"HF_TOKEN": "host:HF_TOKEN"}
     assert (rules.strip_reasoning, rules.log_requests, rules.system_prompt) == (True, 10, None)
-    assert "--strip-reasoning" in script and "--log-requests=10" in script
+    assert '{"name":"strip_reasoning"' in script and LOG_10 in script
     _params(r, parallelism=128, temperature=0.6, top_p=0.95, max_new_tokens=32768)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -223,18 +224,24 @@ def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     line = out[out.index("\nPROXY_ARGS+=(", out.index("# evaluation.interceptors")) + 1:]
-    # One shell word per option; the prompt's quote, newline and $HOME stay literal.
-    assert "'--system-prompt=-- You are careful.\n'\"'\"'quoted'\"'\"' $HOME'" in line
-    assert "--add-param=extra_body=" in line and "--reasoning-end=</reason>" in line
+    # The chain is one shell word of JSON; the prompt's quote, newline and $HOME stay literal.
+    assert "'--interceptors=[{" in line
     statement = line[: min(i for i in (line.find(m) for m in ("\n# requests still",
                                                                   "\nPROXY_PORT=")) if i >= 0)]
     words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
                             "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
                            text=True, check=True).stdout.split("\0")[:-1]
-    assert words == ["--remove-param=logprobs",
-                     '--add-param=extra_body={"chat_template_kwargs": {"enable_thinking": false}}',
-                     "--system-prompt=-- You are careful.\n'quoted' $HOME", "--strip-reasoning",
-                     "--reasoning-start=<think>", "--reasoning-end=</reason>", "--log-requests=1"]
+    assert len(words) == 1 and words[0].startswith("--interceptors=")
+    assert json.loads(words[0].removeprefix("--interceptors=")) == [
+        {"name": "remove_params", "config": {"remove_params": ["logprobs"]}},
+        {"name": "add_params", "config": {"add_params": {
+            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}}},
+        {"name": "system_prompt", "config": {
+            "system_prompt": "-- You are careful.\n'quoted' $HOME"}},
+        {"name": "strip_reasoning", "config": {"strip_reasoning": True,
+                                               "reasoning_start": "<think>",
+                                               "reasoning_end": "</reason>"}},
+        {"name": "log_requests", "config": {"log_requests": 1}}]
 
 
 def test_interceptors_written_in_our_form(tmp_path: Path) -> None:
@@ -251,7 +258,8 @@ def test_interceptors_put_the_proxy_in_front_of_an_external_endpoint(tmp_path: P
     assert result.exit_code == 0, result.output
     script = result.stdout
     assert "PROXY_ARGS=(--upstream https://api.example.com --external-upstream)" in script
-    assert "PROXY_ARGS+=('--system-prompt=be brief')" in script
+    assert ("PROXY_ARGS+=('--interceptors=[{\"name\":\"system_prompt\",\"config\":"
+            "{\"system_prompt\":\"be brief\"}}]')") in script
     assert 'export HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/prefix/v1/chat/completions' in script
     assert 'export HPCEVAL_BASE_URL="$ENDPOINT_BASE"/prefix/v1' in script
     path = tmp_path / "job.sh"

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from proxy_fakes import FakeUpstream, chat, dead_url, running_proxy, running_upstreams
 
+from hpceval.config.schema import InterceptorsSpec
 from hpceval.job.proxy_config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
@@ -234,10 +235,11 @@ async def test_interceptors_applied_to_request_and_cached_response(
         make_config: MakeConfig) -> None:
     up = FakeUpstream(reply=lambda _b, _n: "<think>hmm</think> 42")
     async with running_upstreams(up) as urls:
-        config = make_config(
-            urls, system_prompt="Be brief.", strip_reasoning=True,
-            add_params=(("max_tokens", 7), ("chat_template_kwargs.enable_thinking", False)),
-            remove_params=("logprobs",), rename_params=(("max_completion_tokens", "max_new"),))
+        config = make_config(urls, interceptors=InterceptorsSpec(
+            system_prompt="Be brief.", strip_reasoning=True,
+            add_params={"max_tokens": 7, "chat_template_kwargs.enable_thinking": False},
+            remove_params=["logprobs"], rename_params={"max_completion_tokens": "max_new"},
+        ).chain())
         async with running_proxy(config) as (_, base):
             body = chat("q", logprobs=True, max_completion_tokens=3, temperature=0)
             fresh = await post(base, body)

@@ -24,26 +24,29 @@ BASE = ["--port", "0", "--upstream", "http://n1:8000", "--upstream", "http://n2:
 
 
 def test_arguments_become_config() -> None:
+    chain = [{"name": "log_requests", "config": {"log_requests": 5}},
+             {"name": "strip_reasoning", "config": {"strip_reasoning": True,
+                                                    "reasoning_start": "<r>",
+                                                    "reasoning_end": "</r>"}},
+             {"name": "add_params", "config": {"add_params": {"max_tokens": 512, "stop": ["a"]}}},
+             {"name": "remove_params", "config": {"remove_params": ["logprobs"]}}]
     args = build_parser().parse_args([
-        *BASE, "--log-requests", "5", "--request-timeout", "60", "--max-retries", "1",
-        "--system-prompt", "S", "--strip-reasoning", "--reasoning-start", "<r>",
-        "--reasoning-end", "</r>", "--add-param", "max_tokens=512", "--add-param", "model=x",
-        "--add-param", 'stop=["a"]', "--remove-param", "logprobs", "--rename-param", "a=b",
-        "--expected-requests", "100"])
+        *BASE, "--request-timeout", "60", "--max-retries", "1",
+        f"--interceptors={json.dumps(chain)}", "--expected-requests", "100"])
     config = config_from_args(args)
     assert config.upstreams == ("http://n1:8000", "http://n2:8000/")
     assert config.cache_dir == Path("/c") and config.progress_file == Path("/p.json")
-    assert config.add_params == (("max_tokens", 512), ("model", "x"), ("stop", ["a"]))
-    assert config.remove_params == ("logprobs",) and config.rename_params == (("a", "b"),)
-    assert (config.reasoning_start, config.reasoning_end, config.strip_reasoning) == (
-        "<r>", "</r>", True)
+    assert [(i.name, i.config()) for i in config.interceptors] == [
+        (entry["name"], {**entry["config"]}) for entry in chain]
     assert config.request_timeout == 60 and config.max_retries == 1
     assert config.expected_requests == 100 and config.log_requests == 5
     assert config.request_log_path == Path("/proxy-requests.jsonl")
     assert config.host == "127.0.0.1"
+    assert config_from_args(build_parser().parse_args(BASE)).interceptors == ()
 
 
-@pytest.mark.parametrize("bad", [["--add-param", "novalue"], ["--rename-param", "=b"],
+@pytest.mark.parametrize("bad", [["--interceptors", '[{"name": "shout"}]'],
+                                 ["--interceptors", "{"],
                                  ["--upstream", "n3:8000"], ["--max-retries", "-1"]])
 def test_usage_errors_exit_2(bad: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -1,0 +1,104 @@
+"""Interceptors of the in-job proxy, found by name; declared once, read by schema, render, proxy.
+
+Every module of this package (but ``base``) declares one interceptor class with ``@register``.
+``spec_fields()`` gives the schema its keys, ``chain_json`` renders the active ones for the
+proxy, ``chain_from_json`` rebuilds them in the proxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import pkgutil
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from hpceval.interceptors.base import Interceptor
+
+__all__ = ["Interceptor", "chain_from_json", "chain_json", "interceptor_classes",
+           "interceptor_for", "register", "spec_fields"]
+
+_CLASSES: dict[str, type[Interceptor]] = {}
+
+
+def register(cls: type[Interceptor]) -> type[Interceptor]:
+    """Class decorator: make an interceptor known by its ``name``."""
+    if cls.name in _CLASSES:
+        raise ValueError(f"two interceptors are named {cls.name!r}")
+    _CLASSES[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base" and not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def interceptor_classes() -> tuple[type[Interceptor], ...]:
+    """Every interceptor, in the order of their keys."""
+    return tuple(sorted(_CLASSES.values(), key=lambda cls: cls.order))
+
+
+def interceptor_for(name: str) -> type[Interceptor]:
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown interceptor {name!r} (known: "
+                         f"{', '.join(c.name for c in interceptor_classes())})") from None
+
+
+def spec_fields() -> list[tuple[str, Any, Any]]:
+    """(key, type, dataclasses.field) of every interceptor's keys, for the schema."""
+    out: list[tuple[str, Any, Any]] = []
+    for cls in interceptor_classes():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default: Any = (dataclasses.field(default_factory=f.default_factory,
+                                              metadata=f.metadata)
+                            if f.default_factory is not dataclasses.MISSING
+                            else dataclasses.field(default=f.default, metadata=f.metadata))
+            out.append((f.name, hints[f.name], default))
+    return out
+
+
+def chain_of(values: Any) -> tuple[Interceptor, ...]:
+    """The active interceptors of an object carrying every key (an InterceptorsSpec), in
+    chain order, each built from its own keys."""
+    built = [cls(**{f.name: getattr(values, f.name) for f in dataclasses.fields(cls)})
+             for cls in sorted(_CLASSES.values(), key=lambda cls: cls.position)]
+    return tuple(i for i in built if i.active())
+
+
+def chain_json(chain: Sequence[Interceptor]) -> str:
+    """The chain as the proxy's ``--interceptors`` value."""
+    return json.dumps([{"name": i.name, "config": i.config()} for i in chain],
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+def chain_from_json(text: str) -> tuple[Interceptor, ...]:
+    """The proxy's side of chain_json; a ValueError names what is wrong."""
+    try:
+        entries = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--interceptors is not JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise ValueError("--interceptors must be a JSON list of {name, config}")
+    chain = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("config", {}), dict):
+            raise ValueError(f"--interceptors[{i}] must be {{\"name\": ..., \"config\": {{...}}}}")
+        cls = interceptor_for(str(entry.get("name")))
+        try:
+            chain.append(cls(**entry.get("config", {})))
+        except TypeError as exc:
+            raise ValueError(f"--interceptors[{i}] ({cls.name}): {exc}") from None
+    problems = [str(issue) for i in chain for issue in i.issues("--interceptors")]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return tuple(chain)
+
+
+_load()
