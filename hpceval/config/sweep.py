@@ -14,6 +14,7 @@ of that model's tasks)::
 
 from __future__ import annotations
 
+import collections
 import copy
 import glob
 import os
@@ -83,8 +84,8 @@ def expand_models(models: Any) -> list[tuple[str, str, dict[str, Any]]]:
                                       "give name:, checkpoint_path: or model_id:"))
             continue
         out.append((where, name, _patch(entry, name)))
-    names = [name for _, name, _ in out]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    counts = collections.Counter(name for _, name, _ in out)  # names.count per name: O(n^2)
+    for name in sorted(n for n, seen in counts.items() if seen > 1):
         issues.append(ConfigIssue("models", f"the name {name!r} is used more than once",
                                   "give each model its own name:"))
     if issues:

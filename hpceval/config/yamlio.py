@@ -112,3 +112,53 @@ def read(path: Path) -> Any:
         line = raw[: exc.start].count(b"\n") + 1
         raise YamlError(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x})", line) from exc
     return loads(text)
+
+
+# libyaml's emitter when PyYAML has it. PyYAML's representer stays Python: it was 70 % of a
+# sweep's submit (two dumps of ~260 values per model), so `dumps` also reuses the text of a
+# value that an earlier document had (a sweep's models differ in a few keys).
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_MEMO_MAX = 20_000
+_memo: dict[str, str] = {}
+
+
+def _dump(data: Any) -> str:
+    text: str = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=False)
+    return text
+
+
+def _splittable(value: Any) -> bool:
+    return (isinstance(value, dict) and bool(value)
+            and all(isinstance(k, str) and _SIMPLE_KEY.match(k) for k in value))
+
+
+def nested(key: str, block: str) -> str:
+    """The entry `key:` holding `block` (a block mapping's text, as `dumps` writes it). A
+    block mapping is the concatenation of its entries, and a nested block is the same text
+    one indentation level deeper, so the pieces join into what one dump would write."""
+    return f"{key}:\n" + "".join(f"  {line}\n" if line else "\n" for line in block.splitlines())
+
+
+def _entry(key: str, value: Any) -> str:
+    if _splittable(value):
+        return nested(key, "".join(_entry(k, v) for k, v in value.items()))
+    memo_key = repr((key, value))  # repr tells 1, True and "1" apart; values are plain data
+    text = _memo.get(memo_key)
+    if text is None:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        text = _memo[memo_key] = _dump({key: value})
+    return text
+
+
+def dumps(data: Any) -> str:
+    """The one YAML writer for what hpceval writes itself (run.yaml): keys in their order."""
+    if _splittable(data):
+        return "".join(_entry(k, v) for k, v in data.items())
+    return _dump(data)
+
+
+def simple_key(key: str) -> bool:
+    """Whether `nested` may write `key` as it is (no quoting or escaping needed)."""
+    return bool(_SIMPLE_KEY.match(key))

@@ -17,7 +17,9 @@ Layout (see docs/controller.md)::
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import functools
 import getpass
 import hashlib
 import os
@@ -66,11 +68,13 @@ def model_key(resolved: ResolvedConfig) -> str:
 def unique_keys(configs: Sequence[ResolvedConfig]) -> list[str]:
     """One directory name per model; names that sanitize alike get -2, -3 ..."""
     keys: list[str] = []
+    taken: set[str] = set()  # `in keys` made a 10,000-model sweep quadratic
     for resolved in configs:
         key, base, n = model_key(resolved), model_key(resolved), 2
-        while key in keys:
+        while key in taken:
             key, n = f"{base}-{n}", n + 1
         keys.append(key)
+        taken.add(key)
     return keys
 
 
@@ -174,8 +178,29 @@ def redacted(value: Any) -> Any:
 
 
 def config_dict(resolved: ResolvedConfig) -> dict[str, Any]:
-    data: dict[str, Any] = redacted(dataclasses.asdict(resolved.spec))
+    data: dict[str, Any] = _plain(resolved.spec)
     return data
+
+
+def _plain(value: Any) -> Any:
+    """redacted(dataclasses.asdict(value)) in one pass: asdict's generic deep copy was a
+    fifth of a sweep's submit. The config holds dataclasses, dicts, lists and scalars."""
+    if isinstance(value, str):
+        return redacted(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value if isinstance(value, (int, float, type(None))) else copy.deepcopy(value)
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
 def run_manifest(run: PreparedRun) -> dict[str, Any]:
@@ -204,22 +229,26 @@ def write_run(run: PreparedRun) -> None:
 
     Raises FileExistsError if the directory exists: two invocations never share one.
     """
-    import yaml
+    from hpceval.config.yamlio import dumps, nested, simple_key
 
     run.run_dir.parent.mkdir(parents=True, exist_ok=True)
     run.run_dir.mkdir(exist_ok=False)
     (run.run_dir / LOG_DIR).mkdir()
+    texts: dict[str, str] = {}  # each model's config, dumped once for both files
     for plan in run.models:
         model_dir = run.run_dir / "models" / plan.key
         model_dir.mkdir(parents=True)
-        atomic_write_text(model_dir / "run.yaml",
-                          yaml.safe_dump(config_dict(plan.resolved), sort_keys=False))
-    if run.sweep:
-        top: Any = {"sweep": [m.key for m in run.models],
-                    "models": {m.key: config_dict(m.resolved) for m in run.models}}
+        texts[plan.key] = dumps(config_dict(plan.resolved))
+        atomic_write_text(model_dir / "run.yaml", texts[plan.key])
+    if not run.sweep:
+        top = texts[run.models[0].key]
+    elif all(simple_key(key) for key in texts):
+        top = dumps({"sweep": list(texts)}) + nested("models", "".join(
+            nested(key, text) for key, text in texts.items()))
     else:
-        top = config_dict(run.resolved)
-    atomic_write_text(run.run_dir / "run.yaml", yaml.safe_dump(top, sort_keys=False))
+        top = dumps({"sweep": list(texts),
+                     "models": {m.key: config_dict(m.resolved) for m in run.models}})
+    atomic_write_text(run.run_dir / "run.yaml", top)
     for name, text in run.scripts.items():
         atomic_write_text(run.run_dir / name, text, mode=0o755)
     # run.json last: its presence says the directory is complete.
