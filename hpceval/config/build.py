@@ -57,8 +57,9 @@ class _Builder:
         if not isinstance(data, dict):
             self.fail(path, f"expected a mapping, got {_kind(data)}", "write key: value pairs")
             return None
-        hints = _hints(cls)
-        fields = _fields(cls)
+        kind: Any = cls  # a class is hashable; mypy's Hashable check does not see type[T] as one
+        hints = _hints(kind)
+        fields = _fields(kind)
         for name in data:
             if name not in fields:
                 close = difflib.get_close_matches(str(name), fields, n=1, cutoff=0.6)
