@@ -38,6 +38,7 @@ SCRIPTS: dict[str, str] = {
     "resume": "resume_waste.py",
     "vllm": "vllm_bench.py",
     "judge": "judge_loads.py",
+    "sweep_submit": "sweep_submit.py",
 }
 HERE = Path(__file__).resolve().parent
 
