@@ -39,6 +39,7 @@ SCRIPTS: dict[str, str] = {
     "vllm": "vllm_bench.py",
     "judge": "judge_loads.py",
     "sweep_submit": "sweep_submit.py",
+    "budget_sim": "budget_sim.py",
 }
 HERE = Path(__file__).resolve().parent
 
