@@ -29,10 +29,15 @@ import asyncio
 import collections
 import re
 import statistics
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from hpceval.job.proxy_balancer import Balancer
 
 Outcome = Literal["ok", "error", "timeout"]
 
@@ -108,12 +113,17 @@ class Admission:
     At most ``limit.value x instances()`` requests are inside; waiters are served round-robin
     across tasks, in arrival order within one."""
 
-    def __init__(self, limit: AimdLimit, instances: int = 1) -> None:
+    def __init__(self, limit: AimdLimit, instances: int | Callable[[], int] = 1) -> None:
         self.limit = limit
-        self.instances = instances  # the proxy updates it when instances go down or come back
+        # a number, or what the balancer says is up now (instances go down and come back)
+        self._instances = instances
         self.inside = 0
         self._queues: collections.OrderedDict[str, collections.deque[asyncio.Future[None]]] = (
             collections.OrderedDict())
+
+    @property
+    def instances(self) -> int:
+        return self._instances() if callable(self._instances) else self._instances
 
     @property
     def capacity(self) -> int:
@@ -168,6 +178,52 @@ class Admission:
                 continue
             self.inside += 1
             waiter.set_result(None)
+
+
+def admission_for(budget: str, balancer: Balancer) -> Admission | None:
+    """The proxy's gate for its `budget` setting ("off", "adaptive" or a number)."""
+    if budget == "off":
+        return None
+    limit = AimdLimit() if budget == "adaptive" else AimdLimit(limit=int(budget), fixed=True)
+    return Admission(limit, lambda: sum(1 for i in balancer.instances if i.up))
+
+
+METRICS_INTERVAL_S = 1.0
+
+
+async def poll_metrics(admission: Admission, balancer: Balancer,
+                       session: aiohttp.ClientSession,
+                       interval: float = METRICS_INTERVAL_S) -> None:
+    """Forever: each up instance's /metrics, summed, into the limit (cancelled at shutdown).
+    A server without /metrics (not vLLM) answers 404 once and is not asked again."""
+    import aiohttp
+
+    silent: set[str] = set()
+    while True:
+        await asyncio.sleep(interval)
+        if admission.limit.fixed:
+            continue
+        waiting = running = 0.0
+        kv: float | None = None
+        seen = False
+        for inst in balancer.instances:
+            if not inst.up or inst.url in silent:
+                continue
+            try:
+                async with session.get(inst.url + "/metrics",
+                                       timeout=aiohttp.ClientTimeout(total=interval)) as resp:
+                    if resp.status != 200:
+                        silent.add(inst.url)
+                        continue
+                    text = await resp.text()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                continue
+            w, r, k = parse_vllm_metrics(text)
+            waiting, running, seen = waiting + w, running + r, True
+            if k is not None:
+                kv = k if kv is None else max(kv, k)
+        if seen:
+            admission.limit.on_metrics(waiting, running, kv)
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")

@@ -41,6 +41,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from hpceval.job.budget import poll_metrics
 from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, request_key, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, build_interceptors
 from hpceval.job.progress import Progress, run_writer, write_atomic
@@ -116,6 +117,8 @@ class ProxyServer:
         await site.start()
         self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
         self._spawn(self.balancer.run_prober(self._session, self.config.probe_interval))
+        if self._forwarder.admission is not None and not self.config.external_upstream:
+            self._spawn(poll_metrics(self._forwarder.admission, self.balancer, self._session))
         if self.cache is not None:
             self._spawn(self._flush_periodically(self.cache, self.config.cache_fsync_interval))
         if self.config.progress_file is not None:

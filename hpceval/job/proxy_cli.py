@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-timeout", type=float, default=60.0, metavar="S",
                    help="seconds a client may take to send a request head, or stall while "
                         "sending a body (default 60)")
+    p.add_argument("--budget", default="off", metavar="off|adaptive|N",
+                   help="in-flight requests per upstream instance; the rest wait in the "
+                        "proxy, round-robin across clients: adaptive (AIMD on errors, "
+                        "timeouts and vLLM's /metrics queue), a fixed N, or off (default)")
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p
 
@@ -77,7 +81,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, api_key=api_key, upstream_api_key=upstream_api_key,
-        ready_file=args.ready_file, external_upstream=args.external_upstream)
+        ready_file=args.ready_file, external_upstream=args.external_upstream,
+        budget=args.budget)
 
 
 def _secret(name: str | None, option: str) -> str | None:

@@ -59,6 +59,9 @@ class ProxyConfig:
     # Written with the proxy's pid once its port is bound: the job script trusts the port only
     # then, never because *something* answers there (another user could be listening).
     ready_file: Path | None = None
+    # In-flight requests per upstream instance (hpceval.job.budget): "off" (harness
+    # parallelism alone), "adaptive" (AIMD from 8) or a fixed number.
+    budget: str = "off"
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -78,6 +81,9 @@ class ProxyConfig:
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():
             raise ValueError("the upstream API key is empty")
+        if self.budget not in ("off", "adaptive") and not (
+                self.budget.isdigit() and int(self.budget) > 0):
+            raise ValueError(f"budget {self.budget!r}: use off, adaptive or a number above 0")
         problems = [str(issue) for i in self.interceptors for issue in i.issues("interceptors")]
         if problems:
             raise ValueError("; ".join(problems))

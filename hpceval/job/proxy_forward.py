@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 
 import aiohttp
 from multidict import CIMultiDictProxy
 
+from hpceval.job.budget import Outcome, admission_for
 from hpceval.job.proxy_balancer import Balancer, Instance
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_http import (
@@ -71,6 +73,7 @@ class Forwarder:
         self.balancer = balancer
         self.session = session  # streamed requests (and the prober) use aiohttp
         self.http = HttpClient(config.connect_timeout)  # everything else: the cheap client
+        self.admission = admission_for(config.budget, balancer)
         # A stream may legitimately run longer than request_timeout; what must not happen is
         # silence for that long.
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -92,7 +95,7 @@ class Forwarder:
                 retries += 1
                 await asyncio.sleep(self.backoff(retries))
                 continue
-            result = await self._attempt(inst, method, path_qs, data, headers, stream)
+            result = await self._admitted(inst, method, path_qs, data, headers, stream)
             if isinstance(result, Answer):
                 if result.status not in RETRY_STATUSES or retries >= self.config.max_retries:
                     return result
@@ -105,6 +108,17 @@ class Forwarder:
                                       f"{result.reason} (after {retries + 1} attempts)")
             retries += 1
             await asyncio.sleep(self.backoff(retries))
+
+    async def _admitted(self, inst: Instance, method: str, path_qs: str, data: bytes | None,
+                        headers: dict[str, str], stream: bool) -> Answer | _Failed:
+        """`_attempt` inside the in-flight budget, if the proxy has one (hpceval.job.budget)."""
+        if self.admission is None:
+            return await self._attempt(inst, method, path_qs, data, headers, stream)
+        async with self.admission.slot(headers.get("X-Hpceval-Task", "")):
+            started = time.monotonic()
+            result = await self._attempt(inst, method, path_qs, data, headers, stream)
+        self.admission.limit.on_result(time.monotonic() - started, _outcome(result))
+        return result
 
     async def _attempt(self, inst: Instance, method: str, path_qs: str, data: bytes | None,
                        headers: dict[str, str], stream: bool) -> Answer | _Failed:
@@ -147,6 +161,12 @@ class Forwarder:
         finally:
             if not checked_out:
                 self.balancer.release(inst, ok)
+
+
+def _outcome(result: Answer | _Failed) -> Outcome:
+    if isinstance(result, Answer):
+        return "error" if result.status in RETRY_STATUSES else "ok"
+    return "timeout" if result.status == 504 else "error"
 
 
 def _describe(exc: BaseException) -> str:
