@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "watch": ("hpceval.cli.watch_cmds", "watch", "Evaluate each new checkpoint of a training "
               "run."),
     "results": ("hpceval.cli.results_cmds", "results", "Results table across runs."),
+    "compare": ("hpceval.cli.compare_cmds", "compare", "Run A vs run B per task: difference, "
+                "interval, paired test."),
+    "gate": ("hpceval.cli.compare_cmds", "gate", "GO / NO-GO / INCONCLUSIVE for B against A "
+             "under a policy (exit 0/1/3)."),
     "report": ("hpceval.cli.results_cmds", "report", "HTML score-vs-step report of a watch."),
     "export": ("hpceval.cli.results_cmds", "export", "Export results (JSON/CSV, MLflow, W&B)."),
     "stage": ("hpceval.cli.stage_cmds", "stage", "Pre-fetch images and data for offline nodes."),

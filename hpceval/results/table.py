@@ -4,7 +4,7 @@ Only finished tasks count: a task's results.json is read when its `done` marker 
 half-written or superseded result never reaches a table. Columns of the long table::
 
     invocation_id, model, task, harness, harness_version, subtask, metric, filter,
-    value, stderr, n_samples, run_dir
+    value, stderr, n_samples, primary, run_dir, task_dir, created_at
 
 The primary metric of a task (the leaderboard's number) is, in order: the metric named by
 ``extra.primary_metric`` in results.json; else the first metric reported for the task itself
@@ -32,7 +32,7 @@ from hpceval.storage import atomic_write_text
 log = logging.getLogger(__name__)
 
 COLUMNS = ["invocation_id", "model", "task", "harness", "harness_version", "subtask", "metric",
-           "filter", "value", "stderr", "n_samples", "primary", "run_dir"]
+           "filter", "value", "stderr", "n_samples", "primary", "run_dir", "task_dir", "created_at"]
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
 
 
@@ -97,6 +97,7 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Rows for every finished task of one run directory."""
     run = _read_run_json(run_dir)
     invocation, run_dir_text = run["invocation_id"], str(run_dir)
+    created = float(run.get("created_at") or 0.0)
     models = run.get("models") or [{"key": p.name} for p in sorted((run_dir / "models").glob("*"))
                                    if p.is_dir()]
     rows: list[dict[str, Any]] = []
@@ -109,14 +110,15 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
             if result is None:
                 continue
             try:
-                rows.extend(_task_rows(result, invocation, model["key"], run_dir_text))
+                rows.extend(_task_rows(result, invocation, model["key"], run_dir_text,
+                                       os.path.join(tasks_dir, key), created))
             except (KeyError, TypeError, AttributeError) as exc:
                 _skip(os.path.join(tasks_dir, key, RESULTS_FILE), f"malformed metric ({exc!r})")
     return rows
 
 
-def _task_rows(result: dict[str, Any], invocation: str, model: str, run_dir_text: str
-               ) -> list[dict[str, Any]]:
+def _task_rows(result: dict[str, Any], invocation: str, model: str, run_dir_text: str,
+               task_dir: str, created: float) -> list[dict[str, Any]]:
     metrics = result["metrics"]
     primary = _primary_index(result["task"], result.get("extra") or {}, metrics)
     rows: list[dict[str, Any]] = []
@@ -127,7 +129,8 @@ def _task_rows(result: dict[str, Any], invocation: str, model: str, run_dir_text
             "harness_version": result.get("harness_version"), "subtask": m["task"],
             "metric": m["name"], "filter": m.get("filter"), "value": m["value"],
             "stderr": m.get("stderr"), "n_samples": m.get("n_samples"),
-            "primary": i == primary, "run_dir": run_dir_text})
+            "primary": i == primary, "run_dir": run_dir_text, "task_dir": task_dir,
+            "created_at": created})
     return rows
 
 
@@ -157,18 +160,35 @@ def results_frame(run_dirs: Iterable[Path], *, models: Sequence[str] = (),
 def leaderboard(frame: Any, metric: str | None = None) -> Any:
     """One row per model, one column per task: its primary metric (or `metric`).
 
-    A model evaluated in several runs shows its newest run's value (invocation ids sort by
-    time)."""
+    A model evaluated in several runs shows the run `counting_rows` picks (the newest one
+    that finished the task)."""
     import pandas as pd
 
     if frame.empty:
         return pd.DataFrame()
-    chosen = frame[frame["metric"] == metric] if metric else frame[frame["primary"]]
-    chosen = chosen.sort_values("invocation_id").drop_duplicates(["model", "task"], keep="last")
+    chosen = counting_rows(frame[frame["metric"] == metric] if metric else frame[frame["primary"]])
     board = chosen.pivot(index="model", columns="task", values="value")
     board.columns.name = None
     board["mean"] = board.mean(axis=1, numeric_only=True)
     return board.sort_values("mean", ascending=False)
+
+
+def counting_rows(rows: Any) -> Any:
+    """Which run counts: per (model, task), the rows of the newest run that finished it.
+
+    The one place this is decided (leaderboard, report, compare and gate all call it). Only
+    finished tasks reach the table, so "newest" is the newest complete run of that model and
+    task: the latest run.json ``created_at`` (the submission time), then the invocation id
+    (which starts with that time, to the second) for runs without one. Naming runs
+    (hpceval results RUN..., compare RUN:MODEL) narrows the frame before this rule applies.
+    """
+    if rows.empty:
+        return rows
+    keys = [c for c in ("created_at", "invocation_id") if c in rows.columns]
+    order = rows.sort_values(keys)
+    newest = order.drop_duplicates(["model", "task"], keep="last")[
+        ["model", "task", "invocation_id"]]
+    return rows.merge(newest, on=["model", "task", "invocation_id"], how="inner")
 
 
 def render(frame: Any, fmt: str, *, index: bool = False) -> str:
@@ -184,7 +204,8 @@ def render(frame: Any, fmt: str, *, index: bool = False) -> str:
     if fmt == "table":
         if frame.empty:
             return "(no finished tasks)\n"
-        shown = frame.drop(columns=[c for c in ("run_dir", "primary") if c in frame.columns])
+        shown = frame.drop(columns=[c for c in ("run_dir", "task_dir", "created_at", "primary")
+                                    if c in frame.columns])
         return str(shown.to_string(index=index, float_format=lambda v: f"{v:.4g}")) + "\n"
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 

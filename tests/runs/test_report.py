@@ -49,11 +49,20 @@ def test_report_answers_what_was_run_and_what_it_cost(sweep: Path, tmp_path: Pat
     assert re.search(r"<td>model-00</td><td>\(all jobs\)</td><td>0\.000556</td>", page)
 
 
-def test_comparison_says_when_intervals_overlap(sweep: Path) -> None:
+def test_comparison_is_paired_on_sample_files_and_says_when_it_falls_back(sweep: Path) -> None:
+    # both models' sample files hold the same 50 answers: the paired test finds no difference
     page = html_report(results_frame([sweep]), run_dirs=[sweep])
-    assert "model-00 vs model-01: 95% intervals overlap" in page  # 0.80±0.039 vs 0.78±0.039
-    assert "model-01 vs model-00: 95% intervals do not overlap: model-01 is ahead by 0.5" in page
-    assert page.count('<line class="ci"') == 4
+    assert page.count("paired McNemar exact on 50 items: difference +0") == 2
+    assert page.count("the difference may be noise") == 2
+    assert page.count("(Wilson)") == 4 and page.count('<line class="ci"') == 4
+    for path in sweep.rglob("samples_*.jsonl"):
+        path.unlink()
+    # without them: marginal numbers (0.80±0.02 vs 0.78±0.02; 0.90±0.01 vs 0.40±0.01)
+    page = html_report(results_frame([sweep]), run_dirs=[sweep])
+    assert page.count("no per-sample files on either side: marginal fallback") == 2
+    assert "model-00 vs model-01: unpaired normal (harness stderr)" in page
+    assert "model-01 vs model-00: unpaired normal" in page and "model-01 is ahead" in page
+    assert page.count("the difference may be noise") == 1
 
 
 def test_first_n_samples_and_first_n_wrong_ones(sweep: Path) -> None:

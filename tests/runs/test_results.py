@@ -85,7 +85,7 @@ def test_results_cli_filters_leaderboard_and_html(sweep: Path, tmp_path: Path) -
     assert "model-00" in out.output and "model-01" not in out.output
     page = report.read_text()
     assert page.count("<svg") == 2 and f"<h3>{ONE}</h3>" in page
-    assert "0.8 ± 0.05 (95% CI 0.702–0.898)" in page
+    assert "0.8 (95% CI 0.711–0.867, Wilson)" in page  # 80 of 100, not 0.8 ± 1.96 x 0.05
 
 
 def test_html_escapes_names() -> None:

@@ -2,12 +2,14 @@
 
 It answers what is asked of an evaluation: what exactly was run (config, model, layout,
 harness versions, image digests, job ids, wall times), how the models compare and whether the
-difference is real (95% intervals from the harness's stderr), what it cost in GPU-hours, and
-which questions a model got wrong (per-sample answers from the harness's own sample files,
-with a wrong-answers filter). The page is built from the results table (hpceval.results.table),
-the run directories and a bounded read of each task's sample files (report.samples), never by
-inlining every sample: its size grows with tasks, not with samples. Its only script is the
-filter (inline); opening ``report.html#wrong`` starts with the filter on.
+difference is real (intervals by the method each row names, paired tests on per-sample
+files), what it cost in GPU-hours, and which questions a model got wrong (per-sample answers
+from the harness's own sample files, with a wrong-answers filter). The page is built from the
+results table (hpceval.results.table), the run directories, a bounded read of each task's
+sample files for the answers shown (report.samples) and one full read of their scores for
+intervals and tests, never by inlining every sample: its size grows with tasks, not with
+samples. Its only script is the filter (inline); opening ``report.html#wrong`` starts with
+the filter on.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ table.models td,table.tasks td,table.samples td,table.models th,table.tasks th,
 table.samples th{text-align:left}
 pre{white-space:pre-wrap;margin:0;max-width:40em;max-height:14em;overflow:auto;font-size:85%}
 tr.wrong td:last-child{color:#b00020}tr.right td:last-child{color:#1b7f2a}
-li.apart{color:#1b5e20}span.partial{color:#b26a00}li.overlap{color:#795548}nav a{margin-right:1em}
+li.apart{color:#1b5e20}span.partial{color:#b26a00}span.flag{color:#b00020}
+li.overlap{color:#795548}nav a{margin-right:1em}
 td{overflow-wrap:break-word;word-break:break-word}"""
 
 # The wrong-answer filter. Rows are hidden with the `hidden` attribute (not CSS), so the

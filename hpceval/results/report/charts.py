@@ -14,8 +14,9 @@ _COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#
 
 
 def task_chart(task: str, scores: list[Score], metric: str) -> str:
-    """Horizontal bars, one per model: the value, with its 95% interval as a whisker."""
-    highs = [s.interval[1] if s.interval else s.value for s in scores]
+    """Horizontal bars, one per model: the value, with its 95% interval as a whisker (and the
+    interval's method in the label)."""
+    highs = [s.interval.high if s.interval else s.value for s in scores]
     top = max([1.0, *highs]) if all(0.0 <= s.value <= 1.0 for s in scores) else max(highs)
     top = top if top > 0 else 1.0
     height = len(scores) * (_BAR_H + _GAP) + 30
@@ -34,13 +35,13 @@ def task_chart(task: str, scores: list[Score], metric: str) -> str:
                      f'fill="{colour}"><title>{name}: {s.value:.4g}</title></rect>')
         label = f"{s.value:.4g}"
         if s.interval:
-            lo_v, hi_v = s.interval
+            lo_v, hi_v = s.interval.low, s.interval.high
             lo = max(0.0, lo_v) / top * _PLOT_W + _LABEL_W
             hi = min(top, hi_v) / top * _PLOT_W + _LABEL_W
             mid = y + _BAR_H / 2
             parts.append(f'<line class="ci" x1="{lo:.1f}" y1="{mid}" x2="{hi:.1f}" y2="{mid}" '
                          'stroke="#222" stroke-width="1.5"/>')
-            label += f" ± {s.stderr:.2g} (95% CI {lo_v:.3g}–{hi_v:.3g})"
+            label += f" (95% CI {lo_v:.3g}–{hi_v:.3g}, {s.interval.method})"
         parts.append(f'<text x="{_LABEL_W + _PLOT_W + 6}" y="{y + 16}" '
                      f'font-size="12">{html.escape(label)}</text>')
     axis_y = height - 14

@@ -1,81 +1,96 @@
-"""Models side by side per task, with 95% confidence intervals where the harness gave a stderr.
+"""Models side by side per task: each score with its interval, neighbours tested pairwise.
 
-The interval is value +- 1.96 x stderr (normal approximation, as lm-eval's own stderr assumes).
-Two models whose intervals overlap are not called different: the page says so for each pair of
-neighbours in the ranking. Overlap is the cautious reading (non-overlap implies a significant
-difference at about 95%; overlap does not prove there is none), which is the one a reader
-deciding between checkpoints needs.
+Per task, each model's primary metric from the run that counts (results.table.counting_rows:
+the newest run that finished it), best first. Each score's interval follows results.stats
+(Wilson for proportions, clustered over subtasks, bootstrap otherwise; the harness's stderr
+only without sample files), named next to the numbers. Each pair of neighbours in the ranking
+is compared by results.compare.diff_pair: a paired test on the items both scored when both have
+per-sample files, else the marginal fallback, which the sentence names. p-values are
+Holm-adjusted across every pair on the page.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
-Z95 = 1.96
+from hpceval.results.flags import Flag
+from hpceval.results.stats import Interval
+
+Z95 = 1.96  # the score-vs-step page's whiskers (value +- 1.96 x the harness's stderr)
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Score:
     model: str
     value: float
-    stderr: float | None
     n: int | None
-
-    @property
-    def interval(self) -> tuple[float, float] | None:
-        if self.stderr is None:
-            return None
-        return self.value - Z95 * self.stderr, self.value + Z95 * self.stderr
+    interval: Interval | None
+    run: str = ""
+    flags: list[Flag] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
+class Verdict:
+    text: str
+    apart: bool  # the difference is significant (after Holm)
+    paired: bool
+
+
+@dataclass
 class TaskComparison:
     task: str
     metric: str
     scores: list[Score]  # best first
+    pairs: list[Any] = field(default_factory=list)  # results.compare.TaskDiff per neighbours
 
-    def verdicts(self) -> list[str]:
+    def verdicts(self) -> list[Verdict]:
         """One sentence per neighbouring pair in the ranking."""
-        out = []
-        for a, b in zip(self.scores, self.scores[1:], strict=False):
-            ia, ib = a.interval, b.interval
-            if ia is None or ib is None:
-                out.append(f"{a.model} vs {b.model}: no stderr from the harness, "
-                           "so no interval to compare")
-            elif ia[0] <= ib[1] and ib[0] <= ia[1]:
-                out.append(f"{a.model} vs {b.model}: 95% intervals overlap: the difference "
-                           f"({a.value - b.value:.3g}) may be noise")
-            else:
-                out.append(f"{a.model} vs {b.model}: 95% intervals do not overlap: "
-                           f"{a.model} is ahead by {a.value - b.value:.3g}")
-        return out
+        return [_verdict(d) for d in self.pairs]
 
 
-def _number(v: Any) -> float | None:
-    if v is None:
-        return None
-    f = float(v)
-    return None if math.isnan(f) else f
+def _verdict(d: Any) -> Verdict:
+    hi, lo = d.b.model, d.a.model  # diff_pair(lower, higher): B is the better-ranked one
+    if d.p_value is None:
+        return Verdict(f"{hi} vs {lo}: {d.note}", False, False)
+    apart = d.p_adjusted is not None and d.p_adjusted < 1 - CONFIDENCE
+    ci = d.interval.text() if d.interval else "no interval"
+    if d.paired is not None:
+        how = f"paired {d.test} on {d.paired.n} items"
+        extra = f"; {d.note}" if d.note else ""
+    else:
+        how, extra = f"{d.test}, {d.note}", ""
+    ahead = f"{hi} is ahead" if apart and d.diff > 0 else (
+        f"{lo} is ahead" if apart else "the difference may be noise")
+    return Verdict(f"{hi} vs {lo}: {how}: difference {d.diff:+.3g}, 95% CI {ci}, "
+                   f"p = {d.p_value:.3g} (Holm {d.p_adjusted:.3g}): {ahead}{extra}",
+                   apart, d.paired is not None)
 
 
 def comparisons(frame: Any) -> list[TaskComparison]:
-    """Per task: each model's primary metric from its newest run, best first."""
+    """Per task: each model's primary metric from the run that counts, best first."""
+    from hpceval.results.compare import apply_holm, diff_pair, fresh_reads, side_score
+    from hpceval.results.table import counting_rows
+
     if frame.empty:
         return []
-    chosen = frame[frame["primary"]].sort_values("invocation_id")
-    chosen = chosen.drop_duplicates(["model", "task"], keep="last")
+    fresh_reads()
+    chosen = counting_rows(frame[frame["primary"]])
     out = []
     for task, group in chosen.groupby("task", sort=True):
         group = group.sort_values(["value", "model"], ascending=[False, True])
-        first = group.iloc[0]
+        rows = [row for _, row in group.iterrows()]
+        first = rows[0]
         metric = str(first["metric"]) + (f" ({first['filter']})" if first["filter"] else "")
         scores = []
-        for r in group.itertuples():
-            n = _number(getattr(r, "n_samples", None))
-            scores.append(Score(str(r.model), float(r.value),
-                                _number(getattr(r, "stderr", None)),
-                                None if n is None else int(n)))
-        out.append(TaskComparison(str(task), metric, scores))
+        for row in rows:
+            side, _ = side_score(row)
+            scores.append(Score(side.model, side.value, side.n, side.interval, side.run,
+                                side.flags))
+        pairs = [diff_pair(lower, higher, 1 - CONFIDENCE)
+                 for higher, lower in itertools.pairwise(rows)]
+        out.append(TaskComparison(str(task), metric, scores, pairs))
+    apply_holm([p for c in out for p in c.pairs], 1 - CONFIDENCE)
     return out

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-SAMPLES_GLOB_PREFIX = "samples_"
-SAMPLES_SUFFIX = ".jsonl"
+from hpceval.results.sample_files import sample_files
+
 TEXT_LIMIT = 2000  # characters of a prompt or answer kept on the page (the file has the rest)
 
 
@@ -46,17 +46,6 @@ class TaskSamples:
     scanned: int = 0  # lines read
     wrong_scanned: int = 0  # wrong answers among them
     complete: bool = True  # every line of every file was read
-
-
-def sample_files(task_dir: str) -> list[str]:
-    """The harness's sample files under task_dir/harness, as paths relative to task_dir."""
-    root = os.path.join(task_dir, "harness")
-    found: list[str] = []
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            if name.startswith(SAMPLES_GLOB_PREFIX) and name.endswith(SAMPLES_SUFFIX):
-                found.append(os.path.relpath(os.path.join(folder, name), task_dir))
-    return sorted(found)
 
 
 def _clip(text: str) -> str:

@@ -39,22 +39,33 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def comparison_section(items: list[TaskComparison]) -> str:
     out = ['<section id="comparison"><h2>Comparison</h2>',
-           '<p class="meta">Primary metric per task, each model\'s newest run, best first. '
-           "95% CI = value ± 1.96 × the harness's stderr. Overlapping intervals mean the "
-           "difference may be noise.</p>"]
+           '<p class="meta">Primary metric per task, best first; per model the run that '
+           "counts (the newest run that finished the task; its id is in the table). "
+           "Intervals: Wilson for shares of items scored 1, clustered over subtasks where a "
+           "task has several, bootstrap for other per-sample scores, the harness's stderr "
+           "only without sample files; the method is named on each row. Neighbours are "
+           "compared with a paired test on the items both scored (McNemar exact for 0/1 "
+           "scores, permutation otherwise) where per-sample files exist; otherwise the line "
+           "says it falls back to marginal numbers. p-values are Holm-adjusted across the "
+           "page.</p>"]
     for item in items:
         rows = []
         for s in item.scores:
-            ci = f"{s.interval[0]:.4g} – {s.interval[1]:.4g}" if s.interval else "no stderr"
-            rows.append([_e(s.model), f"{s.value:.4g}", _e(ci), _e(s.n if s.n else "")])
+            ci = s.interval.text() if s.interval else "no interval (no stderr, no samples)"
+            flags = "; ".join(f.text() for f in s.flags)
+            rows.append([_e(s.model), _e(s.run), f"{s.value:.4g}", _e(ci),
+                         _e(s.n if s.n else ""),
+                         f'<span class="flag">{_e(flags)}</span>' if flags else ""])
         out.append(f'<div class="task-compare" data-task="{_e(item.task)}">'
                    f"<h3>{_e(item.task)}</h3><p class=\"meta\">{_e(item.metric)}</p>")
         out.append(task_chart(item.task, item.scores, item.metric))
-        out.append(_table(["model", "value", "95% CI", "samples"], rows, "compare"))
+        out.append(_table(["model", "run", "value", "95% CI (method)", "samples", "flags"],
+                          rows, "compare"))
         verdicts = item.verdicts()
         if verdicts:
             out.append('<ul class="verdicts">' + "".join(
-                f'<li class="{"overlap" if "overlap:" in v else "apart"}">{_e(v)}</li>'
+                f'<li class="{"apart" if v.apart else "overlap"}'
+                f'{" paired" if v.paired else " marginal"}">{_e(v.text)}</li>'
                 for v in verdicts) + "</ul>")
         out.append("</div>")
     out.append("</section>")

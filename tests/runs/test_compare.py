@@ -1,0 +1,159 @@
+"""`hpceval compare` and `gate`, the report's comparison, and which run counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from report_helpers import ONE, TWO, lm_eval_sample
+from run_helpers import FakeSlurm, configs
+
+from hpceval.cli.main import cli
+from hpceval.results.report import html_report
+from hpceval.results.schema import Metric, TaskResult
+from hpceval.results.store import finalize_task
+from hpceval.results.table import leaderboard, results_frame
+from hpceval.runs.submit import submit_configs
+
+
+def scored(run_dir: Path, model: str, task: str, right: list[bool]) -> Path:
+    """A finished task whose lm-eval sample file holds these answers (doc_id = index)."""
+    task_dir = run_dir / "models" / model / "tasks" / task
+    folder = task_dir / "harness" / "m"
+    folder.mkdir(parents=True, exist_ok=True)
+    short = task.split(".")[-1]
+    with (folder / f"samples_{short}_2026-12-01T10-00-00.jsonl").open("w") as handle:
+        for i, ok in enumerate(right):
+            handle.write(json.dumps(lm_eval_sample(i, ok)) + "\n")
+    value = sum(right) / len(right)
+    stderr = (value * (1 - value) / max(1, len(right) - 1)) ** 0.5
+    finalize_task(task_dir, TaskResult(task, "ut-harness", "1.0", [
+        Metric(short, "exact_match", value, stderr, "strict-match", len(right))]).to_json(),
+        {"duration_s": 1.0})
+    return task_dir
+
+
+def submit(tmp_path: Path, n_models: int, name: str = "run") -> Path:
+    return submit_configs(configs(tmp_path, n_models, name=name), FakeSlurm(),
+                          aggregate=False).run_dir
+
+
+# A fixes nothing B breaks; B fixes 9 of the items A got wrong: McNemar p = 2/512
+BASE = [i % 2 == 0 for i in range(60)]
+FIXED = [ok or i < 18 for i, ok in enumerate(BASE)]
+
+
+@pytest.fixture
+def two_models(tmp_path: Path) -> Path:
+    run_dir = submit(tmp_path, 2)
+    scored(run_dir, "model-00", ONE, BASE)
+    scored(run_dir, "model-01", ONE, FIXED)
+    scored(run_dir, "model-00", TWO, BASE)
+    scored(run_dir, "model-01", TWO, BASE[:50])  # 10 items only A answered
+    return run_dir
+
+
+def test_compare_models_of_one_run_is_paired(two_models: Path) -> None:
+    run = str(two_models)
+    out = CliRunner().invoke(cli, ["compare", f"{run}:model-00", f"{run}:model-01", "--json"])
+    assert out.exit_code == 0, out.output
+    data = {t["task"]: t for t in json.loads(out.output)["tasks"]}
+    one, two = data[ONE], data[TWO]
+    assert one["test"] == "McNemar exact" and one["paired"]["discordant"] == [0, 9]
+    assert one["p_value"] == pytest.approx(2 / 512)
+    assert one["p_adjusted"] == pytest.approx(2 * 2 / 512)  # Holm over 2 tasks, smallest first
+    assert one["verdict"] == "B better" and one["interval"]["low"] > 0
+    assert two["paired"]["only_a"] == 10 and two["paired"]["only_b"] == 0
+    assert "10 by A only" in two["note"] and two["verdict"] == "no significant difference"
+    assert one["a"]["interval"]["method"] == "Wilson"
+    text = CliRunner().invoke(cli, ["compare", f"{run}:model-00", f"{run}:model-01"])
+    assert text.exit_code == 0, text.output
+    assert "McNemar exact" in text.output and "Newcombe paired Wilson" in text.output
+
+
+def test_compare_refuses_a_run_of_several_models_without_a_model(two_models: Path) -> None:
+    out = CliRunner().invoke(cli, ["compare", str(two_models), f"{two_models}:model-01"])
+    assert out.exit_code == 2 and "name one as RUN:MODEL" in out.output
+
+
+def test_marginal_fallback_says_so(two_models: Path) -> None:
+    for path in (two_models / "models" / "model-01" / "tasks" / ONE / "harness").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    run = str(two_models)
+    out = CliRunner().invoke(cli, ["compare", f"{run}:model-00", f"{run}:model-01", "--json",
+                                   "--task", "ut_one"])
+    [one] = json.loads(out.output)["tasks"]
+    assert one["paired"] is None and "marginal fallback" in one["note"]
+    assert one["test"] == "unpaired normal (harness stderr)"
+
+
+def policy(tmp_path: Path, **rule: object) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(rule))
+    return path
+
+
+def test_gate_exit_codes(two_models: Path, tmp_path: Path) -> None:
+    a, b = f"{two_models}:model-00", f"{two_models}:model-01"
+    go = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, max_drop=0.5)), a, b,
+                                  "--task", "ut_one"])
+    assert go.exit_code == 0 and "gate: GO" in go.output, go.output
+    # B must gain 0.5 on ut_one: its gain (0.15, interval entirely below 0.5) is a NO-GO
+    nogo = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, min_gain=0.5)),
+                                    a, b, "--task", "ut_one"])
+    assert nogo.exit_code == 1 and "beyond the required gain" in nogo.output, nogo.output
+    # no drop allowed at all on ut_two (same answers on 50 items): cannot be shown -> 3
+    unsure = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, max_drop=0.0)),
+                                      a, b, "--task", "ut_two", "--json"])
+    assert unsure.exit_code == 3, unsure.output
+    decision = json.loads(unsure.output)
+    assert decision["decision"] == "INCONCLUSIVE" and "straddles" in decision["tasks"][0]["reason"]
+
+
+def test_gate_policy_errors_name_the_key(two_models: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tasks: {gsm8k: {max_dorp: 0.1}}\n")
+    out = CliRunner().invoke(cli, ["gate", "--policy", str(bad), f"{two_models}:model-00",
+                                   f"{two_models}:model-01"])
+    assert out.exit_code == 2 and "policy.tasks.gsm8k.max_dorp" in out.output
+
+
+def test_gate_is_no_go_when_b_is_flagged(two_models: Path, tmp_path: Path) -> None:
+    broken = submit(tmp_path / "broken", 1)
+    scored(broken, "solo", ONE, [False] * 60)  # every sample 0: a broken scorer
+    out = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, max_drop=1.0)),
+                                   f"{two_models}:model-00", str(broken), "--task", "ut_one"])
+    assert out.exit_code == 1 and "all-zero" in out.output, out.output
+
+
+def test_the_newest_run_counts_everywhere(tmp_path: Path) -> None:
+    """Two runs of one model: leaderboard, report, compare and gate use the newer, whatever
+    order the runs are listed in; picking the oldest fails every assertion below."""
+    base = submit(tmp_path / "b", 1, "base")  # the oldest: compare's baseline below
+    scored(base, "solo", ONE, [True] * 30)
+    old = submit(tmp_path, 1, "old")
+    new = submit(tmp_path, 1, "new")
+    scored(old, "solo", ONE, [True] * 30)
+    scored(new, "solo", ONE, [True] * 10 + [False] * 20)
+    for dirs in ([old, new], [new, old]):
+        frame = results_frame(dirs)
+        assert leaderboard(frame).loc["solo", ONE] == pytest.approx(1 / 3)
+        page = html_report(frame, run_dirs=dirs)
+        new_id = json.loads((new / "run.json").read_text())["invocation_id"]
+        assert f"<td>solo</td><td>{new_id}</td><td>0.3333</td>" in page
+    out = CliRunner().invoke(cli, ["compare", str(base), "solo", "--json", "--output-dir",
+                                   str(tmp_path / "out")])
+    assert out.exit_code == 0, out.output
+    [one] = json.loads(out.output)["tasks"]
+    assert one["b"]["value"] == pytest.approx(1 / 3) and one["b"]["run"] == new_id
+
+
+def test_report_shows_corrected_intervals_and_paired_verdicts(two_models: Path) -> None:
+    page = html_report(results_frame([two_models]), run_dirs=[two_models])
+    assert "(Wilson)" in page and "± " not in page
+    assert "paired McNemar exact on 60 items" in page
+    assert "model-01 is ahead" in page
