@@ -10,7 +10,6 @@ uses the adjusted value. Difference = B - A.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,14 +72,24 @@ class TaskDiff:
                 "note": self.note, "verdict": self.verdict}
 
 
-@functools.lru_cache(maxsize=4096)
+_READ: dict[tuple[str, str, str | None], ItemScores] = {}
+
+
 def item_scores(task_dir: str, metric: str, filter: str | None) -> ItemScores:
     """One read of a task's sample files per page or command (cleared by `fresh_reads`)."""
-    return read_item_scores(task_dir, metric, filter)
+    key = (task_dir, metric, filter)
+    if key not in _READ:
+        _READ[key] = read_item_scores(task_dir, metric, filter)
+    return _READ[key]
+
+
+def remember(task_dir: str, metric: str, filter: str | None, items: ItemScores) -> None:
+    """Scores a caller read itself (the report, in its one pass over the sample files)."""
+    _READ[(task_dir, metric, filter)] = items
 
 
 def fresh_reads() -> None:
-    item_scores.cache_clear()
+    _READ.clear()
 
 
 def _n(value: Any) -> int | None:
@@ -93,7 +102,7 @@ def _stderr(value: Any) -> float | None:
         else float(value)
 
 
-def _filter(row: Any) -> str | None:
+def row_filter(row: Any) -> str | None:
     f = row.get("filter")
     return f if isinstance(f, str) and f else None
 
@@ -101,7 +110,7 @@ def _filter(row: Any) -> str | None:
 def side_score(row: Any, confidence: float = CONFIDENCE) -> tuple[SideScore, ItemScores]:
     """A row of the results frame (primary metric) as a score with its interval and flags."""
     task_dir = row.get("task_dir")
-    items = item_scores(str(task_dir), str(row["metric"]), _filter(row)) \
+    items = item_scores(str(task_dir), str(row["metric"]), row_filter(row)) \
         if isinstance(task_dir, str) else ItemScores()
     n = _n(row.get("n_samples"))
     if items.scores:
@@ -111,21 +120,25 @@ def side_score(row: Any, confidence: float = CONFIDENCE) -> tuple[SideScore, Ite
     else:
         interval = interval_for_summary(str(row["metric"]), float(row["value"]),
                                         _stderr(row.get("stderr")), n, confidence=confidence)
-    flags = task_flags(task_dir, str(row["task"]), str(row["metric"]), _filter(row), n,
+    flags = task_flags(task_dir, str(row["task"]), str(row["metric"]), row_filter(row), n,
                        items) if isinstance(task_dir, str) else []
     return SideScore(str(row["invocation_id"]), str(row["model"]), float(row["value"]), n,
                      interval, flags), items
 
 
 def metric_label(row: Any) -> str:
-    f = _filter(row)
+    f = row_filter(row)
     return str(row["metric"]) + (f" ({f})" if f else "")
 
 
-def diff_pair(row_a: Any, row_b: Any, alpha: float) -> TaskDiff:
-    """One task, both sides present: paired where sample files share items, else marginal."""
-    a, items_a = side_score(row_a, 1 - alpha)
-    b, items_b = side_score(row_b, 1 - alpha)
+def diff_pair(row_a: Any, row_b: Any, alpha: float,
+              sides: tuple[tuple[SideScore, ItemScores], tuple[SideScore, ItemScores]]
+              | None = None) -> TaskDiff:
+    """One task, both sides present: paired where sample files share items, else marginal.
+
+    `sides`: the two side_score results when the caller has them already (the report)."""
+    (a, items_a), (b, items_b) = sides or (side_score(row_a, 1 - alpha),
+                                           side_score(row_b, 1 - alpha))
     out = TaskDiff(str(row_b["task"]), metric_label(row_b), a, b, diff=b.value - a.value)
     if row_a["metric"] != row_b["metric"]:
         out.note = f"different metrics ({row_a['metric']} vs {row_b['metric']}): not compared"
@@ -150,13 +163,12 @@ def diff_pair(row_a: Any, row_b: Any, alpha: float) -> TaskDiff:
     if sa is None or sb is None:
         out.note += ", and no stderr from the harness: no test"
         return out
-    from scipy.stats import norm
-
     se = math.sqrt(sa * sa + sb * sb)
     half = z_value(1 - alpha) * se
     diff = b.value - a.value
     out.interval = Interval(diff - half, diff + half, UNPAIRED, 1 - alpha)
-    out.p_value = 1.0 if se == 0 else float(2 * norm.sf(abs(diff) / se))
+    # two-sided normal p-value: 2 x (1 - Phi(|z|)) = erfc(|z| / sqrt 2)
+    out.p_value = 1.0 if se == 0 else math.erfc(abs(diff) / se / math.sqrt(2))
     out.test = UNPAIRED
     return out
 
@@ -168,7 +180,7 @@ def primary_rows(frame: Any) -> dict[str, Any]:
         return {}
     chosen = counting_rows(frame[frame["primary"]])
     out: dict[str, Any] = {}
-    for _, row in chosen.sort_values(["task", "model"]).iterrows():
+    for row in chosen.sort_values(["task", "model"]).to_dict("records"):
         out.setdefault(str(row["task"]), row)  # one model per side: the first if several
     return out
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,20 +76,28 @@ def _unparsable(record: dict[str, Any]) -> bool:
     return False
 
 
-def read_item_scores(task_dir: str, metric: str, filter: str | None = None) -> ItemScores:
-    """Every item's `metric` (records of `filter` only when given), from all sample files."""
+def read_item_scores(task_dir: str, metric: str, filter: str | None = None,
+                     on_line: Callable[[dict[str, Any] | None, str, int], Any] | None = None
+                     ) -> ItemScores:
+    """Every item's `metric` (records of `filter` only when given), from all sample files.
+
+    `on_line(record or None, file, line number)` sees every line as it is decoded (the report
+    takes its sample rows from the same pass)."""
     out = ItemScores()
     for rel in sample_files(task_dir):
         out.files += 1
         subtask = subtask_of(rel)
         with open(os.path.join(task_dir, rel), encoding="utf-8", errors="replace") as handle:
-            for text in handle:
+            for number, text in enumerate(handle, 1):
                 try:
                     record = json.loads(text)
                 except ValueError:
-                    continue  # a line cut short by a killed harness: not a sample
-                if not isinstance(record, dict) or (
-                        filter and record.get("filter", filter) != filter):
+                    record = None  # a line cut short by a killed harness: not a sample
+                if not isinstance(record, dict):
+                    record = None
+                if on_line is not None:
+                    on_line(record, rel, number)
+                if record is None or (filter and record.get("filter", filter) != filter):
                     continue
                 score = _number(record.get(metric))
                 key = (subtask, record.get("doc_id"))

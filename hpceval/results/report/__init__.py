@@ -24,7 +24,7 @@ from typing import Any
 from hpceval.results.report.charts import task_chart
 from hpceval.results.report.compare import comparisons
 from hpceval.results.report.runinfo import RunInfo, read_run_info
-from hpceval.results.report.samples import TaskSamples, read_task_samples
+from hpceval.results.report.samples import SampleCollector, TaskSamples, read_task_samples
 from hpceval.results.report.sections import (
     comparison_section,
     cost_section,
@@ -73,16 +73,39 @@ def _run_dirs(frame: Any, run_dirs: list[Path] | None) -> list[Path]:
     return [Path(d) for d in sorted(frame["run_dir"].dropna().unique())]
 
 
-def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tuple[str, str]]
-             ) -> list[tuple[str, str, TaskSamples]]:
+def _read_samples(frame: Any, first: int, scan_limit: int) -> dict[str, TaskSamples]:
+    """One pass over each task's sample files: every item's score for the comparison (kept in
+    results.compare's cache) and the rows the page shows (returned per task directory)."""
+    from hpceval.results.compare import remember, row_filter
+    from hpceval.results.paired import read_item_scores
+    from hpceval.results.sample_files import sample_files
+
+    out: dict[str, TaskSamples] = {}
+    if frame.empty or "task_dir" not in frame.columns:
+        return out
+    for row in frame[frame["primary"]].to_dict("records"):
+        task_dir, metric, filt = str(row["task_dir"]), str(row["metric"]), row_filter(row)
+        files = sample_files(task_dir)
+        if task_dir in out or not files:
+            continue
+        collector = SampleCollector(files, first, scan_limit)
+        remember(task_dir, metric, filt, read_item_scores(task_dir, metric, filt,
+                                                          collector.feed))
+        out[task_dir] = collector.out
+    return out
+
+
+def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tuple[str, str]],
+             read: dict[str, TaskSamples]) -> list[tuple[str, str, TaskSamples]]:
     out = []
     for info in infos:
         for m in info.models:
             for t in m.tasks:
                 if not t.done or (m.key, t.task) not in wanted:
                     continue
-                found = read_task_samples(os.path.join(info.run_dir, "models", m.key, "tasks",
-                                                       t.key), first, scan_limit=scan_limit)
+                task_dir = os.path.join(info.run_dir, "models", m.key, "tasks", t.key)
+                found = read.get(task_dir) or read_task_samples(task_dir, first,
+                                                                scan_limit=scan_limit)
                 if found.files:
                     out.append((m.key, t.task, found))
     return out
@@ -92,6 +115,10 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
                 cost: Any = None, samples: int = DEFAULT_SAMPLES,
                 scan_limit: int = 10_000) -> str:
     """The page for these results (a results_frame); `cost` is a results.cost.cost_frame."""
+    from hpceval.results.compare import fresh_reads
+
+    fresh_reads()
+    read = _read_samples(frame, samples, scan_limit)
     runs = sorted(frame["invocation_id"].unique()) if not frame.empty else []
     infos = [i for d in _run_dirs(frame, run_dirs) if (i := read_run_info(d)) is not None]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -114,7 +141,7 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
     out.append(runs_section(infos))
     # Only the (model, task) pairs of the table: --model / --task narrow the samples too.
     wanted = set() if frame.empty else set(zip(frame["model"], frame["task"], strict=True))
-    out.append(samples_section(_samples(infos, samples, scan_limit, wanted), samples))
+    out.append(samples_section(_samples(infos, samples, scan_limit, wanted, read), samples))
     out.append(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(out) + "\n"
 

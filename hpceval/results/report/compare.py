@@ -70,27 +70,26 @@ def _verdict(d: Any) -> Verdict:
 
 
 def comparisons(frame: Any) -> list[TaskComparison]:
-    """Per task: each model's primary metric from the run that counts, best first."""
-    from hpceval.results.compare import apply_holm, diff_pair, fresh_reads, side_score
+    """Per task: each model's primary metric from the run that counts, best first.
+
+    Sample files are read through results.compare's per-page cache (html_report fills it)."""
+    from hpceval.results.compare import apply_holm, diff_pair, side_score
     from hpceval.results.table import counting_rows
 
     if frame.empty:
         return []
-    fresh_reads()
     chosen = counting_rows(frame[frame["primary"]])
     out = []
     for task, group in chosen.groupby("task", sort=True):
         group = group.sort_values(["value", "model"], ascending=[False, True])
-        rows = [row for _, row in group.iterrows()]
+        rows = group.to_dict("records")
         first = rows[0]
         metric = str(first["metric"]) + (f" ({first['filter']})" if first["filter"] else "")
-        scores = []
-        for row in rows:
-            side, _ = side_score(row)
-            scores.append(Score(side.model, side.value, side.n, side.interval, side.run,
-                                side.flags))
-        pairs = [diff_pair(lower, higher, 1 - CONFIDENCE)
-                 for higher, lower in itertools.pairwise(rows)]
+        sides = [side_score(row) for row in rows]
+        scores = [Score(s.model, s.value, s.n, s.interval, s.run, s.flags) for s, _ in sides]
+        pairs = [diff_pair(lower, higher, 1 - CONFIDENCE, (low_side, high_side))
+                 for (higher, high_side), (lower, low_side)
+                 in itertools.pairwise(zip(rows, sides, strict=True))]
         out.append(TaskComparison(str(task), metric, scores, pairs))
     apply_holm([p for c in out for p in c.pairs], 1 - CONFIDENCE)
     return out

@@ -101,29 +101,54 @@ def parse_sample(record: dict[str, Any], file: str, line: int) -> Sample:
                   metric=metric, score=score, filter=record.get("filter"))
 
 
+class SampleCollector:
+    """Takes the first `first` samples and the first `first` wrong ones, line by line, from
+    whichever reader decodes the file (read_task_samples here; results.paired's score reader
+    for the report, so that a sample file is decoded once per page)."""
+
+    def __init__(self, files: list[str], first: int, scan_limit: int) -> None:
+        self.out = TaskSamples(files=files)
+        self.first, self.scan_limit, self.wrong = first, scan_limit, 0
+        self.done = first <= 0
+        if self.done:
+            self.out.complete = not files
+
+    def feed(self, record: dict[str, Any] | None, rel: str, number: int) -> bool:
+        """One line (None: not a sample record); False once nothing more is wanted."""
+        out = self.out
+        if self.done:
+            return False
+        if (out.scanned >= self.first and self.wrong >= self.first) \
+                or out.scanned >= self.scan_limit:
+            out.complete, self.done = False, True
+            return False
+        out.scanned += 1
+        if record is None:
+            return True
+        sample = parse_sample(record, rel, number)
+        out.wrong_scanned += sample.wrong
+        if out.scanned <= self.first or (sample.wrong and self.wrong < self.first):
+            out.samples.append(sample)
+            self.wrong += sample.wrong
+        return True
+
+
+def decode_line(text: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None  # a line cut short by a killed harness: not a sample
+    return record if isinstance(record, dict) else None
+
+
 def read_task_samples(task_dir: str, first: int, *, scan_limit: int = 10_000) -> TaskSamples:
     """The first `first` samples and the first `first` wrong ones (each sample once)."""
-    out = TaskSamples(files=sample_files(task_dir))
-    if first <= 0:
-        out.complete = not out.files
-        return out
-    wrong = 0  # wrong samples taken
-    for rel in out.files:
+    collector = SampleCollector(sample_files(task_dir), first, scan_limit)
+    if collector.done:
+        return collector.out
+    for rel in collector.out.files:
         with open(os.path.join(task_dir, rel), encoding="utf-8", errors="replace") as handle:
             for number, text in enumerate(handle, 1):
-                if (out.scanned >= first and wrong >= first) or out.scanned >= scan_limit:
-                    out.complete = False
-                    return out
-                out.scanned += 1
-                try:
-                    record = json.loads(text)
-                except ValueError:
-                    continue  # a line cut short by a killed harness: not a sample
-                if not isinstance(record, dict):
-                    continue
-                sample = parse_sample(record, rel, number)
-                out.wrong_scanned += sample.wrong
-                if out.scanned <= first or (sample.wrong and wrong < first):
-                    out.samples.append(sample)
-                    wrong += sample.wrong
-    return out
+                if not collector.feed(decode_line(text), rel, number):
+                    return collector.out
+    return collector.out
