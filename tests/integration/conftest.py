@@ -9,6 +9,13 @@ from pathlib import Path
 import pytest
 
 from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.vllm_support import (  # noqa: F401  (fixtures, registered here)
+    SHARED_FIXTURE,
+    model_dir,
+    smollm2_server,
+    stop_shared_server,
+    vllm_bin,
+)
 
 
 @dataclass
@@ -46,3 +53,30 @@ def slurm_jobs(
 ) -> SlurmJobs:
     # Jobs run on this same machine (the dev cluster's nodes are local), so a tmp dir is shared.
     return SlurmJobs(slurm_cluster, tmp_path_factory.mktemp("slurm-jobs"))
+
+
+# --- the one shared `vllm serve` (vllm_support.smollm2_server) -------------------------------
+
+def _uses_shared_server(item: pytest.Item) -> bool:
+    return SHARED_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the shared server's users one after another (their own order kept), just before the
+    module of the last of them, so it is up ~3.7 GB for as short a time as possible and never
+    idles beside the Slurm tests' own servers."""
+    users = [item for item in items if _uses_shared_server(item)]
+    if not users:
+        return
+    rest = [item for item in items if not _uses_shared_server(item)]
+    at = next((n for n, item in enumerate(rest) if item.path == users[-1].path), len(rest))
+    items[:] = rest[:at] + users + rest[at:]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared server after its last user, not at the end of the session."""
+    if not _uses_shared_server(item):
+        return
+    remaining = item.session.items[item.session.items.index(item) + 1:]
+    if not any(_uses_shared_server(later) for later in remaining):
+        stop_shared_server()

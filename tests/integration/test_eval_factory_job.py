@@ -26,11 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test_real_vllm import model_dir, submit, vllm_bin, wait
 
 from hpceval.slurm.client import CommandSlurmClient
-
-__all__ = ["model_dir", "vllm_bin"]  # fixtures shared with the real-vLLM tests
+from tests.integration.vllm_support import submit, wait
 
 pytestmark = pytest.mark.slow
 

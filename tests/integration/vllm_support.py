@@ -1,6 +1,11 @@
 """Real vLLM for the integration tests: find the CPU build and SmolLM2, serve it, submit jobs.
 
-Shared by test_real_vllm.py (the model alone) and test_judge_job.py (a model and its judge).
+Shared by test_real_vllm.py (the model alone), test_judged_task_vllm.py (a model and its judge)
+and the other real-vLLM tests. ONE `vllm serve` of SmolLM2 (``smollm2_server``, registered in
+tests/integration/conftest.py) serves every test that only needs a model to talk to: it starts
+for the first of them and stops after the last (a CPU server costs 30-60 s to start and ~3.7 GB
+to keep). Tests that must control their server (fault drills, layouts, a judge's own access
+log) start their own with ``serve``.
 Needs HPCEVAL_VLLM_PYTHON (the vLLM venv's python; run-tests.sh sets it) and the SmolLM2 venv;
 without them the tests skip, and with HPCEVAL_REQUIRE_VLLM=1 they fail instead.
 """
@@ -18,7 +23,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +143,58 @@ def serve(vllm_bin: Path, model_dir: Path, name: str, log_path: Path,
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait(timeout=30)
+
+
+# The shared server: float32, so scores never depend on how requests were batched (a job's
+# two-instance run is compared exactly with this server's); eager, to start in ~30 s.
+SHARED_NAME = "smollm2"
+SHARED_SERVE_ARGS = ("--max-model-len", "2048", "--dtype", "float32", "--enforce-eager")
+SHARED_FIXTURE = "smollm2_server"
+_shared = ExitStack()  # holds the shared server; closed after its last user (conftest.py)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running `vllm serve`: its base URL and its log (vLLM's access lines included)."""
+
+    base: str
+    log: Path
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size
+
+    def requests_since(self, offset: int, pattern: re.Pattern[str]) -> int:
+        """How many access lines matching ``pattern`` the log gained after byte ``offset``
+        (a shared server's log holds every earlier test's requests too)."""
+        with self.log.open("rb") as f:
+            f.seek(offset)
+            return len(pattern.findall(f.read().decode(errors="replace")))
+
+
+@pytest.fixture(scope="session")
+def vllm_bin() -> Path:
+    """The folder holding the `vllm` executable of the pinned CPU build."""
+    return find_vllm_bin()
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return find_model_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(vllm_bin: Path, model_dir: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """SmolLM2 served once for the tests that share it (SHARED_NAME, SHARED_SERVE_ARGS)."""
+    log = tmp_path_factory.mktemp("shared-vllm") / "server.log"
+    base = _shared.enter_context(serve(vllm_bin, model_dir, SHARED_NAME, log, SHARED_SERVE_ARGS))
+    yield Served(base, log)
+    stop_shared_server()
+
+
+def stop_shared_server() -> None:
+    """End the shared server (idempotent): after its last user, or at the session's end."""
+    _shared.close()
 
 
 def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tuple[str, Path]:
