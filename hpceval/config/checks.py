@@ -79,6 +79,10 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("target.api_endpoint.url", "carries a user:password@ part",
                           "remove it from the URL and set target.api_endpoint.api_key_name to "
                           "the NAME of the variable holding the key")
+    budget = spec.evaluation.proxy_budget
+    if budget not in ("off", "adaptive") and not (budget.isdigit() and int(budget) > 0):
+        yield ConfigIssue("evaluation.proxy_budget", f"{budget!r} is not a budget",
+                          "write off, adaptive or a number of requests above 0")
     engine = engine_for(dep.type)
     if not engine.serves and not ep.url:
         yield ConfigIssue("target.api_endpoint.url", f"required when deployment.type is {dep.type}",

@@ -243,6 +243,8 @@ class EvaluationSpec:
     params: EvalParams = field(default_factory=EvalParams)
     env_vars: dict[str, str] = key({}, "environment for every task (same forms as a task's)")
     max_concurrent_tasks: int = key(1, "tasks of one model running at the same time", minimum=1)
+    proxy_budget: str = key("off", "in-flight requests per server instance, the rest wait in "
+                            "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(
         default_factory=InterceptorsSpec,
         metadata={"doc": "request/response changes the in-job proxy applies to every task"},

@@ -95,7 +95,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         # replay finished requests, and its progress file is what `hpceval status` shows.
         "proxy": layout.instances >= 1 or external_proxy,
         "model_token": model["server_token"],
-        "proxy_args": proxy_arguments(spec.evaluation.interceptors),
+        "proxy_args": proxy_arguments(spec.evaluation.interceptors,
+                                      spec.evaluation.proxy_budget),
         "aux_proxies": proxy_views(resolved, ports),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": base_of(fixed_url),
                      **proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
@@ -108,11 +109,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     }
 
 
-def proxy_arguments(rules: InterceptorsSpec) -> list[str]:
-    """evaluation.interceptors as `hpceval.job proxy` options: the active chain as one JSON
-    word. Always --flag=value: a value that starts with a dash is still the flag's value."""
+def proxy_arguments(rules: InterceptorsSpec, budget: str = "off") -> list[str]:
+    """evaluation.interceptors and proxy_budget as `hpceval.job proxy` options: the active
+    chain as one JSON word. Always --flag=value: a value that starts with a dash is still the
+    flag's value."""
     chain = rules.chain()
-    return [f"--interceptors={chain_json(chain)}"] if chain else []
+    words = [f"--interceptors={chain_json(chain)}"] if chain else []
+    return [*words, f"--budget={budget}"] if budget != "off" else words
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:

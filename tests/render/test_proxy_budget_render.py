@@ -1,0 +1,48 @@
+"""evaluation.proxy_budget reaches the in-job proxy as one --budget word the proxy accepts."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from render_helpers import bash_syntax, context, resolve
+
+from hpceval.config.errors import ConfigError
+from hpceval.job.proxy_cli import build_parser, config_from_args
+from hpceval.render import render_job
+
+MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
+         "runtime": "host"}
+
+
+def rendered(tmp_path: Path, budget: str | None) -> str:
+    evaluation: dict[str, object] = {"tasks": [{"name": "ifeval"}]}
+    if budget is not None:
+        evaluation["proxy_budget"] = budget
+    resolved = resolve("slurm", {"evaluation": evaluation, "deployment": MODEL}, tmp_path)
+    return render_job(resolved, context(resolved))
+
+
+@pytest.mark.parametrize("budget", ["adaptive", "12"])
+def test_budget_is_passed_and_parsed_by_the_proxy(tmp_path: Path, budget: str) -> None:
+    text = rendered(tmp_path, budget)
+    [line] = [ln for ln in text.splitlines() if ln.startswith("PROXY_ARGS+=(--budget")]
+    words = shlex.split(re.fullmatch(r"PROXY_ARGS\+=\((.*)\)", line).group(1))  # type: ignore[union-attr]
+    args = build_parser().parse_args(["--port", "1", "--upstream", "http://127.0.0.1:9",
+                                      "--cache-dir", "c", "--progress-file", "p", *words])
+    assert config_from_args(args).budget == budget
+    path = tmp_path / "job.sh"
+    path.write_text(text)
+    bash_syntax(path)
+
+
+def test_default_passes_no_budget(tmp_path: Path) -> None:
+    assert "--budget" not in rendered(tmp_path, None)
+
+
+@pytest.mark.parametrize("budget", ["0", "lots", "-3", "8; rm -rf /"])
+def test_a_bad_budget_names_the_key(tmp_path: Path, budget: str) -> None:
+    with pytest.raises(ConfigError, match=r"evaluation\.proxy_budget"):
+        rendered(tmp_path, budget)
