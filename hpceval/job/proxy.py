@@ -102,7 +102,11 @@ class ProxyServer:
         # vLLM closes them (that race looks like a dead server); limit=0: harnesses set the
         # concurrency, the proxy must not cap it at aiohttp's default of 100.
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        # An API outside the job is reached the way curl on the node reaches it: through the
+        # site's https_proxy/http_proxy (aiohttp ignores them unless trust_env), minus NO_PROXY.
+        # The job's own servers never go through a site proxy, whatever NO_PROXY holds.
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+                                              trust_env=self.config.external_upstream)
         self._forwarder = Forwarder(self.config, self.balancer, self._session)
         # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
         # a connection that has not sent a complete head by then (aiohttp arms it at connect);

@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import urllib.request
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -78,6 +80,13 @@ class Forwarder:
         # silence for that long.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=config.connect_timeout, sock_read=config.request_timeout)
+        self._timeout = aiohttp.ClientTimeout(
+            total=config.request_timeout, sock_connect=config.connect_timeout)
+        # An API outside the job that the site's https_proxy/http_proxy must carry (the cheap
+        # client speaks no proxy protocol): its requests go through aiohttp (trust_env), as
+        # streams do. The job's own servers are never sent through a site proxy.
+        self._via_site_proxy = frozenset(
+            url for url in config.upstreams if config.external_upstream and site_proxy_for(url))
 
     def backoff(self, retry: int) -> float:
         cap = min(self.config.retry_backoff_max, self.config.retry_backoff * 2.0 ** (retry - 1))
@@ -125,6 +134,12 @@ class Forwarder:
         """One try on `inst`. A streamed 2xx answer keeps `inst` checked out for the caller."""
         ok = checked_out = False
         try:
+            if not stream and inst.url in self._via_site_proxy:
+                async with self.session.request(method, inst.url + path_qs, data=data,
+                                                headers=headers, timeout=self._timeout) as r:
+                    body = await r.read()
+                ok = r.status < 500
+                return Answer(r.status, body, _content_type(r.headers))
             if not stream:
                 status, content_type, body = await self.http.request(
                     inst.url, method, path_qs, data, headers, self.config.request_timeout)
@@ -167,6 +182,18 @@ def _outcome(result: Answer | _Failed) -> Outcome:
     if isinstance(result, Answer):
         return "error" if result.status in RETRY_STATUSES else "ok"
     return "timeout" if result.status == 504 else "error"
+
+
+def site_proxy_for(url: str) -> str | None:
+    """The site proxy that the environment (https_proxy, http_proxy, all_proxy, NO_PROXY)
+    names for ``url``, as aiohttp's trust_env and curl read them; None: go direct."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # untyped in typeshed
+    if not proxy or bypass(parts.netloc, proxies):
+        return None
+    return proxy
 
 
 def _describe(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -50,7 +51,10 @@ class FakeUpstream:
         self.url = ""
         self._runner: web.AppRunner | None = None
 
-    async def start(self) -> str:
+    async def start(self, ssl_context: ssl.SSLContext | None = None, host: str = "127.0.0.1"
+                    ) -> str:
+        """``ssl_context``: serve https; ``host``: the name the URL gives (it must resolve to
+        127.0.0.1 for the client, or be known to a proxy in between)."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
@@ -61,9 +65,10 @@ class FakeUpstream:
         app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
         await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://{host}:{self._runner.addresses[0][1]}"
         return self.url
 
     async def stop(self) -> None:
