@@ -48,6 +48,9 @@ class ExecutionSpec:
         "refuses to run on another machine"
     )
     partition: str | None = key(None, "Slurm partition (--partition)")
+    cpu_partition: str | None = key(
+        None, "partition of the CPU-only jobs (aggregation, export, a watch's tick); null: "
+        "partition (some sites refuse GPU-partition jobs that ask for no GPU)")
     account: str | None = key(None, "Slurm account to charge (--account)")
     qos: str | None = key(None, "Slurm quality of service (--qos)")
     reservation: str | None = key(None, "Slurm reservation (--reservation)")
@@ -82,7 +85,11 @@ class ExecutionSpec:
     hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
-    modules: list[str] = key([], "environment modules loaded before anything runs")
+    module_init: list[str] = key(
+        [], "shell lines run verbatim before the module loads, e.g. 'source "
+        "/etc/profile.d/lmod.sh' where batch shells have no module function")
+    modules: list[str] = key([], "environment modules loaded before anything runs; a failed "
+                             "load fails the job, naming the module")
     pre_commands: list[str] = key(
         [], "shell lines run verbatim in the job preamble (site admin code, not quoted)"
     )

@@ -87,7 +87,8 @@ def server_prefix(resolved: ResolvedConfig, served: Served) -> list[Any]:
         raise ConfigError.at(f"{where}.image", "a server from a container needs an image",
                              f"set {where}.image, or {where}.runtime=host")
     return runtime.server_prefix(dep.image, _binds(resolved, served),
-                                 gpus=served.placement.layout.gpus_per_instance > 0)
+                                 gpus=served.placement.layout.gpus_per_instance > 0,
+                                 cache=ShellCode(server_cache(resolved, served)))
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
@@ -108,7 +109,8 @@ def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) 
     if not runtime.srun_steps or not engine_for(dep.type).serves or dep.runtime == "host":
         return []
     assert dep.image is not None  # server_prefix refused a missing one
-    return runtime.server_srun(dep.image, _binds(resolved, served), env_names)
+    return runtime.server_srun(dep.image, _binds(resolved, served), env_names,
+                               cache=ShellCode(server_cache(resolved, served)))
 
 
 def server_token(served: Served) -> bool:
@@ -124,15 +126,35 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     env: list[tuple[str, Any]] = []
     if engine.port_env:
         env.append(("PORT", var("PORT")))
-    if ex.hf_cache_dir:
-        env.append(("HF_HOME", ex.hf_cache_dir))
+    # Models stay where the hub cache already is: XDG_CACHE_HOME moves below, HF_HOME must not.
+    env.append(("HF_HOME", ex.hf_cache_dir or ShellCode(
+        '"${HF_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}"')))
     if ex.offline:
         env.append(("HF_HUB_OFFLINE", "1"))
+    # vLLM posts usage statistics (model, hardware) to stats.vllm.ai unless told not to; a
+    # cluster's model names should not leave it (the harnesses' telemetry is off too).
+    env += [("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1")]
+    # vLLM, torch.compile/Triton and anything using XDG write caches under $HOME by default:
+    # read-only or unmounted in containers, one quota shared by every job elsewhere.
+    cache = server_cache(resolved, served)
+    env += [("VLLM_CACHE_ROOT", ShellCode(cache[:-1] + '/vllm"')),
+            ("TRITON_CACHE_DIR", ShellCode(cache[:-1] + '/triton"')),
+            ("XDG_CACHE_HOME", ShellCode(cache))]
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
     if server_token(served):
         assert engine.token_env is not None  # server_token says it takes one
         env.append((engine.token_env, var("HPCEVAL_JOB_TOKEN")))
     return env
+
+
+def server_cache(resolved: ResolvedConfig, served: Served) -> str:
+    """The servers' cache folder, as a double-quoted shell word. Host servers: node-local under
+    the job's $TMPDIR where the site sets one. Containers: the deployment's server folder on
+    shared storage (created by the batch shell, see _instances.j2), bound in, because a bind's
+    source must exist on every node before the container starts."""
+    if served.dep.runtime == "host" or resolved.spec.execution.container_runtime == "none":
+        return '"${TMPDIR:-$SERVER_DIR}/hpceval-cache"'
+    return '"$SERVER_DIR/hpceval-cache"'
 
 
 def layout_text(resolved: ResolvedConfig, served: Served) -> str:

@@ -49,10 +49,13 @@ def sbatch_value(value: Any, key: str) -> str:
 def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
                   cpu_why: str) -> list[HeaderLine]:
     """The header of a small CPU job beside a run (aggregation, export, a watch's tick): the
-    run's account, partition, QOS and reservation; one CPU, no GPU; never requeued."""
+    run's account, QOS and reservation, its cpu_partition (default: its partition); one CPU,
+    no GPU; never requeued."""
     lines = [name]
+    partition, partition_key = (ex.cpu_partition, "execution.cpu_partition") \
+        if ex.cpu_partition is not None else (ex.partition, "execution.partition")
     for flag, value, key in (("account", ex.account, "execution.account"),
-                             ("partition", ex.partition, "execution.partition"),
+                             ("partition", partition, partition_key),
                              ("qos", ex.qos, "execution.qos"),
                              ("reservation", ex.reservation, "execution.reservation")):
         if value is not None:

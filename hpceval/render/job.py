@@ -72,6 +72,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
                 "invocation_id": ctx.invocation_id,
                 "version": ctx.hpceval_version or __version__},
         "vllm_version": VLLM_VERSION,
+        "module_init": ex.module_init,
         "modules": ex.modules,
         "pre_commands": ex.pre_commands,
         "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],

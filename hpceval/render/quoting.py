@@ -2,7 +2,7 @@
 
 Every ``{{ expression }}`` passes through ``finalize``, which shell-quotes it. The only ways to
 emit text unquoted are values already marked as :class:`ShellCode`: the ``shell_code`` filter
-(used for ``execution.pre_commands`` only, which are admin-written shell by definition),
+(used for ``execution.module_init`` and ``pre_commands`` only, admin-written shell by definition),
 identifiers that passed a strict check (``env_name``), and fragments built in Python from
 fixed text (``ShellCode("\\"$PORT\\"")``). Templates never quote by hand, so a value with
 spaces, quotes, ``$()``, backticks, ``;`` or newlines stays one literal word.
@@ -83,7 +83,8 @@ def passed_env_names(script: str) -> list[str]:
 
 
 def shell_code(value: Any) -> ShellCode:
-    """Trusted shell, emitted verbatim. Only for execution.pre_commands (admin-written)."""
+    """Trusted shell, emitted verbatim. Only for execution.module_init and pre_commands
+    (admin-written)."""
     return ShellCode(str(value))
 
 

@@ -32,16 +32,21 @@ class Runtime:
         """The staged file for this runtime, from the catalogue's SIF name."""
         return sif.removesuffix(".sif") + self.image_suffix
 
-    def server_prefix(self, image: str, binds: list[str], *, gpus: bool) -> list[Any]:
-        """Words before a server's command line: ``<tool> exec ... IMAGE``."""
+    def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
+                      cache: ShellCode | None = None) -> list[Any]:
+        """Words before a server's command line: ``<tool> exec ... IMAGE``; ``cache``: the
+        servers' cache folder (bound at the same path)."""
         argv: list[Any] = [self.name, "exec"]
         if gpus:
             argv.append("--nv")
         argv.append("--cleanenv")  # the site's host Python must not leak into the image
         argv += [item for b in binds for item in ("--bind", b)]
+        if cache is not None:
+            argv += ["--bind", cache]
         return [*argv, LineStart(image)]
 
-    def server_srun(self, image: str, binds: list[str], env_names: list[str]) -> list[Any]:
+    def server_srun(self, image: str, binds: list[str], env_names: list[str],
+                    cache: ShellCode | None = None) -> list[Any]:
         """srun options of a server step (runtimes that start containers through srun)."""
         return []
 

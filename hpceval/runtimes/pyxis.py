@@ -70,11 +70,15 @@ class Pyxis(Runtime):
     pull_verb = "import"
     pull_over_file: ClassVar[bool] = False  # enroot import refuses to write over a file
 
-    def server_prefix(self, image: str, binds: list[str], *, gpus: bool) -> list[Any]:
+    def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
+                      cache: ShellCode | None = None) -> list[Any]:
         return []  # the image and binds are srun's options then: server_srun
 
-    def server_srun(self, image: str, binds: list[str], env_names: list[str]) -> list[Any]:
-        return container_flags(image, [mount(bind_parts(b)) for b in binds], env_names)
+    def server_srun(self, image: str, binds: list[str], env_names: list[str],
+                    cache: ShellCode | None = None) -> list[Any]:
+        mounts = [mount(bind_parts(b)) for b in binds]
+        return container_flags(image, mounts + ([mount([cache])] if cache is not None else []),
+                               env_names)
 
     def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
                        env_names: list[str], *, gpus: bool) -> list[Any]:

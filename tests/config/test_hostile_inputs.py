@@ -60,7 +60,7 @@ PAYLOADS: dict[str, str] = {
 }
 # Run by design, verbatim, by the job (docs: "site admin code, not quoted"); still checked for
 # bash -n and a clean header, but its payload is not expected to stay quoted.
-TRUSTED_SHELL = {"execution.pre_commands"}
+TRUSTED_SHELL = {"execution.pre_commands", "execution.module_init"}
 TASK_NAME = "ask_a"
 
 

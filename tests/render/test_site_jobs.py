@@ -1,0 +1,95 @@
+"""What real sites do to a job (issue 21): CPU-only jobs on their own partition (defect 10) and
+HPCEVAL_PYTHON checked before any server starts (defect 7)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from render_helpers import RenderFn
+
+from hpceval.config.schema import ExecutionSpec
+from hpceval.render.header import HeaderLine, cpu_job_lines
+
+RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m",
+                                      "served_model_name": "m", "tensor_parallel_size": 8},
+                       "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
+
+
+def partitions(ex: ExecutionSpec) -> list[str | None]:
+    lines = cpu_job_lines(ex, HeaderLine("job-name", "x"), "/out/x.log", 10, "", "")
+    return [line.value for line in lines if line.flag == "partition"]
+
+
+def test_cpu_only_jobs_use_cpu_partition() -> None:
+    assert partitions(ExecutionSpec(partition="gpu", cpu_partition="cpu")) == ["cpu"]
+
+
+def test_cpu_partition_defaults_to_partition() -> None:
+    assert partitions(ExecutionSpec(partition="gpu")) == ["gpu"]
+    assert partitions(ExecutionSpec()) == []
+
+
+def test_a_python_that_cannot_run_hpceval_fails_the_job_before_any_server(
+        render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", RUN)
+    start = script.index("# The in-job helpers (proxy, progress, collection) run with")
+    assert start < script.index("launch_server 0 head")  # before any server starts
+    check = script[start:script.index("\nfi\n", start) + 4]
+    job_failure = script[script.index("job_failure() {"):]
+    job_failure = job_failure[:job_failure.index("\n}\n") + 3]
+    body = ("log() { echo \"$*\"; }\n" + job_failure.replace("{{", "") + check
+            + "echo went-on\n")
+    env = {"PATH": os.environ["PATH"], "MODEL_DIR": str(tmp_path),
+           "HPCEVAL_PYTHON": str(tmp_path / "login-local/venv/bin/python")}
+    proc = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 1 and "went-on" not in proc.stdout
+    failure = (tmp_path / "job-failure").read_text()
+    assert "login-local/venv/bin/python cannot run hpceval" in failure
+    assert "No such file or directory" in failure
+    # a Python that has hpceval passes
+    ok = subprocess.run(["bash", "-c", body], env={**env, "HPCEVAL_PYTHON": sys.executable},
+                        capture_output=True, text=True, check=False)
+    assert ok.returncode == 0 and "went-on" in ok.stdout
+
+
+def fake_module(tmp_path: Path, broken: str) -> Path:
+    """A site's `module` as Lmod 9.2.4's reads LD_PRELOAD unset (a set -u error), loading
+    anything but ``broken``."""
+    init = tmp_path / "lmod.sh"
+    init.write_text('module() { : "$LD_PRELOAD"; [ "$2" != ' + broken + ' ] && '
+                    'echo "loaded $2" >> "$MODEL_DIR/loads"; }\n')
+    return init
+
+
+def run_preamble(render: RenderFn, tmp_path: Path, modules: list[str], broken: str
+                 ) -> subprocess.CompletedProcess[str]:
+    init = fake_module(tmp_path, broken)
+    overrides = [f"execution.module_init=[source {init}]",
+                 "execution.modules=[" + ",".join(modules) + "]",
+                 "execution.pre_commands=[echo pre-commands-ran]"]
+    script = render("slurm", RUN, overrides)
+    preamble = script[script.index("set -uo pipefail"):script.index("# --- nodes and ports")]
+    preamble = preamble.replace('MODEL_DIR="$RUN_DIR/models/$MODEL_KEY"', f"MODEL_DIR={tmp_path}")
+    return subprocess.run(["bash", "-c", preamble + "echo went-on\n"], capture_output=True,
+                          text=True, check=False, env={"PATH": os.environ["PATH"]})
+
+
+def test_modules_load_after_module_init_without_set_u(render: RenderFn, tmp_path: Path) -> None:
+    proc = run_preamble(render, tmp_path, ["apptainer/1.3.4", "cuda/12.4"], broken="none")
+    assert proc.returncode == 0 and "went-on" in proc.stdout, proc.stderr
+    assert (tmp_path / "loads").read_text() == "loaded apptainer/1.3.4\nloaded cuda/12.4\n"
+    assert "pre-commands-ran" in proc.stdout
+
+
+def test_a_failed_module_load_fails_the_job_naming_the_module(render: RenderFn,
+                                                              tmp_path: Path) -> None:
+    proc = run_preamble(render, tmp_path, ["apptainer/1.3.4", "cuda/12.4"], broken="cuda/12.4")
+    assert proc.returncode == 1 and "went-on" not in proc.stdout
+    failure = (tmp_path / "job-failure").read_text()
+    assert failure.startswith("module load cuda/12.4 failed on ")
+    assert "module_init" in failure and "pre-commands-ran" not in proc.stdout

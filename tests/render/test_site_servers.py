@@ -1,0 +1,79 @@
+"""What real sites do to a job's servers (issue 21): usage statistics off (defect 9) and a
+job-local cache for vLLM, torch.compile/Triton and XDG users (defect 8), rendered, then run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from render_helpers import RenderFn
+
+MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
+         "tensor_parallel_size": 8}
+RUN: dict[str, Any] = {"deployment": MODEL, "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
+
+
+def env_function(script: str, name: str = "server_environment") -> str:
+    start = script.index(f"\n{name}() {{")
+    return script[start:script.index("\n}", start) + 2]
+
+
+def run_env_function(script: str, env: dict[str, str], names: list[str]) -> dict[str, str]:
+    """Run the rendered environment function in bash, as launch_server does, and read back."""
+    body = env_function(script) + "\nserver_environment\n" + "".join(
+        f'printf "%s=%s\\n" {n} "${{{n}:-}}"\n' for n in names)
+    out = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+@pytest.mark.parametrize("profile", ["slurm", "local-dev"])
+def test_vllm_usage_statistics_are_off(render: RenderFn, profile: str) -> None:
+    overrides = ["deployment.runtime=host"] if profile == "local-dev" else []
+    script = render(profile, {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
+                    overrides)
+    fn = env_function(script)
+    prefix = "APPTAINERENV_" if profile == "slurm" else ""
+    assert f"export {prefix}VLLM_NO_USAGE_STATS=1" in fn
+    assert f"export {prefix}DO_NOT_TRACK=1" in fn
+
+
+def test_host_servers_cache_node_locally_under_tmpdir(render: RenderFn, tmp_path: Path) -> None:
+    script = render("local-dev", {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
+                    ["deployment.runtime=host"])
+    base = {"PATH": os.environ["PATH"], "HOME": "/home/alice", "SERVER_DIR": "/runs/m/server",
+            "HPCEVAL_JOB_TOKEN": "t"}
+    names = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME"]
+    local = run_env_function(script, {**base, "TMPDIR": "/tmp/job-42"}, names)
+    assert local["VLLM_CACHE_ROOT"] == "/tmp/job-42/hpceval-cache/vllm"
+    assert local["TRITON_CACHE_DIR"] == "/tmp/job-42/hpceval-cache/triton"
+    assert local["XDG_CACHE_HOME"] == "/tmp/job-42/hpceval-cache"
+    # moving XDG_CACHE_HOME must not move the hub cache that holds the models
+    assert local["HF_HOME"] == "/home/alice/.cache/huggingface"
+    shared = run_env_function(script, base, names)
+    assert shared["VLLM_CACHE_ROOT"] == "/runs/m/server/hpceval-cache/vllm"
+    kept = run_env_function(script, {**base, "HF_HOME": "/hub"}, names)
+    assert kept["HF_HOME"] == "/hub"
+
+
+def test_container_servers_get_the_cache_bound_in(render: RenderFn) -> None:
+    script = render("slurm", RUN)
+    fn = env_function(script)
+    assert 'export APPTAINERENV_VLLM_CACHE_ROOT="$SERVER_DIR/hpceval-cache/vllm"' in fn
+    assert 'export APPTAINERENV_TRITON_CACHE_DIR="$SERVER_DIR/hpceval-cache/triton"' in fn
+    assert 'export APPTAINERENV_XDG_CACHE_HOME="$SERVER_DIR/hpceval-cache"' in fn
+    launch = script[script.index("launch_server 0 head"):]
+    assert '--bind "$SERVER_DIR/hpceval-cache"' in launch.split("vllm serve", 1)[0]
+    # the bind's source exists before any container starts
+    assert script.index('mkdir -p "$SERVER_DIR/hpceval-cache"') < script.index(
+        "launch_server 0 head")
+
+
+def test_pyxis_servers_mount_the_cache(render: RenderFn) -> None:
+    script = render("slurm", RUN, ["execution.container_runtime=pyxis"])
+    srun = script[script.index("SERVER_SRUN=("):]
+    srun = srun[:srun.index(")\n")]
+    assert '"$SERVER_DIR/hpceval-cache":"$SERVER_DIR/hpceval-cache"' in srun
