@@ -29,6 +29,7 @@ AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregatio
 # after auto-resume successors: the aggregation script then leaves the sweep's judge running
 WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
+LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
 PROXY_READY_FILE = "proxy.ready"  # models/<key>/: the proxy's pid, once it has bound its port
@@ -63,7 +64,7 @@ WATCH_LOG_DIR = "logs"  # tick-<job id>.log
 # runner): templates write {{ files.done }}, never the literal, so bash and Python agree.
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
-    "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE,
+    "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE, "loads": LOADS_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,

@@ -144,7 +144,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run."""
     from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_run
+    from hpceval.runs.state import read_loads, read_run
 
     ref = find(run, output_dirs)
     manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
@@ -175,6 +175,9 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     for m in manifest["models"]:
         click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "
                    f"({len(m['tasks'])} tasks: {', '.join(t['task'] for t in m['tasks'])})")
+        for job, seconds in read_loads(ref.run_dir / "models" / m["key"]):
+            click.echo(f"load       {m['key']}: servers healthy {seconds} s after job {job} "
+                       "started")
     if script:
         for name in scripts:
             click.echo(f"\n# ===== {name} =====")

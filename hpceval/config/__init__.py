@@ -153,7 +153,7 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         spec_issues,
     )
     from hpceval.config.auxiliary import reference_issues
-    from hpceval.config.checks import expand_paths, semantic_issues
+    from hpceval.config.checks import expand_paths, load_fit_notes, semantic_issues
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
 
@@ -168,7 +168,7 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     # An explicit data_parallel_size beside a judge's slice of the node sizes the model's part
     # of it: the node is not shrunk to the model's GPUs (the judge needs the rest).
     spec, layout_notes, issues = (spec, [], []) if slice_gpus(spec) else fit_explicit_layout(spec)
-    composed.notes += layout_notes
+    composed.notes += layout_notes + load_fit_notes(spec)
     issues += semantic_issues(spec, env if check_environment else None)
     aux_issues = spec_issues(spec)
     issues += aux_issues + reference_issues(spec)

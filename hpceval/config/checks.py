@@ -227,3 +227,22 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
             elif ref is not None and environ is not None and ref not in environ:
                 yield ConfigIssue(f"{where}.{var}", f"passes ${ref} through, but it is not set",
                                   f"export {ref}=... before submitting (the value is never stored)")
+
+
+def load_fit_notes(spec: RunSpec) -> list[str]:
+    """Loads that may not fit in one allocation (health_timeout + signal_seconds > walltime):
+    a note, not a refusal (a small model loads in minutes whatever its timeout says). The job
+    chains from an allocation that never became healthy once, not twice (templates/teardown.j2)."""
+    ex = spec.execution
+    wall = walltime_minutes(ex.walltime)
+    if wall is None:
+        return []
+    served = [("deployment", spec.deployment)] + [
+        (f"auxiliary_deployments.{name}", aux)
+        for name, aux in spec.auxiliary_deployments.items()]
+    return [f"{where}.health_timeout {dep.health_timeout} s + execution.signal_seconds "
+            f"{ex.signal_seconds} s is more than execution.walltime {ex.walltime}: a load that "
+            "takes that long is stopped by the walltime, and auto-resume tries it once more only "
+            f"(raise execution.walltime, or lower {where}.health_timeout)"
+            for where, dep in served
+            if dep.type != "none" and dep.health_timeout + ex.signal_seconds > wall * 60]

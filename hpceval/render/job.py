@@ -128,7 +128,8 @@ def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     cap = walltime_minutes(ex.max_walltime) or wall
     return {"enabled": ex.auto_resume and backend_for(ex.type).resubmits_itself,
             "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
-            "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime}
+            "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime,
+            "walltime": ex.walltime}
 
 
 def _passed_names(values: Any) -> set[str]:

@@ -24,6 +24,7 @@ from hpceval.contract import (
     FAILED_FILE,
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
+    LOADS_FILE,
     RUN_FILE,
     aux_folder,
     is_done,
@@ -61,6 +62,7 @@ class ModelState:
     attempts: int  # jobs in its chain
     tasks: list[TaskState]
     progress: dict[str, Any] | None = None
+    loads: tuple[tuple[str, int], ...] = ()  # (job id, seconds to healthy) per allocation
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ class Tracker:
             reason = f"{cause}; {reason}" if reason else cause
         job_id = None if entry is None else entry.watch_id(index)
         progress = read_progress(model_dir) if phase is Phase.RUNNING else None
-        return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress)
+        return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress,
+                          read_loads(model_dir))
 
 
 def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
@@ -279,6 +282,21 @@ def combine_models(models: list[ModelState]) -> tuple[Phase, str]:
             reason = summary or models[0].reason
             return phase, reason
     return Phase.DONE, summary
+
+
+def read_loads(model_dir: Path) -> tuple[tuple[str, int], ...]:
+    """The measured model loads, one per allocation whose servers became healthy (the job
+    script appends "<job id> <seconds>"); malformed lines are skipped."""
+    try:
+        text = (model_dir / LOADS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    loads = []
+    for line in text.splitlines():
+        job, _, seconds = line.partition(" ")
+        if job and seconds.strip().isdigit():
+            loads.append((job, int(seconds)))
+    return tuple(loads)
 
 
 def job_failure(model_dir: Path, since: float) -> str:

@@ -27,6 +27,7 @@ def state_to_dict(state: RunState) -> dict[str, Any]:
 def model_to_dict(m: ModelState) -> dict[str, Any]:
     return {"model": m.key, "index": m.index, "state": m.phase.value, "reason": m.reason,
             "job_id": m.job_id, "attempts": m.attempts, "progress": m.progress,
+            "loads": [{"job_id": job, "seconds": s} for job, s in m.loads],
             "tasks": [{"task": t.task, "key": t.key, "state": t.phase.value,
                        "reason": t.reason} for t in m.tasks]}
 
@@ -68,6 +69,8 @@ def format_states(states: list[RunState], *, tasks: bool = True,
                 job += f" (attempt {m.attempts})"
             spent = (f"  {by_model[m.key]['gpu_hours']:.3g} GPU-h" if m.key in by_model
                      else "")
+            if m.loads:  # the newest measured load: a slow one explains a walltime stop
+                spent += f"  load {format_duration(m.loads[-1][1])}"
             lines.append(f"  {m.key:<{width}}  {m.phase.value:<9}  {done}/{len(m.tasks)} tasks"
                          f"  job {job}{spent}" + (f"  {detail}" if detail else ""))
             if tasks:

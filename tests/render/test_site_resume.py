@@ -1,0 +1,86 @@
+"""Auto-resume and loads that do not fit in the walltime (issue 21, defect 6): a note at load,
+no third load after two allocations that never became healthy, the measured load per
+allocation recorded by the job and read back for status/info."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from render_helpers import RenderFn, resolve
+
+from hpceval.runs.state import read_loads
+
+RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m",
+                                      "served_model_name": "m", "tensor_parallel_size": 8},
+                       "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
+
+
+def test_a_load_longer_than_the_walltime_is_noted(tmp_path: Path) -> None:
+    short = resolve("slurm", RUN, tmp_path, ["execution.walltime=00:45:00"])
+    notes = [n for n in short.composed.notes if "health_timeout" in n]
+    assert len(notes) == 1
+    assert "deployment.health_timeout 3600 s + execution.signal_seconds 300 s" in notes[0]
+    assert "raise execution.walltime" in notes[0]
+    fits = resolve("slurm", RUN, tmp_path, ["execution.walltime=04:00:00"])
+    assert not [n for n in fits.composed.notes if "health_timeout" in n]
+
+
+def _function(script: str, name: str) -> str:
+    start = script.index(f"\n{name}() {{") + 1
+    return script[start:script.index("\n}\n", start) + 3]
+
+
+def successor_attempt(script: str, tmp_path: Path, healthy: int, allocations: list[str],
+                      loads: list[str]) -> tuple[bool, str]:
+    """Run the rendered submit_successor with a recording sbatch: (submitted?, job-failure)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "allocations").write_text("".join(f"{a} 0\n" for a in allocations))
+    (model_dir / "loads").write_text("".join(f"{x} 300\n" for x in loads))
+    (model_dir / "job-failure").unlink(missing_ok=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/sbatch.calls\n'
+                                    "echo 999\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    calls = tmp_path / "sbatch.calls"
+    calls.unlink(missing_ok=True)
+    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + _function(script, "job_failure")
+            + _function(script, "submit_successor")
+            + f"SERVERS_HEALTHY={healthy} MAX_ALLOCATIONS=10 JOB_SCRIPT=/x.sbatch\n"
+            "submit_successor\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_DIR": str(model_dir),
+           "RUN_DIR": str(tmp_path), "MODEL_KEY": "m", "SLURM_JOB_ID": allocations[-1],
+           "HPCEVAL_INVOCATION_ID": "inv"}
+    subprocess.run(["bash", "-c", body], env=env, check=True, capture_output=True, text=True)
+    failure = model_dir / "job-failure"
+    return calls.exists(), failure.read_text() if failure.exists() else ""
+
+
+def test_no_third_load_after_two_allocations_that_never_became_healthy(
+        render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", RUN, ["execution.walltime=00:45:00"])
+    # the first allocation stopped mid-load: it may chain once
+    assert successor_attempt(script, tmp_path, 0, ["101"], []) == (True, "")
+    # the previous one was healthy: a load that fitted once may fit again
+    assert successor_attempt(script, tmp_path, 0, ["101", "102"], ["101"]) == (True, "")
+    # this one and the one before never became healthy: no successor, and why
+    submitted, failure = successor_attempt(script, tmp_path, 0, ["101", "102"], [])
+    assert not submitted
+    assert "did not become healthy in 2 allocations in a row" in failure
+    assert "execution.walltime 00:45:00" in failure
+    # healthy now (stopped while the tasks ran): chains as before
+    assert successor_attempt(script, tmp_path, 1, ["101", "102"], [])[0]
+
+
+def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", RUN)
+    wait = script.index("wait_for_servers || exit")
+    record = script.index('echo "${SLURM_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"')
+    assert wait < record < script.index("start_proxy ")
+    (tmp_path / "loads").write_text("101 312\nbroken line\n102 95\n")
+    assert read_loads(tmp_path) == (("101", 312), ("102", 95))
+    assert read_loads(tmp_path / "missing") == ()
