@@ -233,6 +233,8 @@ def load_fit_notes(spec: RunSpec) -> list[str]:
     """Loads that may not fit in one allocation (health_timeout + signal_seconds > walltime):
     a note, not a refusal (a small model loads in minutes whatever its timeout says). The job
     chains from an allocation that never became healthy once, not twice (templates/teardown.j2)."""
+    from hpceval.engines import engine_for
+
     ex = spec.execution
     wall = walltime_minutes(ex.walltime)
     if wall is None:
@@ -245,4 +247,4 @@ def load_fit_notes(spec: RunSpec) -> list[str]:
             "takes that long is stopped by the walltime, and auto-resume tries it once more only "
             f"(raise execution.walltime, or lower {where}.health_timeout)"
             for where, dep in served
-            if dep.type != "none" and dep.health_timeout + ex.signal_seconds > wall * 60]
+            if engine_for(dep.type).serves and dep.health_timeout + ex.signal_seconds > wall * 60]

@@ -152,7 +152,8 @@ def server_cache(resolved: ResolvedConfig, served: Served) -> str:
     the job's $TMPDIR where the site sets one. Containers: the deployment's server folder on
     shared storage (created by the batch shell, see _instances.j2), bound in, because a bind's
     source must exist on every node before the container starts."""
-    if served.dep.runtime == "host" or resolved.spec.execution.container_runtime == "none":
+    if served.dep.runtime == "host" or not runtime_for(
+            resolved.spec.execution.container_runtime).containers:
         return '"${TMPDIR:-$SERVER_DIR}/hpceval-cache"'
     return '"$SERVER_DIR/hpceval-cache"'
 
