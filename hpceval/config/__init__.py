@@ -154,13 +154,16 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     )
     from hpceval.config.auxiliary import reference_issues
     from hpceval.config.checks import expand_paths, load_fit_notes, semantic_issues
+    from hpceval.config.nemo_forms import bare_host_names, local_gpus
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
 
     env = os.environ if environ is None else environ
-    path_issues = expand_paths(composed.data, env)
+    gpu_notes, path_issues = local_gpus(composed.data, env)
+    path_issues += expand_paths(composed.data, env)
     if path_issues:
         raise ConfigError(path_issues)
+    composed.notes += gpu_notes + bare_host_names(composed.data, env)
     spec = build_run_spec(composed.data)
     if single_model:
         spec, sweep_notes = _sweep_judges_in_job(spec)

@@ -16,7 +16,7 @@ from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
-_BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
+BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -214,7 +214,7 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
                 yield ConfigIssue(f"{where}.{var}", "is not a valid variable name",
                                   "use letters, digits and _")
             ref = env_reference(value)
-            if where != "execution.env_vars" and _BARE_NAME.match(value):
+            if where != "execution.env_vars" and BARE_NAME.match(value):
                 # The launcher refuses unprefixed values (0.2.7) or read them as a host
                 # variable's name (before): taken as text, a secret's NAME would be sent.
                 yield ConfigIssue(f"{where}.{var}", f"{value!r} has no prefix, so it is unclear "

@@ -14,6 +14,7 @@ from typing import Any
 from hpceval.config import nemo_adapters
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.nemo_export import translate_export
+from hpceval.config.nemo_forms import execution_mode, max_tokens, nemo_config_extras
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {
@@ -208,12 +209,15 @@ def _translate_execution(layer: dict[str, Any], notes: list[str], source: str) -
     if instances is not None:
         # The launcher runs num_instances servers, each with vLLM's --data-parallel-size
         # replicas inside; here every replica is its own instance behind the in-job proxy.
+        # no total: a node-wide server's DP is data_parallel_size_local (NEL's haproxy example)
         deployment = layer.setdefault("deployment", {})
-        inner = deployment.get("data_parallel_size")
+        key = "data_parallel_size_local" if "data_parallel_size" not in deployment \
+            and "data_parallel_size_local" in deployment else "data_parallel_size"
+        inner = deployment.get(key)
         total = instances * inner if isinstance(inner, int) and isinstance(instances, int) \
             else instances
         deployment["data_parallel_size"] = total
-        notes.append(f"{source}: execution.num_instances={instances} x data_parallel_size="
+        notes.append(f"{source}: execution.num_instances={instances} x {key}="
                      f"{inner or 1} became deployment.data_parallel_size={total} (instances "
                      "behind the in-job proxy)")
 
@@ -272,7 +276,8 @@ def translate_merged(data: dict[str, Any]) -> list[str]:
     endpoint = (data.get("target") or {}).get("api_endpoint")
     if isinstance(endpoint, dict) and endpoint.get("api_key_name") == "":
         endpoint.pop("api_key_name")  # the launcher's quick start: "" means no key
-    issues = [ConfigIssue(path, f"{value[:80]!r} is an OmegaConf interpolation, which hpceval "
+    issues = execution_mode(data, notes)
+    issues += [ConfigIssue(path, f"{value[:80]!r} is an OmegaConf interpolation, which hpceval "
                           "does not evaluate", "write the value itself (for $USER: $USER in "
                           "path keys, or remove the key)")
               for path, value in _leaf_strings(data, "") if _INTERPOLATION.search(value)]
@@ -307,16 +312,22 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str,
     if not isinstance(node, dict):
         return
     nec = node.get("nemo_evaluator_config")
-    if not isinstance(nec, dict):
-        return
+    if isinstance(nec, dict):
+        _translate_nec(node, nec, where, notes, source, issues, adapters)
+    max_tokens(node.get("params"), f"{where}.params", notes, source)
+
+
+def _translate_nec(node: dict[str, Any], nec: dict[str, Any], where: str, notes: list[str],
+                   source: str, issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
     params = (nec.get("config") or {}).get("params")
     if isinstance(params, dict):
         mine = node.setdefault("params", {})
         for k, v in params.items():
             mine.setdefault(k, v)
         del nec["config"]["params"]
-        if not nec["config"]:
-            del nec["config"]
+    nemo_config_extras(node, nec, where, notes, source)  # after params: params.extra wins
+    if nec.get("config") == {}:
+        del nec["config"]
     if "target" in nec:
         target = nec.pop("target")
         endpoint = target.get("api_endpoint") if isinstance(target, dict) else None

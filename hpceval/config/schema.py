@@ -62,7 +62,8 @@ class ExecutionSpec:
         300, "send USR1 this many seconds before the walltime so work is saved", minimum=30
     )
     nodes: int = key(1, "nodes per model (one allocation serves all tasks of a model)", minimum=1)
-    gpus_per_node: int = key(8, "GPUs on each node of the allocation", minimum=0)
+    gpus_per_node: int = key(8, "GPUs on each node of the allocation (local profile: auto, "
+                             "the GPUs this machine has)", minimum=0)
     gpu_request: GpuRequest = key(
         "gpus-per-node", "how GPUs are requested: --gpus-per-node=N, --gres=gpu[:type]:N, or not"
     )

@@ -171,8 +171,8 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
      "NIM deployments are out of scope"),
     (("  tensor_parallel_size: 1\n", "  tensor_parallel_size: ${deployment.port}\n"),
      "OmegaConf interpolation"),
-    (("        limit_samples: 5\n", "        limit_samples: 5\n      extra: {n: 1}\n"),
-     "evaluation.nemo_evaluator_config.config.extra: is not a NeMo Evaluator setting"),
+    (("        limit_samples: 5\n", "        limit_samples: 5\n      samples: {n: 1}\n"),
+     "evaluation.nemo_evaluator_config.config.samples: is not a NeMo Evaluator setting"),
     (("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:\n        target:\n"
       "          api_endpoint: {adapter_config: {use_reasoning: true}}\n"),
      "gsm8k: strip_reasoning=True); hpceval's in-job proxy applies one set to every task"),

@@ -139,6 +139,8 @@ def test_golden(render: RenderFn, profile: str, name: str, run: dict[str, Any],
     from hpceval.render import ArraySpec
 
     ctx = {"array": ArraySpec(extra["array"])} if "array" in extra else {}
+    if profile == "local":  # gpus_per_node: auto counts this machine's: pin a 1-GPU workstation
+        overrides = ["execution.gpus_per_node=1", *overrides]
     text = render(profile, run, overrides, **ctx)
     path = golden_path(profile, name)
     if os.environ.get("UPDATE_GOLDEN") == "1":
