@@ -16,6 +16,7 @@ from typing import Any
 
 from hpceval.config.checks import BARE_NAME
 from hpceval.config.errors import ConfigIssue
+from hpceval.engines import engine_for, engine_names
 
 
 def nemo_config_extras(node: dict[str, Any], nec: dict[str, Any], where: str,
@@ -150,8 +151,9 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
         return [f"execution.gpus_per_node: auto found {found} GPU(s) on this machine"], []
     dep = data.get("deployment") if isinstance(data.get("deployment"), dict) else {}
     assert isinstance(dep, dict)
-    need = 1
-    if dep.get("type") in ("vllm", "sglang"):
+    need, kind = 1, dep.get("type")
+    if kind in engine_names() and engine_for(str(kind)).serves \
+            and engine_for(str(kind)).parallel:  # TP x PP GPUs per instance
         tp, pp = dep.get("tensor_parallel_size", 1), dep.get("pipeline_parallel_size", 1)
         need = tp * pp if isinstance(tp, int) and isinstance(pp, int) else 1
     execution["gpus_per_node"] = need

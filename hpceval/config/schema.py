@@ -86,6 +86,12 @@ class ExecutionSpec:
     hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
+    container_options: list[str] = key(
+        [], "words after `docker/podman run` that the site or a sandbox needs, e.g. "
+        "[--runtime, runc, --ulimit, host]")
+    container_gpu_flags: list[str] = key(
+        ["--gpus", "all"], "how docker/podman give a container GPUs: [--gpus, all] (NVIDIA "
+        "runtime) or [--device, nvidia.com/gpu=all] (CDI)")
     module_init: list[str] = key(
         [], "shell lines run verbatim before the module loads, e.g. 'source "
         "/etc/profile.d/lmod.sh' where batch shells have no module function")

@@ -52,7 +52,7 @@ class ResolvedTask:
         or the catalogue's docker reference (pulled at run time); None: none is known."""
         if self.spec.container:
             return self.spec.container
-        if ex.image_dir and self.task.sif:
+        if ex.image_dir and self.task.sif and runtime_for(ex.container_runtime).staged_files:
             name = runtime_for(ex.container_runtime).image_file(self.task.sif)
             return f"{ex.image_dir.rstrip('/')}/{name}"
         if self.task.image:

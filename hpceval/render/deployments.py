@@ -17,7 +17,7 @@ from hpceval.render.aux_job import urls_var
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
 from hpceval.render.servers import Instance, Served, build_instances
-from hpceval.render.steps import bind, checked_extra_bind, env_value
+from hpceval.render.steps import bind, checked_extra_bind, env_value, site_options
 from hpceval.runtimes import runtime_for
 
 
@@ -40,7 +40,7 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "env_fn": "server_environment" if model else f"aux_{key}_server_environment",
         "urls_var": urls_var(key),
         "instances": [_instance_view(inst, base) for inst in instances],
-        "server_prefix": server_prefix(resolved, served),
+        "server_prefix": server_prefix(resolved, served, [name for name, _ in env]),
         "server_srun": server_srun(resolved, served, [name for name, _ in env]),
         "server_env": [(prefix + name, value) for name, value in env],
         "server_unset": sorted(set(unset) - _env_passes(env)),
@@ -74,7 +74,8 @@ def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
             "head_node": inst.head_node, "launches": inst.launches, "summary": summary}
 
 
-def server_prefix(resolved: ResolvedConfig, served: Served) -> list[Any]:
+def server_prefix(resolved: ResolvedConfig, served: Served,
+                  env_names: list[str] | None = None) -> list[Any]:
     ex, dep, where = resolved.spec.execution, served.dep, served.where
     runtime = runtime_for(ex.container_runtime)
     if not engine_for(dep.type).serves or dep.runtime == "host":
@@ -88,7 +89,8 @@ def server_prefix(resolved: ResolvedConfig, served: Served) -> list[Any]:
                              f"set {where}.image, or {where}.runtime=host")
     return runtime.server_prefix(dep.image, _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
-                                 cache=ShellCode(server_cache(resolved, served)))
+                                 cache=ShellCode(server_cache(resolved, served)),
+                                 env_names=env_names, site=site_options(ex))
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:

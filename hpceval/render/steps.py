@@ -13,12 +13,14 @@ from hpceval.config import ResolvedConfig, ResolvedTask
 from hpceval.config.auxiliary import has_reference
 from hpceval.config.checks import env_reference, literal_env
 from hpceval.config.errors import ConfigError
+from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
 from hpceval.engines import engine_for
 from hpceval.render import aux_job
 from hpceval.render.quoting import ShellCode, passed_env, var
 from hpceval.runtimes import runtime_for
+from hpceval.runtimes.base import SiteOptions
 
 ENDPOINT_PATHS = {"chat": "/chat/completions", "vlm": "/chat/completions",
                   "completions": "/completions", "embedding": "/embeddings"}
@@ -97,8 +99,13 @@ def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str]) ->
         binds.append(bind(ex.dataset_dir, "execution.dataset_dir", "ro"))
     for i, extra in enumerate(ex.extra_binds):
         binds.append(checked_extra_bind(extra, f"execution.extra_binds[{i}]"))
-    return runtime_for(ex.container_runtime).harness_runner(image, task_dir, binds, env_names,
-                                                            gpus=rt.task.needs_gpu)
+    return runtime_for(ex.container_runtime).harness_runner(
+        image, task_dir, binds, env_names, gpus=rt.task.needs_gpu, site=site_options(ex))
+
+
+def site_options(ex: ExecutionSpec) -> SiteOptions:
+    """The profile's runtime settings (docker/podman: run options a site imposes, GPU flags)."""
+    return SiteOptions(tuple(ex.container_options), tuple(ex.container_gpu_flags))
 
 
 def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,

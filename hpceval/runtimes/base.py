@@ -8,10 +8,24 @@ one. A new runtime is one module in this package plus its tests.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from hpceval.shell import LineStart, ShellCode
+
+
+@dataclass(frozen=True)
+class SiteOptions:
+    """What a site (or a sandbox) imposes on a runtime's command line, from the profile:
+    ``execution.container_options`` and ``execution.container_gpu_flags``. Runtimes whose
+    command line has no room for them (apptainer's defaults) ignore them."""
+
+    options: tuple[str, ...] = ()
+    gpu_flags: tuple[str, ...] = ()
+
+
+NO_SITE = SiteOptions()
 
 
 class Runtime:
@@ -25,6 +39,7 @@ class Runtime:
     # Prefix of a variable passed into the container (--cleanenv drops the rest).
     env_prefix: ClassVar[str] = ""
     image_suffix: ClassVar[str] = ".sif"  # the staged image file a job runs
+    staged_files: ClassVar[bool] = True  # False: images live in the runtime's own store
     staged_kind: ClassVar[str] = "SIF"  # what that file is called in messages
     pull_tool: ClassVar[str] = ""  # the program `hpceval stage` pulls with (default: name)
 
@@ -33,9 +48,11 @@ class Runtime:
         return sif.removesuffix(".sif") + self.image_suffix
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
-                      cache: ShellCode | None = None) -> list[Any]:
+                      cache: ShellCode | None = None, env_names: list[str] | None = None,
+                      site: SiteOptions = NO_SITE) -> list[Any]:
         """Words before a server's command line: ``<tool> exec ... IMAGE``; ``cache``: the
-        servers' cache folder (bound at the same path)."""
+        servers' cache folder (bound at the same path); ``env_names``: the variables the
+        server environment sets (apptainer passes them by env_prefix instead)."""
         argv: list[Any] = [self.name, "exec"]
         if gpus:
             argv.append("--nv")
@@ -51,7 +68,8 @@ class Runtime:
         return []
 
     def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
-                       env_names: list[str], *, gpus: bool) -> list[Any]:
+                       env_names: list[str], *, gpus: bool,
+                       site: SiteOptions = NO_SITE) -> list[Any]:
         """Words before a harness's command: the task directory is bound and its workdir."""
         argv: list[Any] = [self.name, "exec", "--cleanenv"]
         if gpus:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from hpceval.images import DOCKER, pyxis_reference
 from hpceval.runtimes import register
-from hpceval.runtimes.base import Runtime
+from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions
 from hpceval.shell import ShellCode, env_name, joined
 
 
@@ -71,7 +71,8 @@ class Pyxis(Runtime):
     pull_over_file: ClassVar[bool] = False  # enroot import refuses to write over a file
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
-                      cache: ShellCode | None = None) -> list[Any]:
+                      cache: ShellCode | None = None, env_names: list[str] | None = None,
+                      site: SiteOptions = NO_SITE) -> list[Any]:
         return []  # the image and binds are srun's options then: server_srun
 
     def server_srun(self, image: str, binds: list[str], env_names: list[str],
@@ -81,7 +82,8 @@ class Pyxis(Runtime):
                                env_names)
 
     def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
-                       env_names: list[str], *, gpus: bool) -> list[Any]:
+                       env_names: list[str], *, gpus: bool,
+                       site: SiteOptions = NO_SITE) -> list[Any]:
         # GPUs: pyxis's enroot hooks expose the step's own
         mounts = [mount([task_dir]), *(mount(bind_parts(b)) for b in binds)]
         return [*HARNESS_STEP, *container_flags(image, mounts, env_names, workdir=task_dir)]
