@@ -1,5 +1,6 @@
-"""container_runtime docker (podman, the same command line, is runtimes/podman.py): ``<tool> run --rm`` with ``-v``
-binds, ``-e NAME`` for every variable a step passes, and the host's network.
+"""container_runtime docker (podman, the same command line, is runtimes/podman.py):
+``<tool> run --rm`` with ``-v`` binds, ``-e NAME`` for every variable a step passes, and the
+host's network.
 
 NeMo Evaluator's local executor runs servers and harnesses this way. Differences from
 apptainer that the rendered lines carry:
