@@ -195,3 +195,19 @@ def test_local_gpus_unknown_and_slurm(tmp_path: Path, monkeypatch: pytest.Monkey
     slurm = LOCAL_VLLM.replace("execution: local", "execution: slurm/default")
     with pytest.raises(ConfigError, match=r"execution.gpus_per_node: is auto.*only for execution"):
         _load(tmp_path, slurm, "execution.gpus_per_node=auto")
+
+
+def test_local_examples_run_in_docker_as_nels_local_executor(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """NEL's local executor runs the server and the harnesses with `docker run`: so does
+    container_runtime docker (or podman)."""
+    monkeypatch.chdir(tmp_path)
+    example = Path(__file__).parents[1] / "data/nel_examples/nemotron/local_qwen3-30b-a3b-base.yaml"
+    result = CliRunner().invoke(cli, ["render", str(example),
+                                      "-o", "execution.container_runtime=docker"])
+    assert result.exit_code == 0, result.output
+    server, harness = result.stdout.split("  docker run")[1:3]
+    assert "--gpus all" in server and "vllm/vllm-openai:v0.11.0 \\\n    vllm serve" in server
+    assert "-e VLLM_API_KEY" in server and "docker://" not in server
+    assert "-e HF_TOKEN" in harness and "eval-factory/lm-evaluation-harness:26.03" in harness
