@@ -184,11 +184,21 @@ def config_dict(resolved: ResolvedConfig) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """redacted(dataclasses.asdict(value)) in one pass: asdict's generic deep copy was a
-    fifth of a sweep's submit. The config holds dataclasses, dicts, lists and scalars."""
-    if isinstance(value, str):
-        return redacted(value)
+    fifth of a sweep's submit. The config holds dataclasses, dicts, lists and scalars; the
+    exact types come first (the common case), subclasses fall through to isinstance."""
+    kind = type(value)
+    if kind is str:
+        return redacted(value) if "@" in value else value
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, str):
+        return redacted(value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -196,6 +206,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     return value if isinstance(value, (int, float, type(None))) else copy.deepcopy(value)
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 @functools.cache
