@@ -246,6 +246,56 @@ def test_b_report_reads_lm_evals_own_samples(hpceval_run: HpcevalRun) -> None:
         assert sample.prompt and sample.file.startswith("harness/")
 
 
+def test_b_intervals_and_paired_test_on_lm_evals_samples(hpceval_run: HpcevalRun) -> None:
+    """lm-eval's own sample files, where the answer key says what each item scored: the
+    Wilson interval and McNemar's test equal statsmodels' on the counts the key gives."""
+    from statsmodels.stats.contingency_tables import mcnemar
+    from statsmodels.stats.proportion import proportion_confint
+
+    from hpceval.results.paired import paired_comparison, read_item_scores
+    from hpceval.results.stats import interval_for_scores
+
+    kinds = [answer_key.behaviour(i) for i in answer_key.load_items()]
+    strict, loose, wrong = (kinds.count(k) for k in ("strict", "loose", "wrong"))
+    task_dir = str(hpceval_run.task_dir)
+    a = read_item_scores(task_dir, "exact_match", "strict-match")
+    b = read_item_scores(task_dir, "exact_match", "flexible-extract")
+    assert len(a.scores) == len(b.scores) == 100
+    interval = interval_for_scores(list(a.scores.values()))
+    assert interval is not None and interval.method == "Wilson"
+    assert (interval.low, interval.high) == pytest.approx(
+        proportion_confint(strict, 100, method="wilson"), abs=1e-12)
+    # strict-match against flexible-extract on the same items: B gains exactly the loose ones
+    paired = paired_comparison(a, b)
+    assert paired is not None and paired.discordant == (0, loose) and paired.n == 100
+    theirs = mcnemar([[strict, 0], [loose, wrong]], exact=True).pvalue
+    assert paired.p_value == pytest.approx(float(theirs), rel=1e-12)
+    assert a.unparsable == loose and b.unparsable == 0  # strict-match: "[invalid]"
+
+
+def test_b_flags_on_lm_evals_samples(hpceval_run: HpcevalRun, tmp_path: Path) -> None:
+    """The loose items' strict-match records, as lm-eval wrote them, are all 0 and all
+    [invalid]; with limit_samples 100 asked, their count is flagged too."""
+    from hpceval.results.flags import task_flags
+
+    [path] = (hpceval_run.task_dir / "harness").rglob(f"samples_{TASK_NAME}_*.jsonl")
+    kept = [line for line in path.read_text().splitlines()
+            if json.loads(line)["filter"] == "strict-match"
+            and json.loads(line)["filtered_resps"] == ["[invalid]"]]
+    assert kept
+    task_dir = tmp_path / "models" / MODEL / "tasks" / QUALIFIED
+    (task_dir / "harness" / MODEL).mkdir(parents=True)
+    (task_dir / "harness" / MODEL / path.name).write_text("\n".join(kept) + "\n")
+    (tmp_path / "models" / MODEL / "run.yaml").write_text(
+        "evaluation: {params: {limit_samples: 100}}\n")
+    flags = {f.code: f.message for f in task_flags(str(task_dir), QUALIFIED, "exact_match",
+                                                   "strict-match", 100)}
+    assert set(flags) == {"all-zero", "all-unparsable", "count"}
+    assert f"scored {TASK_NAME}: {len(kept)}" in flags["count"]
+    assert task_flags(str(hpceval_run.task_dir), QUALIFIED, "exact_match", "strict-match",
+                      100) == []  # the full run: no flag
+
+
 def test_c_collect_never_overwrites_a_done_task(hpceval_run: HpcevalRun) -> None:
     task_dir = hpceval_run.task_dir
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in task_dir.iterdir()
