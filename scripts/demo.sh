@@ -99,6 +99,12 @@ hpceval results --run "$inv" --leaderboard
 hpceval results "$inv" --cost
 hpceval results "$inv" --html "$DEMO/report.html" >/dev/null
 echo "HTML report (what was run, comparison, GPU-hours, per-sample answers): $DEMO/report.html"
+echo; echo "the two models compared item by item (paired tests on lm-eval's sample files):"
+hpceval compare "$inv:smollm2-fp32" "$inv:smollm2-bf16"
+printf 'max_drop: 0.1   # bf16 may score at most 0.1 below fp32 on each task\n' >"$DEMO/gate.yaml"
+gate_rc=0
+hpceval gate --policy "$DEMO/gate.yaml" "$inv:smollm2-fp32" "$inv:smollm2-bf16" || gate_rc=$?
+echo "hpceval gate exit status: $gate_rc (0 GO, 1 NO-GO, 3 INCONCLUSIVE: 10 items decide little)"
 state=$(hpceval status "$inv" --json | python -c 'import json, sys
 runs = json.load(sys.stdin)
 print(runs[0]["state"] if runs else "unknown")')
