@@ -83,7 +83,8 @@ def _prepare(path: str, raw: bytes, interceptors: Interceptors) -> Prepared | No
 class ProxyServer:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.balancer = Balancer(config.upstreams, external=config.external_upstream)
+        self.balancer = Balancer(config.upstreams, external=config.external_upstream,
+                                 pids=config.upstream_pids)
         self.progress = Progress(config.expected_requests)
         self.interceptors = build_interceptors(config.interceptors)
         self.request_log = RequestLog(config.request_log_path, config.log_requests)

@@ -1,9 +1,14 @@
 """Least-outstanding-requests balancing over model server instances, with down-marking and re-probe.
 
-An instance that refuses or drops connections is marked down at once and skipped. One whose
-request timed out is only *suspected*: a slow but healthy vLLM under load must not be taken out of
-rotation (that would turn overload into 503s), so it is marked down only if its /health also fails.
-A background task re-probes instances that are down and puts them back when /health answers 200.
+An instance that refuses connections is marked down at once and skipped. One whose request
+timed out or whose connection dropped is only *suspected*: a slow but healthy vLLM under load
+(or a keep-alive connection it was closing) must not be taken out of rotation, so it is marked
+down only if its /health also fails.
+
+An instance the job launched is down for good once marked down, and at once when a process the
+job started for it has exited (`proxy_liveness`): a 200 on its port may come from another uid
+that took the port (review F1), and the job token must never go there. Only an API outside the
+job (`external`) is re-probed in the background and put back when it answers.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 import aiohttp
 
+from hpceval.job.proxy_liveness import all_alive
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 5.0
@@ -23,10 +30,10 @@ PROBE_TIMEOUT_S = 5.0
 class Instance:
     """One upstream model server and what the proxy knows about it."""
 
-    __slots__ = ("done", "down_since", "failures", "last_error", "outstanding", "probing", "up",
-                 "url")
+    __slots__ = ("done", "down_since", "failures", "last_error", "outstanding", "pids", "probing",
+                 "up", "url")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pids: tuple[int, ...] = ()) -> None:
         # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
         # same server, and keeping /v1 would send requests to /v1/v1/... and probes to /v1/health.
         url = url.rstrip("/")
@@ -38,6 +45,7 @@ class Instance:
         self.last_error: str | None = None
         self.down_since: float | None = None
         self.probing = False
+        self.pids = pids  # the job's processes for this instance; () = not known (external)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -54,8 +62,10 @@ class Instance:
 class Balancer:
     """Picks instances; `release` must follow every `pick` that returned an instance."""
 
-    def __init__(self, urls: tuple[str, ...] | list[str], external: bool = False) -> None:
-        self.instances = [Instance(u) for u in urls]
+    def __init__(self, urls: tuple[str, ...] | list[str], external: bool = False,
+                 pids: tuple[tuple[int, ...], ...] = ()) -> None:
+        self.instances = [Instance(u, pids[i] if i < len(pids) else ())
+                          for i, u in enumerate(urls)]
         self.external = external  # an API outside the job: probed without /health
         self._next = 0  # rotating start, so ties do not all land on the first instance
         self._tasks: set[asyncio.Task[None]] = set()
@@ -67,6 +77,8 @@ class Balancer:
         self._next = (start + 1) % n
         for i in range(n):
             inst = self.instances[(start + i) % n]
+            if inst.up and not self.still_launched(inst):
+                continue
             if inst.up and (best is None or inst.outstanding < best.outstanding):
                 best = inst
         if best is not None:
@@ -77,6 +89,15 @@ class Balancer:
         inst.outstanding -= 1
         if ok:
             inst.done += 1
+
+    def still_launched(self, inst: Instance) -> bool:
+        """False (and down for good) once a process the job started for `inst` has exited:
+        whatever answers on its port now is not the job's server."""
+        if not inst.pids or all_alive(inst.pids):
+            return True
+        inst.failures += 1
+        self._set_down(inst, "its server process exited; not trusting its port again")
+        return False
 
     def any_up(self) -> bool:
         return any(i.up for i in self.instances)
@@ -93,6 +114,8 @@ class Balancer:
             log.warning("upstream %s marked down: %s", inst.url, reason)
 
     def mark_up(self, inst: Instance) -> None:
+        if not self.external:  # a job's own server never comes back (see the module doc)
+            return
         if not inst.up:
             log.warning("upstream %s is back (answered its probe)", inst.url)
         inst.up = True
@@ -127,8 +150,9 @@ class Balancer:
             inst.probing = False
 
     async def run_prober(self, session: aiohttp.ClientSession, interval: float) -> None:
-        """Forever: re-probe the instances that are down (cancelled at shutdown)."""
-        while True:
+        """Forever: re-probe the instances that are down (cancelled at shutdown); external
+        upstreams only: the job's own servers are down for good."""
+        while self.external:
             await asyncio.sleep(interval)
             down = [i for i in self.instances if not i.up and not i.probing]
             try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hpceval.interceptors import chain_from_json
 from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig
+from hpceval.job.proxy_liveness import parse_pids
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "waits for it, not for whatever answers on the port)")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
                    help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
+    p.add_argument("--upstream-pids", action="append", default=[], metavar="PID[,PID...]",
+                   help="the processes the job started for each --upstream, in the same "
+                        "order: once one has exited the instance is down for good, whatever "
+                        "answers on its port")
     p.add_argument("--cache-dir", type=Path, required=True,
                    help="response cache directory on shared storage")
     p.add_argument("--progress-file", type=Path, required=True, help="progress JSON to write")
@@ -82,7 +87,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, api_key=api_key, upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream,
-        budget=args.budget)
+        budget=args.budget,
+        upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))
 
 
 def _secret(name: str | None, option: str) -> str | None:

@@ -37,6 +37,9 @@ class ProxyConfig:
     # The upstream is an API outside the job (deployment.type none): it has no /health, so a
     # down-marked one is re-probed with GET /v1/models, and any answer below 500 means it is up.
     external_upstream: bool = False
+    # Per upstream (same order): the pids of the processes the job started for it. An instance
+    # whose process exited is down for good (proxy_liveness); () = not given (external, tests).
+    upstream_pids: tuple[tuple[int, ...], ...] = ()
     progress_interval: float = 2.0
     probe_interval: float = 2.0  # how often instances marked down are re-probed via /health
     cache_fsync_every: int = 256  # fsync the shard after this many new entries ...
@@ -69,6 +72,9 @@ class ProxyConfig:
         for url in self.upstreams:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"upstream {url!r} is not an http(s) URL")
+        if self.upstream_pids and len(self.upstream_pids) != len(self.upstreams):
+            raise ValueError(f"{len(self.upstream_pids)} --upstream-pids for "
+                             f"{len(self.upstreams)} --upstream: give one per upstream")
         if self.max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         if self.request_timeout <= 0 or self.connect_timeout <= 0:

@@ -143,11 +143,16 @@ class Forwarder:
             if not stream:
                 status, content_type, body = await self.http.request(
                     inst.url, method, path_qs, data, headers, self.config.request_timeout)
+                if not self.balancer.still_launched(inst):
+                    return _lost(inst)  # its server exited while it was asked: not its answer
                 ok = status < 500
                 return Answer(status, body, content_type)
             resp = await self.session.request(
                 method, inst.url + path_qs, data=data, headers=headers,
                 timeout=self._stream_timeout)
+            if not self.balancer.still_launched(inst):
+                resp.release()
+                return _lost(inst)
             if resp.status < 300:
                 ok = checked_out = True
                 return Answer(resp.status, b"", _content_type(resp.headers), resp, inst)
@@ -194,6 +199,10 @@ def site_proxy_for(url: str) -> str | None:
     if not proxy or bypass(parts.netloc, proxies):
         return None
     return proxy
+
+
+def _lost(inst: Instance) -> _Failed:
+    return _Failed(502, f"{inst.url}: its server process exited", free=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -106,9 +106,12 @@ async def test_all_upstreams_dead_gives_503_with_reason_in_progress(
     assert [i["state"] for i in progress["instances"]] == ["down", "down"]
 
 
-async def test_down_instance_comes_back_after_health_probe(make_config: MakeConfig) -> None:
+async def test_down_external_upstream_comes_back_after_its_probe(make_config: MakeConfig) -> None:
+    """Only an API outside the job comes back; a job's own server is down for good (its port
+    may be someone else's now: test_proxy_liveness)."""
     up = FakeUpstream()
-    async with running_upstreams(up) as urls, running_proxy(make_config(urls)) as (server, _):
+    async with running_upstreams(up) as urls, \
+            running_proxy(make_config(urls, external_upstream=True)) as (server, _):
         inst = server.balancer.instances[0]
         server.balancer.mark_down(inst, "test")
         for _ in range(100):

@@ -1,0 +1,127 @@
+"""Review F1: a job-launched server that exits mid-task must not be replaced by whoever takes
+its port. The proxy is given the pids of the processes the job started for each instance; once
+one has exited (a zombie included), the instance is down for good: no request, no token and no
+probe goes to its port, nothing it answers is cached, and it never comes back. Here the fake
+upstream keeps listening after the "server process" (a real child process) is killed: it plays
+the other uid that bound the port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
+
+from hpceval.job.proxy_balancer import Balancer
+from hpceval.job.proxy_cli import build_parser, config_from_args
+from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy_liveness import alive, parse_pids
+
+MakeConfig = Callable[..., ProxyConfig]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+async def _post(base: str, body: dict[str, object]) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.post(base + "/v1/chat/completions",
+                                                    json=body) as r:
+        return r.status, await r.text()
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+async def test_a_server_whose_process_exited_is_down_for_good_whatever_answers_its_port(
+        make_config: MakeConfig, tmp_path: Path, reaped: bool) -> None:
+    server_process = subprocess.Popen(["sleep", "300"])
+    port_owner = FakeUpstream(reply=lambda _b, n: f"answer {n}")
+    try:
+        async with running_upstreams(port_owner) as urls:
+            config = make_config(urls, upstream_pids=((server_process.pid,),),
+                                 upstream_api_key="job-token", max_retries=1)
+            async with running_proxy(config) as (server, base):
+                status, _ = await _post(base, chat("before"))
+                assert status == 200 and port_owner.hits == 1
+                os.kill(server_process.pid, signal.SIGKILL)
+                if reaped:
+                    server_process.wait()
+                else:
+                    while _state(server_process.pid) != "Z":
+                        await asyncio.sleep(0.01)
+                port_owner.reply = lambda _b, n: "ATTACKER CONTROLLED ANSWER"
+                status, text = await _post(base, chat("after"))
+                await asyncio.sleep(0.3)  # several probe intervals: it must not come back
+                (inst,) = server.balancer.instances
+                server.balancer.mark_up(inst)
+                assert not inst.up and "server process exited" in (inst.last_error or "")
+                health = await asyncio.wait_for(_health(base), 5)
+        assert status == 503 and "ATTACKER" not in text, text
+        assert health == 503
+        assert port_owner.hits == 1  # nothing (and no token) went to the port again
+        assert [h.get("Authorization") for h in port_owner.headers] == ["Bearer job-token"]
+        shards = sorted((tmp_path / "cache").glob("shard-*.jsonl"))
+        stored = b"".join(p.read_bytes() for p in shards)
+        assert b"ATTACKER" not in stored and stored.count(b"\n") == 1
+        progress = json.loads((tmp_path / "progress.json").read_text())
+        assert [i["state"] for i in progress["instances"]] == ["down"]
+    finally:
+        server_process.kill()
+        server_process.wait()
+
+
+async def _health(base: str) -> int:
+    async with aiohttp.ClientSession() as s, s.get(base + "/health") as r:
+        return r.status
+
+
+async def test_an_answer_that_arrives_after_its_server_exited_is_not_passed_on(
+        make_config: MakeConfig, tmp_path: Path) -> None:
+    """The server exits while the request is out: what comes back on its port is not its."""
+    server_process = subprocess.Popen(["sleep", "300"])
+    port_owner = FakeUpstream(delay=0.5, reply=lambda _b, n: "ATTACKER CONTROLLED ANSWER")
+    try:
+        async with running_upstreams(port_owner) as urls:
+            config = make_config(urls, upstream_pids=((server_process.pid,),), max_retries=0)
+            async with running_proxy(config) as (_, base):
+                pending = asyncio.ensure_future(_post(base, chat("in flight")))
+                while port_owner.hits == 0:
+                    await asyncio.sleep(0.01)
+                server_process.kill()
+                server_process.wait()
+                status, text = await pending
+        assert status in (502, 503) and "ATTACKER" not in text, text
+        assert not list((tmp_path / "cache").glob("shard-*.jsonl")) or b"ATTACKER" not in b"".join(
+            p.read_bytes() for p in (tmp_path / "cache").glob("shard-*.jsonl"))
+    finally:
+        server_process.kill()
+        server_process.wait()
+
+
+def test_external_upstreams_still_come_back_and_a_job_server_does_not() -> None:
+    for external, back in ((True, True), (False, False)):
+        balancer = Balancer(["http://a:1"], external=external)
+        (inst,) = balancer.instances
+        balancer.mark_down(inst, "refused")
+        balancer.mark_up(inst)
+        assert inst.up is back
+
+
+def test_pids_are_given_per_upstream_and_checked() -> None:
+    args = build_parser().parse_args([
+        "--port", "0", "--upstream", "http://a:1", "--upstream", "http://b:1",
+        "--upstream-pids", "10,11",
+        "--upstream-pids", "12", "--cache-dir", "c", "--progress-file", "p"])
+    assert config_from_args(args).upstream_pids == ((10, 11), (12,))
+    with pytest.raises(ValueError, match="one per upstream"):
+        ProxyConfig(upstreams=("http://a:1", "http://b:1"), upstream_pids=((10,),))
+    for bad in ("", "x", "1", "3,-4"):
+        with pytest.raises(ValueError, match="--upstream-pids"):
+            parse_pids(bad)
+    assert alive(os.getpid()) and not alive(2 ** 22 + 7)
