@@ -153,7 +153,12 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         spec_issues,
     )
     from hpceval.config.auxiliary import reference_issues
-    from hpceval.config.checks import expand_paths, load_fit_notes, semantic_issues
+    from hpceval.config.checks import (
+        expand_paths,
+        image_version_findings,
+        load_fit_notes,
+        semantic_issues,
+    )
     from hpceval.config.nemo_forms import bare_host_names, local_gpus
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
@@ -171,8 +176,9 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     # An explicit data_parallel_size beside a judge's slice of the node sizes the model's part
     # of it: the node is not shrunk to the model's GPUs (the judge needs the rest).
     spec, layout_notes, issues = (spec, [], []) if slice_gpus(spec) else fit_explicit_layout(spec)
-    composed.notes += layout_notes + load_fit_notes(spec)
-    issues += semantic_issues(spec, env if check_environment else None)
+    version_notes, version_issues = image_version_findings(spec)
+    composed.notes += layout_notes + load_fit_notes(spec) + version_notes
+    issues += version_issues + list(semantic_issues(spec, env if check_environment else None))
     aux_issues = spec_issues(spec)
     issues += aux_issues + reference_issues(spec)
     issues += env_issues(spec, env if check_environment else None)

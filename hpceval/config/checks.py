@@ -248,3 +248,32 @@ def load_fit_notes(spec: RunSpec) -> list[str]:
             f"(raise execution.walltime, or lower {where}.health_timeout)"
             for where, dep in served
             if engine_for(dep.type).serves and dep.health_timeout + ex.signal_seconds > wall * 60]
+
+
+def image_version_findings(spec: RunSpec) -> tuple[list[str], list[ConfigIssue]]:
+    """A vllm-openai image tag other than the release the flags are checked against: a note;
+    one without a flag every vLLM job renders: a refusal naming the flag."""
+    from hpceval.engines import engine_for
+    from hpceval.engines.vllm import FLAG_SINCE, Vllm, image_version
+    from hpceval.render.job import VLLM_VERSION
+
+    target = tuple(int(x) for x in VLLM_VERSION.split("."))
+    notes: list[str] = []
+    issues: list[ConfigIssue] = []
+    served = [("deployment", spec.deployment)] + [
+        (f"auxiliary_deployments.{name}", aux)
+        for name, aux in spec.auxiliary_deployments.items()]
+    for where, dep in served:
+        version = image_version(dep.image)
+        if not isinstance(engine_for(dep.type), Vllm) or version is None or version == target:
+            continue
+        shown = ".".join(map(str, version))
+        notes.append(f"{where}.image is vLLM {shown}, but the server flags are checked against "
+                     f"vLLM {VLLM_VERSION}'s parser: a flag or default that changed in between "
+                     f"fails only on the node (an image of {VLLM_VERSION} avoids it)")
+        issues += [ConfigIssue(f"{where}.image", f"vLLM {shown} has no {flag} (it came with "
+                               f"{'.'.join(map(str, since))}), which every vLLM job passes",
+                               f"use a vllm-openai image of {'.'.join(map(str, since))} or "
+                               f"later, e.g. v{VLLM_VERSION}")
+                   for flag, since in FLAG_SINCE.items() if version < since]
+    return notes, issues

@@ -71,6 +71,13 @@ class ExecutionSpec:
     cpus_per_task: int | None = key(None, "CPUs for the job's main task (--cpus-per-task)")
     mem: str | None = key(None, "memory per node (--mem), e.g. 0 (all) or 480G")
     exclusive: bool = key(False, "request whole nodes (--exclusive)")
+    cpus_per_gpu: int | None = key(
+        8, "--cpus-per-gpu when GPUs are requested and cpus_per_task is null (Slurm's default "
+        "is one CPU for the whole job where the site sets no DefCpuPerGPU); null: none",
+        minimum=1)
+    mem_per_gpu: str | None = key(
+        "64G", "--mem-per-gpu when GPUs are requested and mem is null (exclusive jobs get "
+        "--mem=0, all of the node, instead); null: the site's default memory")
     job_name: str | None = key(None, "job name; default hpceval-<model>")
     sbatch_comment: str | None = key(None, "--comment, e.g. to exempt long loads from reapers")
     sbatch_extra_flags: dict[str, Any] = key(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from hpceval.engines import register
@@ -46,3 +47,19 @@ class Vllm(Engine):
             if rank > 0:
                 return [*argv, "--headless", *dep.extra_args]
         return [*argv, "--port", var("PORT"), *dep.extra_args]
+
+
+# The vLLM release of a vllm-openai image, from its tag or a staged file named after it
+# (vllm-openai_v0.32.0.sif): the flags above are checked against VLLM_VERSION's parser only.
+IMAGE_TAG = re.compile(r"vllm-openai[:_]v?(\d+)\.(\d+)(?:\.(\d+))?")
+# The first release with a flag every vLLM job renders, where a source says so:
+# --enable-tokenizer-info-endpoint came with vllm-project/vllm#20575 (opened 2025-07-07, the
+# day before 0.9.2), so no release before 0.10.0 has it.
+FLAG_SINCE = {"--enable-tokenizer-info-endpoint": (0, 10, 0)}
+
+
+def image_version(image: str | None) -> tuple[int, int, int] | None:
+    match = IMAGE_TAG.search(image or "")
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), int(match[3] or 0)

@@ -67,6 +67,31 @@ def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: i
             HeaderLine("no-requeue", None)]
 
 
+GPU_FLAGS = ("gpus-per-node", "gres")  # the gpu_request styles that put GPUs in the header
+_CPU_FLAGS = frozenset({"cpus-per-task", "cpus-per-gpu"})
+_MEM_FLAGS = frozenset({"mem", "mem-per-gpu", "mem-per-cpu"})
+
+
+def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[HeaderLine]:
+    """CPUs and memory for a GPU job that names neither: without them Slurm gives one CPU and
+    DefMemPerCPU (often a few GB) to a whole vLLM server, which then crawls or is OOM-killed."""
+    if not requested_gpus:
+        return []
+    lines = []
+    extra = set(ex.sbatch_extra_flags)
+    if ex.cpus_per_task is None and ex.cpus_per_gpu is not None and not extra & _CPU_FLAGS:
+        lines.append(HeaderLine("cpus-per-gpu", str(ex.cpus_per_gpu),
+                                "execution.cpus_per_gpu (cpus_per_task is null)"))
+    if ex.mem is None and not extra & _MEM_FLAGS:
+        if ex.exclusive:
+            lines.append(HeaderLine("mem", "0", "whole nodes: all of their memory"))
+        elif ex.mem_per_gpu is not None:
+            lines.append(HeaderLine("mem-per-gpu", sbatch_value(ex.mem_per_gpu,
+                                                                "execution.mem_per_gpu"),
+                                    "execution.mem_per_gpu (mem is null)"))
+    return lines
+
+
 def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLine]:
     ex = spec.execution
     lines: list[HeaderLine] = []
@@ -96,6 +121,7 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
         add("gres", f"gpu:{typed}", "execution.gpu_type")
     add("cpus-per-task", ex.cpus_per_task, "execution.cpus_per_task")
     add("mem", ex.mem, "execution.mem")
+    lines += _per_gpu_defaults(ex, requested_gpus=gpus > 0 and ex.gpu_request in GPU_FLAGS)
     if ex.exclusive:
         lines.append(HeaderLine("exclusive", None, "whole nodes: no other job shares them"))
     add("comment", ex.sbatch_comment, "execution.sbatch_comment")

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from render_helpers import RenderFn
+import pytest
+from render_helpers import RenderFn, resolve
 
+from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.render.header import HeaderLine, cpu_job_lines
 
@@ -93,3 +95,56 @@ def test_a_failed_module_load_fails_the_job_naming_the_module(render: RenderFn,
     failure = (tmp_path / "job-failure").read_text()
     assert failure.startswith("module load cuda/12.4 failed on ")
     assert "module_init" in failure and "pre-commands-ran" not in proc.stdout
+
+
+def header(script: str) -> list[str]:
+    return [line.split("#", 2)[1].strip() for line in script.splitlines()
+            if line.startswith("#SBATCH")]
+
+
+def test_a_gpu_job_without_cpus_or_memory_gets_them_per_gpu(render: RenderFn) -> None:
+    lines = header(render("slurm", RUN))
+    assert "SBATCH --cpus-per-gpu=8" in lines and "SBATCH --mem-per-gpu=64G" in lines
+    assert not any(x.startswith(("SBATCH --cpus-per-task", "SBATCH --mem=")) for x in lines)
+
+
+def test_explicit_cpus_memory_or_whole_nodes_win(render: RenderFn) -> None:
+    lines = header(render("slurm", RUN, ["execution.cpus_per_task=64", "execution.mem=480G"]))
+    assert "SBATCH --cpus-per-task=64" in lines and "SBATCH --mem=480G" in lines
+    assert not any("per-gpu" in x for x in lines)
+    exclusive = header(render("slurm", RUN, ["execution.exclusive=true"]))
+    assert "SBATCH --exclusive" in exclusive and "SBATCH --mem=0" in exclusive
+    assert "SBATCH --cpus-per-gpu=8" in exclusive
+    off = header(render("slurm", RUN, ["execution.cpus_per_gpu=null",
+                                       "execution.mem_per_gpu=null"]))
+    assert not any("per-gpu" in x or x.startswith("SBATCH --mem") for x in off)
+
+
+def test_no_per_gpu_request_without_gpus(render: RenderFn) -> None:
+    external = {"deployment": {"type": "none"}, "target": {"api_endpoint": {
+        "url": "https://api.example.org/v1/chat/completions", "model_id": "m"}},
+        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
+    lines = header(render("slurm", external, ["execution.gpus_per_node=0"]))
+    assert not any("per-gpu" in x for x in lines)
+
+
+def test_an_image_of_another_vllm_release_is_noted(tmp_path: Path) -> None:
+    old = resolve("slurm", {**RUN, "deployment": {
+        **RUN["deployment"], "image": "docker://vllm/vllm-openai:v0.15.1"}}, tmp_path)
+    notes = [n for n in old.composed.notes if "deployment.image is vLLM" in n]
+    assert len(notes) == 1 and "vLLM 0.15.1" in notes[0] and "0.32.0's parser" in notes[0]
+    staged = resolve("slurm", {**RUN, "deployment": {
+        **RUN["deployment"], "image": "/sif/vllm-openai_v0.13.0.sif"}}, tmp_path)
+    assert any("vLLM 0.13.0" in n for n in staged.composed.notes)
+    same = resolve("slurm", {**RUN, "deployment": {
+        **RUN["deployment"], "image": "docker://vllm/vllm-openai:v0.32.0"}}, tmp_path)
+    assert not any("deployment.image is vLLM" in n for n in same.composed.notes)
+
+
+def test_an_image_without_a_rendered_flag_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve("slurm", {**RUN, "deployment": {
+            **RUN["deployment"], "image": "docker://vllm/vllm-openai:v0.9.2"}}, tmp_path)
+    text = str(err.value)
+    assert "deployment.image" in text and "--enable-tokenizer-info-endpoint" in text
+    assert "0.10.0 or later" in text
