@@ -157,3 +157,22 @@ def test_report_shows_corrected_intervals_and_paired_verdicts(two_models: Path) 
     assert "(Wilson)" in page and "± " not in page
     assert "paired McNemar exact on 60 items" in page
     assert "model-01 is ahead" in page
+
+
+def test_unknown_side_is_a_clear_error(two_models: Path, tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["compare", f"{two_models}:model-00", "no-such-model",
+                                   "--output-dir", str(tmp_path / "out")])
+    assert out.exit_code == 2 and "'no-such-model' is no known run" in out.output
+    out = CliRunner().invoke(cli, ["compare", f"{two_models}:model-00", f"{two_models}:nope"])
+    assert out.exit_code == 2 and "no finished task of model 'nope'" in out.output
+
+
+def test_gate_is_no_go_when_b_lacks_a_task(two_models: Path, tmp_path: Path) -> None:
+    partial = submit(tmp_path / "partial", 1)
+    scored(partial, "solo", ONE, FIXED)  # ut_two never finished
+    out = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, max_drop=0.5)),
+                                   f"{two_models}:model-00", str(partial), "--json"])
+    assert out.exit_code == 1, out.output
+    tasks = {t["task"]: t for t in json.loads(out.output)["tasks"]}
+    assert tasks[ONE]["decision"] == "GO"
+    assert tasks[TWO]["decision"] == "NO-GO" and tasks[TWO]["reason"] == "finished in A, not in B"
