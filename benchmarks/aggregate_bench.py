@@ -43,11 +43,11 @@ from report_json import (
 )
 
 from hpceval.results.report import html_report
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import finalize_task
 from hpceval.results.table import leaderboard, parquet_available, render, results_frame
 from hpceval.runs.registry import register_run
 from hpceval.storage import atomic_write_json
+from hpceval.tasks.result import Metric, TaskResult
 
 HARNESS = "lm-evaluation-harness"
 NAIVE = "naive json.load loop"

@@ -5,7 +5,8 @@
 #
 # On a fresh Debian 12/13 machine as root it: installs the system packages the tests need
 # (apt), creates .venv, installs hpceval with its `test` extra, starts the local Slurm dev
-# cluster (scripts/slurm/start-cluster.sh), then runs ruff, mypy and pytest (all tests,
+# cluster (scripts/slurm/start-cluster.sh), then runs ruff, mypy, the import contract
+# (lint-imports) and pytest (all tests,
 # including the `slurm`-marked ones against the real cluster), and the `pyversions`-marked tests
 # on Python 3.10 and 3.13 where pyenv has them. The cluster's start and the vLLM, SmolLM2,
 # eval-factory and other-Python venv installs run in the background beside ruff and mypy (their
@@ -188,6 +189,9 @@ start_phase pyvenvs other_python_venvs
 export PATH="$VENV/bin:$PATH"
 phase ruff "$VENV/bin/ruff" check hpceval tests scripts benchmarks
 phase mypy "$VENV/bin/mypy"
+# The README's layer table as an import contract (pyproject.toml [tool.importlinter]), lazy
+# imports counted: a package never imports one above it, even inside a function.
+phase imports "$VENV/bin/lint-imports" --no-cache
 await_phase slurm
 if [ "${HPCEVAL_SMOLLM2:-1}" = 1 ]; then
   await_phase smollm2 && export HPCEVAL_REQUIRE_SMOLLM2=1

@@ -36,7 +36,7 @@ def show(config_file: str | None, config_opt: str | None, config_dir: str | None
     for index, resolved in enumerate(configs):
         if len(configs) > 1:  # a sweep: every model's configuration, one after the other
             spec = resolved.spec
-            name = spec.deployment.served_model_name or spec.target.api_endpoint.model_id
+            name = spec.served_name
             click.echo(f"# ===== model {index + 1} of {len(configs)}: {name} =====")
         _show_one(resolved, no_sources)
 

@@ -58,14 +58,19 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from hpceval.config.errors import ConfigError
+        """The one handler of hpceval's errors: every command's HpcevalError ends here, as one
+        message (a config error: one line per issue) and the error's own exit status."""
+        from hpceval.errors import ConfigError, HpcevalError
 
         try:
             return super().invoke(ctx)
         except ConfigError as exc:
             for issue in exc.issues:
                 click.echo(f"hpceval: config error: {issue}", err=True)
-            ctx.exit(ConfigError.exit_code)
+            ctx.exit(exc.exit_code)
+        except HpcevalError as exc:
+            click.ClickException(str(exc)).show()  # "Error: ..." as click's own errors
+            ctx.exit(exc.exit_code)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

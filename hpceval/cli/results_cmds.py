@@ -36,7 +36,7 @@ def _watcher() -> Any:
 
 def _cost_frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
                 output_dirs: tuple[str, ...], limit: int) -> Any:
-    from hpceval.results.cost import cost_frame
+    from hpceval.runs.cost import cost_frame
 
     frame = cost_frame(_run_dirs(runs, output_dirs, limit), _watcher)
     if models:
@@ -123,8 +123,8 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         frame = _frame(runs, models, tasks, output_dirs, limit)
         shown = leaderboard(frame, metric) if board else frame
     if html_file:
-        from hpceval.results.cost import cost_frame
         from hpceval.results.report import write_report
+        from hpceval.runs.cost import cost_frame
 
         run_dirs = sorted({Path(d) for d in frame["run_dir"]}) if not frame.empty else []
         write_report(frame, Path(html_file), run_dirs=run_dirs, samples=n_samples,
@@ -143,12 +143,8 @@ def _watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
 def _watch_points(watch_dir: Path) -> list[tuple[int, Path]]:
     """(step, run_dir) of each checkpoint the watch submitted (hpceval.watch)."""
     from hpceval.watch.control import submitted_points
-    from hpceval.watch.spec import WatchError
 
-    try:
-        return submitted_points(watch_dir)
-    except WatchError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return submitted_points(watch_dir)
 
 
 @click.command()
@@ -163,8 +159,8 @@ def report(watch_ref: str, output: str | None, metric: str | None, no_cost: bool
     """HTML report of a checkpoint watch: each task's score against the training step.
 
     For runs, `hpceval results RUN... --html FILE` writes the comparison report."""
-    from hpceval.results.cost import cost_frame
     from hpceval.results.report import build_step_report
+    from hpceval.runs.cost import cost_frame
 
     watch_dir = _watch_dir(watch_ref, output_dirs)
     points = _watch_points(watch_dir)
@@ -200,17 +196,14 @@ def export(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[s
     from hpceval.results import export as ex
 
     frame = _frame(run_args + run_opts, models, tasks, output_dirs, limit)
-    try:
-        if dest == "local":
-            written = ex.export_local(frame, Path(output), fmt)
-            click.echo(f"{len(written)} file(s) in {output} ({len(frame)} metric rows)")
-        elif dest == "mlflow":
-            report = ex.export_mlflow(frame, experiment=experiment, tracking_uri=tracking_uri)
-            click.echo(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
-                       f"{report.unchanged} unchanged (experiment {experiment!r})")
-        else:
-            report = ex.export_wandb(frame, project=experiment, offline=not online)
-            click.echo(f"wandb: {report.created + report.updated} run(s) written "
-                       f"({'offline' if not online else 'online'}, project {experiment!r})")
-    except ex.ExportError as exc:
-        raise click.ClickException(str(exc)) from exc
+    if dest == "local":
+        written = ex.export_local(frame, Path(output), fmt)
+        click.echo(f"{len(written)} file(s) in {output} ({len(frame)} metric rows)")
+    elif dest == "mlflow":
+        report = ex.export_mlflow(frame, experiment=experiment, tracking_uri=tracking_uri)
+        click.echo(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
+                   f"{report.unchanged} unchanged (experiment {experiment!r})")
+    else:
+        report = ex.export_wandb(frame, project=experiment, offline=not online)
+        click.echo(f"wandb: {report.created + report.updated} run(s) written "
+                   f"({'offline' if not online else 'online'}, project {experiment!r})")

@@ -94,9 +94,9 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     Validation runs before anything is written: a config error names the key and the fix,
     exits 2, and submits nothing. execution.type local runs the same job here with bash.
     """
+    from hpceval.errors import ConfigError, HpcevalError
     from hpceval.runs.rundir import prepare_run
     from hpceval.runs.submit import create_run, submit_prepared
-    from hpceval.slurm.client import SlurmError
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
     if dry_run:
@@ -110,8 +110,10 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     run = create_run(configs)
     try:
         result = submit_prepared(run, aggregate=not no_aggregate, written=True)
-    except SlurmError as exc:
-        raise click.ClickException(f"sbatch failed: {exc} (run directory kept for "
+    except ConfigError:
+        raise
+    except HpcevalError as exc:  # whatever the backend: the run directory is worth a look
+        raise click.ClickException(f"submission failed: {exc} (run directory kept for "
                                    f"inspection: {run.run_dir})") from exc
     click.echo(f"submitted {result.invocation_id}: {result.what}")
     after = {"aggregate": "aggregation job {} (runs after the array; ends any judge job)",

@@ -26,8 +26,8 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
     table = step_table(points)
     if html_file:
         from hpceval.cli.results_cmds import _watcher
-        from hpceval.results.cost import cost_frame
         from hpceval.results.report import write_step_report
+        from hpceval.runs.cost import cost_frame
 
         dirs = [Path(d) for d in dict.fromkeys(table["run_dir"])] if not table.empty else []
         write_step_report(table, Path(html_file), title, metric=metric,

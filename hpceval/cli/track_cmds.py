@@ -28,12 +28,9 @@ def output_dir_option(func: F) -> F:
 
 
 def find(ref: str, output_dirs: tuple[str, ...]) -> Any:
-    from hpceval.runs.index import RunNotFound, find_run
+    from hpceval.runs.index import find_run
 
-    try:
-        return find_run(ref, [Path(d) for d in output_dirs])
-    except RunNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
+    return find_run(ref, [Path(d) for d in output_dirs])
 
 
 def _readable(ref: Any) -> bool:
@@ -52,19 +49,10 @@ def _readable(ref: Any) -> bool:
     return True
 
 
-def _slurm_errors(func: Callable[[], Any]) -> Any:
-    from hpceval.slurm.client import SlurmError
-
-    try:
-        return func()
-    except SlurmError as exc:
-        raise click.ClickException(f"Slurm: {exc}") from exc
-
-
 def _refresh_with_cost(tracker: Any, refs: list[Any], *, force: bool = False
                        ) -> tuple[list[Any], dict[Path, dict[str, Any]]]:
     """States and GPU-hours of the runs from the same, single sacct call of this refresh."""
-    from hpceval.results.cost import collect_usage, run_cost, usage_round
+    from hpceval.runs.cost import collect_usage, run_cost, usage_round
     from hpceval.runs.jobs import read_jobs
     from hpceval.runs.state import read_run
 
@@ -115,7 +103,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     tracker = Tracker(min_interval_s=2.0)
     for ref in refs:
         tracker.add(ref)
-    states, costs = _slurm_errors(lambda: _refresh_with_cost(tracker, refs, force=True))
+    states, costs = _refresh_with_cost(tracker, refs, force=True)
     if not watch:
         if as_json:
             click.echo(json.dumps([{**state_to_dict(s), "cost": costs[s.ref.run_dir]}
@@ -129,7 +117,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     with Live(rich_states(states, costs), console=Console(), refresh_per_second=2) as live:
         while not all(s.phase.terminal for s in states):
             time.sleep(max(2.0, interval))
-            states, costs = _slurm_errors(lambda: _refresh_with_cost(tracker, refs))
+            states, costs = _refresh_with_cost(tracker, refs)
             live.update(rich_states(states, costs))
     # Live leaves its last frame on screen: that is the final state, nothing more to print.
 
@@ -201,16 +189,13 @@ def logs(run: str, model: str | None, task: str | None, server: bool, follow: bo
          lines: int | None, output_dirs: tuple[str, ...]) -> None:
     """Job, server and harness logs of a run (the newest job of each model)."""
     from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.logs import LogSelectionError, log_files, print_logs
     from hpceval.runs.logs import follow as follow_logs
+    from hpceval.runs.logs import log_files, print_logs
     from hpceval.runs.state import Tracker, read_run
 
     ref = find(run, output_dirs)
-    try:
-        files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),
-                          model=model, task=task, server=server)
-    except LogSelectionError as exc:
-        raise click.ClickException(str(exc)) from exc
+    files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),
+                      model=model, task=task, server=server)
     if not files:
         raise click.ClickException("no logs found for that selection yet")
     if not follow:
@@ -234,17 +219,14 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
     """Cancel every job of a run (array, successors, aggregation), then verify.
 
     A checkpoint watch (watch-...): stop it and cancel every evaluation it submitted."""
-    from hpceval.runs.control import KillRefused, kill_run
+    from hpceval.runs.control import kill_run
     from hpceval.watch.control import is_watch_ref
 
     if is_watch_ref(run):
         _kill_watch(run, output_dirs)
         return
     ref = find(run, output_dirs)
-    try:
-        report = _slurm_errors(lambda: kill_run(ref))
-    except KillRefused as exc:
-        raise click.ClickException(str(exc)) from exc
+    report = kill_run(ref)
     if not report.cancelled:
         click.echo(f"{ref.invocation_id}: no job to cancel")
         return
@@ -260,20 +242,16 @@ def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
     from hpceval.runs.control import kill_run
     from hpceval.runs.index import ref_from_dir
     from hpceval.watch.control import stop_watch, submitted_points
-    from hpceval.watch.spec import WatchError
 
     watch_dir = find_watch_dir(ref, output_dirs)
-    try:
-        ticks = _slurm_errors(lambda: stop_watch(watch_dir))
-        points = submitted_points(watch_dir)
-    except WatchError as exc:
-        raise click.ClickException(str(exc)) from exc
+    ticks = stop_watch(watch_dir)
+    points = submitted_points(watch_dir)
     click.echo(f"{watch_dir.name}: stopped" + (f"; cancelled tick job(s) {', '.join(ticks)}"
                                                if ticks else ""))
     left: list[str] = []
     for _, run_dir in points:
         run_ref = ref_from_dir(run_dir)
-        report = _slurm_errors(lambda: kill_run(run_ref))  # noqa: B023 (called at once)
+        report = kill_run(run_ref)
         if report.cancelled:
             click.echo(f"{run_dir.name}: cancelled {', '.join(report.cancelled)}")
         left += report.still_active
@@ -292,14 +270,10 @@ def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
 @output_dir_option
 def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ...]) -> None:
     """Resubmit only the unfinished models of a run (done tasks are skipped in the job)."""
-    from hpceval.runs.control import ResumeRefused, resume_run
+    from hpceval.runs.control import resume_run
 
     ref = find(run, output_dirs)
-    try:
-        entries = _slurm_errors(lambda: resume_run(ref, force=force,
-                                                   aggregate=not no_aggregate))
-    except ResumeRefused as exc:
-        raise click.ClickException(str(exc)) from exc
+    entries = resume_run(ref, force=force, aggregate=not no_aggregate)
     main = entries[0]
     models = ", ".join(map(str, main.models))
     click.echo(f"{ref.invocation_id}: resumed as {main.kind} job {main.id} "

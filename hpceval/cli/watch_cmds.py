@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -17,23 +16,9 @@ from hpceval.cli.track_cmds import output_dir_option
 
 
 def find_watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
-    from hpceval.watch.control import WatchNotFound, find_watch
+    from hpceval.watch.control import find_watch
 
-    try:
-        return find_watch(ref, [Path(d) for d in output_dirs])
-    except WatchNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _errors(func: Any) -> Any:
-    """Slurm and watch-directory errors as one-line CLI errors (exit 1)."""
-    from hpceval.slurm.client import SlurmError
-    from hpceval.watch.spec import WatchError
-
-    try:
-        return func()
-    except (SlurmError, WatchError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    return find_watch(ref, [Path(d) for d in output_dirs])
 
 
 @click.group()
@@ -96,7 +81,7 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
         grace_s=None if marker else (parse_interval(grace, "--grace") if grace
                                      else DEFAULT_GRACE_S),
         interval_s=parse_interval(interval), after_job=after_job, attempts=attempts)
-    started = _errors(lambda: start_watch(options, dry_run=dry_run))
+    started = start_watch(options, dry_run=dry_run)
     if dry_run:
         click.echo(f"# ===== {started.watch_dir}/tick.sbatch (dry run: not written, not "
                    f"submitted; validated with checkpoint {started.sample}) =====")
@@ -115,7 +100,7 @@ def stop(watch_ref: str, output_dirs: tuple[str, ...]) -> None:
     from hpceval.watch.control import stop_watch
 
     watch_dir = find_watch_dir(watch_ref, output_dirs)
-    cancelled = _errors(lambda: stop_watch(watch_dir))
+    cancelled = stop_watch(watch_dir)
     click.echo(f"{watch_dir.name}: stopped" + (f"; cancelled tick job(s) "
                                                f"{', '.join(cancelled)}" if cancelled else ""))
 
@@ -130,7 +115,7 @@ def resume(watch_ref: str, output_dirs: tuple[str, ...]) -> None:
     from hpceval.watch.control import resume_watch
 
     watch_dir = find_watch_dir(watch_ref, output_dirs)
-    tick = _errors(lambda: resume_watch(watch_dir))
+    tick = resume_watch(watch_dir)
     click.echo(f"{watch_dir.name}: watching again; tick job {tick}")
 
 
@@ -148,7 +133,7 @@ def show_watch(watch_ref: str, as_json: bool, output_dirs: tuple[str, ...]) -> N
     from hpceval.watch.status import format_watch, watch_status
 
     watch_dir = find_watch_dir(watch_ref, output_dirs)
-    data = _errors(lambda: watch_status(watch_dir))
+    data = watch_status(watch_dir)
     click.echo(json.dumps(data, indent=2) if as_json else format_watch(data), nl=as_json)
     if data["status"] == "error":
         raise click.ClickException(data["reason"])

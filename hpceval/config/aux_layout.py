@@ -146,7 +146,7 @@ def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:
     if engine.needs_command and not aux.command:
         found.append(ConfigIssue(f"{where}.command", "required when its type is command",
                                  "give the server command ($PORT is set)"))
-    if not (aux.served_model_name or aux.model_id):
+    if not aux.served_name:
         found.append(ConfigIssue(f"{where}.served_model_name", "no model name for requests",
                                  f"set {where}.served_model_name"))
     if aux.multi_node_backend == "ray":

@@ -62,7 +62,7 @@ def env_prefix(name: str, aux: AuxiliaryDeploymentSpec) -> str:
 
 
 def model_id(aux: AuxiliaryDeploymentSpec) -> str | None:
-    return aux.model_id or aux.served_model_name
+    return aux.request_model
 
 
 def exported_variables(name: str, aux: AuxiliaryDeploymentSpec) -> list[tuple[str, str]]:

@@ -95,7 +95,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if engine.needs_command and not dep.command:
         yield ConfigIssue("deployment.command", f"required when deployment.type is {dep.type}",
                           "give the server command line; $PORT holds its port")
-    if engine.serves and not (dep.served_model_name or ep.model_id):
+    if engine.serves and not spec.served_name:
         yield ConfigIssue("deployment.served_model_name", "no model name for requests",
                           "set deployment.served_model_name (or target.api_endpoint.model_id)")
     if not engine.serves and not ep.model_id:

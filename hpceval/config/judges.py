@@ -79,7 +79,7 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
         auto_resume=False, job_name=f"hpceval-{invocation_id}-judge-{name}")
     return dataclasses.replace(
         spec, execution=ex, deployment=deployment, auxiliary_deployments={},
-        target=TargetSpec(ApiEndpointSpec(model_id=aux.model_id or aux.served_model_name)),
+        target=TargetSpec(ApiEndpointSpec(model_id=aux.request_model)),
         evaluation=dataclasses.replace(spec.evaluation, tasks=[]))
 
 

@@ -187,6 +187,18 @@ class AuxiliaryDeploymentSpec(DeploymentSpec):
         "default the name in capitals"
     )
 
+    # The model-name rule, in its two directions (one place each): the name the server answers
+    # to, and the name requests carry. Each falls back on the other key.
+    @property
+    def served_name(self) -> str | None:
+        """The name the server answers to: served_model_name, else model_id."""
+        return self.served_model_name or self.model_id
+
+    @property
+    def request_model(self) -> str | None:
+        """The model name requests carry: model_id, else served_model_name."""
+        return self.model_id or self.served_model_name
+
 
 @dataclass(frozen=True)
 class ApiEndpointSpec:
@@ -319,6 +331,18 @@ class RunSpec:
     auxiliary_deployments: dict[str, AuxiliaryDeploymentSpec] = key(
         {}, "more models the tasks call, by name (a judge): see AuxiliaryDeploymentSpec"
     )
+
+    # The model-name rule, in its two directions (one place each): the name the server answers
+    # to, and the name requests carry. Each falls back on the other key.
+    @property
+    def served_name(self) -> str | None:
+        """The name the server answers to: served_model_name, else model_id."""
+        return self.deployment.served_model_name or self.target.api_endpoint.model_id
+
+    @property
+    def request_model(self) -> str | None:
+        """The model name requests carry: model_id, else served_model_name."""
+        return self.target.api_endpoint.model_id or self.deployment.served_model_name
 
 
 SECTIONS = ("execution", "deployment", "target", "evaluation", "export", "auxiliary_deployments")

@@ -112,7 +112,7 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
     from hpceval.tasks.command import CommandError, render_command, runtime_token
 
     ep = spec.target.api_endpoint
-    model_id = ep.model_id or spec.deployment.served_model_name or ""
+    model_id = spec.request_model or ""
     memo = {} if memo is None else memo
     seen: set[str] = set()
     out: list[ResolvedTask] = []

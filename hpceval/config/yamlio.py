@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
+from hpceval.errors import HpcevalError
+
 MAX_BYTES = 1 << 20  # run files are a few KiB; NeMo Evaluator's largest example is 14 KiB
 MAX_VALUES = 100_000  # values after alias expansion; a large sweep has a few thousand
 
@@ -34,7 +36,7 @@ _FLOAT_RE = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
-class YamlError(Exception):
+class YamlError(HpcevalError):
     """A document this reader refuses; ``line`` is 1-based where known."""
 
     def __init__(self, problem: str, line: int | None = None) -> None:

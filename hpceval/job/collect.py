@@ -29,10 +29,10 @@ from pathlib import Path
 
 from hpceval.contract import FAILED_FILE, is_done
 from hpceval.job import manifest as mf
-from hpceval.results.schema import TaskResult
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object
 from hpceval.tasks import HarnessDef, TaskDef
+from hpceval.tasks.result import TaskResult
 
 HARNESS_DIR = "harness"
 TIMEOUT_CODES = {124: "timed out (timeout sent SIGTERM)", 137: "killed (SIGKILL, timeout or OOM)"}

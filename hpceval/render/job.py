@@ -100,7 +100,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
                                       spec.evaluation.proxy_budget),
         "aux_proxies": proxy_views(resolved, ports),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": base_of(fixed_url),
-                     **proxied(fixed_url), "model_id": ep.model_id or dep.served_model_name or ""},
+                     **proxied(fixed_url), "model_id": spec.request_model or ""},
         "steps": steps,
         # every task's request count known: the proxy gets the total of the unfinished ones
         "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),

@@ -60,7 +60,7 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
     except ConfigError as exc:  # its keys are the judge's: say so
         raise ConfigError(in_judge(exc.issues, name)) from exc
     aux = resolved.spec.auxiliary_deployments[name]
-    model_id = aux.model_id or aux.served_model_name or name
+    model_id = aux.request_model or name
     log_dir = f"{ctx.run_dir_text}/{aux_folder(name)}"
     header = [dataclasses.replace(line, why=_JUDGE_WHY.get(line.flag, line.why))
               for line in header_lines(judge.spec, judge_ctx, log_dir)]

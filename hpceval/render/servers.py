@@ -58,15 +58,15 @@ class Served:
 
 
 def model_served(resolved: ResolvedConfig) -> Served:
-    dep, ep = resolved.spec.deployment, resolved.spec.target.api_endpoint
-    return Served(dep, "deployment", dep.served_model_name or ep.model_id, resolved.placement)
+    return Served(resolved.spec.deployment, "deployment", resolved.spec.served_name,
+                  resolved.placement)
 
 
 def auxiliary_served(resolved: ResolvedConfig) -> dict[str, Served]:
     """The judges served in this job (scope job, not type none), by name."""
     specs = resolved.spec.auxiliary_deployments
     return {name: Served(specs[name], f"auxiliary_deployments.{name}",
-                         specs[name].served_model_name or specs[name].model_id, placement)
+                         specs[name].served_name, placement)
             for name, placement in resolved.auxiliary.items()}
 
 

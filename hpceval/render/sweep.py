@@ -107,7 +107,7 @@ def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:
     """export.destinations: the dependent CPU job that sends the results (any backend's run
     directory gets it; the Slurm backend submits it, the local runner calls its module)."""
     from hpceval.contract import EXPORT_SCRIPT
-    from hpceval.results.autoexport import export_arguments
+    from hpceval.render.export_args import export_arguments
 
     spec = resolved.spec.export
     return shipped_environment().get_template(EXPORT_TEMPLATE).render(

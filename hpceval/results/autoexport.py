@@ -17,30 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpceval.config.schema import ExportSpec
 from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
 
 if TYPE_CHECKING:
     from hpceval.slurm.client import SlurmClient
-
-
-def export_arguments(spec: ExportSpec, run_dir: str) -> list[str]:
-    """export.* as this module's options, for the rendered script (one --flag=value each)."""
-    args: list[str] = []
-    for dest in dict.fromkeys(spec.destinations):
-        args.append(f"--dest={dest}")
-        if dest == "local":
-            args += [f"--local-dir={spec.local.output_dir or run_dir + '/export'}",
-                     f"--local-format={spec.local.format}"]
-        elif dest == "mlflow":
-            if spec.mlflow.tracking_uri:
-                args.append(f"--mlflow-tracking-uri={spec.mlflow.tracking_uri}")
-            args.append(f"--mlflow-experiment={spec.mlflow.experiment_name}")
-        else:
-            args.append(f"--wandb-project={spec.wandb.project}")
-            if spec.wandb.online:
-                args.append("--wandb-online")
-    return args
 
 
 def _ids(path: Path) -> list[str]:

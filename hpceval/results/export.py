@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpceval.errors import HpcevalError
 from hpceval.results.table import render
 from hpceval.storage import atomic_write_text
 
@@ -29,7 +30,7 @@ _SORT = ["model", "task", "subtask", "metric", "filter"]
 _MLFLOW_NAME = re.compile(r"[^A-Za-z0-9_\-. /]+")
 
 
-class ExportError(RuntimeError):
+class ExportError(HpcevalError, RuntimeError):
     """An exporter cannot run (missing optional package, bad destination)."""
 
 

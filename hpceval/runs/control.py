@@ -20,6 +20,7 @@ from hpceval.contract import (
     JOB_FAILURE_FILE,
     aux_folder,
 )
+from hpceval.errors import HpcevalError
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
@@ -30,14 +31,14 @@ from hpceval.slurm.client import SlurmClient
 RESUME_LOCK = ".resume.lock"
 
 
-class ResumeRefused(RuntimeError):
+class ResumeRefused(HpcevalError, RuntimeError):
     """The run still has live jobs, or nothing is left to do."""
 
 
 KillReport = CancelReport
 
 
-class KillRefused(PermissionError):
+class KillRefused(HpcevalError, PermissionError):
     """The run directory is not this user's: its jobs.json may name anyone's jobs."""
 
 

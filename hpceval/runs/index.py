@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import RUN_FILE
+from hpceval.errors import HpcevalError
 from hpceval.runs.registry import owned_dir, owner_name, registry_stamp, trusted_entries
 from hpceval.storage import atomic_write_json, cache_dir
 
@@ -29,7 +30,7 @@ INDEX_FILE = "runs.json"
 INDEX_VERSION = 2  # 2: trusted entries only (older indexes are rebuilt)
 
 
-class RunNotFound(LookupError):
+class RunNotFound(HpcevalError, LookupError):
     """RUN matched no run, or several (then the message lists them)."""
 
 

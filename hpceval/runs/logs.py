@@ -10,10 +10,11 @@ from typing import IO, Any
 
 from hpceval.backends import backend_for
 from hpceval.contract import AUX_DIR, aux_folder, judge_names
+from hpceval.errors import HpcevalError
 from hpceval.runs.jobs import Jobs
 
 
-class LogSelectionError(LookupError):
+class LogSelectionError(HpcevalError, LookupError):
     pass
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config.errors import ConfigError
+from hpceval.errors import HpcevalError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ REGISTRY_DIR = ".hpceval"
 REGISTRY_FILE = "runs.jsonl"
 
 
-class RegistryError(OSError):
+class RegistryError(HpcevalError, OSError):
     """The registry cannot be written safely (a planted symlink, no permission)."""
 
 

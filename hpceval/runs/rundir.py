@@ -61,7 +61,7 @@ def new_invocation_id() -> str:
 
 def model_key(resolved: ResolvedConfig) -> str:
     spec = resolved.spec
-    name = (spec.deployment.served_model_name or spec.target.api_endpoint.model_id or "model")
+    name = (spec.served_name or "model")
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
 
 
@@ -119,10 +119,10 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                 invocation_id: str | None = None, python: str | None = None) -> PreparedRun:
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
+    from hpceval.render.export_args import export_arguments
     from hpceval.render.judge import judge_script
     from hpceval.render.quoting import render_template
     from hpceval.render.sweep import render_export, render_sweep
-    from hpceval.results.autoexport import export_arguments
 
     runs = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
     if not runs:

@@ -46,8 +46,8 @@ def _model_costs(costs: dict[Any, dict[str, Any]] | None, st: RunState
 
 def format_states(states: list[RunState], *, tasks: bool = True,
                   costs: dict[Any, dict[str, Any]] | None = None) -> str:
-    """Plain text; `costs` (run_dir -> hpceval.results.cost.run_cost) adds GPU-hours."""
-    from hpceval.results.cost import format_cost
+    """Plain text; `costs` (run_dir -> hpceval.runs.cost.run_cost) adds GPU-hours."""
+    from hpceval.runs.cost import format_cost
 
     lines: list[str] = []
     for st in states:
@@ -122,7 +122,7 @@ def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None 
     from rich.table import Table
     from rich.text import Text
 
-    from hpceval.results.cost import format_cost
+    from hpceval.runs.cost import format_cost
 
     parts: list[Any] = []
     for st in states:

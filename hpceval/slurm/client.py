@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from hpceval.errors import HpcevalError
 from hpceval.slurm.records import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
@@ -35,7 +36,7 @@ _GONE_MARKERS = ("Invalid job id specified", "already completing or completed")
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-class SlurmError(RuntimeError):
+class SlurmError(HpcevalError, RuntimeError):
     """A Slurm command failed; carries the command line and its stderr for the error message."""
 
     def __init__(self, command: Sequence[str], returncode: int | None, stderr: str) -> None:

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from hpceval.errors import HpcevalError
+
 # The columns CommandSlurmClient asks sacct for, in order. JobName is the only free-text column,
 # so it is the one that absorbs stray "|" characters when a line has too many fields.
 # AllocTRES and NNodes (what the job holds, for GPU-hours) come last: lines without them (output
@@ -42,7 +44,7 @@ _TRES_TAIL = re.compile(r"^(?:[a-z][\w/:.-]*=[^,|]*(?:,[a-z][\w/:.-]*=[^,|]*)*)?
 _ELAPSED = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+)(?:\.\d+)?$")
 
 
-class SlurmParseError(ValueError):
+class SlurmParseError(HpcevalError, ValueError):
     """Output of a Slurm command that we cannot make sense of."""
 
 

@@ -10,13 +10,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from hpceval.errors import HpcevalError
+
 # Every framework definition file, skipping the kernel's virtual file systems.
 FIND = ["find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", "-o", "-path", "/dev", ")",
         "-prune", "-o", "-type", "f", "-name", "framework.yml", "-path", "*/core_evals/*",
         "-print"]
 
 
-class DiscoverError(RuntimeError):
+class DiscoverError(HpcevalError, RuntimeError):
     """The image could not be read, or what it holds cannot become a catalogue file."""
 
 

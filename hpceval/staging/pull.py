@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpceval.errors import HpcevalError
 from hpceval.images import DOCKER
 from hpceval.runtimes import runtime_for
 from hpceval.staging.images import read_sidecar, sidecar_path
@@ -27,7 +28,7 @@ SIDECAR_FORMAT = 1
 _SKOPEO_TIMEOUT = 120
 
 
-class PullError(RuntimeError):
+class PullError(HpcevalError, RuntimeError):
     """The container runtime could not pull an image; the message carries its own words."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import jinja2
 
+from hpceval.errors import HpcevalError
 from hpceval.resources import lm_eval_tasks_dir
 from hpceval.tasks.models import HarnessDef, TaskDef
 
@@ -59,7 +60,7 @@ def _compiled(command: str) -> jinja2.Template:
     return _environment().from_string(command)
 
 
-class CommandError(ValueError):
+class CommandError(HpcevalError, ValueError):
     """A catalogue command template that cannot be rendered for these parameters."""
 
 

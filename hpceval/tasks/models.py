@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from hpceval.errors import HpcevalError
+
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 ENDPOINT_TYPES: tuple[str, ...] = ("chat", "completions", "vlm", "embedding")
 
@@ -119,7 +121,7 @@ class Resolution:
         return f"{text} ({'; '.join(details)})" if details else text
 
 
-class CatalogueError(ValueError):
+class CatalogueError(HpcevalError, ValueError):
     """A catalogue file is malformed. The message names the file and the key path."""
 
     def __init__(self, source: str, path: str, message: str) -> None:
@@ -129,7 +131,7 @@ class CatalogueError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class TaskLookupError(LookupError):
+class TaskLookupError(HpcevalError, LookupError):
     """Base class of resolution failures; str() is a complete user-facing message."""
 
     def __str__(self) -> str:

@@ -21,6 +21,7 @@ from hpceval.backends import JobEntry, backend_for
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
 from hpceval.engines import engine_for
+from hpceval.errors import HpcevalError
 from hpceval.slurm.client import SlurmClient
 from hpceval.storage import atomic_write_text
 from hpceval.watch import state as st
@@ -39,7 +40,7 @@ from hpceval.watch.tick import checkpoint_overrides, queue_tick
 CHECKPOINT_KEY = "deployment.checkpoint_path"
 
 
-class WatchNotFound(LookupError):
+class WatchNotFound(HpcevalError, LookupError):
     pass
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from hpceval.config.errors import ConfigError
 from hpceval.contract import WATCH_FILE
+from hpceval.errors import HpcevalError
 from hpceval.storage import atomic_write_json, read_json_object
 
 WATCH_SCHEMA = 1
@@ -28,7 +29,7 @@ _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 
 
-class WatchError(Exception):
+class WatchError(HpcevalError):
     """A watch directory that cannot be used as it is (unreadable, damaged, not a watch)."""
 
 

@@ -16,7 +16,7 @@ import pytest
 import hpceval
 from hpceval.contract import FAILED_FILE
 from hpceval.job.collect import main
-from hpceval.results.schema import TaskResult
+from hpceval.tasks.result import TaskResult
 
 DATA = Path(__file__).parent / "data" / "eval_factory"
 LM_EVAL_RESULTS = {

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.results.schema import TaskResult
 from hpceval.tasks.adapters import NoResultsFound, get_parser
 from hpceval.tasks.adapters import lm_eval as lm_eval_parser
 from hpceval.tasks.adapters.eval_factory import parse, parse_results
+from hpceval.tasks.result import TaskResult
 
 DATA = Path(__file__).parent / "data" / "eval_factory"
 

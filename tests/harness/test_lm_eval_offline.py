@@ -37,10 +37,10 @@ from lm_eval_env import (
 
 from hpceval.config.schema import TaskSpec
 from hpceval.config.tasks import params_for
-from hpceval.results.schema import TaskResult
 from hpceval.tasks import load_catalogue
 from hpceval.tasks.command import render_command
 from hpceval.tasks.loader import clear_memory_cache
+from hpceval.tasks.result import TaskResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lm_eval_ready")]
 

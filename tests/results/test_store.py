@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from hpceval.contract import is_done
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_text
 from hpceval.tasks.adapters.lm_eval import parse
+from hpceval.tasks.result import Metric, TaskResult
 
 LM_EVAL_OUTPUT = {
     "results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import finalize_task
+from hpceval.tasks.result import Metric, TaskResult
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 # (model, task) -> (value, stderr): model-00 and model-01 overlap on ONE, not on TWO

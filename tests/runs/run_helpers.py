@@ -100,8 +100,8 @@ def configs(tmp_path: Path, n_models: int = 1, **kw: Any) -> list[ResolvedConfig
 
 
 def finish_task(run_dir: Path, model: str, task_key: str) -> None:
-    from hpceval.results.schema import Metric, TaskResult
     from hpceval.results.store import finalize_task
+    from hpceval.tasks.result import Metric, TaskResult
 
     task_dir = run_dir / "models" / model / "tasks" / task_key
     task_dir.mkdir(parents=True, exist_ok=True)

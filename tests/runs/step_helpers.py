@@ -9,8 +9,8 @@ from pathlib import Path
 from report_helpers import ONE, TWO, finish
 from run_helpers import FakeSlurm, configs
 
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.runs.submit import submit_configs
+from hpceval.tasks.result import Metric, TaskResult
 
 # step -> task -> (value, stderr); TWO has no stderr at step 2000 (a harness that gives none)
 SCORES: dict[int, dict[str, tuple[float, float | None]]] = {

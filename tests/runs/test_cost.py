@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs
 
 from hpceval.cli.main import cli
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import finalize_task
 from hpceval.runs.submit import submit_configs
 from hpceval.slurm.records import JobRecord, base_job_id, parse_sacct
+from hpceval.tasks.result import Metric, TaskResult
 
 SAMPLES = Path(__file__).resolve().parents[1] / "slurm" / "data"
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
@@ -114,7 +114,7 @@ def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
 
 
 def test_local_runs_have_no_accounting(tmp_path: Path) -> None:
-    from hpceval.results.cost import UsageBook, run_cost
+    from hpceval.runs.cost import UsageBook, run_cost
     from hpceval.runs.jobs import Jobs
 
     run = {"models": [{"key": "m", "index": 0, "tasks": []}]}

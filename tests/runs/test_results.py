@@ -15,10 +15,10 @@ from run_helpers import FakeSlurm, configs
 from hpceval.cli.main import cli
 from hpceval.results.export import export_local, export_mlflow, wandb_run_id
 from hpceval.results.report import html_report
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import finalize_task
 from hpceval.results.table import aggregate, leaderboard, render, results_frame
 from hpceval.runs.submit import submit_configs
+from hpceval.tasks.result import Metric, TaskResult
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 SCORES = {("model-00", ONE): 0.8, ("model-00", TWO): 0.4,

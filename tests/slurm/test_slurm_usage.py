@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.results.cost import RunJob, UsageBook, collect_usage, register_usage
+from hpceval.runs.cost import RunJob, UsageBook, collect_usage, register_usage
 from hpceval.slurm.client import CommandSlurmClient
 from hpceval.slurm.watcher import JobWatcher
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from hpceval.results.schema import TaskResult
+from hpceval.tasks.result import TaskResult
 
 Parser = Callable[[Path, str], TaskResult]  # (harness output dir, hpceval task name)
 

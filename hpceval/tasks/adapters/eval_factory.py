@@ -43,8 +43,8 @@ from typing import Any
 
 import yaml
 
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.tasks.adapters import NoResultsFound
+from hpceval.tasks.result import Metric, TaskResult
 
 RESULTS_FILE = "results.yml"
 _PASS_AT_K = re.compile(r"^pass@\d+$")  # a metric that simple-evals reports as a task

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.tasks.adapters import NoResultsFound
+from hpceval.tasks.result import Metric, TaskResult
 
 # Numbers lm-eval keeps beside the metrics that are not scores: "sample_len" is the item count
 # (already in n-samples), and would otherwise read as a metric named sample_len = 100.
