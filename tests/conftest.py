@@ -32,6 +32,9 @@ PYVERSIONS = {
     "slurm/test_slurm_states.py": "str-mixin Enum str()/format() (changed in 3.11 and 3.12)",
     "slurm/test_slurm_client.py": "datetime and timezone formatting of sacct arguments",
     "render/test_quoting.py": "shlex quoting of rendered values",
+    "engines/test_registries.py": "pkgutil discovery and Literal types built from the "
+                                  "registries at import (get_type_hints over them)",
+    "job/test_interceptors.py": "make_dataclass over the interceptors' own dataclass fields",
 }
 
 
