@@ -13,10 +13,10 @@ from run_helpers import FakeSlurm, configs
 
 from hpceval.cli.main import cli
 from hpceval.results.report import html_report
-from hpceval.results.schema import Metric, TaskResult
 from hpceval.results.store import finalize_task
 from hpceval.results.table import leaderboard, results_frame
 from hpceval.runs.submit import submit_configs
+from hpceval.tasks.result import Metric, TaskResult
 
 
 def scored(run_dir: Path, model: str, task: str, right: list[bool]) -> Path:

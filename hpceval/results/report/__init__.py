@@ -114,7 +114,7 @@ def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tupl
 def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Path] | None = None,
                 cost: Any = None, samples: int = DEFAULT_SAMPLES,
                 scan_limit: int = 10_000) -> str:
-    """The page for these results (a results_frame); `cost` is a results.cost.cost_frame."""
+    """The page for these results (a results_frame); `cost` is a runs.cost.cost_frame."""
     from hpceval.results.compare import fresh_reads
 
     fresh_reads()
