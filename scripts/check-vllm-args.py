@@ -10,7 +10,7 @@ sub-parser) and then validate_parsed_serve_args, the same checks `vllm serve` ru
 loads anything, so a misspelt flag, a bad value or a flag combination vLLM refuses fails here
 instead of after a job waited in the queue. No GPU is needed: VLLM_TARGET_DEVICE=cpu lets vLLM
 build its parser without one. The templates target the vLLM version pinned in
-hpceval/render/job.py (VLLM_VERSION); a different installed version is reported, not refused.
+hpceval/engines/vllm.py (VLLM_VERSION); a different installed version is reported, not refused.
 
 Shell variables the job fills in at run time ("$PORT", "${NODES[0]}", ...) are replaced by
 plausible values first. Exit status: 0 all lines parse, 1 some do not, 2 usage or setup error.
@@ -33,7 +33,7 @@ from pathlib import Path
 # The version the templates target, read from the one place that names it (this script runs in
 # the vLLM venv, where hpceval itself is not installed).
 PINNED = re.search(r'^VLLM_VERSION = "(.+)"$', (Path(__file__).resolve().parents[1] / "hpceval"
-                   / "render" / "job.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
+                   / "engines" / "vllm.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
 _RUNTIME_VALUES = {"PORT": "8000", "COORD_PORT": "8032", "HEAD_NODE": "node1"}
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[[0-9]+\])?\}?")
 

@@ -254,8 +254,7 @@ def image_version_findings(spec: RunSpec) -> tuple[list[str], list[ConfigIssue]]
     """A vllm-openai image tag other than the release the flags are checked against: a note;
     one without a flag every vLLM job renders: a refusal naming the flag."""
     from hpceval.engines import engine_for
-    from hpceval.engines.vllm import FLAG_SINCE, Vllm, image_version
-    from hpceval.render.job import VLLM_VERSION
+    from hpceval.engines.vllm import FLAG_SINCE, VLLM_VERSION, Vllm, image_version
 
     target = tuple(int(x) for x in VLLM_VERSION.split("."))
     notes: list[str] = []

@@ -9,6 +9,10 @@ from hpceval.engines import register
 from hpceval.engines.base import Engine, Server, model_source, served_name
 from hpceval.shell import var
 
+# The vLLM release whose `vllm serve` parser the rendered command lines are checked against
+# (scripts/check-vllm-args.py; scripts/vllm/install.sh installs it); see docs/rendering.md.
+VLLM_VERSION = "0.32.0"
+
 if TYPE_CHECKING:
     from hpceval.config.schema import DeploymentSpec
 

