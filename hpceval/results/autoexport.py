@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 
 from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
 
+# the options this module parses are written by render (re-exported for older callers)
+from hpceval.render.export_args import export_arguments as export_arguments
+
 if TYPE_CHECKING:
     from hpceval.slurm.client import SlurmClient
 
