@@ -70,6 +70,16 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if wall and cap and cap < wall:
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
+    if environ is not None and ex.type == "slurm" and wall:  # at submit: ask the cluster
+        from hpceval.slurm.partitions import partition_max_minutes
+
+        limit = partition_max_minutes(ex.partition)
+        if limit is not None and wall > limit:
+            yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than the "
+                              f"partition's MaxTime ({limit} minutes): sbatch would refuse the "
+                              "job or leave it pending for ever",
+                              f"set execution.walltime to {limit} minutes or less (auto-resume "
+                              "continues in a new allocation)")
     for flag in ex.sbatch_extra_flags:
         if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",

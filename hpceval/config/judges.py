@@ -3,8 +3,9 @@
 One place for both: the loader checks a run with them (``load_run``: nothing is submitted when
 they fail), and render/judge.py builds the judge job's config with them. The judge job is a
 RunSpec whose deployment is the judge's, on ``num_nodes`` nodes of its own, with no tasks; its
-walltime is ``execution.max_walltime`` (it must outlive every element, which may run in waves or
-be resumed; the aggregation job's stop file ends it as soon as the sweep is done).
+walltime is ``execution.max_walltime``, at most the partition's MaxTime (it must outlive every
+element, which may run in waves or be resumed; the aggregation job's stop file ends it as soon
+as the sweep is done).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hpceval.config.schema import (
     TargetSpec,
 )
 from hpceval.engines import engine_for
+from hpceval.slurm.partitions import capped_walltime
 
 if TYPE_CHECKING:
     from hpceval.config import ResolvedConfig
@@ -74,8 +76,11 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     deployment = DeploymentSpec(**{f: getattr(aux, f) for f in _DEPLOYMENT_FIELDS})
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
+    # Never more than the partition allows: sbatch refuses that (EnforcePartLimits) or leaves
+    # it pending for ever, and every model element waits on the judge's start.
+    walltime, _ = capped_walltime(spec.execution.max_walltime, spec.execution.partition)
     ex = dataclasses.replace(
-        spec.execution, nodes=aux.num_nodes, walltime=spec.execution.max_walltime,
+        spec.execution, nodes=aux.num_nodes, walltime=walltime,
         auto_resume=False, job_name=f"hpceval-{invocation_id}-judge-{name}")
     return dataclasses.replace(
         spec, execution=ex, deployment=deployment, auxiliary_deployments={},

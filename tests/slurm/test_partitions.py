@@ -1,0 +1,92 @@
+"""A partition's MaxTime learned from sinfo (issue 21, defect 1): a sweep judge never asks for
+more than the partition allows, a model job above it is refused at submit, one sinfo call per
+partition. sinfo is a strict fake here (it records its calls and answers only `-h -o "%P %l"
+[-p NAME]`); the dev cluster's real sinfo is asked in the last test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpceval.slurm.partitions import capped_walltime, partition_max_minutes
+
+FAKE = r'''#!/bin/bash
+echo "$*" >> "$(dirname "$0")/calls"
+[ "$1 $2 $3" = "-h -o %P %l" ] || { echo "unexpected arguments: $*" >&2; exit 2; }
+table='gpu* 12:00:00
+long 7-00:00:00
+debug 30:00
+free infinite'
+if [ "${4:-}" = -p ]; then grep "^$5[* ]" <<< "$table"; else echo "$table"; fi
+'''
+
+
+@pytest.fixture
+def fake_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "sinfo").write_text(FAKE)
+    (tmp_path / "sinfo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    partition_max_minutes.cache_clear()
+    yield tmp_path / "calls"
+    partition_max_minutes.cache_clear()
+
+
+def test_max_time_of_named_and_default_partitions(fake_sinfo: Path) -> None:
+    assert partition_max_minutes("gpu") == 720
+    assert partition_max_minutes("long") == 7 * 24 * 60
+    assert partition_max_minutes("debug") == 30
+    assert partition_max_minutes("free") is None
+    assert partition_max_minutes(None) == 720  # the default partition (gpu*)
+
+
+def test_one_sinfo_call_per_partition(fake_sinfo: Path) -> None:
+    for _ in range(3):
+        partition_max_minutes("gpu")
+    assert fake_sinfo.read_text().splitlines() == ["-h -o %P %l -p gpu"]
+
+
+def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
+    assert capped_walltime("72:00:00", "gpu") == ("720", 720)
+    assert capped_walltime("08:00:00", "gpu") == ("08:00:00", None)
+    assert capped_walltime("72:00:00", "free") == ("72:00:00", None)
+
+
+def test_sweep_judge_job_asks_for_no_more_than_the_partition(fake_sinfo: Path) -> None:
+    from hpceval.config.build import build_run_spec
+    from hpceval.config.judges import judge_spec
+    from hpceval.config.schema import RunSpec
+
+    spec: RunSpec = build_run_spec({
+        "execution": {"partition": "gpu", "walltime": "12:00:00", "max_walltime": "72:00:00",
+                      "output_dir": "/out"},
+        "evaluation": {"tasks": [{"name": "t"}]},
+        "deployment": {"type": "none"},
+        "auxiliary_deployments": {"judge": {"type": "vllm", "image": "/i.sif",
+                                            "checkpoint_path": "/m", "served_model_name": "j",
+                                            "num_nodes": 1, "scope": "sweep"}}})
+    assert judge_spec(spec, "judge", "inv").execution.walltime == "720"
+
+
+def test_a_model_walltime_above_max_time_is_refused_at_submit(fake_sinfo: Path) -> None:
+    from hpceval.config.build import build_run_spec
+    from hpceval.config.checks import semantic_issues
+
+    spec = build_run_spec({"execution": {"partition": "debug", "walltime": "01:00:00",
+                                         "max_walltime": "02:00:00", "output_dir": "/out"},
+                           "deployment": {"type": "none"},
+                           "evaluation": {"tasks": [{"name": "t"}]}})
+    issues = [i for i in semantic_issues(spec, {}) if i.path == "execution.walltime"]
+    assert len(issues) == 1 and "MaxTime (30 minutes)" in issues[0].message
+    assert "30 minutes or less" in issues[0].fix
+    assert not [i for i in semantic_issues(spec, None) if i.path == "execution.walltime"]
+
+
+@pytest.mark.skipif(shutil.which("sinfo") is None, reason="no Slurm here")
+def test_the_dev_clusters_own_partitions() -> None:
+    partition_max_minutes.cache_clear()
+    assert partition_max_minutes("debug") is None  # the dev cluster's partitions: infinite
+    assert partition_max_minutes("no-such-partition") is None
