@@ -2,11 +2,19 @@
 
 Precedence (first hit wins): next to the run file, ``$HPCEVAL_PROFILE_PATH``,
 ``~/.config/hpceval/profiles``, then the profiles shipped in ``site-configs/``.
+
+A profile or preset can run shell as the user (``pre_commands``, ``modules``, ``env_vars``), so
+it is trusted the way ssh trusts its config (review F2): the file must be owned by the user or
+root and not writable by group or other, and no folder above it may be writable by group or
+other unless it is a root-owned sticky folder such as /tmp (there nobody can rename what is not
+theirs). Anything else is refused naming the file and its owner, wherever on the search path
+(run file's folder, ``$HPCEVAL_PROFILE_PATH``, an ``extends:`` parent, an explicit path).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +72,50 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why ``path`` may not be trusted as a profile or preset, or None (see the module doc)."""
+    me = os.getuid()
+    real = path.resolve()
+    try:
+        st = real.stat()
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror}"
+    if st.st_uid not in (me, 0):
+        return f"it is owned by {_owner(st.st_uid)}, not by you or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by {'group' if st.st_mode & stat.S_IWGRP else 'other'} users"
+    for folder in real.parents:
+        try:
+            dst = folder.stat()
+        except OSError:
+            continue
+        if not dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            continue
+        if dst.st_mode & stat.S_ISVTX and dst.st_uid == 0 and folder != real.parent:
+            continue  # /tmp and the like, above the file's own folder
+        return (f"its folder {folder} is writable by other users (mode "
+                f"{stat.S_IMODE(dst.st_mode):o}): anyone there could plant or swap a profile")
+    return None
+
+
+def _check_trusted(path: Path, kind: str, key: str) -> Path:
+    reason = untrusted_reason(path)
+    if reason is not None:
+        raise ConfigError.at(key, f"refusing {kind} file {path}: {reason}",
+                             "use a profile of your own (~/.config/hpceval/profiles) or ask its "
+                             "owner; a profile runs shell as you (pre_commands, modules)")
+    return path
+
+
 def _candidates(name: str) -> list[str]:
     # NeMo Evaluator names its stock Slurm profile "slurm/default"; ours is "slurm".
     names = [name]
@@ -79,8 +131,9 @@ def find_file(name: str, kind: str, near: Path | None = None,
     ``exclude`` is the run file itself: a run file called local.yaml that asks for the
     ``local`` profile means the shipped one, not itself.
     """
+    key = "defaults.execution" if kind == "profile" else "defaults.deployment"
     if kind == "profile" and name.endswith((".yaml", ".yml")) and Path(name).expanduser().is_file():
-        return Path(name).expanduser().resolve(), "path"
+        return _check_trusted(Path(name).expanduser().resolve(), kind, key), "path"
     tried: list[str] = []
     for d in search_dirs(near):
         if kind == "deployment" and d.path.name == "execution":
@@ -90,11 +143,10 @@ def find_file(name: str, kind: str, near: Path | None = None,
             for ext in (".yaml", ".yml"):
                 path = base / f"{candidate}{ext}"
                 if path.is_file() and (exclude is None or path.resolve() != exclude):
-                    return path, d.source
+                    return _check_trusted(path, kind, key), d.source
         tried.append(str(base))
     known = sorted({p.name for p in list_profiles()}) if kind == "profile" else []
     hint = f"known profiles: {', '.join(known)}" if known else "check the name"
-    key = "defaults.execution" if kind == "profile" else "defaults.deployment"
     raise ConfigError.at(key, f"{kind} {name!r} not found in " + ", ".join(tried), hint)
 
 

@@ -117,11 +117,13 @@ def test_second_users_submit_into_an_output_dir_it_cannot_register_in_fails_befo
     assert "Traceback" not in result.stderr
     assert shared.sbatch_calls() == []  # no job without a registry entry
     assert sorted(p.name for p in out.iterdir()) == [".hpceval", mine.run_dir.name]
-    # resume of root's runs, by directory: refused cleanly, nothing written or submitted
+    # resume of root's runs, by directory: refused cleanly, nothing written or submitted (a
+    # readable one already at look-up: a path must be a run directory of the caller's own)
     readable = submit_configs(configs(shared.base / "root2", execution={
         "output_dir": str(out), "umask": "0022"}), fake)
     for run, message in ((mine, "permission denied"),
-                         (readable, "only the user who submitted")):
+                         (readable, "is not a run directory of yours (its directory is owned "
+                                    "by root (uid 0))")):
         fake.states[run.job_ids[0]] = "TIMEOUT"
         result = shared.hpceval("resume", str(run.run_dir))
         assert result.returncode == 1 and message in result.stderr, result.stderr

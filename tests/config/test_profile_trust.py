@@ -1,0 +1,119 @@
+"""Review F2: a profile or preset is trusted like ssh trusts its config. Another uid
+(`runuser -u nobody`) drops a `local-dev.yaml` with `pre_commands` (and a `vllm-cpu` preset)
+into a 1777 folder holding the victim's run file: loading the run is refused, naming the file
+and its owner, before anything is rendered or submitted. The same for a group-writable folder
+on HPCEVAL_PROFILE_PATH, an `extends:` parent and an explicit profile path; the user's own
+files in private folders, and the shipped ones, still load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpceval.config import load_run
+from hpceval.config.errors import ConfigError
+from hpceval.config.profiles import untrusted_reason
+from hpceval.resources import site_configs_dir
+
+RUNUSER = shutil.which("runuser")
+HOSTILE = {"execution": {"type": "local", "gpus_per_node": 0,
+                         "pre_commands": ["id > pwned-by-profile.txt"]}}
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A 1777 folder (like a shared scratch area) that nobody can write into."""
+    if os.geteuid() != 0 or RUNUSER is None:
+        pytest.skip("needs root and runuser to act as a second uid")
+    base = Path(tempfile.mkdtemp(prefix="hpceval-profiles-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "shared").mkdir()
+        (base / "shared").chmod(0o1777)
+        yield base / "shared"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _plant(folder: Path, name: str, data: dict[str, object]) -> Path:
+    staging = Path(tempfile.mkdtemp(dir="/tmp")) / name
+    staging.parent.chmod(0o755)
+    staging.write_text(yaml.safe_dump(data))
+    staging.chmod(0o644)
+    target = folder / name
+    subprocess.run([str(RUNUSER), "-u", "nobody", "--", "cp", str(staging), str(target)],
+                   check=True, timeout=30)
+    shutil.rmtree(staging.parent)
+    assert target.stat().st_uid == 65534
+    return target
+
+
+def _run_file(folder: Path, profile: str = "local-dev") -> Path:
+    run = folder / "run.yaml"
+    run.write_text(yaml.safe_dump({
+        "defaults": [{"execution": profile}, {"deployment": "command"}],
+        "execution": {"output_dir": str(folder / "out")},
+        "deployment": {"command": "exec my-server --port $PORT", "served_model_name": "m"},
+        "evaluation": {"tasks": [{"name": "ifeval"}]}}))
+    return run
+
+
+def test_a_profile_planted_next_to_the_run_file_is_refused_naming_file_and_owner(
+        shared: Path) -> None:
+    planted = _plant(shared, "local-dev.yaml", HOSTILE)
+    with pytest.raises(ConfigError, match=r"refusing profile file .*local-dev\.yaml: it is "
+                                          r"owned by nobody \(uid 65534\)") as err:
+        load_run(_run_file(shared), check_environment=False)
+    assert str(planted) in str(err.value)
+    (shared / "deployment").mkdir(mode=0o755)
+    os.chown(shared / "deployment", 65534, 65534)
+    _plant(shared / "deployment", "command.yaml", {"type": "command"})
+    planted.unlink()
+    with pytest.raises(ConfigError, match=r"refusing deployment file .*command\.yaml: it is "
+                                          r"owned by nobody"):
+        load_run(_run_file(shared), check_environment=False)
+
+
+def test_the_users_own_profile_in_a_folder_others_can_write_is_refused_too(
+        shared: Path) -> None:
+    """Someone else could swap it (a group-writable project folder, a 1777 scratch folder)."""
+    own = shared / "mine.yaml"
+    own.write_text(yaml.safe_dump({"execution": {"type": "local", "gpus_per_node": 0}}))
+    reason = untrusted_reason(own)
+    assert reason is not None and "writable by other users (mode 1777)" in reason
+    with pytest.raises(ConfigError, match="refusing profile file"):
+        load_run(_run_file(shared, str(own)), check_environment=False)
+
+
+def test_extends_and_profile_path_entries_get_the_same_rule(
+        shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # HPCEVAL_PROFILE_PATH naming a group-writable folder: its profile is refused
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "mysite.yaml").write_text(yaml.safe_dump({"extends": "local-dev"}))
+    site.chmod(0o775)
+    monkeypatch.setenv("HPCEVAL_PROFILE_PATH", str(site))
+    private = tmp_path / "private"
+    private.mkdir()
+    with pytest.raises(ConfigError, match=r"mysite\.yaml: its folder .* is writable"):
+        load_run(_run_file(private, "mysite"), check_environment=False)
+    # a private profile whose extends: parent is the planted one, next to the run file
+    site.chmod(0o755)
+    _plant(shared, "local-dev.yaml", HOSTILE)
+    with pytest.raises(ConfigError, match=r"local-dev\.yaml: it is owned by nobody"):
+        load_run(_run_file(shared, "mysite"), check_environment=False)
+    # the same private profile, its parent the shipped one: loads
+    (resolved,) = load_run(_run_file(private, "mysite"), check_environment=False)
+    assert "pwned" not in repr(resolved)
+
+
+def test_shipped_profiles_are_trusted() -> None:
+    for path in sorted(site_configs_dir().rglob("*.yaml")):
+        assert untrusted_reason(path) is None, path
