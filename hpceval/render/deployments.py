@@ -8,11 +8,13 @@ function, its container, its port slots.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.engines import engine_for
+from hpceval.images import DOCKER, sif_name
 from hpceval.render.aux_job import urls_var
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
@@ -87,10 +89,23 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
     if not dep.image:
         raise ConfigError.at(f"{where}.image", "a server from a container needs an image",
                              f"set {where}.image, or {where}.runtime=host")
-    return runtime.server_prefix(dep.image, _binds(resolved, served),
+    return runtime.server_prefix(server_image(resolved, served), _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
                                  cache=ShellCode(server_cache(resolved, served)),
                                  env_names=env_names, site=site_options(ex))
+
+
+def server_image(resolved: ResolvedConfig, served: Served) -> str:
+    """A docker:// server image that `hpceval stage` put in execution.image_dir runs from that
+    file, as harness images do: otherwise every instance would pull and convert the same
+    tens-of-GB image at once (apptainer#307: concurrent cache use crashes)."""
+    ex, image = resolved.spec.execution, served.dep.image
+    assert image is not None  # server_prefix refused a missing one
+    runtime = runtime_for(ex.container_runtime)
+    if not (image.startswith(DOCKER) and ex.image_dir and runtime.staged_files):
+        return image
+    staged = Path(ex.image_dir) / runtime.image_file(sif_name(image))
+    return str(staged) if staged.is_file() and staged.stat().st_size > 0 else image
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
@@ -111,7 +126,7 @@ def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) 
     if not runtime.srun_steps or not engine_for(dep.type).serves or dep.runtime == "host":
         return []
     assert dep.image is not None  # server_prefix refused a missing one
-    return runtime.server_srun(dep.image, _binds(resolved, served), env_names,
+    return runtime.server_srun(server_image(resolved, served), _binds(resolved, served), env_names,
                                cache=ShellCode(server_cache(resolved, served)))
 
 

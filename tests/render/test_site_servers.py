@@ -77,3 +77,24 @@ def test_pyxis_servers_mount_the_cache(render: RenderFn) -> None:
     srun = script[script.index("SERVER_SRUN=("):]
     srun = srun[:srun.index(")\n")]
     assert '"$SERVER_DIR/hpceval-cache":"$SERVER_DIR/hpceval-cache"' in srun
+
+
+DOCKER_IMAGE = "docker://vllm/vllm-openai:v0.32.0"
+
+
+@pytest.mark.parametrize(("runtime", "staged"), [("apptainer", "vllm_vllm-openai_v0.32.0.sif"),
+                                                 ("pyxis", "vllm_vllm-openai_v0.32.0.sqsh")])
+def test_a_staged_server_image_is_run_from_image_dir(render: RenderFn, tmp_path: Path,
+                                                     runtime: str, staged: str) -> None:
+    """Issue 21, defect 4: not pulled and converted by every instance at run time."""
+    image_dir = tmp_path / "images"
+    image_dir.mkdir()
+    run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
+    overrides = [f"execution.image_dir={image_dir}", f"execution.container_runtime={runtime}"]
+    before = render("slurm", run, overrides)
+    assert DOCKER_IMAGE in before or "vllm/vllm-openai:v0.32.0" in before  # nothing staged yet
+    (image_dir / staged).write_bytes(b"staged image")
+    after = render("slurm", run, overrides)
+    assert str(image_dir / staged) in after
+    launches = after[after.index("launch_server 0 head"):]
+    assert "docker://vllm" not in launches and "--container-image=vllm/" not in after
