@@ -127,6 +127,8 @@ class Backend(Protocol):
     schedules_later: ClassVar[bool]
     # it runs jobs side by side, so a sweep's judge job (scope: sweep) serves the models' jobs
     side_by_side: ClassVar[bool]
+    # its jobs go to partitions with a MaxTime (sinfo): a walltime above it is refused at submit
+    partitions: ClassVar[bool]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

@@ -43,6 +43,7 @@ class LocalBackend:
     # the runner runs one model's job after the other: a judge job beside them would need a
     # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)
     side_by_side: ClassVar[bool] = False
+    partitions: ClassVar[bool] = False
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

@@ -37,6 +37,7 @@ class SlurmBackend:
     srun_steps: ClassVar[bool] = True
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
     side_by_side: ClassVar[bool] = True
+    partitions: ClassVar[bool] = True
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:

@@ -70,7 +70,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if wall and cap and cap < wall:
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
-    if environ is not None and ex.type == "slurm" and wall:  # at submit: ask the cluster
+    if environ is not None and wall and _has_partitions(ex.type):  # at submit: ask Slurm
         from hpceval.slurm.partitions import partition_max_minutes
 
         limit = partition_max_minutes(ex.partition)
@@ -286,3 +286,9 @@ def image_version_findings(spec: RunSpec) -> tuple[list[str], list[ConfigIssue]]
                                f"later, e.g. v{VLLM_VERSION}")
                    for flag, since in FLAG_SINCE.items() if version < since]
     return notes, issues
+
+
+def _has_partitions(execution_type: str) -> bool:
+    from hpceval.backends import backend_for
+
+    return backend_for(execution_type).partitions
