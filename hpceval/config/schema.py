@@ -57,7 +57,11 @@ class ExecutionSpec:
     constraint: str | None = key(None, "node features (--constraint), e.g. 'h100&ib'")
     walltime: str = key("04:00:00", "time limit per allocation: [D-]HH:MM:SS or minutes")
     max_walltime: str = key("48:00:00", "cap on the total time of a resumed chain of jobs")
-    auto_resume: bool = key(True, "continue in a new allocation after timeout or preemption")
+    auto_resume: bool = key(True, "continue in a new allocation after timeout, preemption or "
+                            "a node failure")
+    node_failure_retries: int = key(
+        2, "with auto_resume: times Slurm reruns a job whose node failed (NODE_FAIL, --requeue) "
+        "before it stays failed; 0: never (then `hpceval resume`)", minimum=0)
     signal_seconds: int = key(
         300, "send USR1 this many seconds before the walltime so work is saved", minimum=30
     )

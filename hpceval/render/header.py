@@ -46,6 +46,28 @@ def sbatch_value(value: Any, key: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def resumes_itself(ex: ExecutionSpec) -> bool:
+    """execution.auto_resume where the backend submits successors (slurm; not local)."""
+    from hpceval.backends import backend_for
+
+    return ex.auto_resume and backend_for(ex.type).resubmits_itself
+
+
+def requeues_on_node_failure(ex: ExecutionSpec) -> bool:
+    """A node failure kills the batch script with its node (SIGKILL: no trap runs), so no
+    successor can be submitted from inside; Slurm's --requeue reruns the job instead. Slurm
+    requeues a --requeue job only for failures that are not the job's own (node failure, an
+    admin's requeue): not after a non-zero exit, a timeout, a scancel or PreemptMode=CANCEL."""
+    return resumes_itself(ex) and ex.node_failure_retries > 0
+
+
+def _requeue_line(ex: ExecutionSpec) -> HeaderLine:
+    if requeues_on_node_failure(ex):
+        return HeaderLine("requeue", None, "a node failure reruns this job (at most "
+                          f"execution.node_failure_retries {ex.node_failure_retries} times)")
+    return HeaderLine("no-requeue", None, "resuming is a new job that skips finished tasks")
+
+
 def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
                   cpu_why: str) -> list[HeaderLine]:
     """The header of a small CPU job beside a run (aggregation, export, a watch's tick): the
@@ -135,9 +157,8 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
     lines.append(HeaderLine("error", out, "one log: errors next to what led to them"))
     lines.append(HeaderLine("signal", f"B:USR1@{ex.signal_seconds}",
                             "warn the script before the walltime ends"))
-    if "requeue" not in ex.sbatch_extra_flags:
-        lines.append(HeaderLine("no-requeue", None,
-                                "resuming is a new job that skips finished tasks"))
+    if "requeue" not in ex.sbatch_extra_flags:  # else the site's own choice, written below
+        lines.append(_requeue_line(ex))
     for flag, value in ex.sbatch_extra_flags.items():
         key = f"execution.sbatch_extra_flags.{flag}"
         if not SBATCH_FLAG.match(flag):

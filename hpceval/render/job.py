@@ -119,13 +119,15 @@ def proxy_arguments(rules: InterceptorsSpec, budget: str = "off") -> list[str]:
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.backends import backend_for
+    from hpceval.render.header import requeues_on_node_failure, resumes_itself
     from hpceval.slurm.formats import walltime_minutes
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1
     cap = walltime_minutes(ex.max_walltime) or wall
-    return {"enabled": ex.auto_resume and backend_for(ex.type).resubmits_itself,
+    return {"enabled": resumes_itself(ex),
+            "node_failure_retries": ex.node_failure_retries if requeues_on_node_failure(ex)
+            else 0,
             "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
             "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime,
             "walltime": ex.walltime}

@@ -121,7 +121,7 @@ def runs(slurm_cluster: CommandSlurmClient) -> Iterator[list[Submitted]]:
 
 
 def run_file(work: Path, tasks: Sequence[str], *, partition: str | None = None,
-             load_once_s: int = 0) -> Path:
+             load_once_s: int = 0, node_failure_retries: int | None = None) -> Path:
     """One model, tasks of the drill harness; `load_once_s`: the server's first start sleeps
     that long before serving (a model load), later starts serve at once."""
     command = oracle_command(MODEL, work / "requests.jsonl")
@@ -132,6 +132,8 @@ def run_file(work: Path, tasks: Sequence[str], *, partition: str | None = None,
                                  "output_dir": str(work / "runs")}
     if partition:
         execution["partition"] = partition
+    if node_failure_retries is not None:
+        execution["node_failure_retries"] = node_failure_retries
     marker = str(work / "held-once")
     run = {
         "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
@@ -341,7 +343,9 @@ def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
     waited = time.monotonic()
     wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
     waited = time.monotonic() - waited
-    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill"))
+    # node_failure_retries 0: no #SBATCH --requeue, so NODE_FAIL is final and `resume` continues
+    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill",
+                                             node_failure_retries=0))
     runs.append(run)
     try:
         # the server is answering: `quick` is done and `hold` got its answer
