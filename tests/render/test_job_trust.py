@@ -39,11 +39,15 @@ def bash(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           check=False, env={"PATH": "/usr/bin:/bin", **env})
 
 
+SEEN: list[tuple[str, str | None]] = []  # (path, Authorization) of what the squatter was sent
+
+
 @pytest.fixture
 def squatter() -> Iterator[int]:
     """A listener of 'someone else': answers 200 to every GET (health, models)."""
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            SEEN.append((self.path, self.headers.get("Authorization")))
             self.send_response(200)
             self.send_header("Content-Length", "2")
             self.end_headers()
@@ -108,10 +112,16 @@ wait_for_servers
                                  text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "0 of 1 instance(s) answered" in refused.stdout, refused.stdout
+        # review F7: before the ready line, nothing that carries the token goes to the port
+        assert [auth for _, auth in SEEN if auth] == [], SEEN
+        SEEN.clear()
         log.write_text(log.read_text() + f"INFO {ready_line.group(1)}http://0.0.0.0:{squatter}\n")
         ready = subprocess.run(["bash", "-c", code, "wait", "10"], capture_output=True,
                                text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
         assert ready.returncode == 0 and "all instances ready" in ready.stdout, ready.stdout
+        # once its log says so it is the job's server: /v1/models gets the token, /health never
+        assert ("/v1/models", "Bearer t") in SEEN and ("/health", None) in SEEN, SEEN
+        assert all(auth is None for path, auth in SEEN if path == "/health"), SEEN
     finally:
         server.kill()
         server.wait()
