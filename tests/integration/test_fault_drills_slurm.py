@@ -8,7 +8,8 @@ Each drill breaks a run the way a cluster does, then checks three things: what
 2. the job is cancelled while its model server loads (the server sleeps before it serves);
 3. the job is cancelled mid-task, then two users resume the run at the same moment: one
    successor job, the other resume is told "already resumed as job N";
-4. node3's slurmd and the job's processes on it are killed: NODE_FAIL.
+4. node3's slurmd and the job's processes on it are killed: NODE_FAIL, and Slurm reruns the
+   job by itself (#SBATCH --requeue, execution.node_failure_retries) once node3 is back.
 
 The lm-eval drills (scancel mid-run with real scores, the walltime chain, dying instances) are
 in test_resume_drills.py. Here a cheap host harness (curl + a few lines of Python) talks to the
@@ -40,6 +41,7 @@ from tests.integration.drill_support import (
     Submitted,
     assert_untouched,
     hpceval,
+    job_state,
     oracle_command,
     snapshot_done,
     status,
@@ -121,7 +123,7 @@ def runs(slurm_cluster: CommandSlurmClient) -> Iterator[list[Submitted]]:
 
 
 def run_file(work: Path, tasks: Sequence[str], *, partition: str | None = None,
-             load_once_s: int = 0, node_failure_retries: int | None = None) -> Path:
+             load_once_s: int = 0) -> Path:
     """One model, tasks of the drill harness; `load_once_s`: the server's first start sleeps
     that long before serving (a model load), later starts serve at once."""
     command = oracle_command(MODEL, work / "requests.jsonl")
@@ -132,8 +134,6 @@ def run_file(work: Path, tasks: Sequence[str], *, partition: str | None = None,
                                  "output_dir": str(work / "runs")}
     if partition:
         execution["partition"] = partition
-    if node_failure_retries is not None:
-        execution["node_failure_retries"] = node_failure_retries
     marker = str(work / "held-once")
     run = {
         "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
@@ -337,16 +337,25 @@ def others_on_drill_node(mine: str = "") -> list[str]:
             if line.split()[0] != mine and (line.split()[1] in parts or DRILL_NODE in line)]
 
 
+def restarts(job_id: str) -> int:
+    """Slurm's count of reruns of a job (scontrol's Restarts=, 0 before a requeue)."""
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                           timeout=20, check=False).stdout
+    match = re.search(r"\bRestarts=(\d+)", shown)
+    return int(match.group(1)) if match else 0
+
+
 def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
                       runs: list[Submitted]) -> None:
+    """A node failure resumes by itself: #SBATCH --requeue, Slurm reruns the same job once
+    node3 is back, the rerun skips the done task (execution.node_failure_retries)."""
     # Other drills' jobs on node3 would fail with ours: let them end first (bounded).
     waited = time.monotonic()
     wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
     waited = time.monotonic() - waited
-    # node_failure_retries 0: no #SBATCH --requeue, so NODE_FAIL is final and `resume` continues
-    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill",
-                                             node_failure_retries=0))
+    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill"))
     runs.append(run)
+    assert "#SBATCH --requeue" in (run.run_dir / "job.sbatch").read_text()
     try:
         # the server is answering: `quick` is done and `hold` got its answer
         wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
@@ -355,19 +364,23 @@ def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
         assert not others_on_drill_node(run.first_job)  # none came meanwhile (or it fails too)
         killed_at = time.monotonic()
         assert kill_node(run.first_job) >= 3  # stepds, job script, server, harness...
-        # SlurmdTimeout=30: the controller gives node3 up after 30-40 s and fails its job
-        assert wait_done(slurm_cluster, run.first_job, 120) == "NODE_FAIL"
+        # SlurmdTimeout=30: the controller gives node3 up after 30-40 s and requeues the job
+        wait_for(lambda: restarts(run.first_job) == 1, 120, "Slurm to requeue the job",
+                 interval=1.0)
         detected_s = time.monotonic() - killed_at
-        assert_status(run, "failed", rf"node failure \(NODE_FAIL\) on {DRILL_NODE}; "
-                                     rf"{re.escape(RESUMED)}")
-        assert run.jobs() == [run.first_job]  # --no-requeue: Slurm does not rerun it itself
-        assert "#SBATCH --no-requeue" in (run.run_dir / "job.sbatch").read_text()
+        assert run.jobs() == [run.first_job]  # the same job runs again: no successor
         assert_untouched(before, run.model_dir, [QUICK])
     finally:
         restore_node()
-    # the resumed job goes to the same partition, "drill": node3 again, now restored
-    job = resume_and_finish(slurm_cluster, run, ["quick", "hold"])
+    # the requeued job waits for node3 (partition "drill"), now restored, and completes
+    deadline = time.monotonic() + 300
+    while job_state(slurm_cluster, run.first_job) != "COMPLETED":
+        assert time.monotonic() < deadline, run.log(run.first_job)[-3000:]
+        time.sleep(1.0)
+    log = run.log(run.first_job)
+    assert "rerun 1 of at most 2 after a node failure" in log, log[-3000:]
+    assert_finished(run, ["quick", "hold"], attempts=len(run.jobs()))
     assert_untouched(before, run.model_dir, [QUICK])
-    print(f"\nnode3 free after {waited:.0f} s; NODE_FAIL {detected_s:.0f} s after the kill; "
-          f"resumed as job {job}")
+    print(f"\nnode3 free after {waited:.0f} s; requeued {detected_s:.0f} s after the kill; "
+          f"rerun completed {time.monotonic() - killed_at:.0f} s after it")
 
