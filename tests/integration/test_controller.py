@@ -7,6 +7,7 @@ is tests/fakes/ask-harness.yaml (one scored chat request), with container_runtim
 
 from __future__ import annotations
 
+import csv
 import stat
 import subprocess
 import time
@@ -135,7 +136,11 @@ def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
     while not (run.run_dir / "results.csv").exists():
         assert time.monotonic() < deadline, "the aggregation job wrote no results.csv"
         time.sleep(0.5)
-    assert (run.run_dir / "results.csv").read_text().count("oracle-") == 4
+    # one row per model and task, each from its own model's results (the table also carries
+    # each task's directory, which names the model too: count rows, not substrings)
+    with (run.run_dir / "results.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["model"], r["task"]) for r in rows) == sorted(want)
     # execution.umask (0027) reached the jobs through sbatch: nothing they wrote is
     # world-readable (results, manifests, done markers, cache shards, logs, results.csv)
     written = [p for p in run.run_dir.rglob("*") if p.is_file() and not p.is_symlink()]
