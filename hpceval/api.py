@@ -133,22 +133,32 @@ def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: st
 def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] = (), *,
           profile: str | None = None, pattern: str = "step_*", step_regex: str | None = None,
           marker: str | None = None, grace_s: int | None = None, interval_s: int = 600,
-          after_job: str | None = None, attempts: int = 3,
-          client: SlurmClient | None = None) -> Any:
+          after_job: str | None = None, attempts: int = 3, max_per_tick: int | None = None,
+          trust_owners: Sequence[str] = (), client: SlurmClient | None = None) -> Any:
     """`hpceval watch start`: evaluate each new complete checkpoint in `checkpoints`.
 
     Returns ``hpceval.watch.control.Started`` (watch_id, watch_dir, script, tick_job). A
     checkpoint is complete by its `marker` file, else once unchanged for `grace_s` (default
-    300). docs/watch.md."""
+    300). Only checkpoints owned by the caller or a `trust_owners` user are evaluated, at
+    most `max_per_tick` a tick; `Started.warnings` says if others can write the folder.
+    docs/watch.md."""
     from hpceval.watch.control import start_watch
-    from hpceval.watch.spec import DEFAULT_GRACE_S, WatchSpec, parse_interval
+    from hpceval.watch.spec import (
+        DEFAULT_GRACE_S,
+        DEFAULT_MAX_PER_TICK,
+        WatchSpec,
+        parse_interval,
+    )
+    from hpceval.watch.trust import resolve_owners
 
     options = WatchSpec(
         watch_id="", kind="", run_file=str(Path(config).resolve()), overrides=tuple(overrides),
         profile=profile, checkpoints=str(Path(checkpoints).expanduser().absolute()),
         pattern=pattern, step_regex=step_regex, marker=marker,
         grace_s=None if marker else (grace_s or DEFAULT_GRACE_S),
-        interval_s=parse_interval(str(interval_s)), after_job=after_job, attempts=attempts)
+        interval_s=parse_interval(str(interval_s)), after_job=after_job, attempts=attempts,
+        max_per_tick=max_per_tick or DEFAULT_MAX_PER_TICK,
+        trust_uids=resolve_owners(trust_owners))
     return start_watch(options, client=client)
 
 

@@ -13,6 +13,7 @@ import click
 
 from hpceval.cli.options import config_options, run_file_from
 from hpceval.cli.track_cmds import output_dir_option
+from hpceval.watch.spec import DEFAULT_MAX_PER_TICK
 
 
 def find_watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
@@ -49,24 +50,34 @@ def watch() -> None:
 @click.option("--attempts", default=3, show_default=True, type=click.IntRange(1, 20),
               help="Submissions of one checkpoint before it is given up (only failures that "
                    "queued no job are retried).")
+@click.option("--max-per-tick", default=DEFAULT_MAX_PER_TICK, show_default=True,
+              type=click.IntRange(1, 100),
+              help="Submissions per tick at most; further complete checkpoints wait for the "
+                   "next tick.")
+@click.option("--trust-owner", "trust_owners", multiple=True, metavar="USER",
+              help="Also evaluate checkpoints owned by USER (a name or uid; repeatable). "
+                   "By default only your own are: others' are shown as ignored.")
 @click.option("--dry-run", is_flag=True, help="Validate and print the tick script; write and "
                                               "submit nothing.")
 def start(config_file: str | None, config_opt: str | None, config_dir: str | None,
           config_name: str | None, profile: str | None, overrides: tuple[str, ...],
           checkpoints: str, pattern: str, step_regex: str | None, marker: str | None,
           grace: str | None, interval: str, after_job: str | None, attempts: int,
-          dry_run: bool) -> None:
+          max_per_tick: int, trust_owners: tuple[str, ...], dry_run: bool) -> None:
     """Watch a checkpoint folder: evaluate the run file (CONFIG) on every new complete
     checkpoint.
 
     The run is validated as `hpceval submit` would (with deployment.checkpoint_path set to a
     sample checkpoint): a config error exits 2 and submits nothing. Each checkpoint's run is
     `hpceval submit CONFIG -o deployment.checkpoint_path=CKPT`, each submitted once. Every
-    tick reads CONFIG again on a compute node: keep it on shared storage.
+    tick reads CONFIG again on a compute node: keep it on shared storage. Only checkpoints
+    (and markers) owned by you, or by a --trust-owner, after resolving symlinks, are
+    evaluated.
     """
     from hpceval.config.errors import ConfigError
     from hpceval.watch.control import start_watch
     from hpceval.watch.spec import DEFAULT_GRACE_S, WatchSpec, parse_interval
+    from hpceval.watch.trust import resolve_owners
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     if run_file is None:
@@ -80,8 +91,11 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
         pattern=pattern, step_regex=step_regex, marker=marker,
         grace_s=None if marker else (parse_interval(grace, "--grace") if grace
                                      else DEFAULT_GRACE_S),
-        interval_s=parse_interval(interval), after_job=after_job, attempts=attempts)
+        interval_s=parse_interval(interval), after_job=after_job, attempts=attempts,
+        max_per_tick=max_per_tick, trust_uids=resolve_owners(trust_owners))
     started = start_watch(options, dry_run=dry_run)
+    for warning in started.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if dry_run:
         click.echo(f"# ===== {started.watch_dir}/tick.sbatch (dry run: not written, not "
                    f"submitted; validated with checkpoint {started.sample}) =====")

@@ -4,7 +4,8 @@ A checkpoint is complete when its marker file exists (``--marker``), or, without
 when its files (names, sizes, mtimes) were the same at two ticks at least ``grace`` seconds
 apart; an empty folder is never complete. A half-written checkpoint therefore changes its
 fingerprint between ticks and waits; a writer that pauses longer than the grace period is the
-one case only a marker can catch (docs/watch.md).
+one case only a marker can catch (docs/watch.md). Only checkpoints (and markers) owned by a
+trusted uid count at all (hpceval.watch.trust); the others are listed as foreign.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpceval.watch.spec import WatchSpec
+from hpceval.watch.trust import foreign_owner, trusted_uids
 
 MAX_FILES = 100_000  # a checkpoint with more is read no further (hostile or broken folder)
 
@@ -31,6 +33,7 @@ class Checkpoint:
 class Listing:
     checkpoints: list[Checkpoint]  # in step order
     ignored: list[str]  # names that matched the pattern but carry no step
+    foreign: list[tuple[str, int]] = field(default_factory=list)  # (name, owner uid): not ours
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ def list_checkpoints(spec: WatchSpec) -> Listing:
     """The pattern's directories directly under spec.checkpoints (a missing folder: none)."""
     found: list[Checkpoint] = []
     ignored: list[str] = []
+    foreign: list[tuple[str, int]] = []
+    trusted = trusted_uids(spec.trust_uids)
     try:
         entries = list(os.scandir(spec.checkpoints))
     except FileNotFoundError:
@@ -51,13 +56,17 @@ def list_checkpoints(spec: WatchSpec) -> Listing:
     for entry in entries:
         if not fnmatch.fnmatchcase(entry.name, spec.pattern) or not _is_dir(entry):
             continue
+        owner = foreign_owner(Path(entry.path), trusted)
+        if owner is not None:
+            foreign.append((entry.name, owner))
+            continue
         step = spec.step_of(entry.name)
         if step is None:
             ignored.append(entry.name)
         else:
             found.append(Checkpoint(entry.name, Path(entry.path), step))
     found.sort(key=lambda c: (c.step, c.name))
-    return Listing(found, sorted(ignored))
+    return Listing(found, sorted(ignored), sorted(foreign))
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -91,7 +100,9 @@ def fingerprint(folder: Path) -> Fingerprint:
 
 def has_marker(spec: WatchSpec, checkpoint: Path) -> bool:
     assert spec.marker is not None
-    return (checkpoint / spec.marker).is_file()
+    marker = checkpoint / spec.marker
+    # a marker someone else put there (a group-writable checkpoint) does not count
+    return marker.is_file() and foreign_owner(marker, trusted_uids(spec.trust_uids)) is None
 
 
 def judge(spec: WatchSpec, checkpoint: Path, seen: dict[str, object], now: float) -> bool:

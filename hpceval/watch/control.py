@@ -51,6 +51,7 @@ class Started:
     script: str  # the tick script (what every tick runs)
     tick_job: str | None  # None: a dry run
     sample: Path  # the checkpoint path the run was validated with
+    warnings: tuple[str, ...] = ()  # for the user's terminal (stderr), not errors
 
 
 def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
@@ -63,9 +64,13 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
     from hpceval.render.watch import render_tick
     from hpceval.runs.rundir import current_user, new_invocation_id, prepare_run, run_umask
     from hpceval.staging.preflight import preflight_all
+    from hpceval.watch.trust import writable_by_others
 
     _check_options(options)
     folder = Path(options.checkpoints)
+    # a warning, not a refusal: shared project folders are normal, and the owner rule
+    # (hpceval.watch.trust) is what keeps others' folders out
+    warnings = tuple(w for w in (writable_by_others(folder),) if w)
     listing = list_checkpoints(options)
     sample = (listing.checkpoints[0] if listing.checkpoints else
               Checkpoint(_sample_name(options.pattern), folder / _sample_name(options.pattern),
@@ -101,12 +106,12 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
                          python=spec.python, checkpoints=spec.checkpoints,
                          interval_s=spec.interval_s)
     if dry_run:
-        return Started(watch_id, watch_dir, script, None, sample.path)
+        return Started(watch_id, watch_dir, script, None, sample.path, warnings)
     with run_umask(ex.umask):
         _write(watch_dir, spec, script)
         tick = _first_tick(watch_dir, spec, client)
     _remember(Path(ex.output_dir))
-    return Started(watch_id, watch_dir, script, tick, sample.path)
+    return Started(watch_id, watch_dir, script, tick, sample.path, warnings)
 
 
 def _check_options(options: WatchSpec) -> None:

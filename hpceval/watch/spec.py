@@ -23,6 +23,9 @@ MIN_INTERVAL_ENV = "HPCEVAL_WATCH_MIN_INTERVAL"  # seconds; a site (or a test) m
 DEFAULT_MIN_INTERVAL_S = 60  # a tick is a scheduler job: no site wants one every few seconds
 DEFAULT_GRACE_S = 300
 DEFAULT_ATTEMPTS = 3  # submissions of one checkpoint before it is given up
+# submissions per tick: a flood of new folders (planted, or a mistaken pattern) costs at most
+# this many jobs an interval; the rest wait, complete, for the next tick
+DEFAULT_MAX_PER_TICK = 4
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _LAST_INT = re.compile(r"(\d+)(?!.*\d)")
@@ -48,6 +51,8 @@ class WatchSpec:
     interval_s: int = 600
     after_job: str | None = None  # the training job: the watch ends once it ended
     attempts: int = DEFAULT_ATTEMPTS
+    max_per_tick: int = DEFAULT_MAX_PER_TICK
+    trust_uids: tuple[int, ...] = ()  # owners besides the user whose checkpoints count
     python: str = ""  # runs the tick on the node
     output_dir: str = ""
     created_at: float = 0.0
@@ -56,6 +61,7 @@ class WatchSpec:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["overrides"] = list(self.overrides)
+        data["trust_uids"] = list(self.trust_uids)
         return {"schema": WATCH_SCHEMA, **data}
 
     @classmethod
@@ -63,9 +69,12 @@ class WatchSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["overrides"] = tuple(str(o) for o in values.get("overrides") or ())
+        values["trust_uids"] = tuple(int(u) for u in values.get("trust_uids") or ())
         spec = cls(**values)
         if not spec.marker and not spec.grace_s:
             raise ValueError("neither marker nor grace_s is set")
+        if not isinstance(spec.max_per_tick, int) or spec.max_per_tick < 1:
+            raise ValueError(f"max_per_tick {spec.max_per_tick!r} is not a positive integer")
         return spec
 
     def step_of(self, name: str) -> int | None:

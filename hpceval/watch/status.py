@@ -58,6 +58,7 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
         summary[row["bucket"]] += 1
     return {**out, "status": state["status"], "reason": state.get("reason", ""),
             "summary": summary, "checkpoints": rows, "ignored": state.get("ignored", []),
+            "foreign": state.get("foreign", []), "max_per_tick": spec.max_per_tick,
             "last_tick": state.get("last_tick"),
             "tick": _job(watcher, tick["id"]) if tick else None,
             "training": _job(watcher, spec.after_job) if spec.after_job else None}
@@ -111,6 +112,9 @@ def format_watch(data: dict[str, Any]) -> str:
         lines.append(f"  last tick {ago:.0f} s ago (job {last.get('job') or '?'})")
     if data.get("ignored"):
         lines.append(f"  ignored (no step in the name): {', '.join(data['ignored'])}")
+    for f in data.get("foreign") or []:
+        lines.append(f"  ignored {f['name']}: owned by {f['owner_name']}, not by you "
+                     "(--trust-owner trusts an owner)")
     width = max((len(r["checkpoint"]) for r in data["checkpoints"]), default=10)
     for r in data["checkpoints"]:
         run = f"run {r['run_id']} {r['run_state'] or '?'}" if r["run_id"] else ""

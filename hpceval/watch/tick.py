@@ -4,8 +4,10 @@
 Under the watch's lock, from reading state.json to queuing the next tick:
 1. the training job (``--after-job``): one sacct call, made BEFORE the listing, so a
    checkpoint it wrote just before it ended is in this listing;
-2. list the checkpoints, judge each new one (hpceval.watch.checkpoints);
-3. claim every complete, unclaimed one (status ``claimed``, saved), then submit it through the
+2. list the checkpoints, judge each new one (hpceval.watch.checkpoints); one not owned by a
+   trusted uid (hpceval.watch.trust) is only recorded as ignored, with its owner;
+3. claim the complete, unclaimed ones, at most ``max_per_tick`` (the rest wait, complete,
+   for the next tick) (status ``claimed``, saved), then submit it through the
    same code path as ``hpceval submit`` with ``deployment.checkpoint_path`` set to it;
    record the run (``submitted``) or the error (``failed``);
 4. end the watch when the training job had ended (at least min(interval, 60 s) before: a
@@ -56,6 +58,9 @@ class TickReport:
     submitted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # complete, over this tick's cap
+    cap: int = 0  # the watch's max_per_tick
+    foreign: list[str] = field(default_factory=list)  # "NAME: owned by USER (uid N)"
     training: str | None = None  # the after-job's phase, as sacct said before the listing
     next_tick: str | None = None
 
@@ -66,6 +71,10 @@ class TickReport:
             out.append(f"training job: {self.training}")
         out += [f"submitted {name}" for name in self.submitted]
         out += [f"failed {name}" for name in self.failed]
+        if self.deferred:
+            out.append(f"left for the next tick (at most {self.cap} submissions a tick): "
+                       + ", ".join(self.deferred))
+        out += [f"ignored {what}" for what in self.foreign]
         if self.next_tick:
             out.append(f"next tick: job {self.next_tick}")
         return out
@@ -153,7 +162,9 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
             report.training, ended = training_phase(client, spec, now())
         _look(spec, state, report, now(), training_ended=ended)
         st.save_state(watch_dir, state)
-        for name in _claimable(spec, state):
+        claimable = _claimable(spec, state)
+        report.cap, report.deferred = spec.max_per_tick, claimable[spec.max_per_tick:]
+        for name in claimable[:spec.max_per_tick]:
             _submit_one(watch_dir, spec, state, name, client, submit, report, now, me)
         report.pending = _pending(spec, state)
         state["last_tick"] = {"at": now(), "job": me,
@@ -179,8 +190,14 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
 def _look(spec: WatchSpec, state: dict[str, Any], report: TickReport, at: float, *,
           training_ended: bool) -> None:
     """Record every checkpoint; judge the ones not yet claimed."""
+    from hpceval.runs.registry import owner_name
+
     listing = list_checkpoints(spec)
     state["ignored"] = listing.ignored[:MAX_IGNORED]
+    foreign = dict(listing.foreign)
+    state["foreign"] = [{"name": n, "owner": uid, "owner_name": owner_name(uid)}
+                        for n, uid in listing.foreign[:MAX_IGNORED]]
+    report.foreign = [f"{f['name']}: owned by {f['owner_name']}" for f in state["foreign"]]
     entries: dict[str, dict[str, Any]] = state["checkpoints"]
     for ckpt in listing.checkpoints:
         entry = entries.get(ckpt.name)
@@ -202,15 +219,22 @@ def _look(spec: WatchSpec, state: dict[str, Any], report: TickReport, at: float,
             entry.update(status=st.FAILED, retryable=False,
                          error="a tick stopped while submitting it; not resubmitted, as its "
                                "job may exist (hpceval ls runs)")
-        elif entry["status"] == st.PENDING and name not in listed:
-            # removed before it was complete (training keeps only the last N checkpoints)
-            entry.update(status=st.GONE, error="removed before it was complete")
+        elif entry["status"] in (st.PENDING, st.COMPLETE) and name in foreign:
+            # replaced by someone else's folder (a group-writable folder without the
+            # sticky bit) after an earlier tick saw the user's own
+            entry.update(status=st.GONE, error=f"now owned by {owner_name(foreign[name])}: "
+                                               "not evaluated")
+        elif entry["status"] in (st.PENDING, st.COMPLETE) and name not in listed:
+            # removed before it was complete (training keeps only the last N checkpoints),
+            # or while it waited for a tick under the cap
+            entry.update(status=st.GONE, error="removed before it was submitted")
 
 
 def _pending(spec: WatchSpec, state: dict[str, Any]) -> list[str]:
-    """What a later tick still has to do: incomplete checkpoints, submissions to retry."""
+    """What a later tick still has to do: incomplete checkpoints, complete ones over the
+    cap, submissions to retry."""
     return sorted(n for n, e in state["checkpoints"].items()
-                  if e["status"] == st.PENDING
+                  if e["status"] in (st.PENDING, st.COMPLETE)
                   or (e["status"] == st.FAILED and _retry_left(spec, e)))
 
 
