@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("hpceval.cli.results_cmds", "export", "Export results (JSON/CSV, MLflow, W&B)."),
     "stage": ("hpceval.cli.stage_cmds", "stage", "Pre-fetch images and data for offline nodes."),
     "tasks": ("hpceval.cli.stage_cmds", "tasks", "Manage the task catalogue (discover)."),
+    "doctor": ("hpceval.cli.doctor_cmds", "doctor", "Check a site from the login node (and "
+               "--on-node, one compute node)."),
 }
 
 

@@ -108,6 +108,12 @@ class CommandSlurmClient:
         except SlurmParseError as exc:
             raise SlurmError(command, result.returncode, f"{exc}; stderr: {result.stderr}") from exc
 
+    def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str:
+        """``sbatch --test-only``: would Slurm take this job (partition, account, QOS, limits)?
+        Queues nothing; returns sbatch's answer ("Job N to start at ..."), SlurmError if not."""
+        _, result = self._run("sbatch", ["--test-only", *extra_args, str(script_path)])
+        return (result.stderr or result.stdout).strip()
+
     def sacct(
         self, job_ids: Sequence[str], *, starttime: datetime | None = None
     ) -> dict[str, JobRecord]:

@@ -1,8 +1,8 @@
-"""What the cluster allows, learned from Slurm itself: a partition's MaxTime.
+"""What the cluster allows, learned from Slurm itself: whether a partition exists, its MaxTime.
 
-One ``sinfo`` call per partition and process (cached): a sweep of a thousand models asks once.
-No sinfo here (render on a laptop), an error, or a time-out: None, and nothing is capped or
-refused on its account.
+One ``sinfo`` call per partition and process (cached): a sweep of a thousand models asks once,
+and ``hpceval doctor`` reads the same answer. No sinfo here (render on a laptop), an error, or
+a time-out: None, and nothing is capped or refused on its account.
 """
 
 from __future__ import annotations
@@ -10,16 +10,24 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+from dataclasses import dataclass
 
 from hpceval.slurm.formats import walltime_minutes
 
 SINFO_TIMEOUT_S = 10
 
 
+@dataclass(frozen=True)
+class Partition:
+    name: str | None  # None: the cluster's default partition was asked for and none is marked
+    found: bool
+    max_minutes: int | None  # None: unlimited (or not found)
+
+
 @functools.cache
-def partition_max_minutes(partition: str | None) -> int | None:
-    """MaxTime of ``partition`` (None: the cluster's default partition) in minutes; None when
-    it is unlimited or cannot be learned."""
+def partition_info(partition: str | None) -> Partition | None:
+    """``partition`` (None: the cluster's default partition) as sinfo reports it; None when
+    sinfo cannot be asked (absent, failing, timing out)."""
     sinfo = shutil.which("sinfo")
     if sinfo is None:
         return None
@@ -34,9 +42,18 @@ def partition_max_minutes(partition: str | None) -> int | None:
     for line in proc.stdout.splitlines():
         name, _, limit = line.strip().partition(" ")
         if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
-            return None if limit.strip() in ("infinite", "UNLIMITED", "") else \
+            minutes = None if limit.strip() in ("infinite", "UNLIMITED", "") else \
                 walltime_minutes(limit.strip())
-    return None
+            return Partition(name.rstrip("*"), True, minutes)
+    # sinfo answered, and no line names it: Slurm prints nothing for an unknown partition
+    return Partition(partition, False, None)
+
+
+def partition_max_minutes(partition: str | None) -> int | None:
+    """MaxTime of ``partition`` (None: the cluster's default partition) in minutes; None when
+    it is unlimited or cannot be learned."""
+    info = partition_info(partition)
+    return info.max_minutes if info is not None else None
 
 
 def capped_walltime(walltime: str, partition: str | None) -> tuple[str, int | None]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.partitions import capped_walltime, partition_max_minutes
+from hpceval.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
 
 FAKE = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/calls"
@@ -30,9 +30,9 @@ def fake_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     (tmp_path / "sinfo").write_text(FAKE)
     (tmp_path / "sinfo").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    partition_max_minutes.cache_clear()
+    partition_info.cache_clear()
     yield tmp_path / "calls"
-    partition_max_minutes.cache_clear()
+    partition_info.cache_clear()
 
 
 def test_max_time_of_named_and_default_partitions(fake_sinfo: Path) -> None:
@@ -87,6 +87,6 @@ def test_a_model_walltime_above_max_time_is_refused_at_submit(fake_sinfo: Path) 
 
 @pytest.mark.skipif(shutil.which("sinfo") is None, reason="no Slurm here")
 def test_the_dev_clusters_own_partitions() -> None:
-    partition_max_minutes.cache_clear()
+    partition_info.cache_clear()
     assert partition_max_minutes("debug") is None  # the dev cluster's partitions: infinite
     assert partition_max_minutes("no-such-partition") is None

@@ -1,0 +1,172 @@
+"""The login-node half of ``hpceval doctor``: what can be checked before any job is queued.
+
+Partition and MaxTime come from the one cached sinfo call of hpceval.slurm.partitions,
+account/QOS from ``sbatch --test-only`` through the Slurm client, staged images and data from
+the submit preflight (hpceval.staging.preflight): the doctor adds no rule of its own there, it
+only shows them as lines. Shared storage is judged by the mount table.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from hpceval.config import ResolvedConfig
+from hpceval.config.schema import ExecutionSpec
+from hpceval.doctor.report import Line, Status
+from hpceval.slurm.client import SlurmClient, SlurmError
+from hpceval.slurm.formats import walltime_minutes
+from hpceval.slurm.partitions import partition_info
+from hpceval.staging.preflight import preflight_all
+
+# Filesystems that several machines mount (a login node and compute nodes see the same files).
+SHARED_FS = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "fuse.beegfs", "fhgfs", "cifs", "smb3", "ceph",
+    "fuse.ceph", "fuse.cephfs", "wekafs", "panfs", "glusterfs", "fuse.glusterfs", "orangefs",
+    "pvfs2", "fuse.sshfs", "virtiofs", "9p", "vast", "davfs"})
+# In memory, or cleaned per job or per boot: never seen by another node, never kept.
+NODE_LOCAL_FS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+NODE_LOCAL_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+TEST_SCRIPT = "#!/bin/bash\ntrue\n"
+LOGIN = "login"
+
+
+class ProbingClient(SlurmClient, Protocol):
+    """A Slurm client that can also ask whether a job would be accepted (sbatch --test-only)."""
+
+    def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str: ...
+
+
+def site_args(ex: ExecutionSpec) -> list[str]:
+    """The sbatch options that say where a job of this profile goes and who pays for it."""
+    named = (("partition", ex.partition), ("account", ex.account), ("qos", ex.qos),
+             ("reservation", ex.reservation))
+    return [f"--{flag}={value}" for flag, value in named if value]
+
+
+def partition_lines(ex: ExecutionSpec) -> list[Line]:
+    lines: list[Line] = []
+    for key, name in (("execution.partition", ex.partition),
+                      ("execution.cpu_partition", ex.cpu_partition)):
+        if key == "execution.cpu_partition" and (name is None or name == ex.partition):
+            continue  # the CPU-only jobs go to the same partition: nothing more to ask
+        label = name or "the default partition"
+        info = partition_info(name)
+        if info is None:
+            lines.append(Line(LOGIN, key, Status.WARNING, f"{label}: sinfo could not be asked",
+                              "run hpceval doctor where sinfo reaches the Slurm controller"))
+        elif not info.found:
+            lines.append(Line(LOGIN, key, Status.PROBLEM, f"{label}: no such partition",
+                              f"set {key} to one of `sinfo -s`"))
+        else:
+            wanted = walltime_minutes(ex.walltime)
+            limit = "unlimited" if info.max_minutes is None else f"{info.max_minutes} minutes"
+            if key == "execution.partition" and info.max_minutes is not None and \
+                    wanted is not None and wanted > info.max_minutes:
+                lines.append(Line(LOGIN, key, Status.PROBLEM,
+                                  f"{info.name}: MaxTime {limit}, execution.walltime "
+                                  f"{ex.walltime} is longer (sbatch refuses it)",
+                                  f"-o execution.walltime={info.max_minutes} or less"))
+            else:
+                lines.append(Line(LOGIN, key, Status.OK, f"{info.name}: MaxTime {limit}"))
+    return lines
+
+
+def test_only_line(ex: ExecutionSpec, client: ProbingClient, folder: Path | None) -> Line:
+    check = "sbatch --test-only"
+    if folder is None:
+        return Line(LOGIN, check, Status.WARNING, "not asked: no writable output dir for its "
+                    "script", "fix execution.output_dir (above)")
+    script = folder / "test-only.sh"
+    script.write_text(TEST_SCRIPT, encoding="utf-8")
+    args = [*site_args(ex), f"--time={ex.walltime}", f"--nodes={ex.nodes}"]
+    try:
+        answer = client.test_only(script, extra_args=args)
+    except SlurmError as exc:
+        return Line(LOGIN, check, Status.PROBLEM, f"refused: {exc.stderr or exc}",
+                    "check execution.account, execution.qos and execution.reservation "
+                    "(`sacctmgr show assoc user=$USER format=account,partition,qos`)")
+    finally:
+        script.unlink(missing_ok=True)
+    return Line(LOGIN, check, Status.OK, f"accepted ({' '.join(args)}): {answer}")
+
+
+def staging_lines(configs: Sequence[ResolvedConfig],
+                  environ: Mapping[str, str] | None = None) -> list[Line]:
+    issues = preflight_all(configs, environ=environ)
+    if not issues:
+        return [Line(LOGIN, "images and data", Status.OK,
+                     "everything the run reads is staged and readable from here")]
+    return [Line(LOGIN, issue.path or "images and data", Status.PROBLEM, issue.message,
+                 issue.fix) for issue in issues]
+
+
+def read_mounts() -> str:
+    try:
+        return Path("/proc/self/mounts").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def mount_of(path: str, mounts: str) -> tuple[str, str]:
+    """(mount point, filesystem type) that holds ``path``: the longest mount point above it,
+    the later of two equal ones (a later mount hides an earlier one)."""
+    real = os.path.realpath(path)
+    best = ("", "unknown")
+    for row in mounts.splitlines():
+        parts = row.split()
+        if len(parts) < 3:
+            continue
+        point = _unescape(parts[1])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, parts[2])
+    return best
+
+
+def shared_storage_line(check: str, key: str, path: str, mounts: str) -> Line:
+    """Is ``path`` where every compute node sees it? Node-local: problem; local disk: warning
+    (right only where every "node" is this machine, like the dev cluster); shared: ok."""
+    point, fstype = mount_of(path, mounts)
+    real = os.path.realpath(path)
+    fix = f"set {key} to a path on shared storage (NFS, Lustre, GPFS, ...)"
+    where = f"{path} ({fstype} at {point or '?'})"
+    if fstype in NODE_LOCAL_FS or real.startswith(tuple(d + "/" for d in NODE_LOCAL_DIRS)):
+        return Line(LOGIN, check, Status.PROBLEM, f"{where} is node-local", fix)
+    if fstype in SHARED_FS:
+        return Line(LOGIN, check, Status.OK, f"{where} is shared storage")
+    return Line(LOGIN, check, Status.WARNING, f"{where} is a local filesystem: compute nodes "
+                "other than this machine do not see it", f"{fix}, unless every node is this "
+                "machine (a dev cluster)")
+
+
+def python_line(python: str, mounts: str) -> Line:
+    # The interpreter of a venv is a symlink to the base Python: the venv's folder is what the
+    # nodes must see (its site-packages hold hpceval).
+    folder = os.path.dirname(os.path.abspath(python))
+    line = shared_storage_line("HPCEVAL_PYTHON", "execution.python", folder, mounts)
+    return Line(line.where, line.check, line.status, f"{python}: {line.detail}", line.fix)
+
+
+def private_folder(output_dir: str, mounts: str) -> tuple[Path | None, list[Line]]:
+    """A folder only this user reads, under the output dir (making it is the writable check)."""
+    check, key = "output dir", "execution.output_dir"
+    try:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".hpceval-doctor-", dir=output_dir))
+    except OSError as exc:
+        return None, [Line(LOGIN, check, Status.PROBLEM, f"{output_dir} is not writable: "
+                           f"{exc.strerror or exc}", f"set {key} to a folder you can write, "
+                           "on shared storage")]
+    line = shared_storage_line(check, key, output_dir, mounts)
+    return folder, [Line(LOGIN, check, line.status, f"writable; {line.detail}", line.fix)]
+
+
+def _unescape(field: str) -> str:
+    # /proc/self/mounts writes space, tab, newline and backslash as \040 \011 \012 \134
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field

@@ -1,0 +1,287 @@
+"""The compute-node half of ``hpceval doctor --on-node``: one short CPU job that reports.
+
+The job body is a small bash script written here (not a template: it renders nothing of a
+run), every value in it quoted by hpceval.shell. It only gathers facts (exit status and output
+of each probe) into a JSON file in the doctor's private folder; what is ok, a warning or a
+problem is decided here, on the login side, in `node_lines`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from hpceval.config.schema import ExecutionSpec, RunSpec
+from hpceval.doctor.login import ProbingClient, site_args
+from hpceval.doctor.report import Line, Status
+from hpceval.shell import quote
+
+NODE = "node"
+REPORT_FILE = "node-report.json"
+SCRIPT_FILE = "doctor-job.sh"
+NODE_WALLTIME = "00:05:00"
+EPHEMERAL_FIRST = 32768  # below it, no outgoing connection takes a job's port (render/ports.py)
+PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
+# the program a container runtime needs on the node (pyxis is srun's plugin around enroot)
+_PROGRAM_OF = {"pyxis": "enroot"}
+_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
+
+_BODY = r'''
+FACTS="$REPORT.facts"
+: > "$FACTS"
+json() {  # json TEXT: one JSON string (other control characters dropped)
+  local s
+  s=$(printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037')
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/\\t}; s=${s//$'\n'/\\n}; s=${s//$'\r'/}
+  printf '"%s"' "$s"
+}
+SEP=""
+fact() {  # fact NAME RC OUTPUT
+  printf '%s%s: {"rc": %d, "out": %s}' "$SEP" "$(json "$1")" "$2" "$(json "${3:0:2000}")" \
+    >> "$FACTS"
+  SEP=", "
+}
+probe() {  # probe NAME COMMAND...: its exit status and output, bounded in time
+  local out rc
+  out=$(timeout 60 "${@:2}" 2>&1 < /dev/null); rc=$?
+  fact "$1" "$rc" "$out"
+}
+listening_ports() {  # TCP ports anybody listens on here (/proc/net/tcp{,6}, state 0A)
+  local _sl address _remote state _rest
+  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | while read -r _sl address _remote state _rest; do
+    [ "$state" = 0A ] && echo $((16#${address##*:}))
+  done
+}
+fact node 0 "$(hostname) $(uname -m)"
+probe hpceval "$PY" -c 'import platform, hpceval; print(hpceval.__version__, platform.machine())'
+# Loaded in this shell, as the job does, so a module's PATH counts for the programs below.
+for m in "${MODULES[@]}"; do
+  if ! type module > /dev/null 2>&1; then
+    fact "module:$m" 127 "no module command in a batch shell"; continue
+  fi
+  out=$(mktemp); module load "$m" > "$out" 2>&1; rc=$?
+  fact "module:$m" "$rc" "$(cat "$out")"; rm -f "$out"
+done
+for program in "${PROGRAMS[@]}"; do
+  if ! command -v "$program" > /dev/null; then fact "$program" 127 "not on PATH"; continue; fi
+  case $program in
+    enroot) probe "$program" enroot version ;;
+    *) probe "$program" "$program" --version ;;
+  esac
+done
+if command -v nvidia-smi > /dev/null; then probe gpus nvidia-smi -L
+else fact gpus 127 "nvidia-smi not on PATH"; fi
+[ -n "$HF_CACHE" ] && probe hf_cache ls -A -- "$HF_CACHE"
+[ -n "$IMAGE_DIR" ] && probe image_dir ls -A -- "$IMAGE_DIR"
+if [ -n "$NET_HOST" ]; then
+  # shellcheck disable=SC2016  # $1 and $2 are the inner bash's arguments
+  probe network timeout 10 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$NET_HOST" "$NET_PORT"
+  names=""; for v in https_proxy HTTPS_PROXY http_proxy HTTP_PROXY all_proxy; do
+    [ -n "${!v:-}" ] && names="$names $v"; done
+  fact proxy_vars 0 "${names# }"  # names only: a proxy URL can hold a password
+fi
+if command -v ip > /dev/null; then probe route ip route show default
+else fact route 0 "$(awk '$2 == "00000000" {print "default dev " $1}' /proc/net/route)"; fi
+fact listening 0 "$(listening_ports | sort -un | tr '\n' ' ')"
+fact port_range 0 "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
+{ printf '{"version": 1, "facts": {'; cat "$FACTS"; printf '}}\n'; } > "$REPORT.tmp" \
+  && mv "$REPORT.tmp" "$REPORT"
+rm -f "$FACTS"
+'''
+
+
+@dataclass(frozen=True)
+class NetTarget:
+    host: str
+    port: int
+    why: str  # where it came from (the option, the endpoint URL, https_proxy)
+
+
+def network_target(specs: Sequence[RunSpec], given: str | None,
+                   environ: Mapping[str, str]) -> NetTarget | None:
+    """What the node tries to reach: --network-target HOST:PORT, else the profile's proxy
+    (https_proxy, passed to jobs by sbatch) or an external endpoint URL; None: not tried."""
+    if given:
+        host, _, port = given.rpartition(":")
+        return NetTarget(host.strip("[]"), int(port), "--network-target")
+    for name in ("https_proxy", "HTTPS_PROXY"):
+        if environ.get(name):
+            return _target_of(environ[name], f"${name}")
+    for spec in specs:
+        url = spec.target.api_endpoint.url
+        if url and spec.deployment.type == "none":
+            return _target_of(url, "target.api_endpoint.url")
+    return None
+
+
+def _target_of(url: str, why: str) -> NetTarget | None:
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    if not parts.hostname:
+        return None
+    return NetTarget(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), why)
+
+
+def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget | None) -> str:
+    values = {"PY": python, "REPORT": str(report), "HF_CACHE": ex.hf_cache_dir or "",
+              "IMAGE_DIR": ex.image_dir or "", "NET_HOST": target.host if target else "",
+              "NET_PORT": str(target.port) if target else ""}
+    head = ["#!/bin/bash", "# hpceval doctor --on-node (hpceval/doctor/node.py): facts only.",
+            "# No set -e (every probe runs) and no set -u (module systems read unset "
+            "variables)."]
+    head += [f"{name}={quote(value)}" for name, value in values.items()]
+    head.append(f"MODULES=({quote(list(ex.modules))})")
+    head.append(f"PROGRAMS=({quote(list(PROGRAMS))})")
+    # execution.module_init is shell code by definition (the job runs it verbatim too)
+    head += list(ex.module_init)
+    return "\n".join(head) + "\n" + _BODY.lstrip("\n")
+
+
+def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
+    return [*site_args(ex), "--job-name=hpceval-doctor", f"--time={NODE_WALLTIME}",
+            "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+            f"--output={folder / 'doctor-%j.log'}"]
+
+
+def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script: str, *,
+                 timeout_s: float, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 ) -> tuple[str | None, Any, Line | None]:
+    """Submit the job and wait (bounded) for its report: (job id, facts, a problem line)."""
+    path = folder / SCRIPT_FILE
+    path.write_text(script, encoding="utf-8")
+    path.chmod(0o700)
+    from hpceval.slurm.client import SlurmError
+
+    try:
+        job_id = client.submit(path, extra_args=job_args(ex, folder))
+    except SlurmError as exc:
+        return None, None, Line(NODE, "doctor job", Status.PROBLEM,
+                                f"sbatch refused it: {exc.stderr or exc}",
+                                "fix the login-side lines above first")
+    report, deadline, state = folder / REPORT_FILE, clock() + timeout_s, "PENDING"
+    while clock() < deadline:
+        if report.is_file():
+            return job_id, json.loads(report.read_text(encoding="utf-8"))["facts"], None
+        entry = client.squeue([job_id]).get(job_id)
+        state = entry.state if entry else "GONE"
+        if state not in _ACTIVE:
+            sleep(1.0)  # the report is renamed into place just before the job ends
+            if report.is_file():
+                continue
+            return job_id, None, Line(NODE, "doctor job", Status.PROBLEM,
+                                      f"job {job_id} ended ({state}) without a report",
+                                      f"read {folder}/doctor-{job_id}.log")
+        sleep(1.0)
+    client.cancel([job_id])
+    return job_id, None, Line(NODE, "doctor job", Status.PROBLEM,
+                              f"job {job_id} gave no report within {timeout_s:g} s ({state})",
+                              "see `squeue -j ID -o %R` for why it waits; raise --timeout")
+
+
+def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
+               target: NetTarget | None) -> list[Line]:
+    """The facts of the node job, judged."""
+    ex = spec.execution
+
+    def fact(name: str) -> tuple[int, str] | None:
+        got = facts.get(name)
+        return (int(got["rc"]), str(got["out"]).strip()) if isinstance(got, dict) else None
+
+    node = (fact("node") or (0, "?"))[1]
+    lines = [Line(NODE, "node", Status.OK, node)]
+    rc, out = fact("hpceval") or (127, "not probed")
+    lines.append(Line(NODE, "hpceval importable", Status.OK, f"{python}: hpceval {out}")
+                 if rc == 0 else Line(
+                     NODE, "hpceval importable", Status.PROBLEM,
+                     f"HPCEVAL_PYTHON={python} cannot import hpceval on {node}: "
+                     f"{_last(out)}", "set execution.python to a Python on shared storage that "
+                     "has hpceval installed and runs on the nodes' CPU architecture"))
+    for module in ex.modules:
+        rc, out = fact(f"module:{module}") or (127, "not probed")
+        lines.append(Line(NODE, f"module load {module}", Status.OK, "loaded") if rc == 0 else
+                     Line(NODE, f"module load {module}", Status.PROBLEM, _last(out),
+                          "check the name with `module avail` on a compute node; "
+                          "execution.module_init for a batch shell without `module`"))
+    runtime = ex.container_runtime
+    needed = _PROGRAM_OF.get(runtime, runtime)
+    for program in PROGRAMS:
+        rc, out = fact(program) or (127, "not probed")
+        if rc == 0:
+            lines.append(Line(NODE, program, Status.OK, _first(out)))
+        elif program == needed:
+            lines.append(Line(NODE, program, Status.PROBLEM, f"{_last(out)} (container_runtime "
+                              f"{runtime} needs it)", "add the module that provides it to "
+                              "execution.modules, or choose another execution.container_runtime"))
+        else:
+            lines.append(Line(NODE, program, Status.OK, f"{_last(out)} (not needed)"))
+    rc, out = fact("gpus") or (127, "not probed")
+    gpus = [row for row in out.splitlines() if row.startswith("GPU ")] if rc == 0 else []
+    lines.append(Line(NODE, "GPUs", Status.OK, f"{len(gpus)} visible: {_first(out)}") if gpus
+                 else Line(NODE, "GPUs", Status.WARNING, f"none visible ({_last(out)})",
+                           "expected in a CPU job; a GPU job of this partition asks for them "
+                           "(execution.gpus_per_node)"))
+    for name, key, folder in (("hf_cache", "execution.hf_cache_dir", ex.hf_cache_dir),
+                              ("image_dir", "execution.image_dir", ex.image_dir)):
+        if folder:
+            rc, out = fact(name) or (127, "not probed")
+            lines.append(Line(NODE, key, Status.OK, f"{folder} readable") if rc == 0 else
+                         Line(NODE, key, Status.PROBLEM, f"{folder}: {_last(out)}",
+                              f"put {key} on storage the compute nodes mount, readable by you"))
+    lines += _network_lines(fact, target)
+    rc, out = fact("route") or (127, "not probed")
+    lines.append(Line(NODE, "default route", Status.OK, _first(out)) if rc == 0 and out else
+                 Line(NODE, "default route", Status.WARNING, f"none ({_last(out) or 'empty'})",
+                      "multi-node jobs find the node's address by it: export VLLM_HOST_IP in "
+                      "execution.pre_commands"))
+    lines.append(_ports_line(fact, spec.deployment.port))
+    return lines
+
+
+def _network_lines(fact: Callable[[str], tuple[int, str] | None],
+                   target: NetTarget | None) -> list[Line]:
+    if target is None:
+        return [Line(NODE, "outbound network", Status.OK, "not tried: the profile names no "
+                     "proxy or external URL (--network-target HOST:PORT tries one)")]
+    rc, out = fact("network") or (127, "not probed")
+    proxies = (fact("proxy_vars") or (0, ""))[1]
+    where = f"{target.host}:{target.port} ({target.why})"
+    if rc == 0:
+        return [Line(NODE, "outbound network", Status.OK, f"reached {where}")]
+    if proxies:
+        fix = f"the node has {proxies} set but still cannot connect: ask the admins"
+    else:
+        fix = ("export https_proxy/http_proxy before submitting (sbatch passes them), or set "
+               "execution.offline=true and `hpceval stage` what the run needs")
+    return [Line(NODE, "outbound network", Status.PROBLEM,
+                 f"cannot reach {where}: {_last(out) or f'exit {rc}'}", fix)]
+
+
+def _ports_line(fact: Callable[[str], tuple[int, str] | None], first: int) -> Line:
+    taken = {int(p) for p in (fact("listening") or (0, ""))[1].split() if p.isdigit()}
+    bounds = (fact("port_range") or (0, ""))[1].split()
+    free = sum(1 for p in range(first, EPHEMERAL_FIRST) if p not in taken)
+    detail = f"{free} of {max(EPHEMERAL_FIRST - first, 0)} ports free in {first}-" \
+             f"{EPHEMERAL_FIRST - 1}"
+    if free == 0:
+        return Line(NODE, "free ports", Status.PROBLEM, detail,
+                    f"set deployment.port lower than {first}")
+    if len(bounds) == 2 and bounds[0].isdigit() and int(bounds[0]) < EPHEMERAL_FIRST:
+        return Line(NODE, "free ports", Status.WARNING, f"{detail}; the ephemeral range starts "
+                    f"at {bounds[0]}, so outgoing connections may take a job's port",
+                    f"keep deployment.port below {bounds[0]}, or ask for "
+                    "net.ipv4.ip_local_port_range to start at 32768")
+    return Line(NODE, "free ports", Status.OK, detail)
+
+
+def _first(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+def _last(text: str) -> str:
+    rows = [row for row in text.splitlines() if row.strip()]
+    return rows[-1] if rows else ""

@@ -1,0 +1,98 @@
+"""`hpceval doctor --on-node` on the real dev cluster (issue 21): the command submits its one
+CPU job to the local-dev profile's partition and prints the compute node's lines. What proves
+they came from the job: Slurm's own record of that job id, hpceval's version as the job's
+interpreter imported it, the node's default route as `ip route` prints it here (every dev
+node is this machine), a loopback listener only the job connects to, and that listener's port
+missing from the free ports. Nothing leaves loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hpceval
+from hpceval.slurm.client import CommandSlurmClient
+
+pytestmark = pytest.mark.slurm
+
+
+def _listener() -> socket.socket:
+    """A TCP listener on 127.0.0.1 at a port in the doctor's range (8000-32767)."""
+    for port in range(29000, 29500):
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(8)
+        return sock
+    pytest.fail("no free loopback port in 29000-29499")
+
+
+def _final_state(client: CommandSlurmClient, job_id: str) -> str:
+    """sacct's state of the job once final (sacct lags the controller by a few seconds)."""
+    state, deadline = "", time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = client.sacct([job_id]).get(job_id)
+        state = record.state if record else ""
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
+            break
+        time.sleep(1)
+    return state
+
+
+def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClient,
+                                                tmp_path: Path) -> None:
+    sock = _listener()
+    port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "hpceval", "doctor", "local-dev", "--on-node", "--json",
+             "--timeout", "180", "--network-target", f"127.0.0.1:{port}",
+             "-o", f"execution.output_dir={tmp_path / 'runs'}"],
+            capture_output=True, text=True, timeout=240, env=env, check=False)
+    finally:
+        sock.close()
+    report = json.loads(run.stdout)
+    lines = {(line["where"], line["check"]): line for line in report["lines"]}
+    # the output dir is pytest's, in /tmp: node-local on a real cluster, so a problem (exit 1)
+    problems = [check for (_, check), line in lines.items() if line["status"] == "problem"]
+    assert problems == ["output dir"], run.stdout
+    assert run.returncode == 1
+    job_id = report["job_id"]
+    assert job_id and _final_state(slurm_cluster, job_id) == "COMPLETED"
+
+    importable = lines[("node", "hpceval importable")]
+    assert importable["status"] == "ok"
+    assert f"hpceval {hpceval.__version__}" in importable["detail"]
+    assert importable["detail"].startswith(sys.executable)
+
+    route = lines[("node", "default route")]
+    here = subprocess.run(["ip", "route", "show", "default"], capture_output=True, text=True,
+                          check=False).stdout.strip() if shutil.which("ip") else ""
+    if here:
+        assert route["status"] == "ok" and route["detail"] == here.splitlines()[0]
+    else:
+        assert route["status"] == "warning"
+
+    assert lines[("node", "outbound network")]["status"] == "ok"
+    assert lines[("node", "outbound network")]["detail"].startswith(f"reached 127.0.0.1:{port}")
+    ports = lines[("node", "free ports")]
+    free, _, total = ports["detail"].partition(" ports free")[0].partition(" of ")
+    assert ports["status"] in ("ok", "warning") and int(free) < int(total)  # ours was taken
+    assert lines[("node", "GPUs")]["status"] in ("ok", "warning")  # a CPU job: none is fine
+    assert lines[("login", "sbatch --test-only")]["status"] == "ok"
+    # the job's folder is kept on a problem, private to the user
+    kept = Path(report["job_dir"])
+    assert kept.parent == tmp_path / "runs" and (kept.stat().st_mode & 0o077) == 0
+    assert (kept / f"doctor-{job_id}.log").is_file()
