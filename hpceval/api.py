@@ -179,6 +179,32 @@ def watch_steps(watch_ref: str | Path) -> Any:
     return step_table(submitted_points(find_watch(str(watch_ref))))
 
 
+def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
+           profile: str | None = None, on_node: bool = False,
+           network_target: str | None = None, timeout_s: float = 300.0,
+           client: SlurmClient | None = None) -> dict[str, Any]:
+    """`hpceval doctor --json` as a dict: a run file's site (and staging), or a profile's alone
+    (``profile`` without ``config``). ``on_node`` submits the one short CPU job and waits for
+    its report, at most ``timeout_s``. Exit status as ``result["exit_code"]``. A ``client``
+    must also have ``test_only`` (hpceval.doctor.login.ProbingClient)."""
+    from typing import cast
+
+    from hpceval.doctor.check import doctor as run_doctor
+    from hpceval.doctor.check import profile_spec
+    from hpceval.doctor.login import ProbingClient
+
+    if config is None:
+        if profile is None:
+            raise ValueError("doctor: give a run file or a profile")
+        spec, configs = profile_spec(profile, overrides), []
+    else:
+        configs = _configs(config, overrides, profile, False)
+        spec = configs[0].spec
+    probing = cast(ProbingClient, client) if client is not None else None
+    return run_doctor(spec, configs, client=probing, on_node=on_node,
+                      network_target=network_target, timeout_s=timeout_s).to_json()
+
+
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
 render_scripts = render

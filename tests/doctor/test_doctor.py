@@ -358,3 +358,15 @@ def test_cli_lists_doctor_and_checks_its_options() -> None:
     assert "--on-node" in help_text and "--json" in help_text
     bad = runner.invoke(cli, ["doctor", "local-dev", "--network-target", "nohost"])
     assert bad.exit_code == 2 and "HOST:PORT" in bad.output
+
+
+def test_api_doctor_of_a_profile(tmp_path: Path, sinfo: Path) -> None:
+    from hpceval.api import doctor as api_doctor
+
+    client = FakeClient()
+    result = api_doctor(profile="local-dev", overrides=[f"execution.output_dir={tmp_path}/o"],
+                        client=client)
+    checks = {line["check"]: line["status"] for line in result["lines"]}
+    assert checks["execution.partition"] == "ok"  # the fake sinfo's debug: infinite
+    assert checks["sbatch --test-only"] == "ok" and client.calls[0][1][0] == "--partition=debug"
+    assert checks["output dir"] == "problem" and result["exit_code"] == 1  # /tmp: node-local
