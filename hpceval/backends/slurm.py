@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from hpceval.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
-# squeue states of a job that still holds (or waits for) resources
-_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+# squeue states of a job that still holds (or waits for) resources (hpceval doctor waits on it)
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
            "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 
 
@@ -115,7 +115,7 @@ class SlurmBackend:
         deadline = time.monotonic() + verify_s
         while True:
             queue = self.client.squeue(ids)
-            active = sorted(j for j, e in queue.items() if e.state in _ACTIVE)
+            active = sorted(j for j, e in queue.items() if e.state in ACTIVE_STATES)
             if not active or time.monotonic() >= deadline:
                 break
             sleep(1.0)
@@ -125,7 +125,7 @@ class SlurmBackend:
             records = self.client.sacct(ids)
             final.update({j: r.state for j, r in records.items()})
             active = sorted(j for j, r in records.items()
-                            if r.state in _ACTIVE - {"COMPLETING"})
+                            if r.state in ACTIVE_STATES - {"COMPLETING"})
         return CancelReport(ids, active, final)
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:

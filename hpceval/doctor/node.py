@@ -16,20 +16,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hpceval.backends.slurm import ACTIVE_STATES
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
+from hpceval.render.ports import EPHEMERAL_FIRST
 from hpceval.shell import quote
 
 NODE = "node"
 REPORT_FILE = "node-report.json"
 SCRIPT_FILE = "doctor-job.sh"
 NODE_WALLTIME = "00:05:00"
-EPHEMERAL_FIRST = 32768  # below it, no outgoing connection takes a job's port (render/ports.py)
 PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
 # the program a container runtime needs on the node (pyxis is srun's plugin around enroot)
 _PROGRAM_OF = {"pyxis": "enroot"}
-_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
 
 _BODY = r'''
 FACTS="$REPORT.facts"
@@ -166,10 +166,16 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
     report, deadline, state = folder / REPORT_FILE, clock() + timeout_s, "PENDING"
     while clock() < deadline:
         if report.is_file():
-            return job_id, json.loads(report.read_text(encoding="utf-8"))["facts"], None
+            try:
+                facts = json.loads(report.read_text(encoding="utf-8", errors="replace"))
+                return job_id, dict(facts["facts"]), None
+            except (ValueError, KeyError, TypeError) as exc:
+                return job_id, None, Line(NODE, "doctor job", Status.PROBLEM,
+                                          f"job {job_id} wrote an unreadable report: {exc}",
+                                          f"read {report} and {folder}/doctor-{job_id}.log")
         entry = client.squeue([job_id]).get(job_id)
         state = entry.state if entry else "GONE"
-        if state not in _ACTIVE:
+        if state not in ACTIVE_STATES:
             sleep(1.0)  # the report is renamed into place just before the job ends
             if report.is_file():
                 continue

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 _MAX_PORT_SLOTS = 500
 # Linux's default net.ipv4.ip_local_port_range starts here: below it, no outgoing connection on
 # the node can be holding a job's port by chance.
-_EPHEMERAL_FIRST = 32768
+EPHEMERAL_FIRST = 32768
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class PortPlan:
 
     def view(self) -> dict[str, int]:
         first, block = self.first, self.block
-        limit = _EPHEMERAL_FIRST if first + block <= _EPHEMERAL_FIRST else 65536
+        limit = EPHEMERAL_FIRST if first + block <= EPHEMERAL_FIRST else 65536
         return {"first": first, "block": block, "coord": block // 2, "ray_client": self.served,
                 "proxy": block - 1,
                 "slots": max(1, min(_MAX_PORT_SLOTS, (limit - first) // block))}

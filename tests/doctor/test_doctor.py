@@ -370,3 +370,15 @@ def test_api_doctor_of_a_profile(tmp_path: Path, sinfo: Path) -> None:
     assert checks["execution.partition"] == "ok"  # the fake sinfo's debug: infinite
     assert checks["sbatch --test-only"] == "ok" and client.calls[0][1][0] == "--partition=debug"
     assert checks["output dir"] == "problem" and result["exit_code"] == 1  # /tmp: node-local
+
+
+def test_an_unreadable_report_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    class Garbled(FakeClient):
+        def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
+                   dependency: str | None = None) -> str:
+            (script_path.parent / node.REPORT_FILE).write_bytes(b'{"facts": {"node": \xff')
+            return "43"
+
+    _, facts, line = node.run_node_job(Garbled(), _spec(tmp_path).execution, tmp_path,
+                                       "#!/bin/bash\n", timeout_s=30, sleep=lambda s: None)
+    assert facts is None and line is not None and "unreadable report" in line.detail
