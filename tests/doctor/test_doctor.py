@@ -382,3 +382,27 @@ def test_an_unreadable_report_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     _, facts, line = node.run_node_job(Garbled(), _spec(tmp_path).execution, tmp_path,
                                        "#!/bin/bash\n", timeout_s=30, sleep=lambda s: None)
     assert facts is None and line is not None and "unreadable report" in line.detail
+
+
+def test_a_run_file_adds_the_submit_preflight_as_lines(tmp_path: Path, sinfo: Path) -> None:
+    import yaml
+
+    from hpceval.config import load_run
+
+    checkpoint = tmp_path / "ckpt"  # absent: submit would refuse the run
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({
+        "defaults": [{"execution": "local-dev"}],
+        "execution": {"output_dir": str(tmp_path / "out"), "gpus_per_node": 1},
+        "deployment": {"type": "vllm", "runtime": "host", "served_model_name": "m",
+                       "checkpoint_path": str(checkpoint)},
+        "evaluation": {"tasks": [{"name": "lm-eval-upstream.gsm8k"}]}}))
+    configs = load_run(run, check_environment=False)
+    report = doctor(configs[0].spec, configs, client=FakeClient(), mounts=NFS, environ={})
+    line = _by_check(report.lines)["deployment.checkpoint_path"]
+    assert line.status is Status.PROBLEM and "is not a directory here" in line.detail
+    assert "shared storage" in line.fix and report.exit_code == 1
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    fixed = doctor(configs[0].spec, configs, client=FakeClient(), mounts=NFS, environ={})
+    assert "deployment.checkpoint_path" not in _by_check(fixed.lines)
