@@ -91,6 +91,8 @@ class CancelReport:
     cancelled: list[str]  # job ids (or local runner ids) that were signalled
     still_active: list[str]  # what was still alive at the end: should be empty
     final: dict[str, str]  # job id -> state seen by the last check
+    # job id -> its owner's uid: left alone, as it is another user's (a planted jobs.json)
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR
 from hpceval.slurm.client import SlurmClient
+from hpceval.slurm.records import base_job_id
 from hpceval.slurm.states import JobStatus, Phase
 from hpceval.storage import atomic_write_json, cache_dir
 
@@ -110,6 +111,10 @@ class SlurmBackend:
         ids = [e.id for e in entries]
         if not ids:
             return CancelReport([], [], {})
+        skipped = self._not_mine(ids)
+        ids = [i for i in ids if i not in skipped]
+        if not ids:
+            return CancelReport([], [], {}, skipped)
         mark(ids)
         self.client.cancel(ids)  # base ids: scancel takes every task of an array with them
         deadline = time.monotonic() + verify_s
@@ -126,7 +131,22 @@ class SlurmBackend:
             final.update({j: r.state for j, r in records.items()})
             active = sorted(j for j, r in records.items()
                             if r.state in ACTIVE_STATES - {"COMPLETING"})
-        return CancelReport(ids, active, final)
+        return CancelReport(ids, active, final, skipped)
+
+    def _not_mine(self, ids: Sequence[str]) -> dict[str, int]:
+        """The ids squeue shows owned by another uid (ONE squeue call): a jobs.json (or a
+        watch's tick list) may name anyone's job, and a user who may cancel others' jobs
+        (root, an operator) must not cancel them through it. A job squeue no longer shows
+        has ended: cancelling it is harmless."""
+        import os
+
+        me = os.getuid()
+        owners: dict[str, int] = {}
+        for job_id, entry in self.client.squeue(ids).items():
+            base = base_job_id(job_id)
+            if entry.user_id is not None and entry.user_id != me:
+                owners.setdefault(base if base in ids else job_id, entry.user_id)
+        return {j: uid for j, uid in owners.items() if j in ids}
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
         # the --output of the rendered header (render/header.py)

@@ -227,6 +227,7 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
         return
     ref = find(run, output_dirs)
     report = kill_run(ref)
+    _say_skipped(ref.invocation_id, report.skipped)
     if not report.cancelled:
         click.echo(f"{ref.invocation_id}: no job to cancel")
         return
@@ -235,6 +236,14 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
         raise click.ClickException("still queued or running after the cancel: "
                                    + ", ".join(report.still_active))
     click.echo("verified: nothing of this run is queued or running")
+
+
+def _say_skipped(what: str, skipped: dict[str, int]) -> None:
+    from hpceval.runs.registry import owner_name
+
+    for job_id, uid in sorted(skipped.items()):
+        click.echo(f"{what}: skipped job {job_id}: owned by {owner_name(uid)}, not by you "
+                   "(not cancelled)", err=True)
 
 
 def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
@@ -252,6 +261,7 @@ def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
     for _, run_dir in points:
         run_ref = ref_from_dir(run_dir)
         report = kill_run(run_ref)
+        _say_skipped(run_dir.name, report.skipped)
         if report.cancelled:
             click.echo(f"{run_dir.name}: cancelled {', '.join(report.cancelled)}")
         left += report.still_active

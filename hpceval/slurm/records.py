@@ -32,7 +32,7 @@ _STATE_FIELDS: tuple[str, ...] = (
 )
 USAGE_FIELDS: tuple[str, ...] = ("AllocTRES", "NNodes")
 SACCT_FIELDS: tuple[str, ...] = _STATE_FIELDS + USAGE_FIELDS
-SQUEUE_FORMAT = "%i|%T|%r|%N"
+SQUEUE_FORMAT = "%i|%T|%r|%N|%U"  # %U: the owner's numeric uid (kill checks it)
 
 # Largest array range we expand. Slurm's own MaxArraySize default is 1001; a bigger range in the
 # output is almost certainly garbage and must not make us allocate millions of records.
@@ -87,6 +87,7 @@ class QueueEntry:
     state: str
     reason: str
     node_list: str
+    user_id: int | None = None  # the owner's uid; None in output recorded without %U
 
 
 def base_job_id(job_id: str) -> str:
@@ -269,15 +270,18 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
 
 
 def parse_squeue(text: str) -> dict[str, QueueEntry]:
-    """Parse `squeue --noheader --array --format=SQUEUE_FORMAT` output (ranges expanded too)."""
+    """Parse `squeue --noheader --array --format=SQUEUE_FORMAT` output (ranges expanded too);
+    lines without the owner column (recorded before it was asked for) still parse."""
     entries: dict[str, QueueEntry] = {}
     for line in _nonblank(text):
-        fields = line.split("|")
-        if len(fields) != 4:
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) not in (4, 5) or (len(fields) == 5 and not fields[4].isdigit()):
             raise SlurmParseError(f"unexpected squeue line: {line!r}")
-        job_id, state, reason, nodes = (field.strip() for field in fields)
+        job_id, state, reason, nodes = fields[:4]
+        user_id = int(fields[4]) if len(fields) == 5 else None
         for task_id in expand_array_ids(job_id):
-            entry = QueueEntry(task_id, normalize_state(state), reason, _node_list(nodes))
+            entry = QueueEntry(task_id, normalize_state(state), reason, _node_list(nodes),
+                               user_id)
             entries.setdefault(task_id, entry)
     return entries
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +43,7 @@ class FakeSlurm:
         self.squeue_calls: list[list[str]] = []
         self.states: dict[str, str] = {}  # job or array-task id -> Slurm state
         self.exit_codes: dict[str, int] = {}
+        self.owners: dict[str, int] = {}  # base job id -> uid (squeue %U); default: ours
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
                dependency: str | None = None) -> str:
@@ -71,7 +73,8 @@ class FakeSlurm:
     def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
         self.squeue_calls.append(list(job_ids))
         bases = {base_job_id(j) for j in job_ids}
-        return {j: QueueEntry(j, s.split()[0], "None", "node1")
+        return {j: QueueEntry(j, s.split()[0], "None", "node1",
+                              self.owners.get(base_job_id(j), os.getuid()))
                 for j, s in self.states.items() if base_job_id(j) in bases}
 
 

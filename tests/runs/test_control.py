@@ -31,7 +31,8 @@ def test_kill_cancels_every_job_of_the_chain_and_verifies(tmp_path: Path,
     report = kill_run(find_run(result.invocation_id), fake, sleep=lambda _: None)
     assert fake.cancels == [[array, aggregate]]  # one scancel, the array by its base id
     assert report.still_active == []
-    assert len(fake.squeue_calls) == 1 and len(fake.sacct_calls) == 1
+    # one squeue for the owners before scancel, one to verify after it
+    assert len(fake.squeue_calls) == 2 and len(fake.sacct_calls) == 1
     assert all(e.cancelled_at for e in read_jobs(result.run_dir).chain)
 
 
@@ -219,3 +220,30 @@ def test_resume_refuses_while_a_variable_the_job_reads_is_unset(
     monkeypatch.setenv("UT_TOKEN", "s3cret")
     assert resume_run(find_run(result.invocation_id), fake)
     assert len(fake.submits) > before
+
+
+def test_kill_leaves_alone_a_job_squeue_shows_owned_by_another_user(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    # review F6: a jobs.json naming someone else's job (planted, or copied) must not make a
+    # user who may cancel others' jobs (root, an operator) cancel it
+    result = submit_configs(configs(tmp_path, 3), fake)
+    array, aggregate = result.job_ids
+    fake.states.update({f"{array}_0": "RUNNING", aggregate: "PENDING"})
+    fake.owners[aggregate] = 65534
+    report = kill_run(find_run(result.invocation_id), fake, sleep=lambda _: None)
+    assert fake.cancels == [[array]]
+    assert report.cancelled == [array] and report.skipped == {aggregate: 65534}
+    assert fake.states[aggregate] == "PENDING"
+    assert fake.squeue_calls[0] == [array, aggregate]  # ONE owner look-up, before scancel
+    chain = {e.id: e for e in read_jobs(result.run_dir).chain}
+    assert chain[array].cancelled_at and not chain[aggregate].cancelled_at
+    # the CLI names the owner; nothing of the other user's is cancelled
+    from hpceval.cli.main import cli
+
+    fake.owners[array] = 65534
+    fake.states[f"{array}_0"] = "RUNNING"
+    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    out = CliRunner().invoke(cli, ["kill", result.invocation_id])
+    assert out.exit_code == 0, out.output
+    assert f"skipped job {array}: owned by nobody (uid 65534), not by you" in out.stderr
+    assert "no job to cancel" in out.stdout and len(fake.cancels) == 1

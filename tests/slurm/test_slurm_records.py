@@ -227,3 +227,14 @@ def test_typed_gres_counts_once() -> None:
     assert parse_alloc_tres("cpu=8,gres/gpu:a100=2,gres/gpu:h100=4") == (6, None)
     assert parse_alloc_tres("cpu=8", "3") == (0, 3)
     assert parse_alloc_tres("", "1") == (0, None)
+
+
+def test_squeue_owner_column() -> None:
+    # %U (the owner's uid) as the dev cluster's squeue prints it; lines recorded without the
+    # column parse too, with the owner unknown
+    entries = parse_squeue("17_[2-3]|PENDING|JobArrayTaskLimit||65534\n18|RUNNING|None|node1|0\n"
+                           "19|RUNNING|None|node1\n")
+    assert entries["17_3"].user_id == 65534 and entries["18"].user_id == 0
+    assert entries["19"].user_id is None
+    with pytest.raises(SlurmParseError):
+        parse_squeue("20|RUNNING|None|node1|alice\n")  # a name where the uid belongs
