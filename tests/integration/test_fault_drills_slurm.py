@@ -359,6 +359,9 @@ def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
     try:
         # the server is answering: `quick` is done and `hold` got its answer
         wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
+        # sacct lags the controller (hpceval shows such a job as unknown): wait until it lists it
+        wait_for(lambda: status(run.run_dir)["state"] != "unknown", 30, "sacct to list the job",
+                 interval=1.0)
         assert_status(run, "running", "")
         before = snapshot_done(run.model_dir)
         assert not others_on_drill_node(run.first_job)  # none came meanwhile (or it fails too)
