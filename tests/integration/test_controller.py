@@ -124,9 +124,15 @@ def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
     assert [(m.key, m.job_id, m.phase) for m in state.models] == [
         ("oracle-a", f"{array}_0", Phase.DONE), ("oracle-b", f"{array}_1", Phase.DONE)]
     # both elements ran from the one dispatcher, each into its own model directory
+    # (the run is DONE once every task's done marker is written; the element's last log line
+    # follows after the job's final watchdog check: wait for it, bounded)
     for i, key in enumerate(("oracle-a", "oracle-b")):
-        log = (run.run_dir / "logs" / f"slurm-{array}_{i}.log").read_text()
-        assert f"model {key}" in log and "all 2 task(s) passed" in log
+        path = run.run_dir / "logs" / f"slurm-{array}_{i}.log"
+        deadline = time.monotonic() + 30
+        while "all 2 task(s) passed" not in path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log = path.read_text()
+        assert f"model {key}" in log and "all 2 task(s) passed" in log, log[-2000:]
     frame = api.results([run.invocation_id])
     want = {(m, f"ask-harness.ask_{c}"): float(behaviour(i) != "wrong")
             for m in ("oracle-a", "oracle-b") for c, i in zip("ab", _items(), strict=True)}
