@@ -58,9 +58,23 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_hashes(directory: Path) -> dict[str, str]:
+def file_hashes(directory: Path, marker: str = MARKER) -> dict[str, str]:
     return {p.name: sha256(p) for p in sorted(directory.iterdir())
-            if p.is_file() and p.name != MARKER}
+            if p.is_file() and p.name != marker}
+
+
+def publish(tmp: Path, dest: Path, marker_name: str, marker: dict[str, Any]) -> None:
+    """Finish a model directory built in TMP: write its marker, make it readable to others on
+    the share, and put it in DEST's place in one rename."""
+    (tmp / marker_name).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in tmp.iterdir():  # safetensors writes 0600: others on the share must read
+        path.chmod(0o666 & ~umask)
+    tmp.chmod(0o777 & ~umask)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.rename(tmp, dest)
 
 
 def is_complete(dest: Path, source_sha: str) -> bool:
@@ -112,17 +126,8 @@ def prepare(dest: Path, force: bool = False) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             convert(gguf, tmp)
-            marker = {"format": FORMAT, "source": str(gguf), "source_sha256": source_sha,
-                      "files": file_hashes(tmp)}
-            (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-            umask = os.umask(0)
-            os.umask(umask)
-            for path in tmp.iterdir():  # safetensors writes 0600: others on the share must read
-                path.chmod(0o666 & ~umask)
-            tmp.chmod(0o777 & ~umask)
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.rename(tmp, dest)
+            publish(tmp, dest, MARKER, {"format": FORMAT, "source": str(gguf),
+                                        "source_sha256": source_sha, "files": file_hashes(tmp)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return True

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
+
+# run as a script: its folder is on sys.path, beside the SmolLM2 conversion it shares these with
+from prepare import file_hashes, publish
 
 MARKER = ".hpceval-tiny-llama.json"
 FORMAT = 1  # bump when the model below changes, so old outputs are redone
@@ -41,17 +43,12 @@ SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
 INIT_RANGE = 0.25
 
 
-def file_hashes(directory: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.iterdir()) if p.is_file() and p.name != MARKER}
-
-
 def is_complete(dest: Path) -> bool:
     try:
         marker = json.loads((dest / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(marker.get("format") == FORMAT and marker.get("files") == file_hashes(dest))
+    return bool(marker.get("format") == FORMAT and marker.get("files") == file_hashes(dest, MARKER))
 
 
 def build(source: Path, out: Path) -> None:
@@ -85,16 +82,8 @@ def prepare(source: Path, dest: Path) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             build(source, tmp)
-            marker = {"format": FORMAT, "seed": SEED, "files": file_hashes(tmp)}
-            (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-            umask = os.umask(0)
-            os.umask(umask)
-            for path in tmp.iterdir():  # safetensors writes 0600: others on the share must read
-                path.chmod(0o666 & ~umask)
-            tmp.chmod(0o777 & ~umask)
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.rename(tmp, dest)
+            publish(tmp, dest, MARKER,
+                    {"format": FORMAT, "seed": SEED, "files": file_hashes(tmp, MARKER)})
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return True
