@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from second_user import as_nobody, shared_scratch
 
 from hpceval.config import load_run
 from hpceval.config.errors import ConfigError
 from hpceval.config.profiles import untrusted_reason
 from hpceval.resources import site_configs_dir
 
-RUNUSER = shutil.which("runuser")
 HOSTILE = {"execution": {"type": "local", "gpus_per_node": 0,
                          "pre_commands": ["id > pwned-by-profile.txt"]}}
 
@@ -30,16 +29,10 @@ HOSTILE = {"execution": {"type": "local", "gpus_per_node": 0,
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A 1777 folder (like a shared scratch area) that nobody can write into."""
-    if os.geteuid() != 0 or RUNUSER is None:
-        pytest.skip("needs root and runuser to act as a second uid")
-    base = Path(tempfile.mkdtemp(prefix="hpceval-profiles-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
+    with shared_scratch("hpceval-profiles-") as base:
         (base / "shared").mkdir()
         (base / "shared").chmod(0o1777)
         yield base / "shared"
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _plant(folder: Path, name: str, data: dict[str, object]) -> Path:
@@ -48,8 +41,7 @@ def _plant(folder: Path, name: str, data: dict[str, object]) -> Path:
     staging.write_text(yaml.safe_dump(data))
     staging.chmod(0o644)
     target = folder / name
-    subprocess.run([str(RUNUSER), "-u", "nobody", "--", "cp", str(staging), str(target)],
-                   check=True, timeout=30)
+    as_nobody("cp", str(staging), str(target))
     shutil.rmtree(staging.parent)
     assert target.stat().st_uid == 65534
     return target

@@ -7,23 +7,18 @@ directory of the user's own."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs
+from second_user import as_nobody, shared_scratch
 
 from hpceval.cli.main import cli
 from hpceval.runs.control import kill_run
 from hpceval.runs.index import RunNotFound, find_run, ref_from_dir
 from hpceval.runs.submit import submit_configs
-
-RUNUSER = shutil.which("runuser")
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +26,11 @@ def no_real_slurm(monkeypatch: pytest.MonkeyPatch, fake: FakeSlurm) -> None:
     monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
 
 
-def _as_nobody(*argv: str) -> None:
-    subprocess.run([str(RUNUSER), "-u", "nobody", "--", *argv], check=True, timeout=30)
-
-
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
     """Not pytest's tmp_path: that is private to root (0700), and nobody must reach the tree."""
-    if os.geteuid() != 0 or RUNUSER is None:
-        pytest.skip("needs root and runuser to act as a second uid")
-    base = Path(tempfile.mkdtemp(prefix="hpceval-refs-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
+    with shared_scratch("hpceval-refs-") as base:
         yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _plant(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path, str]:
@@ -59,7 +44,7 @@ def _plant(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path, str]:
     prefix = result.invocation_id[:13]
     evil = out / prefix
     planted_run = json.loads((result.run_dir / "run.json").read_text())
-    _as_nobody("mkdir", str(evil))
+    as_nobody("mkdir", str(evil))
     jobs = {"chain": [{"id": "4242", "kind": "slurm", "role": "main", "models": [0],
                        "sweep": False, "submitted_at": 0}], "jobs": ["4242"], "kind": "slurm",
             "schema": 2}
@@ -67,7 +52,7 @@ def _plant(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path, str]:
         staging = tmp_path / f"planted-{name}"
         staging.write_text(json.dumps(data))
         staging.chmod(0o644)
-        _as_nobody("cp", str(staging), str(evil / name))
+        as_nobody("cp", str(staging), str(evil / name))
     assert evil.stat().st_uid == 65534
     return result.run_dir, evil, result.invocation_id
 

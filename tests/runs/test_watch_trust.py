@@ -9,15 +9,13 @@ Ticks run the real submit path against the counting FakeSlurm (as in test_watch.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from run_helpers import FakeSlurm
+from second_user import NOBODY_UID, as_nobody, shared_scratch
 from watch_helpers import options, started, write_ckpt
 
 from hpceval.watch import state as st
@@ -25,30 +23,17 @@ from hpceval.watch.control import start_watch
 from hpceval.watch.status import format_watch, watch_status
 from hpceval.watch.tick import run_tick
 
-NOBODY = 65534
-RUNUSER = shutil.which("runuser") or "runuser"
-
-
-def as_nobody(*argv: str) -> None:
-    subprocess.run([RUNUSER, "-u", "nobody", "--", *argv], check=True, timeout=60,
-                   capture_output=True)
+NOBODY = NOBODY_UID
 
 
 @pytest.fixture
 def shared_ckpts() -> Iterator[Path]:
-    """A 1777 checkpoints folder (a scratch folder everyone may write) that nobody can reach:
-    not under pytest's tmp_path, which is private to root."""
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs root and runuser to act as a second uid")
-    base = Path(tempfile.mkdtemp(prefix="hpceval-watch-trust-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
+    """A 1777 checkpoints folder (a scratch folder everyone may write) that nobody can reach."""
+    with shared_scratch("hpceval-watch-trust-") as base:
         ckpts = base / "ckpts"
         ckpts.mkdir()
         ckpts.chmod(0o1777)
         yield ckpts
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def plant(ckpts: Path, name: str, *, marker: bool = True) -> Path:
