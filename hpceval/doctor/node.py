@@ -20,7 +20,9 @@ from hpceval.backends.slurm import ACTIVE_STATES
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
+from hpceval.engines import engine_for
 from hpceval.render.ports import EPHEMERAL_FIRST
+from hpceval.runtimes import runtime_for
 from hpceval.shell import quote
 
 NODE = "node"
@@ -28,8 +30,6 @@ REPORT_FILE = "node-report.json"
 SCRIPT_FILE = "doctor-job.sh"
 NODE_WALLTIME = "00:05:00"
 PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
-# the program a container runtime needs on the node (pyxis is srun's plugin around enroot)
-_PROGRAM_OF = {"pyxis": "enroot"}
 
 _BODY = r'''
 FACTS="$REPORT.facts"
@@ -114,7 +114,7 @@ def network_target(specs: Sequence[RunSpec], given: str | None,
             return _target_of(environ[name], f"${name}")
     for spec in specs:
         url = spec.target.api_endpoint.url
-        if url and spec.deployment.type == "none":
+        if url and not engine_for(spec.deployment.type).serves:
             return _target_of(url, "target.api_endpoint.url")
     return None
 
@@ -214,7 +214,8 @@ def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
                           "check the name with `module avail` on a compute node; "
                           "execution.module_init for a batch shell without `module`"))
     runtime = ex.container_runtime
-    needed = _PROGRAM_OF.get(runtime, runtime)
+    # the program the runtime's containers need on the node (pyxis: enroot under srun)
+    needed = runtime_for(runtime).tool if runtime_for(runtime).containers else None
     for program in PROGRAMS:
         rc, out = fact(program) or (127, "not probed")
         if rc == 0:
