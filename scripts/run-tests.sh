@@ -214,6 +214,7 @@ if podman_wanted; then
   await_phase podman && export HPCEVAL_REQUIRE_PODMAN=1
 fi
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
-phase pytest run_pytest "$@"
+# --durations: the log names the slowest tests, where CI time goes (the budget is 55 minutes)
+phase pytest run_pytest --durations=40 "$@"
 phase pythons other_pythons
 summary
