@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from hpceval.slurm.states import JobStatus
+from hpceval.phases import JobStatus
 
 
 @dataclass(frozen=True)

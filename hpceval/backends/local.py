@@ -27,8 +27,8 @@ from hpceval.contract import (
     LOCAL_RUNNER,
     LOCAL_RUNNER_LOG,
 )
+from hpceval.phases import JobStatus, Phase
 from hpceval.slurm.formats import walltime_seconds
-from hpceval.slurm.states import JobStatus, Phase
 
 RUNNER_TEMPLATE = "local.sh.j2"
 

@@ -30,11 +30,11 @@ from hpceval.contract import (
     is_done,
     judge_names,
 )
+from hpceval.phases import JobStatus, Phase
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress
 from hpceval.slurm.client import SlurmClient
-from hpceval.slurm.states import JobStatus, Phase
 
 if TYPE_CHECKING:
     from hpceval.slurm.watcher import JobWatcher

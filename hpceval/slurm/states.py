@@ -6,39 +6,16 @@ The main rule: a job that sacct does not list is UNKNOWN, never FAILED. sacct la
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from enum import Enum
-
+from hpceval.phases import UNKNOWN, JobStatus, Phase, combine
 from hpceval.slurm.records import JobRecord, QueueEntry
 
+# Phase, JobStatus and combine are every backend's words (hpceval.phases); imported from here too
+__all__ = ["NOT_LISTED", "UNKNOWN", "JobStatus", "Phase", "classify", "combine",
+           "resolve_preempted"]
 
-class Phase(str, Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    RESUMING = "resuming"  # requeued (timeout/preemption/node failure) and will run again
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    UNKNOWN = "unknown"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (Phase.DONE, Phase.FAILED, Phase.CANCELLED)
+NOT_LISTED = JobStatus(Phase.UNKNOWN, "not (yet) listed by sacct")
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    phase: Phase
-    reason: str = ""  # human words: "exit code 3", "walltime reached (TIMEOUT)", "held"
-    raw_state: str = ""  # Slurm's own string, for logs and debugging
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase.terminal
-
-
-UNKNOWN = JobStatus(Phase.UNKNOWN, "not (yet) listed by sacct")
 
 _QUEUED = {"PENDING", "CONFIGURING", "PLANNED", "RESV_DEL_HOLD"}
 _RUNNING = {"RUNNING", "COMPLETING", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED"}
@@ -66,7 +43,7 @@ _PENDING_REASONS = {
 def classify(record: JobRecord | QueueEntry | None) -> JobStatus:
     """Phase of one job or array task from its sacct record (or squeue entry); None = missing."""
     if record is None:
-        return UNKNOWN
+        return NOT_LISTED
     state = record.state
     raw = getattr(record, "raw_state", state)
     if state in _QUEUED:
@@ -98,28 +75,6 @@ def resolve_preempted(status: JobStatus, *, successor_exists: bool) -> JobStatus
         reason = "preempted; continues in a successor job"
         return JobStatus(Phase.RESUMING, reason, status.raw_state)
     return status
-
-
-def combine(statuses: Iterable[JobStatus]) -> JobStatus:
-    """One status for a whole array: the worst terminal outcome once all tasks are terminal,
-    otherwise the most "alive" phase so an array with one running task reads as running."""
-    items = list(statuses)
-    if not items:
-        return UNKNOWN
-    if all(s.terminal for s in items):
-        for phase in (Phase.FAILED, Phase.CANCELLED):
-            bad = [s for s in items if s.phase is phase]
-            if bad:
-                return JobStatus(
-                    phase,
-                    f"{len(bad)}/{len(items)} tasks {phase.value}: {bad[0].reason}",
-                    bad[0].raw_state,
-                )
-        return JobStatus(Phase.DONE, "", "COMPLETED")
-    for phase in (Phase.RUNNING, Phase.RESUMING, Phase.QUEUED):
-        if any(s.phase is phase for s in items):
-            return JobStatus(phase, "", "")
-    return UNKNOWN
 
 
 def _exit_reason(record: JobRecord | QueueEntry) -> str:

@@ -25,7 +25,7 @@ from submitit.slurm.slurm import SlurmInfoWatcher
 
 from hpceval.slurm.client import SlurmClient, SlurmError
 from hpceval.slurm.records import JobRecord, base_job_id
-from hpceval.slurm.states import UNKNOWN, JobStatus, Phase, classify, combine
+from hpceval.slurm.states import NOT_LISTED, JobStatus, Phase, classify, combine
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class JobWatcher(SlurmInfoWatcher):
         with self._lock:
             if job_id in self._arrays:
                 return combine(self.status(task_id) for task_id in self._arrays[job_id])
-            return self._statuses.get(job_id, UNKNOWN)
+            return self._statuses.get(job_id, NOT_LISTED)
 
     def record(self, job_id: str) -> JobRecord | None:
         """Last sacct record of a job (node list, times, exit code), if sacct has shown it."""
@@ -194,7 +194,7 @@ class JobWatcher(SlurmInfoWatcher):
             self._last_status_check = time.time()
             for job_id in pending:
                 status, found = _lookup(job_id, records)
-                current = _follow(self._statuses.get(job_id, UNKNOWN), status)
+                current = _follow(self._statuses.get(job_id, NOT_LISTED), status)
                 self._statuses[job_id] = current
                 if found is not None:
                     self._records[job_id] = found
@@ -247,8 +247,8 @@ def _lookup(job_id: str, records: Mapping[str, JobRecord]) -> tuple[JobStatus, J
         # An array task with no row of its own yet: a pending array can be listed as a single
         # "12|PENDING" row until it is split into tasks. Anything else: not visible yet.
         whole = records.get(base)
-        return (classify(whole), None) if whole is not None else (UNKNOWN, None)
+        return (classify(whole), None) if whole is not None else (NOT_LISTED, None)
     tasks = [r for key, r in records.items() if base_job_id(key) == job_id and r.job_id != job_id]
     if tasks:  # the base id of an array: combine its tasks
         return combine(classify(r) for r in tasks), None
-    return UNKNOWN, None
+    return NOT_LISTED, None
