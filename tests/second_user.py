@@ -17,10 +17,11 @@ NOBODY_UID = 65534
 RUNUSER = shutil.which("runuser")
 
 
-def as_nobody(*argv: str, timeout: float = 60) -> None:
+def as_nobody(*argv: str, timeout: float = 60) -> str:
+    """Run argv as nobody; its standard output."""
     assert RUNUSER is not None, "shared_scratch() skips the test where runuser is missing"
-    subprocess.run([RUNUSER, "-u", "nobody", "--", *argv], check=True, timeout=timeout,
-                   capture_output=True)
+    return subprocess.run([RUNUSER, "-u", "nobody", "--", *argv], check=True, timeout=timeout,
+                          capture_output=True, text=True).stdout
 
 
 @contextmanager

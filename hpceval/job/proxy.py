@@ -2,14 +2,17 @@
 
 Runs on the first node of the allocation. `/v1/chat/completions`, `/v1/completions` and
 `/v1/embeddings` go through the interceptors and the response cache and are counted in the
-progress file; `/health` is the proxy's own (200 while an instance is up); every other path
-(`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`, ...) is passed through as is.
+progress file; `/health` is the proxy's own (200 while an instance is up); the few other routes
+harnesses use (`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`) are passed
+through as they are, and every other route gets 404 (proxy_guard.allowed).
 Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints.
 
 Other users' processes on the node can reach the port: with `api_key` set (the job passes a
 per-job token by variable name, `--api-key-env`), every path but `/health` needs
-`Authorization: Bearer <token>`; bodies are bounded as sent and as inflated, slow clients are
-cut off (see proxy_body).
+`Authorization: Bearer <token>`, checked before a byte of the body is read, and only such
+requests are counted; bodies are bounded as sent and as inflated, each and all together, slow
+clients are cut off (proxy_body), open connections are capped and refusals are logged one
+rate-limited line each (proxy_guard).
 
 Cost matters (the target is under 0.5 ms of CPU per request, on a node whose cores the
 harnesses also need): aiohttp's low-level server, without the application and router layers; the
@@ -27,7 +30,6 @@ import hmac
 import json
 import logging
 import os
-import resource
 import signal
 import time
 from collections.abc import Coroutine
@@ -41,6 +43,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from hpceval.job import proxy_guard as guard
 from hpceval.job.budget import poll_metrics
 from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, request_key, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, build_interceptors
@@ -49,6 +52,7 @@ from hpceval.job.proxy_balancer import Balancer
 from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
+from hpceval.job.proxy_guard import BodyLease
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,8 @@ class ProxyServer:
         self._session: aiohttp.ClientSession | None = None
         self._forwarder: Forwarder | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.bodies = guard.BodyBudget(config.max_total_body_bytes)
+        self.refused = guard.refusal_logger()
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> int:
@@ -112,9 +118,13 @@ class ProxyServer:
         # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
         # a connection that has not sent a complete head by then (aiohttp arms it at connect);
         # after a refused body, the rest of it is drained for at most LINGER_S, then closed.
-        server = web.Server(self._dispatch, request_factory=self._make_request, access_log=None,
-                            auto_decompress=False, keepalive_timeout=self.config.header_timeout,
-                            lingering_time=LINGER_S)
+        # logger: aiohttp's "Error handling request" (a malformed request from anyone) is one
+        # rate-limited line there, not a traceback per request.
+        server = guard.CappedServer(
+            self._dispatch, max_connections=self.config.max_connections, refused=self.refused,
+            request_factory=self._make_request, access_log=None, logger=self.refused,
+            auto_decompress=False, keepalive_timeout=self.config.header_timeout,
+            lingering_time=LINGER_S)
         self._runner = web.ServerRunner(server, handle_signals=False,
                                         shutdown_timeout=self.config.shutdown_grace)
         await self._runner.setup()
@@ -198,16 +208,29 @@ class ProxyServer:
         if path == "/health" and request.method in ("GET", "HEAD"):
             return await self._health(request)  # no secret needed: the job's start-up check
         if not self._authorized(request):
-            return error_response(401, "missing or wrong API key (Authorization: Bearer ...)",
-                                  "unauthorized", close=True)
+            return self._refuse(request, 401, "missing or wrong API key "
+                                "(Authorization: Bearer ...)", "unauthorized")
+        if not guard.allowed(request.method, path, self.config.external_upstream) \
+                or not request.path_qs.isascii():
+            return self._refuse(request, 404, f"{request.method} {path} is not served by the "
+                                "hpceval proxy", "not_found")
+        lease = self.bodies.lease()
         try:
-            if path in CACHED_PATHS and request.method == "POST":
-                return await self._openai(request)
-            return await self._passthrough(request)
+            if path in CACHED_PATHS:
+                return await self._openai(request, lease)
+            return await self._passthrough(request, lease)
         except BodyError as exc:
             if path in CACHED_PATHS:
                 self.progress.failed += 1
-            return error_response(exc.status, exc.message, exc.kind, close=True)
+            return self._refuse(request, exc.status, exc.message, exc.kind)
+        finally:
+            lease.close()
+
+    def _refuse(self, request: web.BaseRequest, status: int, message: str,
+                kind: str) -> web.Response:
+        self.refused.warning("refused %s %s from %s: %d %s", guard.shown(request.method),
+                             guard.shown(request.path), request.remote, status, message)
+        return error_response(status, message, kind, close=True)
 
     def _authorized(self, request: web.BaseRequest) -> bool:
         if self._token is None:
@@ -216,10 +239,10 @@ class ProxyServer:
         given = value.strip().encode("utf-8", "replace")  # odd bytes: a mismatch, not a 500
         return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token)
 
-    async def _read(self, request: web.BaseRequest) -> bytes:
+    async def _read(self, request: web.BaseRequest, lease: BodyLease) -> bytes:
         config = self.config
         return await decoded_body(request, config.max_body_bytes, config.max_inflated_bytes,
-                                  config.body_timeout)
+                                  config.body_timeout, config.body_deadline, lease)
 
     async def _health(self, _request: web.BaseRequest) -> web.Response:
         up = sum(i.up for i in self.balancer.instances)
@@ -228,9 +251,9 @@ class ProxyServer:
             return web.Response(body=json.dumps(body).encode(), content_type=JSON)
         return error_response(503, self.balancer.down_reason(), "no_upstream")
 
-    async def _openai(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _openai(self, request: web.BaseRequest, lease: BodyLease) -> web.StreamResponse:
         path = request.path
-        raw = await self._read(request)
+        raw = await self._read(request, lease)
         prepared = await off_loop(len(raw), _prepare, path, raw, self.interceptors)
         if prepared is None:
             self.progress.failed += 1
@@ -310,8 +333,9 @@ class ProxyServer:
             upstream.release()
             self.balancer.release(answer.instance, ok)
 
-    async def _passthrough(self, request: web.BaseRequest) -> web.StreamResponse:
-        raw = await self._read(request)
+    async def _passthrough(self, request: web.BaseRequest,
+                           lease: BodyLease) -> web.StreamResponse:
+        raw = await self._read(request, lease)
         try:
             answer = await self._send(request, raw or None)
         except UpstreamFailure as exc:
@@ -322,7 +346,8 @@ class ProxyServer:
     async def _send(self, request: web.BaseRequest, data: bytes | None,
                     stream: bool = False) -> Answer:
         assert self._forwarder is not None, "start() first"
-        headers = {h: request.headers[h] for h in FORWARDED_HEADERS if h in request.headers}
+        headers = guard.clean_headers({h: request.headers[h] for h in FORWARDED_HEADERS
+                                 if h in request.headers})
         if self.config.upstream_api_key is not None:
             headers["Authorization"] = f"Bearer {self.config.upstream_api_key}"
         return await self._forwarder.send(request.method, request.path_qs, data, headers, stream)
@@ -370,18 +395,6 @@ def write_ready_file(path: Path) -> None:
     os.replace(tmp, path)
 
 
-def raise_open_file_limit() -> None:
-    """Each proxied request holds two sockets; a harness at parallelism 1024 would hit the usual
-    soft limit of 1024 descriptors and see refused connections. Raise it to the hard limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as exc:
-            log.warning("could not raise the open file limit from %d: %s", soft, exc)
-
-
 def run_proxy(config: ProxyConfig) -> None:
-    raise_open_file_limit()
+    guard.raise_open_file_limit()
     asyncio.run(serve(config))

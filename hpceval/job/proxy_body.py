@@ -2,11 +2,13 @@
 
 Any process on the node can reach the proxy's port, so a body is hostile until read: it is
 capped as sent (`max_body_bytes`, Content-Length checked before reading a byte), a client that
-stalls mid-body gets 408 after `body_timeout`, and a compressed body is inflated by streaming
-decompression that stops at `max_inflated_bytes` (aiohttp's own decoding is switched off: it
-inflates the whole body first and applies the limit afterwards, so 100 KB of gzip became 100 MB
-in memory). Large bodies are decoded in a worker thread, off the event loop, so one of them does
-not stall every other request.
+stalls mid-body gets 408 after `body_timeout`, one that trickles gets 408 once the whole body
+has taken `body_deadline` (one byte every 20 s was held forever, review F5), every byte read
+and inflated is taken from the proxy's total (`proxy_guard.BodyLease`, 503 beyond), and a
+compressed body is inflated by streaming decompression that stops at `max_inflated_bytes`
+(aiohttp's own decoding is switched off: it inflates the whole body first and applies the limit
+afterwards, so 100 KB of gzip became 100 MB in memory). Large bodies are decoded in a worker
+thread, off the event loop, so one of them does not stall every other request.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from hpceval.job.proxy_guard import BodyLease
 
 # Below this, parsing and hashing cost less than the hand-off to a thread (~50 us).
 OFFLOAD_BYTES = 256 * 1024
@@ -40,8 +45,10 @@ def too_large(limit: int, what: str) -> BodyError:
     return BodyError(413, f"request body {what} exceeds {limit} bytes", "request_too_large")
 
 
-async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) -> bytes:
-    """The body as sent, at most `max_bytes`; 413 beyond, 408 when the client stalls."""
+async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float,
+                    deadline: float, lease: BodyLease | None = None) -> bytes:
+    """The body as sent, at most `max_bytes`; 413 beyond, 408 when the client stalls for
+    `timeout` or has not sent it all within `deadline` seconds, 503 beyond the total."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise too_large(max_bytes, "as sent")
@@ -50,20 +57,30 @@ async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float) ->
         data = content.read_nowait(-1)
         if len(data) > max_bytes:
             raise too_large(max_bytes, "as sent")
+        if lease is not None:
+            lease.take(len(data))
         return data
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
     parts: list[bytes] = []
     size = 0
     while True:
+        left = end - loop.time()
         try:
-            chunk = await asyncio.wait_for(content.readany(), timeout)
+            if left <= 0:
+                raise asyncio.TimeoutError
+            chunk = await asyncio.wait_for(content.readany(), min(timeout, left))
         except asyncio.TimeoutError as exc:
-            raise BodyError(408, f"no request body data for {timeout:g}s",
-                            "request_timeout") from exc
+            what = f"no request body data for {timeout:g}s" if left > timeout else \
+                f"request body not complete within {deadline:g}s"
+            raise BodyError(408, what, "request_timeout") from exc
         if not chunk:
             return b"".join(parts)
         size += len(chunk)
         if size > max_bytes:
             raise too_large(max_bytes, "as sent")
+        if lease is not None:
+            lease.take(len(chunk))
         parts.append(chunk)
 
 
@@ -124,12 +141,16 @@ async def off_loop(size: int, fn: Callable[..., T], *args: object) -> T:
 
 
 async def decoded_body(request: web.BaseRequest, max_bytes: int, max_inflated: int,
-                       timeout: float) -> bytes:
+                       timeout: float, deadline: float, lease: BodyLease | None = None
+                       ) -> bytes:
     """The request body, read within `max_bytes` and inflated within `max_inflated`."""
     encoding = content_encoding(request)
-    raw = await read_body(request, max_bytes, timeout)
+    raw = await read_body(request, max_bytes, timeout, deadline, lease)
     if encoding is None:
         if len(raw) > max_inflated:
             raise too_large(max_inflated, "after decompression")
         return raw
-    return await off_loop(max(len(raw), OFFLOAD_BYTES), inflate, raw, encoding, max_inflated)
+    inflated = await off_loop(max(len(raw), OFFLOAD_BYTES), inflate, raw, encoding, max_inflated)
+    if lease is not None:
+        lease.take(len(inflated))
+    return inflated

@@ -66,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-timeout", type=float, default=60.0, metavar="S",
                    help="seconds a client may take to send a request head, or stall while "
                         "sending a body (default 60)")
+    p.add_argument("--body-deadline", type=float, default=120.0, metavar="S",
+                   help="seconds a client may take to send a whole request body, however it "
+                        "trickles (default 120); then 408")
+    p.add_argument("--max-total-body-mb", type=float, default=512.0, metavar="MB",
+                   help="request body bytes held by all requests together (default 512); a "
+                        "request that would exceed it gets 503")
+    p.add_argument("--max-connections", type=int, default=4096, metavar="N",
+                   help="open client connections (default 4096); one more is answered 503 "
+                        "and closed")
     p.add_argument("--budget", default="off", metavar="off|adaptive|N",
                    help="in-flight requests per upstream instance; the rest wait in the "
                         "proxy, round-robin across clients: adaptive (AIMD on errors, "
@@ -85,7 +94,9 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_retries=args.max_retries, interceptors=chain_from_json(args.interceptors),
         log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
-        body_timeout=args.client_timeout, api_key=api_key, upstream_api_key=upstream_api_key,
+        body_timeout=args.client_timeout, body_deadline=args.body_deadline,
+        max_total_body_bytes=int(args.max_total_body_mb * (1 << 20)),
+        max_connections=args.max_connections, api_key=api_key, upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream,
         budget=args.budget,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))

@@ -52,6 +52,12 @@ class ProxyConfig:
     max_inflated_bytes: int = 64 << 20  # request body after decompression
     header_timeout: float = 60.0  # a connection idle or without a complete request head is closed
     body_timeout: float = 60.0  # seconds without progress while reading a request body: 408
+    body_deadline: float = 120.0  # seconds for a whole request body, however it trickles: 408
+    # Totals, not per request (review F5): body bytes held by all requests at once (503
+    # beyond) and open connections (503 and closed beyond). A harness's requests are a few KB;
+    # each proxied request holds two descriptors, so the cap stays well below the fd limit.
+    max_total_body_bytes: int = 512 << 20
+    max_connections: int = 4096
     # Per-job secret the harnesses send as `Authorization: Bearer ...`; None = no authentication.
     # Never printed: repr=False keeps it out of logs and tracebacks.
     api_key: str | None = field(default=None, repr=False)
@@ -81,8 +87,12 @@ class ProxyConfig:
             raise ValueError("timeouts must be positive")
         if min(self.max_body_bytes, self.max_inflated_bytes) <= 0:
             raise ValueError("body size limits must be positive")
-        if self.header_timeout <= 0 or self.body_timeout <= 0:
+        if min(self.header_timeout, self.body_timeout, self.body_deadline) <= 0:
             raise ValueError("client timeouts must be positive")
+        if self.max_total_body_bytes < self.max_body_bytes:
+            raise ValueError("the total body budget must hold at least one largest body")
+        if self.max_connections <= 0:
+            raise ValueError("max_connections must be positive")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():

@@ -48,6 +48,7 @@ class FakeUpstream:
         self.hits = 0
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []  # every request's path, /health included
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -55,7 +56,12 @@ class FakeUpstream:
                     ) -> str:
         """``ssl_context``: serve https; ``host``: the name the URL gives (it must resolve to
         127.0.0.1 for the client, or be known to a proxy in between)."""
-        app = web.Application()
+        @web.middleware
+        async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+            self.paths.append(request.path)
+            return await handler(request)
+
+        app = web.Application(middlewares=[record])
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/v1/embeddings", self._embed)
@@ -63,6 +69,11 @@ class FakeUpstream:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/tokenizer_info", self._tokenizer_info)
         app.router.add_get("/health", self._health)
+        # vLLM's other routes: what the proxy must not forward to anyone
+        for path in ("/metrics", "/version", "/load"):
+            app.router.add_get(path, self._models)
+        app.router.add_post("/abort_requests", self._models)
+        app.router.add_post("/v1/load_lora_adapter", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)

@@ -117,6 +117,12 @@ def test_api_key_and_limits_from_arguments(monkeypatch: pytest.MonkeyPatch) -> N
     assert config.max_body_bytes == config.max_inflated_bytes == 3 << 19
     assert config.header_timeout == config.body_timeout == 7
     assert config_from_args(build_parser().parse_args(BASE)).api_key is None
+    totals = config_from_args(build_parser().parse_args(
+        [*BASE, "--body-deadline", "30", "--max-total-body-mb", "128", "--max-connections", "9"]))
+    assert (totals.body_deadline, totals.max_total_body_bytes, totals.max_connections) == \
+        (30, 128 << 20, 9)
+    with pytest.raises(ValueError, match="at least one largest body"):
+        config_from_args(build_parser().parse_args([*BASE, "--max-total-body-mb", "8"]))
     for value in ("", "  "):
         monkeypatch.setenv("JOB_TOKEN", value)
         with pytest.raises(SystemExit) as exc:
