@@ -176,13 +176,17 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     # An explicit data_parallel_size beside a judge's slice of the node sizes the model's part
     # of it: the node is not shrunk to the model's GPUs (the judge needs the rest).
     spec, layout_notes, issues = (spec, [], []) if slice_gpus(spec) else fit_explicit_layout(spec)
-    version_notes, version_issues = image_version_findings(spec)
-    composed.notes += layout_notes + load_fit_notes(spec) + version_notes
-    issues += version_issues + list(semantic_issues(spec, env if check_environment else None))
+    composed.notes += layout_notes + load_fit_notes(spec)
+    issues += list(semantic_issues(spec, env if check_environment else None))
     aux_issues = spec_issues(spec)
     issues += aux_issues + reference_issues(spec)
     issues += env_issues(spec, env if check_environment else None)
     layout, layout_issues = compute_layout(model_layout_spec(spec))
+    aux_placements = {} if aux_issues else placements(spec)
+    version_notes, version_issues = image_version_findings(
+        spec, lambda where: _span(spec, where, layout, aux_placements))
+    composed.notes += version_notes
+    issues += version_issues
     if slice_gpus(spec):
         layout_issues = [ConfigIssue(i.path, f"{i.message} (the node's other "
                                      f"{slice_gpus(spec)} GPU(s) serve auxiliary deployments)",
@@ -195,8 +199,21 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     issues += script_issues(spec, tasks)
     if issues:
         raise ConfigError(list(dict.fromkeys(issues)))
-    return ResolvedConfig(spec, layout, composed, tasks,
-                          {} if aux_issues else placements(spec))
+    return ResolvedConfig(spec, layout, composed, tasks, aux_placements)
+
+
+def _span(spec: RunSpec, where: str, layout: Layout, aux: Mapping[str, Placement]) -> int:
+    """Nodes per instance of the served deployment at key path ``where`` (1 if unknown): the
+    model's layout, a judge's placement in the job, or a sweep judge's own job's layout."""
+    from hpceval.config.judges import judge_issues
+
+    if where == "deployment":
+        return max(layout.nodes_per_instance, 1)
+    name = where.split(".", 1)[1]
+    if name in aux:
+        return max(aux[name].layout.nodes_per_instance, 1)
+    built, _ = judge_issues(spec, name)
+    return max(built[1].nodes_per_instance, 1) if built else 1
 
 
 def _sweep_judges_in_job(spec: RunSpec) -> tuple[RunSpec, list[str]]:

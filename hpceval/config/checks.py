@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hpceval.backends import backend_for
@@ -260,11 +260,14 @@ def load_fit_notes(spec: RunSpec) -> list[str]:
             if engine_for(dep.type).serves and dep.health_timeout + ex.signal_seconds > wall * 60]
 
 
-def image_version_findings(spec: RunSpec) -> tuple[list[str], list[ConfigIssue]]:
+def image_version_findings(spec: RunSpec, span: Callable[[str], int]
+                           ) -> tuple[list[str], list[ConfigIssue]]:
     """A vllm-openai image tag other than the release the flags are checked against: a note;
-    one without a flag every vLLM job renders: a refusal naming the flag."""
+    one older than a flag its servers are started with (``span``: nodes per instance of the
+    served deployment at a key path; the native multi-node flags only where one spans nodes):
+    a refusal naming the flag and the release that brought it."""
     from hpceval.engines import engine_for
-    from hpceval.engines.vllm import FLAG_SINCE, VLLM_VERSION, Vllm, image_version
+    from hpceval.engines.vllm import FLAG_SINCE, VLLM_VERSION, Vllm, image_version, rendered_flags
 
     target = tuple(int(x) for x in VLLM_VERSION.split("."))
     notes: list[str] = []
@@ -280,11 +283,17 @@ def image_version_findings(spec: RunSpec) -> tuple[list[str], list[ConfigIssue]]
         notes.append(f"{where}.image is vLLM {shown}, but the server flags are checked against "
                      f"vLLM {VLLM_VERSION}'s parser: a flag or default that changed in between "
                      f"fails only on the node (an image of {VLLM_VERSION} avoids it)")
-        issues += [ConfigIssue(f"{where}.image", f"vLLM {shown} has no {flag} (it came with "
-                               f"{'.'.join(map(str, since))}), which every vLLM job passes",
-                               f"use a vllm-openai image of {'.'.join(map(str, since))} or "
-                               f"later, e.g. v{VLLM_VERSION}")
-                   for flag, since in FLAG_SINCE.items() if version < since]
+        nnodes = span(where)
+        shape = f"an instance over {nnodes} nodes" if nnodes > 1 else "every vLLM job"
+        missing = [(flag, FLAG_SINCE[flag]) for flag in rendered_flags(dep, nnodes)
+                   if flag in FLAG_SINCE and version < FLAG_SINCE[flag]]
+        if missing:
+            lacks = ", ".join(f"{flag} (since vLLM {'.'.join(map(str, since))})"
+                              for flag, since in missing)
+            first = ".".join(map(str, max(since for _, since in missing)))
+            issues.append(ConfigIssue(
+                f"{where}.image", f"vLLM {shown} has no {lacks}, which {shape} is started "
+                "with", f"use a vllm-openai image of {first} or later, e.g. v{VLLM_VERSION}"))
     return notes, issues
 
 

