@@ -29,6 +29,7 @@ AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregatio
 # after auto-resume successors: the aggregation script then leaves the sweep's judge running
 WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
+SERVER_IMAGES_DIR = "images"  # docker:// server images the job pulled itself (once per run)
 LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
@@ -68,7 +69,7 @@ JOB_FILES = {
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
-    "aux_stop": AUX_STOP_FILE,
+    "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR,
 }
 
 

@@ -97,8 +97,11 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     from hpceval.errors import ConfigError, HpcevalError
     from hpceval.runs.rundir import prepare_run
     from hpceval.runs.submit import create_run, submit_prepared
+    from hpceval.staging.preflight import preflight_notes
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
+    for note in preflight_notes(configs):  # works, but every job pays for it
+        click.echo(f"hpceval: preflight note: {note}", err=True)
     if dry_run:
         from hpceval.staging.preflight import preflight_all
 

@@ -5,7 +5,8 @@ they fail), and render/judge.py builds the judge job's config with them. The jud
 RunSpec whose deployment is the judge's, on ``num_nodes`` nodes of its own, with no tasks; its
 walltime is ``execution.max_walltime``, at most the partition's MaxTime (it must outlive every
 element, which may run in waves or be resumed; the aggregation job's stop file ends it as soon
-as the sweep is done).
+as the sweep is done). Where the MaxTime is shorter, the judge job continues in successor jobs
+(auto-resume, templates/teardown.j2), recorded in its folder's jobs.chain.
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
     # Never more than the partition allows: sbatch refuses that (EnforcePartLimits) or leaves
-    # it pending for ever, and every model element waits on the judge's start.
-    walltime, _ = capped_walltime(spec.execution.max_walltime, spec.execution.partition)
+    # it pending for ever, and every model element waits on the judge's start. Capped, the
+    # judge continues in a successor job at its walltime, as a model's job does (up to
+    # max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
+    walltime, capped = capped_walltime(spec.execution.max_walltime, spec.execution.partition)
     ex = dataclasses.replace(
         spec.execution, nodes=aux.num_nodes, walltime=walltime,
-        auto_resume=False, job_name=f"hpceval-{invocation_id}-judge-{name}")
+        auto_resume=spec.execution.auto_resume and capped is not None, node_failure_retries=0,
+        job_name=f"hpceval-{invocation_id}-judge-{name}")
     return dataclasses.replace(
         spec, execution=ex, deployment=deployment, auxiliary_deployments={},
         target=TargetSpec(ApiEndpointSpec(model_id=aux.request_model)),

@@ -20,7 +20,7 @@ from hpceval.doctor.report import Line, Status
 from hpceval.slurm.client import SlurmClient, SlurmError
 from hpceval.slurm.formats import walltime_minutes
 from hpceval.slurm.partitions import partition_info
-from hpceval.staging.preflight import preflight_all
+from hpceval.staging.preflight import preflight_all, preflight_notes
 
 # Filesystems that several machines mount (a login node and compute nodes see the same files).
 SHARED_FS = frozenset({
@@ -97,11 +97,14 @@ def test_only_line(ex: ExecutionSpec, client: ProbingClient, folder: Path | None
 def staging_lines(configs: Sequence[ResolvedConfig],
                   environ: Mapping[str, str] | None = None) -> list[Line]:
     issues = preflight_all(configs, environ=environ)
+    # what works but costs every job (a server image pulled at run time): the note's own words
+    notes = [Line(LOGIN, note.path, Status.WARNING, note.message, note.fix)
+             for note in preflight_notes(configs)]
     if not issues:
         return [Line(LOGIN, "images and data", Status.OK,
-                     "everything the run reads is staged and readable from here")]
-    return [Line(LOGIN, issue.path or "images and data", Status.PROBLEM, issue.message,
-                 issue.fix) for issue in issues]
+                     "everything the run reads is staged and readable from here"), *notes]
+    return [*(Line(LOGIN, issue.path or "images and data", Status.PROBLEM, issue.message,
+                   issue.fix) for issue in issues), *notes]
 
 
 def read_mounts() -> str:

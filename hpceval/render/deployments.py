@@ -8,13 +8,12 @@ function, its container, its port slots.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.engines import engine_for
-from hpceval.images import DOCKER, sif_name
+from hpceval.images import sif_name
 from hpceval.render.aux_job import urls_var
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
@@ -24,8 +23,9 @@ from hpceval.runtimes import runtime_for
 
 
 def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports: PortPlan,
-                    unset: list[str]) -> dict[str, Any]:
-    """``key``: "model", or the judge's name (an identifier: it becomes part of names)."""
+                    unset: list[str], pull_dir: str) -> dict[str, Any]:
+    """``key``: "model", or the judge's name (an identifier: it becomes part of names);
+    ``pull_dir``: where the job pulls a docker:// image that nothing staged (server_image)."""
     ex, dep = resolved.spec.execution, served.dep
     engine = engine_for(dep.type)
     prefix = runtime_for(ex.container_runtime).env_prefix if dep.runtime == "container" else ""
@@ -42,8 +42,9 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "env_fn": "server_environment" if model else f"aux_{key}_server_environment",
         "urls_var": urls_var(key),
         "instances": [_instance_view(inst, base) for inst in instances],
-        "server_prefix": server_prefix(resolved, served, [name for name, _ in env]),
-        "server_srun": server_srun(resolved, served, [name for name, _ in env]),
+        "server_prefix": server_prefix(resolved, served, [name for name, _ in env], pull_dir),
+        "server_srun": server_srun(resolved, served, [name for name, _ in env], pull_dir),
+        "pull": server_pull(resolved, served, pull_dir),
         "server_env": [(prefix + name, value) for name, value in env],
         "server_unset": sorted(set(unset) - _env_passes(env)),
         "server_token": server_token(served),
@@ -77,7 +78,7 @@ def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
 
 
 def server_prefix(resolved: ResolvedConfig, served: Served,
-                  env_names: list[str] | None = None) -> list[Any]:
+                  env_names: list[str] | None = None, pull_dir: str = "") -> list[Any]:
     ex, dep, where = resolved.spec.execution, served.dep, served.where
     runtime = runtime_for(ex.container_runtime)
     if not engine_for(dep.type).serves or dep.runtime == "host":
@@ -89,23 +90,39 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
     if not dep.image:
         raise ConfigError.at(f"{where}.image", "a server from a container needs an image",
                              f"set {where}.image, or {where}.runtime=host")
-    return runtime.server_prefix(server_image(resolved, served), _binds(resolved, served),
+    return runtime.server_prefix(server_image(resolved, served, pull_dir),
+                                 _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
                                  cache=ShellCode(server_cache(resolved, served)),
                                  env_names=env_names, site=site_options(ex))
 
 
-def server_image(resolved: ResolvedConfig, served: Served) -> str:
-    """A docker:// server image that `hpceval stage` put in execution.image_dir runs from that
-    file, as harness images do: otherwise every instance would pull and convert the same
-    tens-of-GB image at once (apptainer#307: concurrent cache use crashes)."""
+def server_image(resolved: ResolvedConfig, served: Served, pull_dir: str) -> str:
+    """The image a server runs from: the file staged in execution.image_dir (the runtime's
+    rule); else, for a docker:// image that the runtime runs as a file, the file the job
+    pulls once into ``pull_dir`` before any server starts (server_pull); else the image."""
     ex, image = resolved.spec.execution, served.dep.image
     assert image is not None  # server_prefix refused a missing one
     runtime = runtime_for(ex.container_runtime)
-    if not (image.startswith(DOCKER) and ex.image_dir and runtime.staged_files):
-        return image
-    staged = Path(ex.image_dir) / runtime.image_file(sif_name(image))
-    return str(staged) if staged.is_file() and staged.stat().st_size > 0 else image
+    staged = runtime.staged_server_image(image, ex.image_dir)
+    if pull_dir and runtime.pulled_in_job(staged):
+        return f"{pull_dir}/{runtime.image_file(sif_name(staged))}"
+    return staged
+
+
+def server_pull(resolved: ResolvedConfig, served: Served, pull_dir: str
+                ) -> dict[str, Any] | None:
+    """The job's one pull of this server's image (None: it runs a file or its runtime's
+    store): the file, and the pull command with the file's temporary name as "$tmp"."""
+    ex, dep = resolved.spec.execution, served.dep
+    if not dep.image or dep.runtime == "host" or not engine_for(dep.type).serves:
+        return None
+    runtime = runtime_for(ex.container_runtime)
+    staged = runtime.staged_server_image(dep.image, ex.image_dir)
+    if not (pull_dir and runtime.pulled_in_job(staged)):
+        return None
+    return {"source": staged, "file": server_image(resolved, served, pull_dir),
+            "argv": runtime.pull_words(runtime.tool, var("tmp"), staged)}
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
@@ -118,7 +135,8 @@ def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:
                     for i, extra in enumerate(ex.extra_binds)]
 
 
-def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) -> list[Any]:
+def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str],
+                pull_dir: str = "") -> list[Any]:
     """The server step's container options for runtimes that start containers through srun
     (pyxis), after server_prefix's checks."""
     ex, dep = resolved.spec.execution, served.dep
@@ -126,7 +144,8 @@ def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str]) 
     if not runtime.srun_steps or not engine_for(dep.type).serves or dep.runtime == "host":
         return []
     assert dep.image is not None  # server_prefix refused a missing one
-    return runtime.server_srun(server_image(resolved, served), _binds(resolved, served), env_names,
+    return runtime.server_srun(server_image(resolved, served, pull_dir),
+                               _binds(resolved, served), env_names,
                                cache=ShellCode(server_cache(resolved, served)))
 
 

@@ -10,7 +10,7 @@ from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
-from hpceval.contract import JOB_FILES
+from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR
 from hpceval.engines import engine_for
 
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
@@ -59,11 +59,16 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     # Secrets the tasks read by name are none of the servers' business (a judge's key):
     # they are unset before a server starts. The servers' own (env_vars) stay.
     unset = sorted(_passed_names(v for step in steps for _, v in step.env))
+    # A docker:// server image nothing staged is pulled by the job once for the whole run,
+    # into the run directory (shared storage every node reads), before any server starts.
+    pull_dir = f"{run_dir}/{SERVER_IMAGES_DIR}"
     model = deployment_view(resolved, model_served(resolved), key="model", ports=ports,
-                            unset=unset)
-    served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset)
+                            unset=unset, pull_dir=pull_dir)
+    served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset,
+                                        pull_dir=pull_dir)
                         for name, s in judges.items()]
     served = [d for d in served if d["instances"]]
+    pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
     return {
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
@@ -83,6 +88,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         # the model's, then each judge's served in this job: the same launch and health code
         "served": served,
         "any_srun": any(d["server_srun"] for d in served),
+        "pulls": pulls,
         "health_timeout": max([d["health_timeout"] for d in served] or [dep.health_timeout]),
         "instances": model["instances"],
         "server_prefix": model["server_prefix"],

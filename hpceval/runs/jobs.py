@@ -17,7 +17,7 @@ from typing import Any
 
 from hpceval._version import __version__
 from hpceval.backends.base import JobEntry
-from hpceval.contract import JOBS_FILE, RUN_FILE, SUCCESSORS_FILE
+from hpceval.contract import JOBS_FILE, RUN_FILE, SUCCESSORS_FILE, aux_folder, judge_names
 from hpceval.storage import atomic_write_json
 
 JOBS_SCHEMA = 2
@@ -83,8 +83,12 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
         run = {"models": []}
     index = {m["key"]: m["index"] for m in run.get("models", [])}
     single = len(index) <= 1
-    files = [(run_dir / SUCCESSORS_FILE, None)]
+    files: list[tuple[Path, str | None]] = [(run_dir / SUCCESSORS_FILE, None)]
     files += [(run_dir / "models" / k / SUCCESSORS_FILE, k) for k in index]
+    # a sweep judge's successors (its walltime is capped by the partition's MaxTime): in its
+    # own folder, so the aggregation job, which waits for the models' successors, never waits
+    # for the judge it ends
+    judges = [(run_dir / aux_folder(n) / SUCCESSORS_FILE, n) for n in judge_names(run)]
     known = {e.id for e in jobs.chain}
     # Successors start after the first submission: its time is a safe sacct -S bound.
     at = jobs.chain[0].submitted_at
@@ -104,7 +108,20 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
             added.append(JobEntry(words[0], jobs.kind, "main", models, False, at,
                                   "auto-resume"))
             known.add(words[0])
+    for path, name in judges:
+        added += [JobEntry(job, jobs.kind, "judge", (), False, at, "auto-resume", aux=name)
+                  for job in _successor_ids(path) if job not in known]
+        known.update(e.id for e in added)
     return Jobs(jobs.kind, (*jobs.chain, *added)) if added else jobs
+
+
+def _successor_ids(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return list(dict.fromkeys(w[0] for w in (line.split() for line in lines)
+                              if w and w[0].isdigit()))
 
 
 def _write(run_dir: Path, jobs: Jobs) -> None:

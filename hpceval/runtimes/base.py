@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpceval.images import DOCKER, sif_name
 from hpceval.shell import LineStart, ShellCode
 
 
@@ -46,6 +47,26 @@ class Runtime:
     def image_file(self, sif: str) -> str:
         """The staged file for this runtime, from the catalogue's SIF name."""
         return sif.removesuffix(".sif") + self.image_suffix
+
+    def staged_server_image(self, image: str, image_dir: str | None) -> str:
+        """What a server (or judge) runs from: a docker:// image that ``hpceval stage`` put in
+        ``image_dir`` runs from that file, as harness images do, instead of every instance
+        pulling and converting the same tens-of-GB image at once (apptainer#307: concurrent
+        cache use crashes; pyxis unpacks it per step); ``image`` itself otherwise. Render and
+        the submit preflight both ask this, so they agree on what the job pulls."""
+        if not (image.startswith(DOCKER) and image_dir and self.staged_files):
+            return image
+        staged = Path(image_dir) / self.image_file(sif_name(image))
+        try:
+            return str(staged) if staged.is_file() and staged.stat().st_size > 0 else image
+        except OSError:
+            return image
+
+    def pulled_in_job(self, image: str) -> bool:
+        """Whether the job pulls ``image`` (what staged_server_image left as docker://) into
+        a file itself, once, before its servers start (render/deployments.py): runtimes that
+        run image files; the others keep images in their own store and pull them there."""
+        return image.startswith(DOCKER) and self.staged_files and self.containers
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
                       cache: ShellCode | None = None, env_names: list[str] | None = None,
@@ -86,7 +107,11 @@ class Runtime:
     def pull_argv(self, binary: str, dest: Path, source: str) -> list[str]:
         """The one pull command line (the strict fakes of the tests accept exactly it);
         ``source`` is a docker:// reference."""
-        return [binary, "pull", "--force", str(dest), source]
+        return [str(word) for word in self.pull_words(binary, str(dest), source)]
+
+    def pull_words(self, binary: str, dest: Any, source: str) -> list[Any]:
+        """pull_argv's words, ``dest`` as given (the job script's pull passes a variable)."""
+        return [binary, "pull", "--force", dest, source]
 
     pull_verb: ClassVar[str] = "pull"  # in messages: `<tool> <verb> <source>`
     pull_over_file: ClassVar[bool] = True  # False: the tool refuses to write over a file

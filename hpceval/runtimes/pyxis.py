@@ -10,7 +10,6 @@ the image's own ``ENV`` lines (HF_HOME, the endpoint URL...).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from hpceval.images import DOCKER, pyxis_reference
@@ -88,6 +87,6 @@ class Pyxis(Runtime):
         mounts = [mount([task_dir]), *(mount(bind_parts(b)) for b in binds)]
         return [*HARNESS_STEP, *container_flags(image, mounts, env_names, workdir=task_dir)]
 
-    def pull_argv(self, binary: str, dest: Path, source: str) -> list[str]:
+    def pull_words(self, binary: str, dest: Any, source: str) -> list[Any]:
         # enroot writes the squashfs file pyxis's --container-image reads
-        return [binary, "import", "--output", str(dest), DOCKER + pyxis_reference(source)]
+        return [binary, "import", "--output", dest, DOCKER + pyxis_reference(source)]

@@ -7,6 +7,7 @@ missing): both agree with the job script on the image a task runs from, which
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,10 @@ def image_needs(resolved: ResolvedConfig,
         if engine_for(served.type).serves and served.runtime == "container" and served.image:
             need = _from_image_value(served.image, f"{key}.image", "server", ex.image_dir,
                                      refs, ex.container_runtime)
+            staged = runtime_for(ex.container_runtime).staged_server_image(served.image,
+                                                                           ex.image_dir)
+            if need is not None and staged != served.image:  # the file the job runs
+                need = dataclasses.replace(need, in_job=staged)
             if need is not None:
                 needs.append(need)
     for rt in resolved.tasks:

@@ -53,6 +53,31 @@ def check_preflight(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         raise ConfigError(issues)
 
 
+def preflight_notes(configs: ResolvedConfig | Sequence[ResolvedConfig]) -> list[ConfigIssue]:
+    """What works, but costs every job, as issues that do not refuse: a docker:// server or
+    judge image that online compute nodes pull and convert at run time because nothing is
+    staged in execution.image_dir for it (offline, that is a refusal: _image_issues)."""
+    batch = [configs] if isinstance(configs, ResolvedConfig) else list(configs)
+    notes: list[ConfigIssue] = []
+    for resolved in batch:
+        ex = resolved.spec.execution
+        if ex.offline:
+            continue
+        runtime = runtime_for(ex.container_runtime)
+        for need in image_needs(resolved):
+            if need.purpose != "server" or not need.pulled_at_run_time:
+                continue
+            where = (f"in {need.sif}" if need.sif else
+                     "(set execution.image_dir to a shared folder first)")
+            notes.append(ConfigIssue(
+                need.where, f"{need.in_job} is pulled and converted at run time, by every "
+                "job that serves it (once per run, under a lock, before its servers start: "
+                "the job's walltime pays for it)",
+                f"stage it once {where} with `{stage_command(resolved)}`; jobs then run that "
+                f"{runtime.staged_kind}"))
+    return list(dict.fromkeys(notes))
+
+
 def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     offline = resolved.spec.execution.offline
     kind = runtime_for(resolved.spec.execution.container_runtime).staged_kind

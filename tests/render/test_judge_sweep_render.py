@@ -170,3 +170,84 @@ def test_endpoint_json_written_by_the_script_is_json(tmp_path: Path) -> None:
                     "model_id": 'judge "72b" \\ v2', "job_id": "77"}
     token = tmp_path / "token"
     assert token.read_text() == "abc\n" and (token.stat().st_mode & 0o777) == 0o600
+
+
+def successor_call(text: str, tmp_path: Path, *, stop: bool, allocations: int = 1
+                   ) -> tuple[list[str], str]:
+    """Run the judge job's rendered submit_successor with a recording sbatch:
+    (the sbatch calls, what the judge's folder's jobs.chain holds)."""
+    def function(name: str) -> str:
+        start = text.index(f"\n{name}() {{") + 1
+        return text[start:text.index("\n}\n", start) + 3]
+
+    folder = tmp_path / "run" / "auxiliary" / "judge"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("stop", "jobs.chain", "loads"):
+        (folder / name).unlink(missing_ok=True)
+    if stop:
+        (folder / "stop").touch()
+    (folder / "allocations").write_text("".join(f"{700 + i} 0\n" for i in range(allocations)))
+    (folder / "loads").write_text("700 300\n")  # healthy once: no refusal to chain
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "sbatch.calls"
+    calls.unlink(missing_ok=True)
+    (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$*" >> {calls}\necho 901\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    max_allocations = text.split("\nMAX_ALLOCATIONS=", 1)[1].split("\n", 1)[0]
+    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + function("job_failure")
+            + function("submit_successor") + f"SERVERS_HEALTHY=1 MAX_ALLOCATIONS="
+            f"{max_allocations} JOB_SCRIPT=/run/auxiliary/judge/judge.sbatch\nsubmit_successor\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_DIR": str(folder),
+           "RUN_DIR": str(tmp_path / "run"), "MODEL_KEY": "judge-judge",
+           "SLURM_JOB_ID": str(700 + allocations - 1), "HPCEVAL_INVOCATION_ID": "inv"}
+    subprocess.run(["bash", "-c", body], env=env, check=True, capture_output=True, text=True)
+    chain = folder / "jobs.chain"
+    return (calls.read_text().splitlines() if calls.exists() else [],
+            chain.read_text() if chain.exists() else "")
+
+
+def test_a_judge_capped_by_the_partition_continues_in_a_successor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21, defect 1: the partition's MaxTime (12 h) is below execution.max_walltime
+    (72 h): the judge job asks for 12 h and, at its walltime, submits its successor, as a
+    model's job does; none once the sweep is done, none past max_walltime, and the successor
+    is the judge job status, kill and resume follow (never one the aggregation waits for)."""
+    monkeypatch.setattr("hpceval.slurm.partitions.partition_max_minutes", lambda _p: 720)
+    models = sweep_models(tmp_path)
+    resolved = dataclasses.replace(models[0][1], spec=dataclasses.replace(
+        models[0][1].spec, execution=dataclasses.replace(
+            models[0][1].spec.execution, max_walltime="72:00:00")))
+    text = render_judge_job(resolved, "judge", context(resolved))
+    assert "#SBATCH --time=720 " in text and "\nMAX_ALLOCATIONS=6\n" in text
+    assert "#SBATCH --no-requeue" in text  # node failures: a resume submits a new judge
+    # a successor that starts once the sweep is done ends before it loads anything
+    assert text.index('if [ -e "$MODEL_DIR/stop" ]; then') < text.index("launch_server 0 head")
+    sbatch, chain = successor_call(text, tmp_path, stop=False)
+    assert sbatch == ["--parsable --dependency=afterany:700 /run/auxiliary/judge/judge.sbatch"]
+    assert chain == "901\n"
+    assert successor_call(text, tmp_path, stop=True) == ([], "")  # the sweep is done
+    assert successor_call(text, tmp_path, stop=False, allocations=6) == ([], "")  # 72 h used
+
+    from hpceval.backends.base import JobEntry
+    from hpceval.results.autoexport import unwaited_successors
+    from hpceval.runs.jobs import read_jobs
+
+    run_dir = tmp_path / "run"
+    successor_call(text, tmp_path, stop=False)
+    (run_dir / "run.json").write_text(json.dumps({
+        "models": [{"key": f"model-{i}", "index": i} for i in range(3)],
+        "auxiliary": [{"name": "judge"}]}))
+    first = JobEntry("700", "slurm", "judge", (), False, 1.0, aux="judge")
+    (run_dir / "jobs.json").write_text(json.dumps({"kind": "slurm", "chain": [
+        JobEntry("699", "slurm", "main", (0, 1, 2), True, 1.0).to_json(), first.to_json()]}))
+    jobs = read_jobs(run_dir)
+    newest = jobs.judge("judge")
+    assert newest is not None and (newest.id, newest.reason) == ("901", "auto-resume")
+    assert "901" in jobs.ids and unwaited_successors(run_dir, "aggregate.waited") == []
+
+
+def test_an_uncapped_judge_has_no_successor(tmp_path: Path) -> None:
+    models = sweep_models(tmp_path)
+    text = render_judge_job(models[0][1], "judge", context(models[0][1]))
+    assert "submit_successor" not in text and "MAX_ALLOCATIONS" not in text

@@ -71,7 +71,10 @@ def test_servers_and_harnesses_run_through_srun_flags(render: RenderFn) -> None:
     text = render("slurm", RUN, [*PYXIS, "execution.extra_binds=['/data/with space:/d:ro']",
                                  "target.api_endpoint.api_key_name=MY_KEY"])
     assert "apptainer exec" not in text and "export APPTAINERENV_HF_HOME" not in text
-    assert "--container-image=vllm/vllm-openai:v0.13.0 \\" in text
+    # the docker:// server image: pulled once by the job (issue 21, defect 4), run as a file
+    assert "--container-image=/home/alice/hpceval-runs/inv-0123456789abcdef/images/" \
+        "vllm_vllm-openai_v0.13.0.sqsh \\" in text
+    assert 'enroot import --output "${tmp}" docker://vllm/vllm-openai:v0.13.0' in text
     # the mount with a space stays one word, inside the comma-separated list
     assert "'/data/with space':/d:ro" in text
     harness_env = re.findall(r"--container-env=(\S+)", text)[-1].split(",")

@@ -4,6 +4,7 @@ job-local cache for vLLM, torch.compile/Triton and XDG users (defect 8), rendere
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,63 @@ def test_a_staged_server_image_is_run_from_image_dir(render: RenderFn, tmp_path:
     assert str(image_dir / staged) in after
     launches = after[after.index("launch_server 0 head"):]
     assert "docker://vllm" not in launches and "--container-image=vllm/" not in after
+
+
+def pull_block(script: str) -> str:
+    start = script.index("\nPULL_FILE=") + 1
+    end = script.index("\nfi\n", script.index("could not pull", start)) + 4
+    return script[start:end]
+
+
+@pytest.mark.parametrize(("runtime", "suffix", "tool"), [("apptainer", ".sif", "apptainer"),
+                                                         ("pyxis", ".sqsh", "enroot")])
+def test_an_unstaged_server_image_is_pulled_once_for_the_run(
+        render: RenderFn, tmp_path: Path, runtime: str, suffix: str, tool: str) -> None:
+    """Issue 21, defect 4, second part: nothing staged, so the job pulls the image ONCE, under
+    a lock, before any server starts, and every instance runs the file; two jobs at once (a
+    sweep's elements) pull it once between them."""
+    run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
+    script = render("slurm", run, [f"execution.container_runtime={runtime}"])
+    block = pull_block(script)
+    assert script.index("PULL_FILE=") < script.index("launch_server 0 head")
+    pulled = f"/inv-0123456789abcdef/images/vllm_vllm-openai_v0.32.0{suffix}"
+    launches = script[script.index("SERVER_DIR="):]
+    assert pulled in launches and "docker://vllm" not in launches
+    assert "vllm/vllm-openai" not in launches.replace(pulled, "")  # 4 instances: one file
+    # run the block twice at once, with a pull tool that is slow and counts its calls
+    run_dir = tmp_path / "run"
+    (run_dir / "images").mkdir(parents=True)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "calls"
+    (fake_bin / tool).write_text(
+        "#!/bin/bash\n"
+        f'echo "$* cache=${{APPTAINER_CACHEDIR:-}}${{ENROOT_CACHE_PATH:+ enroot}}" >> {calls}\n'
+        'for a; do case "$a" in *.tmp-*) dest=$a;; esac; done\n'
+        'sleep 1; echo image > "$dest"\n')
+    (fake_bin / tool).chmod(0o755)
+    file = run_dir / "images" / Path(pulled).name
+    body = ("log() { echo \"$*\"; }\njob_failure() { echo \"FAILED $*\"; }\n"
+            + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M) + "echo ok\n")
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir)}
+    jobs = [subprocess.Popen(["bash", "-c", body], env={**env, "SLURM_JOB_ID": str(j)},
+                             stdout=subprocess.PIPE, text=True) for j in (11, 12)]
+    outs = [p.communicate(timeout=60)[0] for p in jobs]
+    assert all(p.returncode == 0 and out.endswith("ok\n") for p, out in zip(jobs, outs,
+                                                                             strict=True)), outs
+    assert file.read_text() == "image\n"
+    (call,) = calls.read_text().splitlines()  # one pull between the two jobs
+    assert "docker://vllm/vllm-openai:v0.32.0" in call and ".tmp-1" in call
+    assert ".cache" in call or "enroot" in call  # a cache of its own, not ~/.apptainer's
+    assert not list((run_dir / "images").glob("*.tmp-*"))  # nothing half-written left
+
+
+def test_a_staged_server_image_is_not_pulled(render: RenderFn, tmp_path: Path) -> None:
+    image_dir = tmp_path / "images"
+    image_dir.mkdir()
+    (image_dir / "vllm_vllm-openai_v0.32.0.sif").write_bytes(b"staged image")
+    run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
+    script = render("slurm", run, [f"execution.image_dir={image_dir}"])
+    assert "PULL_FILE=" not in script and "apptainer pull" not in script
+    sif = render("slurm", {**RUN, "deployment": {**MODEL, "image": "/sif/vllm.sif"}})
+    assert "PULL_FILE=" not in sif

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from staging_helpers import Fakes, Site
+from staging_helpers import Fakes, Site, fake_sif
 
 from hpceval.config.errors import ConfigError
 from hpceval.staging import check_preflight, preflight, preflight_all, stage
+from hpceval.staging.preflight import preflight_notes
 
 SECRET = "s3cr3t-value-never-shown"
 
@@ -152,3 +153,42 @@ def test_check_preflight_raises_exit_2_with_every_issue(site: Site,
         "evaluation.tasks.simple_evals.mgsm"]
     assert SECRET not in str(caught.value)
     assert preflight_all(configs + configs) == caught.value.issues  # a sweep lists each once
+
+
+SERVER_IMAGE = "docker://vllm/vllm-openai:v0.32.0"
+
+
+def _server_run(site: Site, tmp_path: Path, **execution: object) -> Path:
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir(exist_ok=True)
+    (checkpoint / "config.json").write_text("{}")
+    return site.run_file([{"name": "lm-evaluation-harness.ifeval"}], execution={
+        "gpus_per_node": 8, **execution}, deployment={
+        "type": "vllm", "image": SERVER_IMAGE, "checkpoint_path": str(checkpoint),
+        "served_model_name": "m", "tensor_parallel_size": 8})
+
+
+def test_a_server_image_staged_from_docker_is_what_offline_nodes_run(
+        site: Site, tmp_path: Path) -> None:
+    """Issue 21, defect 4: the job runs the staged file (render's rule, the runtime's), so
+    the preflight does not refuse it as a run-time pull, and refuses it before it is there."""
+    run = _server_run(site, tmp_path)
+    issues = [i for i in _issues(site, run) if i.startswith("deployment.image")]
+    assert len(issues) == 1 and "would be pulled at run time" in issues[0]
+    fake_sif(site.image_dir / "vllm_vllm-openai_v0.32.0.sif", {}, SERVER_IMAGE)
+    assert not [i for i in _issues(site, run) if i.startswith("deployment.image")]
+
+
+def test_online_sites_are_told_of_run_time_server_pulls(site: Site, tmp_path: Path) -> None:
+    run = _server_run(site, tmp_path, offline=False)
+    [resolved] = site.load(run)
+    (note,) = map(str, preflight_notes(resolved))
+    assert note.startswith(f"deployment.image: {SERVER_IMAGE} is pulled and converted at run "
+                           "time")
+    assert f"hpceval stage {run}" in note
+    assert str(site.image_dir / "vllm_vllm-openai_v0.32.0.sif") in note
+    assert not [i for i in preflight(resolved, environ={}) if i.path == "deployment.image"]
+    fake_sif(site.image_dir / "vllm_vllm-openai_v0.32.0.sif", {}, SERVER_IMAGE)
+    assert preflight_notes(site.load(run)) == []
+    # offline: not a note but a refusal (the test above)
+    assert preflight_notes(site.load(_server_run(site, tmp_path, image_dir=None))) == []
