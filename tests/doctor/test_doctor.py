@@ -406,3 +406,35 @@ def test_a_run_file_adds_the_submit_preflight_as_lines(tmp_path: Path, sinfo: Pa
     (checkpoint / "config.json").write_text("{}")
     fixed = doctor(configs[0].spec, configs, client=FakeClient(), mounts=NFS, environ={})
     assert "deployment.checkpoint_path" not in _by_check(fixed.lines)
+
+
+def test_a_server_image_pulled_at_run_time_is_a_warning(tmp_path: Path, sinfo: Path) -> None:
+    """Issue 21, defect 4: online nodes pull an unstaged docker:// server image in every job;
+    the doctor says so (a warning: it works), with the stage command; staged, it is gone."""
+    import yaml
+
+    from hpceval.config import load_run
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    image_dir = tmp_path / "sif"
+    image_dir.mkdir()
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({
+        "defaults": [{"execution": "slurm"}],
+        "execution": {"output_dir": str(tmp_path / "out"), "gpus_per_node": 1,
+                      "image_dir": str(image_dir), "offline": False},
+        "deployment": {"type": "vllm", "image": "docker://vllm/vllm-openai:v0.32.0",
+                       "served_model_name": "m", "checkpoint_path": str(checkpoint)},
+        "evaluation": {"tasks": [{"name": "lm-eval-upstream.gsm8k",
+                                  "params": {"extra": {"tokenizer": str(checkpoint)}}}]}}))
+    configs = load_run(run, check_environment=False)
+    report = doctor(configs[0].spec, configs, client=FakeClient(), mounts=NFS, environ={})
+    line = _by_check(report.lines)["deployment.image"]
+    assert line.status is Status.WARNING and "pulled and converted at run time" in line.detail
+    assert f"hpceval stage {run}" in line.fix
+    (image_dir / "vllm_vllm-openai_v0.32.0.sif").write_bytes(b"staged")
+    staged = doctor(configs[0].spec, load_run(run, check_environment=False),
+                    client=FakeClient(), mounts=NFS, environ={})
+    assert "deployment.image" not in _by_check(staged.lines)
