@@ -10,8 +10,10 @@ choice for every HellaSwag item. The per-choice log-likelihoods themselves agree
 are float32 sums whose order changes with the layout: TP=2 adds two partial products, so the
 last digits may differ; a choice never flips at this model's spread logits).
 
-CI time is what limits these tests: few items, short generations (about 6 minutes for the
-two jobs on a loaded 2-core machine).
+CI time is what limits these tests: few items, short generations, one module-scoped TP=1
+baseline for all of them, and TP=2 on one node is shown by the DP x TP job (each of its two
+instances is TP=2 on one node). PP runs without ``--enforce-eager``: vLLM 0.32's CPU runner
+never allocates a later pipeline stage's receive buffers in eager mode (docs/small-model.md).
 """
 
 from __future__ import annotations
@@ -112,6 +114,19 @@ def served_requests(log: Path) -> int:
     return len(re.findall(r'"POST /v1/completions HTTP/1.1" 200', log.read_text()))
 
 
+def ranks(text: str) -> set[tuple[int, int, int]]:
+    """(world size, rank, local rank) of every worker process a vLLM log shows (each logs its
+    torch.distributed init)."""
+    return {(int(w), int(r), int(local)) for w, r, local in re.findall(
+        r"world_size=(\d+) rank=(\d+) local_rank=(\d+) ", text)}
+
+
+def pp_ranks(text: str) -> set[int]:
+    """The pipeline stages a vLLM log's node holds, from parallel_state's "rank R in world size
+    W is assigned as ... PP rank P" (logged once per node: info_once's scope is the node)."""
+    return {int(p) for p in re.findall(r"is assigned as .*?PP rank (\d+),", text)}
+
+
 def advertised_ips(text: str) -> set[str]:
     """Every IPv4 address vLLM's logs name in a tcp:// URL or as a host IP."""
     return set(re.findall(r"tcp://(\d+\.\d+\.\d+\.\d+)", text)) | set(
@@ -147,3 +162,46 @@ def test_tp2_across_two_nodes_native(
     assert served_requests(model / "server" / "instance-0.log") >= GSM8K_ITEMS
     assert_same_answers(answers(model), baseline)
     print(f"\nTP=2 across 2 nodes (native): job took {took:.0f} s; addresses {sorted(ips)}")
+
+
+def test_dp2_x_tp2_two_instances_of_tp2_both_serve(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
+        baseline: tuple[dict[int, str], dict[int, list[float]]], tmp_path: Path) -> None:
+    # 2 nodes x 2 slots, TP=2: one instance per node, both ranks of each on its own node
+    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+                                      nodes=2, gpus=2, tp=2)
+    launched = re.findall(r"instance (\d) \(head\) on (node\d): vllm serve .*"
+                          r"--tensor-parallel-size 2 ", job_log)
+    assert launched == [("0", "node1"), ("1", "node2")], job_log
+    assert "--nnodes" not in job_log and "worker-1" not in job_log, job_log
+    logs = [model / "server" / f"instance-{i}.log" for i in (0, 1)]
+    for log in logs:  # TP=2 inside each instance: ranks 0 and 1 of a world of 2 on one node
+        assert ranks(log.read_text()) == {(2, 0, 0), (2, 1, 1)}, log.read_text()[-3000:]
+    served = [served_requests(log) for log in logs]
+    # both instances answered through the proxy, together every request lm-eval sent
+    assert min(served) > 0 and sum(served) >= GSM8K_ITEMS + 4 * HELLASWAG_ITEMS, served
+    assert_same_answers(answers(model), baseline)
+    print(f"\nDP=2 x TP=2: job took {took:.0f} s; requests per instance {served}")
+
+
+def test_pp2_across_two_nodes_native(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
+        baseline: tuple[dict[int, str], dict[int, list[float]]], tmp_path: Path) -> None:
+    # no --enforce-eager: in eager mode vLLM 0.32's CPU runner skips its warm-up, the only
+    # place a later PP stage allocates its receive buffers, and the first request kills it
+    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+                                      nodes=2, gpus=1, pp=2, extra_args=["--dtype", "float32"])
+    assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--pipeline-parallel-size 2 "
+                     r".*--nnodes 2 --node-rank 0", job_log), job_log
+    assert re.search(r"instance 0 \(worker-1\) on node2: vllm serve .*--node-rank 1 .*--headless",
+                     job_log), job_log
+    assert "--enforce-eager" not in job_log
+    head = (model / "server" / "instance-0.log").read_text()
+    worker = (model / "server" / "instance-0-worker-1.log").read_text()
+    assert ranks(head) == {(2, 0, 0)} and pp_ranks(head) == {0}, head[-3000:]  # node1
+    assert ranks(worker) == {(2, 1, 0)} and pp_ranks(worker) == {1}, worker[-3000:]  # node2
+    ips = advertised_ips(head + worker)
+    assert ips and all(LOOPBACK.match(ip) for ip in ips), ips
+    assert served_requests(model / "server" / "instance-0.log") >= GSM8K_ITEMS
+    assert_same_answers(answers(model), baseline)
+    print(f"\nPP=2 across 2 nodes (native): job took {took:.0f} s")
