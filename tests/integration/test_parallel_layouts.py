@@ -13,7 +13,8 @@ last digits may differ; a choice never flips at this model's spread logits).
 CI time is what limits these tests: few items, short generations, one module-scoped TP=1
 baseline for all of them, and TP=2 on one node is shown by the DP x TP job (each of its two
 instances is TP=2 on one node). PP runs without ``--enforce-eager``: vLLM 0.32's CPU runner
-never allocates a later pipeline stage's receive buffers in eager mode (docs/small-model.md).
+never allocates a later pipeline stage's receive buffers in eager mode. TP=2 x PP=2 runs on one
+node: across nodes the CPU build takes one rank per node (both in docs/small-model.md).
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ def pp_ranks(text: str) -> set[int]:
     return {int(p) for p in re.findall(r"is assigned as .*?PP rank (\d+),", text)}
 
 
+def workers(text: str) -> set[str]:
+    """The names vLLM gives its worker processes once their groups exist (Worker_PP1_TP0: PP
+    rank 1, TP rank 1), from a log's line prefixes."""
+    return set(re.findall(r"\((Worker(?:_PP\d+)?(?:_TP\d+)?) pid=", text)) - {"Worker"}
+
+
 def advertised_ips(text: str) -> set[str]:
     """Every IPv4 address vLLM's logs name in a tcp:// URL or as a host IP."""
     return set(re.findall(r"tcp://(\d+\.\d+\.\d+\.\d+)", text)) | set(
@@ -176,7 +183,9 @@ def test_dp2_x_tp2_two_instances_of_tp2_both_serve(
     assert "--nnodes" not in job_log and "worker-1" not in job_log, job_log
     logs = [model / "server" / f"instance-{i}.log" for i in (0, 1)]
     for log in logs:  # TP=2 inside each instance: ranks 0 and 1 of a world of 2 on one node
-        assert ranks(log.read_text()) == {(2, 0, 0), (2, 1, 1)}, log.read_text()[-3000:]
+        text = log.read_text()
+        assert ranks(text) == {(2, 0, 0), (2, 1, 1)}, text[-3000:]
+        assert workers(text) == {"Worker_TP0", "Worker_TP1"}, text[-3000:]
     served = [served_requests(log) for log in logs]
     # both instances answered through the proxy, together every request lm-eval sent
     assert min(served) > 0 and sum(served) >= GSM8K_ITEMS + 4 * HELLASWAG_ITEMS, served
@@ -200,8 +209,31 @@ def test_pp2_across_two_nodes_native(
     worker = (model / "server" / "instance-0-worker-1.log").read_text()
     assert ranks(head) == {(2, 0, 0)} and pp_ranks(head) == {0}, head[-3000:]  # node1
     assert ranks(worker) == {(2, 1, 0)} and pp_ranks(worker) == {1}, worker[-3000:]  # node2
+    assert workers(head) == {"Worker_PP0"} and workers(worker) == {"Worker_PP1"}
     ips = advertised_ips(head + worker)
     assert ips and all(LOOPBACK.match(ip) for ip in ips), ips
     assert served_requests(model / "server" / "instance-0.log") >= GSM8K_ITEMS
     assert_same_answers(answers(model), baseline)
     print(f"\nPP=2 across 2 nodes (native): job took {took:.0f} s")
+
+
+
+def test_tp2_x_pp2_on_one_node(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
+        baseline: tuple[dict[int, str], dict[int, list[float]]], tmp_path: Path) -> None:
+    # One node, 4 slots. Not across the nodes: on CPU vLLM 0.32's native multi-node takes one
+    # worker per node (docs/small-model.md: a node's second rank gets no response queue).
+    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+                                      nodes=1, gpus=4, tp=2, pp=2,
+                                      extra_args=["--dtype", "float32"])
+    assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--tensor-parallel-size 2 "
+                     r"--pipeline-parallel-size 2 ", job_log), job_log
+    assert "--nnodes" not in job_log and "instance 1 " not in job_log, job_log
+    log = (model / "server" / "instance-0.log").read_text()
+    assert ranks(log) == {(4, r, r) for r in range(4)}, log[-3000:]
+    # every (PP, TP) pair has its worker, each named by vLLM after its place in the grid
+    assert workers(log) == {"Worker_PP0_TP0", "Worker_PP0_TP1", "Worker_PP1_TP0",
+                            "Worker_PP1_TP1"}, log[-3000:]
+    assert served_requests(model / "server" / "instance-0.log") >= GSM8K_ITEMS
+    assert_same_answers(answers(model), baseline)
+    print(f"\nTP=2 x PP=2 on one node: job took {took:.0f} s")
