@@ -108,10 +108,11 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
     being written into a job. ``memo`` shares lookups between the models of a sweep;
     ``composed_data`` None (a hand-built spec): every non-null param counts as set."""
     from hpceval.config import auxiliary
+    from hpceval.config.endpoint_key import harness_key
     from hpceval.tasks import TaskLookupError
     from hpceval.tasks.command import CommandError, render_command, runtime_token
 
-    ep = spec.target.api_endpoint
+    key_env = harness_key(spec)  # the variable the harness reads its API key from
     model_id = spec.request_model or ""
     memo = {} if memo is None else memo
     seen: set[str] = set()
@@ -143,7 +144,7 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
         seen_params = auxiliary.resolve(params, spec.auxiliary_deployments, runtime_token)
         try:
             command = render_command(harness, task, seen_params, model_id=model_id,
-                                     api_key_env=ep.api_key_name)
+                                     api_key_env=key_env)
         except CommandError as exc:
             issues.append(ConfigIssue(where, str(exc), f"check its catalogue file "
                                       f"{harness.source}"))

@@ -8,6 +8,7 @@ from typing import Any
 
 from hpceval._version import __version__
 from hpceval.config import ResolvedConfig
+from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR
@@ -101,6 +102,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         # replay finished requests, and its progress file is what `hpceval status` shows.
         "proxy": layout.instances >= 1 or external_proxy,
         "model_token": model["server_token"],
+        # the key the model's proxy asks its clients for (config/endpoint_key.py, review F3)
+        "client_key": proxy_client_key(spec),
+        "client_token": proxy_client_key(spec) == JOB_TOKEN,
         "proxy_args": proxy_arguments(spec.evaluation.interceptors,
                                       spec.evaluation.proxy_budget),
         "aux_proxies": proxy_views(resolved, ports),

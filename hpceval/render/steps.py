@@ -12,6 +12,7 @@ from typing import Any
 from hpceval.config import ResolvedConfig, ResolvedTask
 from hpceval.config.auxiliary import has_reference
 from hpceval.config.checks import env_reference, literal_env
+from hpceval.config.endpoint_key import HARNESS_KEY, harness_key_value
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
@@ -141,6 +142,10 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
     # Secrets: passed by NAME from the job's environment; their values never reach this file.
     names = [*task.required_env, *([ep.api_key_name] if ep.api_key_name else [])]
     given = {n for n, _ in env}
+    token = harness_key_value(spec)
+    if token is not None and HARNESS_KEY not in given:  # the key the in-job proxy asks for
+        env.append((HARNESS_KEY, var(token)))
+        given.add(HARNESS_KEY)
     for name in dict.fromkeys(names):
         if name not in given:
             env.append((name, env_value(f"host:{name}")))

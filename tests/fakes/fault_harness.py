@@ -22,11 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+
+def auth() -> dict[str, str]:
+    """The key the in-job proxy asks for: the job gives it as OPENAI_API_KEY (never argv)."""
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def read_fault(path: Path | None) -> list[str]:
@@ -40,7 +47,7 @@ def ask(endpoint: str, model: str, prompt: str) -> None:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": 16, "temperature": 0}).encode("utf-8")
     request = urllib.request.Request(endpoint, data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth()})
     with urllib.request.urlopen(request, timeout=60) as response:
         reply = json.loads(response.read())
     if not reply.get("choices"):

@@ -64,11 +64,17 @@ while time.time() < end:
 """
 
 
+def auth() -> dict[str, str]:
+    """The key the in-job proxy asks for: the job gives it as OPENAI_API_KEY (never argv)."""
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def ask(endpoint: str, model: str, prompt: str) -> str:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": 16, "temperature": 0}).encode("utf-8")
     request = urllib.request.Request(endpoint, data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth()})
     with urllib.request.urlopen(request, timeout=30) as response:
         reply = json.loads(response.read())
     return str(reply["choices"][0]["message"]["content"])

@@ -1,0 +1,48 @@
+"""Which key a harness sends and which key the in-job proxy asks its clients for: one rule.
+
+The in-job proxy answers only its own job (review F3: any uid on the node used the model, read
+cached answers by replaying requests and pushed the job's progress). So the model's proxy asks
+every client for a key, checked before a byte of the body is read:
+
+- the endpoint's own key, where it has one (`target.api_endpoint.api_key_name`): the harness
+  sends it as before, and the proxy passes it on (an external API) or sends the job's token in
+  its place (the job's own servers);
+- else the per-job token (`JOB_TOKEN`: 32 random bytes made in the job, on no command line and
+  in no file), which the harness gets in its environment as `HARNESS_KEY`: what lm-eval's
+  local-(chat-)completions send, and the variable eval-factory images are told to read
+  (`--api_key_name`). A harness of one's own reads `$OPENAI_API_KEY` and sends it as
+  `Authorization: Bearer ...` (docs/tasks.md).
+
+A harness that calls an external endpoint directly (`proxy: false`) gets only the endpoint's key.
+"""
+
+from __future__ import annotations
+
+from hpceval.config.schema import RunSpec
+from hpceval.engines import engine_for
+
+JOB_TOKEN = "HPCEVAL_JOB_TOKEN"
+HARNESS_KEY = "OPENAI_API_KEY"
+
+
+def through_proxy(spec: RunSpec) -> bool:
+    """Whether the harnesses reach the model through the in-job proxy."""
+    ep = spec.target.api_endpoint
+    return engine_for(spec.deployment.type).serves or (ep.url is not None and ep.proxy)
+
+
+def proxy_client_key(spec: RunSpec) -> str:
+    """The variable holding the key the model's proxy asks its clients for."""
+    return spec.target.api_endpoint.api_key_name or JOB_TOKEN
+
+
+def harness_key(spec: RunSpec) -> str | None:
+    """The variable the harness reads its API key from (the command templates' `api_key_env`)."""
+    own = spec.target.api_endpoint.api_key_name
+    return own or (HARNESS_KEY if through_proxy(spec) else None)
+
+
+def harness_key_value(spec: RunSpec) -> str | None:
+    """The job variable `HARNESS_KEY` is set from, when the harness gets the job's token."""
+    return JOB_TOKEN if harness_key(spec) == HARNESS_KEY and not \
+        spec.target.api_endpoint.api_key_name else None
