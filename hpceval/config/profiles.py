@@ -1,7 +1,9 @@
 """Find site profiles and deployment presets on the search path.
 
-Precedence (first hit wins): next to the run file, ``$HPCEVAL_PROFILE_PATH``,
-``~/.config/hpceval/profiles``, then the profiles shipped in ``site-configs/``.
+Precedence (first hit wins): ``$HPCEVAL_PROFILE_PATH``, ``~/.config/hpceval/profiles``, the
+profiles shipped in ``site-configs/``, and last the run file's folder (review F2: searched first,
+a ``local-dev.yaml`` dropped next to a run file in a shared folder won over every other one; now
+a file there counts only for a name found nowhere else).
 
 A profile or preset can run shell as the user (``pre_commands``, ``modules``, ``env_vars``), so
 it is trusted the way ssh trusts its config (review F2): the file must be owned by the user or
@@ -44,14 +46,14 @@ class ProfileInfo:
 
 def search_dirs(near: Path | None = None) -> list[ProfileDir]:
     dirs: list[ProfileDir] = []
-    if near is not None:
-        dirs += [ProfileDir(near, "run file"), ProfileDir(near / "execution", "run file")]
     for entry in os.environ.get("HPCEVAL_PROFILE_PATH", "").split(os.pathsep):
         if entry:
             dirs.append(ProfileDir(Path(entry).expanduser(), "HPCEVAL_PROFILE_PATH"))
     config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     dirs.append(ProfileDir(config_home / "hpceval" / "profiles", "user"))
     dirs.append(ProfileDir(site_configs_dir(), "shipped"))
+    if near is not None:  # last: a shared folder holding the run file overrides nothing
+        dirs += [ProfileDir(near, "run file"), ProfileDir(near / "execution", "run file")]
     return dirs
 
 

@@ -82,9 +82,16 @@ def test_override_value_is_yaml(run_file: Path) -> None:
     assert r.spec.execution.exclusive is True
 
 
-def test_profile_next_to_run_file_wins_over_shipped(run_file: Path) -> None:
+def test_a_profile_next_to_the_run_file_counts_only_for_a_name_found_nowhere_else(
+        run_file: Path) -> None:
+    """Review F2: the run file's folder was searched first, so a file there (a shared folder)
+    won over the shipped, the user's and $HPCEVAL_PROFILE_PATH's profiles."""
     write(run_file.parent / "local-dev.yaml", "execution:\n  partition: mine\n")
-    assert load_config(run_file).spec.execution.partition == "mine"
+    resolved = load_config(run_file)
+    assert resolved.spec.execution.partition == "debug"  # the shipped local-dev
+    assert resolved.composed.source_of("execution.partition").startswith("profile local-dev")
+    write(run_file.parent / "nearby.yaml", "extends: local-dev\nexecution:\n  partition: mine\n")
+    assert load_config(run_file, profile="nearby").spec.execution.partition == "mine"
 
 
 def test_run_file_is_never_its_own_profile(tmp_path: Path) -> None:

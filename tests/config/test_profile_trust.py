@@ -1,9 +1,10 @@
 """Review F2: a profile or preset is trusted like ssh trusts its config. Another uid
 (`runuser -u nobody`) drops a `local-dev.yaml` with `pre_commands` (and a `vllm-cpu` preset)
-into a 1777 folder holding the victim's run file: loading the run is refused, naming the file
-and its owner, before anything is rendered or submitted. The same for a group-writable folder
-on HPCEVAL_PROFILE_PATH, an `extends:` parent and an explicit profile path; the user's own
-files in private folders, and the shipped ones, still load."""
+into a 1777 folder holding the victim's run file: searched last, it shadows nothing; a name found
+only there is refused, naming the file and its owner, before anything is rendered or submitted.
+The same for a group-writable folder on HPCEVAL_PROFILE_PATH, an `extends:` parent and an
+explicit profile path; the user's own files in private folders, and the shipped ones, still
+load."""
 
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def _plant(folder: Path, name: str, data: dict[str, object]) -> Path:
     return target
 
 
-def _run_file(folder: Path, profile: str = "local-dev") -> Path:
+def _run_file(folder: Path, profile: str = "local-dev", preset: str = "command") -> Path:
     run = folder / "run.yaml"
     run.write_text(yaml.safe_dump({
-        "defaults": [{"execution": profile}, {"deployment": "command"}],
+        "defaults": [{"execution": profile}, {"deployment": preset}],
         "execution": {"output_dir": str(folder / "out")},
         "deployment": {"command": "exec my-server --port $PORT", "served_model_name": "m"},
         "evaluation": {"tasks": [{"name": "ifeval"}]}}))
@@ -59,18 +60,25 @@ def _run_file(folder: Path, profile: str = "local-dev") -> Path:
 
 def test_a_profile_planted_next_to_the_run_file_is_refused_naming_file_and_owner(
         shared: Path) -> None:
+    # the review's local-dev.yaml and deployment/command.yaml: searched last, they shadow
+    # nothing (the shipped ones load, without the planted pre_commands)
     planted = _plant(shared, "local-dev.yaml", HOSTILE)
-    with pytest.raises(ConfigError, match=r"refusing profile file .*local-dev\.yaml: it is "
-                                          r"owned by nobody \(uid 65534\)") as err:
-        load_run(_run_file(shared), check_environment=False)
-    assert str(planted) in str(err.value)
     (shared / "deployment").mkdir(mode=0o755)
     os.chown(shared / "deployment", 65534, 65534)
-    _plant(shared / "deployment", "command.yaml", {"type": "command"})
-    planted.unlink()
-    with pytest.raises(ConfigError, match=r"refusing deployment file .*command\.yaml: it is "
+    _plant(shared / "deployment", "command.yaml", {"type": "command", "pwned": True})
+    (resolved,) = load_run(_run_file(shared), check_environment=False)
+    assert "pwned" not in repr(resolved)
+    assert resolved.composed.source_of("execution.type").startswith("profile local-dev")
+    # a name found only there: refused, naming the file and its owner
+    planted.rename(shared / "only-here.yaml")
+    with pytest.raises(ConfigError, match=r"refusing profile file .*only-here\.yaml: it is "
+                                          r"owned by nobody \(uid 65534\)") as err:
+        load_run(_run_file(shared, "only-here"), check_environment=False)
+    assert str(shared / "only-here.yaml") in str(err.value)
+    (shared / "deployment" / "command.yaml").rename(shared / "deployment" / "mine.yaml")
+    with pytest.raises(ConfigError, match=r"refusing deployment file .*mine\.yaml: it is "
                                           r"owned by nobody"):
-        load_run(_run_file(shared), check_environment=False)
+        load_run(_run_file(shared, preset="mine"), check_environment=False)
 
 
 def test_the_users_own_profile_in_a_folder_others_can_write_is_refused_too(
@@ -96,11 +104,16 @@ def test_extends_and_profile_path_entries_get_the_same_rule(
     private.mkdir()
     with pytest.raises(ConfigError, match=r"mysite\.yaml: its folder .* is writable"):
         load_run(_run_file(private, "mysite"), check_environment=False)
-    # a private profile whose extends: parent is the planted one, next to the run file
+    # a private profile whose extends: parent is planted next to the run file: the shipped
+    # parent wins; a parent found only there is refused
     site.chmod(0o755)
     _plant(shared, "local-dev.yaml", HOSTILE)
-    with pytest.raises(ConfigError, match=r"local-dev\.yaml: it is owned by nobody"):
-        load_run(_run_file(shared, "mysite"), check_environment=False)
+    (near,) = load_run(_run_file(shared, "mysite"), check_environment=False)
+    assert "pwned" not in repr(near)
+    (site / "other.yaml").write_text(yaml.safe_dump({"extends": "planted-parent"}))
+    (shared / "local-dev.yaml").rename(shared / "planted-parent.yaml")
+    with pytest.raises(ConfigError, match=r"planted-parent\.yaml: it is owned by nobody"):
+        load_run(_run_file(shared, "other"), check_environment=False)
     # the same private profile, its parent the shipped one: loads
     (resolved,) = load_run(_run_file(private, "mysite"), check_environment=False)
     assert "pwned" not in repr(resolved)
