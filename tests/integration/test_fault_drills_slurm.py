@@ -73,7 +73,9 @@ harness:
   command: |
     {%- set rest = '", "messages": [{"role": "user", "content": "What is 2+2?"}]}' -%}
     {%- set body = '{"model": "' ~ model_id ~ rest -%}
-    curl -sf -H 'Content-Type: application/json' -H @<(echo "Authorization: Bearer ${OPENAI_API_KEY:-}") -d {{ body | q }} {{ endpoint_url | q }} \\
+    curl -sf -H 'Content-Type: application/json' \\
+      -H @<(echo "Authorization: Bearer ${OPENAI_API_KEY:-}") \\
+      -d {{ body | q }} {{ endpoint_url | q }} \\
       -o {{ output_dir | q }}/response.json || exit 3
     {% if task.task_id == "hold" -%}
     {%- set marker = params.extra.marker | q %}

@@ -50,7 +50,9 @@ harness:
     {%- set question = "What is 2+2?" if task.task_id == "ask" else "<think>plan</think>done" -%}
     {%- set rest = '", "messages": [{"role": "user", "content": "' ~ question ~ '"}]}' -%}
     {%- set body = '{"model": "' ~ model_id ~ rest -%}
-    curl -sf -H 'Content-Type: application/json' -H @<(echo "Authorization: Bearer ${OPENAI_API_KEY:-}") -d {{ body | q }} {{ endpoint_url | q }} \\
+    curl -sf -H 'Content-Type: application/json' \\
+      -H @<(echo "Authorization: Bearer ${OPENAI_API_KEY:-}") \\
+      -d {{ body | q }} {{ endpoint_url | q }} \\
       -o {{ output_dir | q }}/response.json &&
     python3 -c {{ score | q }} {{ output_dir | q }} {{ task.name | q }}
     {%- else -%}
