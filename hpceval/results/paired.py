@@ -82,7 +82,7 @@ def read_item_scores(task_dir: str, metric: str, filter: str | None = None,
     """Every item's `metric` (records of `filter` only when given), from all sample files.
 
     `on_line(record or None, file, line number)` sees every line as it is decoded (the report
-    takes its sample rows from the same pass)."""
+    takes its sample rows from the same pass) until it returns False."""
     out = ItemScores()
     for rel in sample_files(task_dir):
         out.files += 1
@@ -95,8 +95,8 @@ def read_item_scores(task_dir: str, metric: str, filter: str | None = None,
                     record = None  # a line cut short by a killed harness: not a sample
                 if not isinstance(record, dict):
                     record = None
-                if on_line is not None:
-                    on_line(record, rel, number)
+                if on_line is not None and on_line(record, rel, number) is False:
+                    on_line = None  # it has what it wants: the rest is scores only
                 if record is None or (filter and record.get("filter", filter) != filter):
                     continue
                 score = _number(record.get(metric))

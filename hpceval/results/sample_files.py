@@ -15,7 +15,7 @@ SAMPLES_SUFFIX = ".jsonl"
 
 def sample_files(task_dir: str) -> list[str]:
     """The harness's sample files under task_dir/harness, as paths relative to task_dir."""
-    root = os.path.join(task_dir, "harness")
+    root = f"{task_dir}/harness"  # not os.path.join: once per task of a report
     found: list[str] = []
     for folder, _dirs, files in os.walk(root):
         for name in files:

@@ -71,9 +71,10 @@ def _finished_result(task_dir: str) -> dict[str, Any] | None:
     most of its time building objects (benchmarks/aggregate_bench.py). The done marker is
     written after results.json, so it alone says the results are final.
     """
-    if not os.path.isfile(os.path.join(task_dir, DONE_MARKER)):
+    # plain "/" joins: os.path.join cost a fifth of a 10,000-task table (report_bench)
+    if not os.path.isfile(f"{task_dir}/{DONE_MARKER}"):
         return None
-    path = os.path.join(task_dir, RESULTS_FILE)
+    path = f"{task_dir}/{RESULTS_FILE}"
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read())
@@ -106,14 +107,15 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
         keys = ([t["key"] for t in model["tasks"]] if "tasks" in model
                 else sorted(e.name for e in _scandir(tasks_dir) if e.is_dir()))
         for key in keys:
-            result = _finished_result(os.path.join(tasks_dir, key))
+            task_dir = f"{tasks_dir}/{key}"
+            result = _finished_result(task_dir)
             if result is None:
                 continue
             try:
                 rows.extend(_task_rows(result, invocation, model["key"], run_dir_text,
-                                       os.path.join(tasks_dir, key), created))
+                                       task_dir, created))
             except (KeyError, TypeError, AttributeError) as exc:
-                _skip(os.path.join(tasks_dir, key, RESULTS_FILE), f"malformed metric ({exc!r})")
+                _skip(f"{task_dir}/{RESULTS_FILE}", f"malformed metric ({exc!r})")
     return rows
 
 

@@ -21,6 +21,9 @@ def test_report_bench_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     report_bench.measure(tmp_path / "work", 60, 5_000, 1, out, steps=3)
     result = json.loads(out.read_text())
     assert result["name"] == "report"
-    assert [r["unit"] for r in result["rows"]] == ["ms", "KiB", "ms", "ms", "ms"]
+    assert [r["unit"] for r in result["rows"]] == ["ms", "ms", "KiB", "ms", "ms", "ms"]
+    # the page against the same JSON files, then (as before) against results.json alone
+    assert [r["baseline_label"] for r in result["rows"][:2]] == [
+        report_bench.SAME_FILES, report_bench.NAIVE]
     assert result["rows"][-1]["metric"].startswith("score-vs-step page, 3 steps x 10 tasks")
     assert all(r["ratio"] > 0 for r in result["rows"] if r["baseline"])

@@ -15,7 +15,6 @@ the filter on.
 from __future__ import annotations
 
 import html
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,10 +82,16 @@ def _read_samples(frame: Any, first: int, scan_limit: int) -> dict[str, TaskSamp
     out: dict[str, TaskSamples] = {}
     if frame.empty or "task_dir" not in frame.columns:
         return out
-    for row in frame[frame["primary"]].to_dict("records"):
-        task_dir, metric, filt = str(row["task_dir"]), str(row["metric"]), row_filter(row)
+    primary = frame[frame["primary"]]
+    for task_dir, metric, filt in zip(primary["task_dir"].astype(str).tolist(),
+                                      primary["metric"].astype(str).tolist(),
+                                      primary["filter"].tolist(), strict=True):
+        filt = row_filter({"filter": filt})
+        if task_dir in out:
+            continue
         files = sample_files(task_dir)
-        if task_dir in out or not files:
+        if not files:  # looked once: the samples section does not look again
+            out[task_dir] = TaskSamples()
             continue
         collector = SampleCollector(files, first, scan_limit)
         remember(task_dir, metric, filt, read_item_scores(task_dir, metric, filt,
@@ -103,9 +108,10 @@ def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tupl
             for t in m.tasks:
                 if not t.done or (m.key, t.task) not in wanted:
                     continue
-                task_dir = os.path.join(info.run_dir, "models", m.key, "tasks", t.key)
-                found = read.get(task_dir) or read_task_samples(task_dir, first,
-                                                                scan_limit=scan_limit)
+                task_dir = f"{info.run_dir}/models/{m.key}/tasks/{t.key}"  # as run_rows
+                found = read.get(task_dir)
+                if found is None:
+                    found = read_task_samples(task_dir, first, scan_limit=scan_limit)
                 if found.files:
                     out.append((m.key, t.task, found))
     return out

@@ -79,10 +79,13 @@ def comparisons(frame: Any) -> list[TaskComparison]:
     if frame.empty:
         return []
     chosen = counting_rows(frame[frame["primary"]])
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    # one to_dict for the page (per-group calls cost most of this function on large pages)
+    for row in chosen.sort_values(["task", "value", "model"],
+                                  ascending=[True, False, True]).to_dict("records"):
+        by_task.setdefault(str(row["task"]), []).append(row)
     out = []
-    for task, group in chosen.groupby("task", sort=True):
-        group = group.sort_values(["value", "model"], ascending=[False, True])
-        rows = group.to_dict("records")
+    for task, rows in by_task.items():
         first = rows[0]
         metric = str(first["metric"]) + (f" ({first['filter']})" if first["filter"] else "")
         sides = [side_score(row) for row in rows]

@@ -109,9 +109,19 @@ def _layout(config_json: str) -> dict[str, Any] | None:
     return {"instances": layout.instances, "gpus_per_instance": layout.gpus_per_instance}
 
 
+def _json_object(path: str) -> dict[str, Any]:
+    """read_json_object without pathlib: one call per task of every run on the page."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _task_info(task_dir: str, task: dict[str, str]) -> TaskInfo:
-    done = os.path.isfile(os.path.join(task_dir, DONE_MARKER))
-    manifest = (read_json_object(Path(task_dir) / MANIFEST_FILE) or {}) if done else {}
+    done = os.path.isfile(f"{task_dir}/{DONE_MARKER}")
+    manifest = _json_object(f"{task_dir}/{MANIFEST_FILE}") if done else {}
     harness = manifest.get("harness") or {}
     slurm = manifest.get("slurm") or {}
     job = (f"{slurm['array_job_id']}_{slurm['array_task_id']}" if slurm.get("array_job_id")
@@ -139,6 +149,7 @@ def read_run_info(run_dir: Path) -> RunInfo | None:
                    _text(run_dir / "run.yaml"))
     for model in run.get("models", []):
         model_dir = run_dir / "models" / model["key"]
+        tasks_dir = os.path.join(model_dir, "tasks")
         config_text = _text(model_dir / "run.yaml")
         try:
             config = yaml.safe_load(config_text) or {}
@@ -156,6 +167,5 @@ def read_run_info(run_dir: Path) -> RunInfo | None:
                 image if image.endswith(".sif") else None),
             layout=layout_text(config, model.get("layout")), config_text=config_text,
             jobs=entry_ids,
-            tasks=[_task_info(os.path.join(model_dir, "tasks", t["key"]), t)
-                   for t in model.get("tasks", [])]))
+            tasks=[_task_info(f"{tasks_dir}/{t['key']}", t) for t in model.get("tasks", [])]))
     return info

@@ -89,12 +89,18 @@ def _loglik(resp: Any) -> float | None:
         return None
 
 
-def parse_sample(record: dict[str, Any], file: str, line: int) -> Sample:
+def _metric_score(record: dict[str, Any]) -> tuple[str, float | None]:
+    """The sample's first metric and its value as a number (None when it is not one)."""
     metrics = record.get("metrics") or []
     metric = str(metrics[0]) if metrics else ""
     value = record.get(metric)
     score = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else (1.0 if value is True else 0.0 if value is False else None)
+    return metric, score
+
+
+def parse_sample(record: dict[str, Any], file: str, line: int) -> Sample:
+    metric, score = _metric_score(record)
     return Sample(file=file, line=line, doc_id=record.get("doc_id"),
                   prompt=_clip(_prompt(record.get("arguments"))),
                   answer=_clip(_answer(record)), reference=_clip(str(record.get("target", ""))),
@@ -125,11 +131,13 @@ class SampleCollector:
         out.scanned += 1
         if record is None:
             return True
-        sample = parse_sample(record, rel, number)
-        out.wrong_scanned += sample.wrong
-        if out.scanned <= self.first or (sample.wrong and self.wrong < self.first):
-            out.samples.append(sample)
-            self.wrong += sample.wrong
+        # only the score for most lines: the prompt and answer are cut out for the rows shown
+        _metric, score = _metric_score(record)
+        wrong = score is not None and score < 1
+        out.wrong_scanned += wrong
+        if out.scanned <= self.first or (wrong and self.wrong < self.first):
+            out.samples.append(parse_sample(record, rel, number))
+            self.wrong += wrong
         return True
 
 
