@@ -39,6 +39,10 @@ FAILED_FILE = "failed.json"  # models/<key>/tasks/<task>/: why the task failed
 RESULTS_FILE = "results.json"  # models/<key>/tasks/<task>/: unified results
 MANIFEST_FILE = "manifest.json"  # models/<key>/tasks/<task>/: provenance
 DONE_MARKER = "done"  # models/<key>/tasks/<task>/: written last; results are final
+RUNTIME_FILE = "runtime.json"  # models/<key>/tasks/<task>/: the proxy's counts (results.runtime)
+# Each task asks the in-job proxy under <proxy>/task/<task key>/...: the proxy takes the prefix
+# off and counts the answers for that task (results.runtime); the job script sets the URLs.
+TASK_ROUTE = "/task"
 
 # -- auxiliary deployments (a judge): models/<key>/auxiliary/<name>/ when served in the job
 # (scope job), <run dir>/auxiliary/<name>/ for the sweep's own judge job (scope sweep) ----------
@@ -69,7 +73,8 @@ JOB_FILES = {
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
-    "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR,
+    "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
+    "runtime": RUNTIME_FILE,
 }
 
 

@@ -121,7 +121,12 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         frame = shown
     else:
         frame = _frame(runs, models, tasks, output_dirs, limit)
-        shown = leaderboard(frame, metric) if board else frame
+        if board:
+            shown = leaderboard(frame, metric)
+        else:  # each task's flags (results.flags: scores wrong without an error) on its rows
+            from hpceval.results.flags import with_flags
+
+            shown = with_flags(frame, texts=fmt in ("json", "parquet"))
     if html_file:
         from hpceval.results.report import write_report
         from hpceval.runs.cost import cost_frame

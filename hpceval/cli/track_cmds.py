@@ -105,11 +105,14 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
         tracker.add(ref)
     states, costs = _refresh_with_cost(tracker, refs, force=True)
     if not watch:
+        flags = _task_flags(states)
         if as_json:
-            click.echo(json.dumps([{**state_to_dict(s), "cost": costs[s.ref.run_dir]}
-                                   for s in states], indent=2))
+            click.echo(json.dumps([_with_flags({**state_to_dict(s), "cost": costs[s.ref.run_dir]},
+                                               flags) for s in states], indent=2))
         else:
-            click.echo(format_states(states, tasks=not no_tasks, costs=costs), nl=False)
+            texts = {k: [f.text() for f in v] for k, v in flags.items()}
+            click.echo(format_states(states, tasks=not no_tasks, costs=costs, flags=texts),
+                       nl=False)
         return
     from rich.console import Console
     from rich.live import Live
@@ -120,6 +123,32 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
             states, costs = _refresh_with_cost(tracker, refs)
             live.update(rich_states(states, costs))
     # Live leaves its last frame on screen: that is the final state, nothing more to print.
+
+
+def _task_flags(states: list[Any]) -> dict[tuple[str, str, str], list[Any]]:
+    """(run_dir, model key, task key) -> results.flags.Flag list, for each finished task."""
+    from hpceval.results.flags import finished_task_flags
+
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for s in states:
+        run_dir = str(s.ref.run_dir)
+        for m in s.models:
+            for t in m.tasks:
+                if t.phase.value == "done":
+                    found = finished_task_flags(f"{run_dir}/models/{m.key}/tasks/{t.key}")
+                    if found:
+                        out[(run_dir, m.key, t.key)] = found
+    return out
+
+
+def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]]
+                ) -> dict[str, Any]:
+    """Each task of status --json gets "flags": [{"code", "message"}] (empty when none)."""
+    for model in run["models"]:
+        for task in model["tasks"]:
+            found = flags.get((run["run_dir"], model["model"], task["key"]), [])
+            task["flags"] = [{"code": f.code, "message": f.message} for f in found]
+    return run
 
 
 @click.command()

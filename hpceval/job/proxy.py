@@ -53,6 +53,7 @@ from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
 from hpceval.job.proxy_guard import BodyLease
+from hpceval.job.proxy_stats import TaskRecorder
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class ProxyServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.bodies = guard.BodyBudget(config.max_total_body_bytes)
         self.refused = guard.refusal_logger()
+        self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> int:
@@ -139,6 +141,8 @@ class ProxyServer:
         if self.config.progress_file is not None:
             self._spawn(run_writer(self.config.progress_file, self.snapshot,
                                    self.config.progress_interval))
+        if self.config.tasks_dir is not None:
+            self._spawn(self.tasks.run_writer(self.config.progress_interval))
         return self.port
 
     async def stop(self) -> None:
@@ -157,12 +161,14 @@ class ProxyServer:
         if self.cache is not None:
             self.cache.close()
         self.request_log.close()
+        self.tasks.write(self.tasks.snapshot(), durable=True)
         self._write_progress("stopped", durable=True)
 
     async def flush(self) -> None:
         """SIGUSR1 (Slurm's pre-timeout signal): make cache and progress durable, keep serving."""
         if self.cache is not None:
             await self.cache.flush()
+        await asyncio.to_thread(self.tasks.write, self.tasks.snapshot(), True)
         if self.config.progress_file is not None:  # snapshot here, on the loop; write in a thread
             try:
                 await asyncio.to_thread(write_atomic, self.config.progress_file, self.snapshot(),
@@ -204,6 +210,7 @@ class ProxyServer:
                                client_max_size=self.config.max_inflated_bytes)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        task, request = self.tasks.route(request)  # /task/<key>/...: counted for that task
         path = request.path
         if path == "/health" and request.method in ("GET", "HEAD"):
             return await self._health(request)  # no secret needed: the job's start-up check
@@ -217,7 +224,7 @@ class ProxyServer:
         lease = self.bodies.lease()
         try:
             if path in CACHED_PATHS:
-                return await self._openai(request, lease)
+                return await self._openai(request, lease, task)
             return await self._passthrough(request, lease)
         except BodyError as exc:
             if path in CACHED_PATHS:
@@ -251,7 +258,8 @@ class ProxyServer:
             return web.Response(body=json.dumps(body).encode(), content_type=JSON)
         return error_response(503, self.balancer.down_reason(), "no_upstream")
 
-    async def _openai(self, request: web.BaseRequest, lease: BodyLease) -> web.StreamResponse:
+    async def _openai(self, request: web.BaseRequest, lease: BodyLease,
+                      task: str | None = None) -> web.StreamResponse:
         path = request.path
         raw = await self._read(request, lease)
         prepared = await off_loop(len(raw), _prepare, path, raw, self.interceptors)
@@ -262,18 +270,20 @@ class ProxyServer:
         progress = self.progress
         progress.in_flight += 1
         started = time.monotonic()
-        status = 500
+        status, cached, parsed, streamed = 500, False, None, bool(body.get("stream"))
         try:
-            if body.get("stream"):
+            if streamed:
                 response = await self._stream(request, raw)
                 status = response.status
                 return response
-            response, payload, cached = await self._answer(request, path, body, raw, base_key)
+            response, payload, cached, parsed = await self._answer(
+                request, path, body, raw, base_key, task is not None)
             status = response.status
             self.request_log.record(path, body, status, payload, cached,
                                     time.monotonic() - started)
             return response
         finally:
+            self.tasks.record(task, status, time.monotonic() - started, cached, parsed, streamed)
             progress.in_flight -= 1
             if 200 <= status < 300:
                 progress.done += 1
@@ -281,7 +291,8 @@ class ProxyServer:
                 progress.failed += 1
 
     async def _answer(self, request: web.BaseRequest, path: str, body: dict[str, Any], raw: bytes,
-                      base_key: bytes) -> tuple[web.Response, bytes, bool]:
+                      base_key: bytes, counted: bool = False
+                      ) -> tuple[web.Response, bytes, bool, Any]:
         cache = self.cache
         key = cache.key_for(path, body, base_key) if cache is not None else None
         payload = cache.get(key, path) if cache is not None and key is not None else None
@@ -293,12 +304,12 @@ class ProxyServer:
             try:
                 answer = await self._send(request, raw)
             except UpstreamFailure as exc:
-                return self._failure(exc), b"", False
+                return self._failure(exc), b"", False, None
             status, payload, content_type = answer.status, answer.body, answer.content_type
         ok = 200 <= status < 300
         fresh = cache is not None and key is not None and not hit and ok
         parsed: Any = None
-        if fresh or (ok and self.interceptors.response):
+        if fresh or (ok and (self.interceptors.response or counted)):
             parsed = await off_loop(len(payload), parse_answer, payload)
         if fresh and cache is not None and key is not None:
             line = storable(path, payload, parsed)
@@ -308,7 +319,7 @@ class ProxyServer:
             payload = json.dumps(parsed, ensure_ascii=False).encode()
         headers = {"X-Hpceval-Cache": "hit" if hit else "miss"}
         return (web.Response(status=status, body=payload, content_type=content_type.split(";")[0],
-                             headers=headers), payload, hit)
+                             headers=headers), payload, hit, parsed)
 
     async def _stream(self, request: web.BaseRequest, raw: bytes) -> web.StreamResponse:
         """Streamed answers go to the client as they arrive: not cached, not intercepted."""

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="response cache directory on shared storage")
     p.add_argument("--progress-file", type=Path, required=True, help="progress JSON to write")
     p.add_argument("--expected-requests", type=int, help="total requests expected (for ETA)")
+    p.add_argument("--tasks-dir", type=Path,
+                   help="the model's tasks directory: requests under /task/<key>/ are counted "
+                        "for that task, in <tasks dir>/<key>/runtime.json")
     p.add_argument("--log-file", type=Path,
                    help="request log path (default: proxy-requests.jsonl beside the progress file)")
     p.add_argument("--request-timeout", type=float, default=1800.0, metavar="S",
@@ -89,7 +92,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     max_body = int(args.max_body_mb * (1 << 20))
     return ProxyConfig(
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
-        cache_dir=args.cache_dir, progress_file=args.progress_file,
+        cache_dir=args.cache_dir, progress_file=args.progress_file, tasks_dir=args.tasks_dir,
         expected_requests=args.expected_requests, request_timeout=args.request_timeout,
         max_retries=args.max_retries, interceptors=chain_from_json(args.interceptors),
         log_file=args.log_file,

@@ -22,6 +22,7 @@ class ProxyConfig:
     host: str = "127.0.0.1"
     cache_dir: Path | None = None  # None = no response cache
     progress_file: Path | None = None
+    tasks_dir: Path | None = None  # models/<key>/tasks: runtime.json per task (proxy_stats)
     expected_requests: int | None = None
     # Per attempt. Generations of long reasoning traces take minutes, so the default is generous;
     # a dead node is still found fast through connect_timeout.

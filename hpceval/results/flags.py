@@ -1,7 +1,15 @@
 """Scores that are wrong without an error: the checks that make a task loud.
 
-From the harness's per-sample files and the run's config (runtime flags from the proxy's
-records, such as generations cut at the token limit, are added by ``job.runtime_stats``):
+From what the in-job proxy counted for the task (its runtime.json, ``results.runtime``):
+
+* ``length``: more than LENGTH_SHARE of the generations ended with ``finish_reason: length``
+  (cut at max_tokens: the answer is often missing);
+* ``reasoning-only``: more than REASONING_SHARE of the chat answers the harness got had an empty
+  ``content`` while ``reasoning_content`` (vLLM: ``reasoning``) held text: the harness scored
+  nothing where the model answered in its trace (reasoning handling missing, or the trace cut
+  before its end marker);
+
+from the harness's per-sample files and the run's config:
 
 * ``all-zero``: every sample scored 0 (a scorer that fell back to exact match, a broken
   prompt format); a task with one item is not flagged;
@@ -22,6 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.results.paired import ItemScores
+from hpceval.results.runtime import read_runtime
+
+LENGTH_SHARE = 0.1  # generations cut at the token limit: beyond this share, the task is flagged
+REASONING_SHARE = 0.05  # answers only in the reasoning trace: beyond this share, flagged
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,25 @@ class Flag:
 
     def text(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+def runtime_flags(stats: dict[str, Any] | None) -> list[Flag]:
+    """The flags a task's runtime.json raises (none without one)."""
+    out: list[Flag] = []
+    choices = stats.get("choices") if stats else None
+    if not isinstance(choices, int) or choices <= 0 or stats is None:
+        return out
+    cut = (stats.get("finish_reasons") or {}).get("length", 0)
+    if isinstance(cut, int) and cut > LENGTH_SHARE * choices:
+        out.append(Flag("length", f"{cut} of {choices} generations ended with finish_reason "
+                                  f"'length' (cut at max_tokens; over {LENGTH_SHARE:.0%})"))
+    empty = stats.get("empty_with_reasoning", 0)
+    if isinstance(empty, int) and empty > REASONING_SHARE * choices:
+        out.append(Flag("reasoning-only",
+                        f"{empty} of {choices} answers had an empty content while "
+                        "reasoning_content held text (what the harness scored was empty; "
+                        "configure reasoning handling or raise max_tokens)"))
+    return out
 
 
 def asked_samples(task_dir: str, task: str) -> int | None:
@@ -91,4 +122,46 @@ def task_flags(task_dir: str, task: str, metric: str, filter: str | None,
         items = read_item_scores(task_dir, metric, filter)
     n = int(reported_n) if isinstance(reported_n, (int, float)) and reported_n == reported_n \
         else None
-    return score_flags(items, asked=asked_samples(task_dir, task), reported_n=n)
+    return runtime_flags(read_runtime(task_dir)) + score_flags(
+        items, asked=asked_samples(task_dir, task), reported_n=n)
+
+
+def finished_task_flags(task_dir: str) -> list[Flag]:
+    """The flags of a finished task, from its directory alone (status, the results table)."""
+    from hpceval.results.table import primary_metric
+
+    found = primary_metric(task_dir)
+    if found is None:
+        return []
+    task, metric = found
+    filter = metric.get("filter") if isinstance(metric.get("filter"), str) else None
+    return task_flags(task_dir, task, str(metric.get("name")), filter or None,
+                      metric.get("n_samples"))
+
+
+def with_flags(frame: Any, *, texts: bool) -> Any:
+    """The results frame plus a ``flags`` column (one task's flags on each of its rows):
+    "code: message" texts in a list with `texts` (JSON), else the codes joined by ", "."""
+    out = frame.copy()
+    cache: dict[str, list[Flag]] = {}
+    column = []
+    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
+        if task_dir not in cache:
+            cache[task_dir] = finished_task_flags(str(task_dir))
+        found = cache[task_dir]
+        column.append([f.text() for f in found] if texts else ", ".join(f.code for f in found))
+    out["flags"] = column if column or out.empty else ""
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _finished_task_flags(task_dir: str, _runtime_stamp: int) -> list[Flag]:
+    from hpceval.results.table import primary_metric
+
+    found = primary_metric(task_dir)
+    if found is None:
+        return []
+    task, metric = found
+    filter = metric.get("filter") if isinstance(metric.get("filter"), str) else None
+    return task_flags(task_dir, task, str(metric.get("name")), filter or None,
+                      metric.get("n_samples"))

@@ -90,6 +90,19 @@ def _finished_result(task_dir: str) -> dict[str, Any] | None:
     return data
 
 
+def primary_metric(task_dir: str) -> tuple[str, dict[str, Any]] | None:
+    """(task name, its primary metric as results.json has it) of a finished task, else None."""
+    result = _finished_result(task_dir)
+    if result is None or not result["metrics"]:
+        return None
+    metrics = result["metrics"]
+    try:
+        return result["task"], metrics[_primary_index(result["task"], result.get("extra") or {},
+                                                      metrics)]
+    except (KeyError, TypeError):
+        return None
+
+
 def _skip(path: str, why: str) -> None:
     log.warning("hpceval: skipping %s: %s", path, why)
 

@@ -45,8 +45,11 @@ def _model_costs(costs: dict[Any, dict[str, Any]] | None, st: RunState
 
 
 def format_states(states: list[RunState], *, tasks: bool = True,
-                  costs: dict[Any, dict[str, Any]] | None = None) -> str:
-    """Plain text; `costs` (run_dir -> hpceval.runs.cost.run_cost) adds GPU-hours."""
+                  costs: dict[Any, dict[str, Any]] | None = None,
+                  flags: dict[tuple[str, str, str], list[str]] | None = None) -> str:
+    """Plain text; `costs` (run_dir -> hpceval.runs.cost.run_cost) adds GPU-hours; `flags`
+    ((run_dir, model key, task key) -> "code: message" texts, from results.flags) marks the
+    finished tasks whose scores look wrong."""
     from hpceval.runs.cost import format_cost
 
     lines: list[str] = []
@@ -76,6 +79,13 @@ def format_states(states: list[RunState], *, tasks: bool = True,
             if tasks:
                 for t in m.tasks:
                     lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
+                    for text in (flags or {}).get((str(st.ref.run_dir), m.key, t.key), []):
+                        lines.append(f"      FLAGGED {text}")
+            else:
+                flagged = sum(bool((flags or {}).get((str(st.ref.run_dir), m.key, t.key)))
+                              for t in m.tasks)
+                if flagged:
+                    lines.append(f"    {flagged} task(s) FLAGGED (hpceval status shows why)")
         for j in st.judges:  # a sweep's judge job (scope: sweep)
             lines.append(f"  judge {j.name}  {j.phase.value:<9}  job {j.job_id or '-'}"
                          + (f"  {j.reason}" if j.reason else ""))

@@ -296,6 +296,57 @@ def test_b_flags_on_lm_evals_samples(hpceval_run: HpcevalRun, tmp_path: Path) ->
                       100) == []  # the full run: no flag
 
 
+def test_b_flags_shown_by_status_and_results(hpceval_run: HpcevalRun, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The items lm-eval scored 0, as a finished run of their own: `hpceval results` (--json
+    and the table) and `hpceval status` (--json and text) show the task's flags."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    run_dir = tmp_path / "20260101-000000-loose"
+    task_dir = run_dir / "models" / MODEL / "tasks" / QUALIFIED
+    shutil.copytree(hpceval_run.task_dir, task_dir)
+    [path] = (task_dir / "harness").rglob(f"samples_{TASK_NAME}_*.jsonl")
+    # the primary metric's records (flexible-extract) of the items lm-eval scored 0
+    kept = [line for line in path.read_text().splitlines()
+            if json.loads(line)["filter"] == "flexible-extract"
+            and json.loads(line)["exact_match"] == 0]
+    path.write_text("\n".join(kept) + "\n")
+    (run_dir / "models" / MODEL / "run.yaml").write_text(
+        "evaluation: {params: {limit_samples: 100}}\n")
+    (run_dir / "run.json").write_text(json.dumps({
+        "schema": 1, "invocation_id": run_dir.name, "kind": "local", "created_at": 1.0,
+        "models": [{"key": MODEL, "index": 0, "script": f"models/{MODEL}/job.sh",
+                    "tasks": [{"key": QUALIFIED, "task": QUALIFIED}]}]}))
+    runner = CliRunner()
+    out = runner.invoke(cli, ["results", str(run_dir), "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    primary = next(r for r in rows if r["primary"])
+    assert primary["filter"] == "flexible-extract", primary  # the filter whose records are kept
+    codes = [f.split(":")[0] for f in primary["flags"]]
+    assert codes == ["all-zero", "count"], primary
+    assert all(r["flags"] == primary["flags"] for r in rows)  # a task's flags on all its rows
+    table = runner.invoke(cli, ["results", str(run_dir)])
+    assert table.exit_code == 0 and "all-zero, count" in table.output, table.output
+    status = runner.invoke(cli, ["status", str(run_dir), "--json"])
+    assert status.exit_code == 0, status.output
+    [task] = json.loads(status.output)[0]["models"][0]["tasks"]
+    assert [f["code"] for f in task["flags"]] == codes
+    text = runner.invoke(cli, ["status", str(run_dir)])
+    assert text.exit_code == 0 and "FLAGGED all-zero: every one of the" in text.output, \
+        text.output
+    # the full run has none: status --json says so with an empty list
+    (task_dir / "harness" / path.relative_to(task_dir / "harness")).write_text(
+        next((hpceval_run.task_dir / "harness").rglob(path.name)).read_text())
+    clean = runner.invoke(cli, ["status", str(run_dir), "--json"])
+    assert json.loads(clean.output)[0]["models"][0]["tasks"][0]["flags"] == [], clean.output
+
+
 def test_c_collect_never_overwrites_a_done_task(hpceval_run: HpcevalRun) -> None:
     task_dir = hpceval_run.task_dir
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in task_dir.iterdir()

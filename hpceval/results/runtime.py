@@ -1,0 +1,135 @@
+"""What the server did for one task: the in-job proxy's runtime statistics, defined once.
+
+The job script sends each task's requests to the proxy under ``/task/<task key>/...``
+(``contract.TASK_ROUTE``); the proxy takes the prefix off (the servers, the cache and the
+interceptors see the usual path), counts every answer into that task's ``TaskStats`` and writes
+them to ``models/<key>/tasks/<task>/runtime.json`` (``contract.RUNTIME_FILE``) every few seconds
+and at exit, atomically. ``read_runtime`` is how everything else (flags, status, results)
+reads it. Schema 1::
+
+    {"schema": 1, "updated": "2026-01-01T12:05:00Z",
+     "requests": 120, "errors": 2,       every answer to the task; errors: not 2xx
+     "cached": 40,                       answered from the response cache (a resumed job)
+     "latency_ms": {"p50": 210.0, "p90": 900.0, "p99": 1500.0} | null,   fresh answers only
+     "prompt_tokens": 50000, "completion_tokens": 12000,   from each answer's "usage"
+     "tokens_per_s": 85.2 | null,        completion tokens of fresh answers / their time span
+     "choices": 120,                     choices in 2xx answers (n > 1 gives several each)
+     "finish_reasons": {"stop": 100, "length": 20},
+     "empty_with_reasoning": 0,          chat choices whose content was empty while
+                                         reasoning_content (or vLLM's "reasoning") held text,
+                                         as the harness got them (after the interceptors)
+     "streamed": 0}                      streamed answers: counted, not looked into
+
+A resumed task's requests come again (answered from the cache): the file a later job writes
+holds the whole task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from hpceval.contract import RUNTIME_FILE
+
+SCHEMA = 1
+# Every task key config.tasks makes ([A-Za-z0-9._-], no leading "."): "." and ".." never match.
+KEY_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM renamed the first to the second
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (numpy's "higher" method)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+class TaskStats:
+    """One task's counters (plain attributes: one event loop updates them)."""
+
+    def __init__(self) -> None:
+        self.requests = self.errors = self.cached = self.streamed = 0
+        self.prompt_tokens = self.completion_tokens = self.fresh_tokens = 0
+        self.choices = self.empty_with_reasoning = 0
+        self.finish_reasons: dict[str, int] = {}
+        self.latencies: list[float] = []
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def record(self, status: int, seconds: float, cached: bool, answer: Any,
+               streamed: bool = False) -> None:
+        self.requests += 1
+        if not 200 <= status < 300:
+            self.errors += 1
+            return
+        self.cached += cached
+        self.streamed += streamed
+        now = time.time()
+        if not cached:
+            self.latencies.append(seconds)
+            self.first = now - seconds if self.first is None else min(self.first, now - seconds)
+            self.last = now
+        if isinstance(answer, dict):
+            self._answer(answer, cached)
+
+    def _answer(self, answer: dict[str, Any], cached: bool) -> None:
+        usage = answer.get("usage")
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            self.prompt_tokens += prompt if isinstance(prompt, int) else 0
+            if isinstance(completion, int):
+                self.completion_tokens += completion
+                self.fresh_tokens += 0 if cached else completion
+        for choice in answer.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            self.choices += 1
+            reason = choice.get("finish_reason")
+            name = reason if isinstance(reason, str) else "none"
+            self.finish_reasons[name] = self.finish_reasons.get(name, 0) + 1
+            message = choice.get("message")
+            if isinstance(message, dict) and not (message.get("content") or "").strip() \
+                    and any(isinstance(message.get(f), str) and message[f].strip()
+                            for f in REASONING_FIELDS):
+                self.empty_with_reasoning += 1
+
+    def to_json(self) -> dict[str, Any]:
+        ordered = sorted(self.latencies)
+        latency = {f"p{q}": round(_percentile(ordered, q) * 1000, 1) for q in (50, 90, 99)} \
+            if ordered else None
+        span = (self.last - self.first) if self.first is not None and self.last is not None \
+            else 0.0
+        return {"schema": SCHEMA, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "requests": self.requests, "errors": self.errors, "cached": self.cached,
+                "latency_ms": latency, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "tokens_per_s": round(self.fresh_tokens / span, 2) if span > 0 else None,
+                "choices": self.choices, "finish_reasons": dict(sorted(
+                    self.finish_reasons.items())),
+                "empty_with_reasoning": self.empty_with_reasoning, "streamed": self.streamed}
+
+
+def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -> None:
+    """Replace task_dir/runtime.json (temp file beside it, then os.replace)."""
+    path = task_dir / RUNTIME_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1)
+        handle.write("\n")
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_runtime(task_dir: str) -> dict[str, Any] | None:
+    """The task's runtime statistics, or None (no proxy, an older run, unreadable)."""
+    try:
+        with open(f"{task_dir}/{RUNTIME_FILE}", "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
