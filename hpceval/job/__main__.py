@@ -4,6 +4,7 @@
     collect  parse a finished harness run into the task's results (hpceval.job.collect)
     compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
     watch-tick  one tick of a checkpoint watch: look, claim, submit (hpceval.watch.tick)
+    judge-endpoint  the sweep judge's URLs, from its trusted record (hpceval.job.judge_endpoint)
 
 Each command is imported only when chosen: the proxy pulls in aiohttp, collect does not, and
 start-up time is paid once per task on the node.
@@ -21,6 +22,7 @@ commands:
   collect  turn a finished harness run into results.json, manifest.json and done
   compact-cache  merge the response cache's shard files (run after the proxy stopped)
   watch-tick     one tick of a checkpoint watch (hpceval.watch.tick)
+  judge-endpoint DIR  the sweep judge's instance URLs from DIR/endpoint.json, if trusted
 """
 
 
@@ -48,9 +50,15 @@ def _watch_tick(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+def _judge_endpoint(argv: Sequence[str]) -> int:
+    from hpceval.job.judge_endpoint import main
+
+    return main(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache,
-    "watch-tick": _watch_tick}
+    "watch-tick": _watch_tick, "judge-endpoint": _judge_endpoint}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,6 +47,7 @@ from hpceval.job import proxy_guard as guard
 from hpceval.job.budget import poll_metrics
 from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, request_key, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, build_interceptors
+from hpceval.job.judge_successor import JudgeSuccessor
 from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy_balancer import Balancer
 from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
@@ -104,6 +105,9 @@ class ProxyServer:
         self.bodies = guard.BodyBudget(config.max_total_body_bytes)
         self.refused = guard.refusal_logger()
         self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
+        self.judge = JudgeSuccessor(config.judge_dir, self.balancer, config.upstream_api_key,
+                                    config.judge_wait, config.probe_interval) \
+            if config.judge_dir is not None else None
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> int:
@@ -357,11 +361,18 @@ class ProxyServer:
     async def _send(self, request: web.BaseRequest, data: bytes | None,
                     stream: bool = False) -> Answer:
         assert self._forwarder is not None, "start() first"
+        forwarder = self._forwarder
         headers = guard.clean_headers({h: request.headers[h] for h in FORWARDED_HEADERS
                                  if h in request.headers})
-        if self.config.upstream_api_key is not None:
-            headers["Authorization"] = f"Bearer {self.config.upstream_api_key}"
-        return await self._forwarder.send(request.method, request.path_qs, data, headers, stream)
+
+        async def attempt(token: str | None) -> Answer:
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
+            return await forwarder.send(request.method, request.path_qs, data, headers, stream)
+
+        if self.judge is not None:  # a sweep's judge: follow its successor jobs
+            return await self.judge.send(attempt)
+        return await attempt(self.config.upstream_api_key)
 
     def _failure(self, exc: UpstreamFailure) -> web.Response:
         if exc.status == 503:

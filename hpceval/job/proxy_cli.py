@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-flight requests per upstream instance; the rest wait in the "
                         "proxy, round-robin across clients: adaptive (AIMD on errors, "
                         "timeouts and vLLM's /metrics queue), a fixed N, or off (default)")
+    p.add_argument("--judge-dir", type=Path, metavar="DIR",
+                   help="the sweep judge's folder (auxiliary/<name>/): when the judge fails, "
+                        "follow its successor job's endpoint.json and token there (this "
+                        "user's own files only)")
+    p.add_argument("--judge-wait", type=float, default=600.0, metavar="S",
+                   help="with --judge-dir: seconds requests wait for a successor's record "
+                        "before they fail (default 600; job scripts pass the judge's "
+                        "health_timeout)")
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p
 
@@ -101,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_total_body_bytes=int(args.max_total_body_mb * (1 << 20)),
         max_connections=args.max_connections, api_key=api_key, upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream,
-        budget=args.budget,
+        budget=args.budget, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))
 
 

@@ -72,6 +72,11 @@ class ProxyConfig:
     # In-flight requests per upstream instance (hpceval.job.budget): "off" (harness
     # parallelism alone), "adaptive" (AIMD from 8) or a fixed number.
     budget: str = "off"
+    # A sweep's judge job (scope: sweep) that may be followed by a successor job: its folder
+    # (auxiliary/<name>/). When the judge fails the proxy, it re-reads the record there and
+    # follows it, waiting up to judge_wait seconds for one (hpceval.job.judge_successor).
+    judge_dir: Path | None = None
+    judge_wait: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -92,6 +97,8 @@ class ProxyConfig:
             raise ValueError("client timeouts must be positive")
         if self.max_total_body_bytes < self.max_body_bytes:
             raise ValueError("the total body budget must hold at least one largest body")
+        if self.judge_wait <= 0:
+            raise ValueError("judge_wait must be positive")
         if self.max_connections <= 0:
             raise ValueError("max_connections must be positive")
         if self.api_key is not None and not self.api_key.strip():

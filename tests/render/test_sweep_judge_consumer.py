@@ -96,11 +96,12 @@ def test_it_waits_for_the_judge_job_to_write_them(wait_code: str, tmp_path: Path
     ("failure", "the sweep's judge job for judge failed: judge server exited (log: x)"),
     ("timeout", "the sweep's judge judge was not ready after 2 s (raise "
                 "auxiliary_deployments.judge.health_timeout"),
-    ("symlink", "not this user's own plain files"),
-    ("world-readable token", "not this user's own plain files"),
+    ("symlink", "endpoint.json is a symbolic link: not trusted"),
+    ("world-readable token", "token is readable by other users (mode 644"),
+    ("group-writable record", "endpoint.json is writable by other users (mode 620"),
     ("bad url", "holds a URL that is not http://host:port"),
     ("no url", "names no instance URL"),
-    ("other owner", "not this user's own plain files"),
+    ("other owner", "endpoint.json is owned by uid 65534, not by this user"),
 ])
 def test_untrusted_or_failed_judge_fails_the_element(wait_code: str, tmp_path: Path, case: str,
                                                      says: str) -> None:
@@ -116,6 +117,9 @@ def test_untrusted_or_failed_judge_fails_the_element(wait_code: str, tmp_path: P
         (judge_dir / AUX_ENDPOINT_FILE).symlink_to(tmp_path / "elsewhere" / AUX_ENDPOINT_FILE)
     elif case == "world-readable token":
         write_judge(judge_dir, ["http://n:1"], mode=0o644)
+    elif case == "group-writable record":
+        write_judge(judge_dir, ["http://n:1"])
+        (judge_dir / AUX_ENDPOINT_FILE).chmod(0o620)
     elif case == "bad url":
         write_judge(judge_dir, ["http://n:1; rm -rf ~"])
     elif case == "no url":

@@ -1,0 +1,124 @@
+"""THE reader of a sweep judge's record: ``auxiliary/<name>/endpoint.json`` and ``token``.
+
+The sweep's judge job (scope: sweep) writes ``token`` (0600) and then ``endpoint.json``, each
+renamed into place, once every judge instance is healthy; a successor judge job (the first one
+reached its walltime) writes new ones. Two readers need them: the element's job script, once,
+before it starts the judge's proxy (``python -m hpceval.job judge-endpoint DIR`` prints the URLs),
+and that proxy, again, when the judge it uses is gone (hpceval.job.judge_successor). Both go
+through `read_endpoint`, so what is trusted is decided here only.
+
+A record is trusted only as this user's own plain files: not links, owned by the user, not
+writable by group or others, and the token readable by its owner only. Another user who can
+write the folder (shared scratch) could otherwise plant a record that sends the job's
+requests, and the judge's token, to a server of theirs. Each file is opened without following
+links and checked through the open descriptor, so what is read is what was checked.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
+
+MAX_URLS = 64
+MAX_BYTES = 64 << 10  # a record of 64 URLs is a few KB; a huge file is not a record
+URL = re.compile(r"https?://[A-Za-z0-9._-]+:[0-9]+")
+
+
+class EndpointMissing(Exception):
+    """No complete record yet (the judge is loading, or between two judge jobs)."""
+
+
+class EndpointUntrusted(Exception):
+    """A record is there but may not be used: not this user's own plain files, or malformed."""
+
+
+@dataclass(frozen=True)
+class JudgeEndpoint:
+    urls: tuple[str, ...]
+    job_id: str
+    token: str = field(repr=False)  # never printed: the judge's servers accept it
+
+
+def read_endpoint(folder: Path) -> JudgeEndpoint:
+    """The record in `folder`; EndpointMissing while there is none, EndpointUntrusted (its
+    message says why) when it may not be used."""
+    token = _read_own(folder / AUX_TOKEN_FILE, owner_only=True).strip()
+    raw = _read_own(folder / AUX_ENDPOINT_FILE, owner_only=False)
+    where = folder / AUX_ENDPOINT_FILE
+    if not token:
+        raise EndpointUntrusted(f"{folder / AUX_TOKEN_FILE} is empty")
+    try:
+        record = json.loads(raw)
+        urls = record["urls"]
+        job_id = str(record.get("job_id", ""))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise EndpointUntrusted(f"{where} is not a judge's record ({exc})") from None
+    if not isinstance(urls, list) or not urls:
+        raise EndpointUntrusted(f"{where} names no instance URL")
+    bad = [u for u in urls if not isinstance(u, str) or not URL.fullmatch(u)]
+    if bad:
+        raise EndpointUntrusted(f"{where} holds a URL that is not http://host:port: {bad[0]!r}")
+    return JudgeEndpoint(tuple(urls[:MAX_URLS]), job_id, token)
+
+
+def _read_own(path: Path, owner_only: bool) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise EndpointMissing(f"{path} is not there yet") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise EndpointUntrusted(f"{path} is a symbolic link: not trusted") from None
+        raise EndpointUntrusted(f"cannot open {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        problem = _untrusted(st, owner_only)
+        if problem:
+            raise EndpointUntrusted(f"{path} {problem}: not trusted")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise EndpointUntrusted(f"{path} is larger than {MAX_BYTES} bytes")
+    return data.decode("utf-8", "replace")
+
+
+def _untrusted(st: os.stat_result, owner_only: bool) -> str | None:
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a plain file"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if owner_only and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return f"is readable by other users (mode {stat.S_IMODE(st.st_mode):o}; a token is 0600)"
+    return None
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m hpceval.job judge-endpoint DIR``: the record's URLs, one a line (exit 0);
+    exit 3 while there is none, 2 (the reason on stderr) when it is not trusted. The token is
+    not printed: the job script reads it from the file this call has just checked."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m hpceval.job judge-endpoint DIR", file=sys.stderr)
+        return 2
+    try:
+        record = read_endpoint(Path(argv[0]))
+    except EndpointMissing as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    except EndpointUntrusted as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print("\n".join(record.urls))
+    return 0
