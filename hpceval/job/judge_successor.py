@@ -6,7 +6,8 @@ still running then would lose its judge: its proxy was started with the first jo
 token. With ``--judge-dir`` the proxy instead re-reads the judge's record (endpoint.json and
 token, through hpceval.job.judge_endpoint, the one reader that decides what is trusted) when
 the judge fails it: every instance refused or dropped the connection (UpstreamFailure), or an
-instance answered 401 (a successor on the same address, with a new token).
+instance answered 401 (a successor on the same address, with a new token). A judge that only
+timed out is slow, not gone: a new record is followed then, but none is waited for.
 
 A record other than the one in use switches the proxy to it and the request is sent again.
 While there is none (the old judge is gone, the successor still loads), requests wait, all of
@@ -60,8 +61,13 @@ class JudgeSuccessor:
             try:
                 answer = await attempt(self.token)
             except UpstreamFailure as exc:
-                if await self._moved_on(seen, wait=True):
+                # 502/503: refused, reset, none up (the judge is gone); 504: it is there but
+                # slow, so only a record already replaced is followed, none is waited for
+                gone = exc.status != 504
+                if await self._moved_on(seen, wait=gone):
                     continue
+                if not gone:
+                    raise
                 raise UpstreamFailure(503, self._gone(exc.reason)) from None
             if answer.status == 401 and await self._moved_on(seen, wait=False):
                 continue  # the record changed under us: a new token, maybe on the same port

@@ -21,6 +21,7 @@ from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
 from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
+from hpceval.job.proxy_cli import build_parser, config_from_args
 from hpceval.job.proxy_config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
@@ -153,3 +154,28 @@ def test_the_reader_keeps_the_token_out_of_its_repr(tmp_path: Path) -> None:
     (tmp_path / AUX_TOKEN_FILE).chmod(0o640)
     with pytest.raises(EndpointUntrusted, match="readable by other users"):
         read_endpoint(tmp_path)
+
+
+def test_the_job_script_options_reach_the_config() -> None:
+    base = ["--port", "0", "--upstream", "http://n1:8000", "--cache-dir", "/c",
+            "--progress-file", "/p.json"]
+    config = config_from_args(build_parser().parse_args(
+        [*base, "--judge-dir", "/runs/r/auxiliary/judge", "--judge-wait", "3600"]))
+    assert config.judge_dir == Path("/runs/r/auxiliary/judge") and config.judge_wait == 3600
+    assert config_from_args(build_parser().parse_args(base)).judge_dir is None
+    with pytest.raises(ValueError, match="judge_wait"):
+        config_from_args(build_parser().parse_args([*base, "--judge-wait", "0"]))
+
+
+async def test_a_slow_judge_is_not_taken_for_a_gone_one(
+        make_config: MakeConfig, tmp_path: Path) -> None:
+    slow = FakeUpstream(delay=1.0)
+    folder = tmp_path / "judge"
+    async with running_upstreams(slow) as (url,):
+        publish(folder, url, "token-A", "100")
+        config = make_config([url], upstream_api_key="token-A", judge_dir=folder,
+                             judge_wait=20, max_retries=0, request_timeout=0.3)
+        async with running_proxy(config) as (_, base):
+            status, answer, took = await post(base, chat("q"))
+    assert status == 504 and took < 5, (status, took)  # its timeout, not the 20 s wait
+    assert "timed out" in answer["error"]["message"]
