@@ -274,12 +274,19 @@ else:
                               "for every task.", "__module__": __name__})
 
 
+DEFAULT_CONCURRENT_TASKS = 8  # all of a usual suite's tasks at once, against one server
+
+
 @dataclass(frozen=True)
 class EvaluationSpec:
     tasks: list[TaskSpec] = key(REQUIRED, "tasks to run, in order, against one server")
     params: EvalParams = field(default_factory=EvalParams)
     env_vars: dict[str, str] = key({}, "environment for every task (same forms as a task's)")
-    max_concurrent_tasks: int = key(1, "tasks of one model running at the same time", minimum=1)
+    # Concurrent by default: one after another, each harness start-up and each task's tail of
+    # last requests left the model's server idle or half full while the allocation was billed.
+    max_concurrent_tasks: int = key(DEFAULT_CONCURRENT_TASKS,
+                                    "tasks of one model running at the same time (1: one "
+                                    "after another)", minimum=1)
     proxy_budget: str = key("off", "in-flight requests per server instance, the rest wait in "
                             "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(

@@ -139,6 +139,9 @@ def submit(client: CommandSlurmClient, work: Path, tasks: list[Task], *,
     path = work / "run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     run = create_run(load_config(path))
+    # The drills run with the default: a model's tasks concurrently (issue 22), so a fault in
+    # one task meets the others mid-flight, not between them.
+    assert run.resolved.spec.evaluation.max_concurrent_tasks >= len(tasks)
     [model] = run.models
     model_dir = run.run_dir / "models" / model.key
     if prepare is not None:
