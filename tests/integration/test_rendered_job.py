@@ -62,6 +62,7 @@ tasks:
   - {name: it_ask, task_id: ask, endpoint_type: chat, description: one chat request}
   - {name: it_ask_again, task_id: ask, endpoint_type: chat, description: "the same, again"}
   - {name: it_sleep, task_id: sleep, endpoint_type: chat, description: a long harness}
+  - {name: it_sleep_again, task_id: sleep, endpoint_type: chat, description: "the same, again"}
   - {name: it_think, task_id: think, endpoint_type: chat, description: an answer with a trace}
 """.replace("SCORE", json.dumps(SCORE))
 
@@ -74,8 +75,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
            tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
-           interceptors: dict[str, Any] | None = None, external_url: str | None = None
-           ) -> tuple[str, Path, Path]:
+           interceptors: dict[str, Any] | None = None, external_url: str | None = None,
+           max_concurrent_tasks: int | None = None) -> tuple[str, Path, Path]:
     run: dict[str, Any] = {
         "execution": {"nodes": 2, "gpus_per_node": 0, "output_dir": str(workdir / "runs")},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
@@ -84,6 +85,8 @@ def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args:
         "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}],
                        "interceptors": interceptors or {}},
     }
+    if max_concurrent_tasks is not None:
+        run["evaluation"]["max_concurrent_tasks"] = max_concurrent_tasks
     if external_url is not None:  # a server outside the job: deployment.type none
         run["deployment"] = {"type": "none"}
         run["execution"]["nodes"] = 1
@@ -256,27 +259,38 @@ def test_scancel_leaves_no_process_behind(slurm_cluster: CommandSlurmClient,
 
 def test_walltime_signal_stops_tasks_cleanly(slurm_cluster: CommandSlurmClient,
                                              workdir: Path) -> None:
-    marker = unique_duration()
+    """The walltime signal with tasks running concurrently: two long tasks fill both slots and
+    a third waits for one. Every running task is stopped and left unfinished for the successor,
+    and no task starts after the signal (the waiting one never starts)."""
+    markers = {"it-harness.it_sleep": unique_duration(),
+               "it-harness.it_sleep_again": unique_duration()}
     job_id, model_dir, _ = submit(slurm_cluster, workdir, "usr1", tasks=[
-        {"name": "it_sleep", "params": {"extra": {"seconds": marker}}}, {"name": "it_ask"}])
-    wait_for(lambda: "task it-harness.it_sleep: started" in job_log(model_dir, job_id), 90,
-             "the long task to start")
+        {"name": key.split(".")[1], "params": {"extra": {"seconds": marker}}}
+        for key, marker in markers.items()] + [{"name": "it_ask"}], max_concurrent_tasks=2)
+    wait_for(lambda: all(f"task {key}: started" in job_log(model_dir, job_id) for key in markers),
+             90, "both long tasks to start")
+    wait_for(lambda: all(leftovers(f"sleep {marker}") for marker in markers.values()), 20,
+             "both harness processes")
     # What `#SBATCH --signal=B:USR1@N` does before the walltime, sent now.
     subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True)
     state = wait_done(slurm_cluster, job_id)
     log = job_log(model_dir, job_id)
     assert state == "FAILED", log  # exit 143: not done; a successor job continues
-    assert "stopped before the walltime" in log
-    assert (model_dir / "interrupted").exists()
-    assert not (model_dir / "tasks" / "it-harness.it_sleep" / "done").exists()
-    # nothing new starts after the signal (tasks run concurrently by default: it_ask may have
-    # started, and even finished, before it)
+    assert log.count("walltime ends in") == 1, log
     after = log.split("walltime ends in", 1)[1]
-    assert ": started" not in after, log
+    assert ": started" not in after, log  # nothing starts after the signal
+    assert "task it-harness.it_ask: started" not in log, log  # it waited for a slot
+    for key in markers:  # both were running: stopped, not failed, and not done
+        assert f"task {key}: stopped (walltime signal or cancel)" in after, log
+        assert f"task {key}: FAILED" not in log, log
+    assert not any((model_dir / "tasks" / key / "done").exists()
+                   for key in [*markers, "it-harness.it_ask"])
+    assert "stopped before the walltime" in after
+    assert (model_dir / "interrupted").exists()
     # auto_resume: the interrupted job queued its successor; it would sleep again, so stop it.
     successor = (model_dir.parents[1] / "jobs.chain").read_text().split()[:1]
     assert successor and f"successor job {successor[0]}" in log, log
     slurm_cluster.cancel(successor)
     assert wait_done(slurm_cluster, successor[0]) == "CANCELLED"
     time.sleep(3)
-    assert not leftovers(f"sleep {marker}")
+    assert not any(leftovers(f"sleep {marker}") for marker in markers.values())
