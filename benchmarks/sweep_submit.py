@@ -1,6 +1,7 @@
 """Sweep submit time at 1,000 and 10,000 models, against hpceval before the fast paths.
 
-    .venv/bin/python benchmarks/sweep_submit.py [--sizes 1000,10000] [--baseline-ref REF] [--quick]
+    .venv/bin/python benchmarks/sweep_submit.py [--sizes 1000,10000] [--baseline-ref REF]
+        [--baseline-sizes 1000,10000] [--quick]
 
 Each figure is one `hpceval submit` of a sweep through its own code path, in a fresh process:
 load and check the run file (`load_run`), render and write the run directory (`create_run`),
@@ -13,7 +14,11 @@ that records the call): everything hpceval itself does is timed.
 Baseline, in the same run: the same steps with hpceval as it was at --baseline-ref (default
 3025bc6, main before issue 22), taken with `git archive` into a temporary folder. `hpceval
 status` of such a sweep stays one sacct call: it is one array job (benchmarks/status_refresh.py
-counts the calls). Takes about 4 minutes on a busy 2-core machine, 1 with --quick (1,000 only).
+counts the calls). The baseline runs at each of --baseline-sizes (default 1,000 only: at 10,000
+models it takes many minutes on its own and ran past run_all's time limit once). With
+more than one size, a row gives the largest sweep's time as a ratio to the smallest's, both
+measured in this run (linear scaling: the ratio of the sizes). Takes about 1 minute on the 2-core
+dev machine (40 s measured at load 1-3), under one with --quick (1,000 only).
 """
 
 from __future__ import annotations
@@ -59,10 +64,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--baseline-ref", default=DEFAULT_REF)
+    parser.add_argument("--baseline-sizes", default="1000",
+                        help="sizes the baseline is measured at, of --sizes (default 1000)")
     parser.add_argument("--quick", action="store_true", help="1,000 models only")
     add_json_option(parser)
     args = parser.parse_args()
     sizes = [1000] if args.quick else sorted({int(s) for s in args.sizes.split(",") if s})
+    baseline_sizes = {int(s) for s in args.baseline_sizes.split(",") if s}
+    totals: dict[int, float] = {}
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     with bench_workdir("hpceval-sweep-submit-") as work, \
@@ -72,23 +81,40 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---:|---:|---|")
         for size in sizes:
             now = measure(size, ROOT, work / f"now-{size}")
-            before = measure(size, base, work / f"before-{size}")
             shutil.rmtree(work / f"now-{size}", ignore_errors=True)
-            shutil.rmtree(work / f"before-{size}", ignore_errors=True)
+            before: dict[str, Any] | None = None
+            if size in baseline_sizes:
+                before = measure(size, base, work / f"before-{size}")
+                shutil.rmtree(work / f"before-{size}", ignore_errors=True)
+            totals[size] = now["total_s"]
             target = TARGETS.get(size)
+            old_s = f"{before['total_s']:.2f}" if before else "-"
+            old_ratio = f"{now['total_s'] / before['total_s']:.3f}" if before else "-"
             print(f"| {size} | {now['total_s']:.2f} | {now['load_s']:.2f} | "
-                  f"{now['write_s']:.2f} | {now['submit_s']:.2f} | {before['total_s']:.2f} | "
-                  f"{now['total_s'] / before['total_s']:.3f} | {now['sbatch']} |")
+                  f"{now['write_s']:.2f} | {now['submit_s']:.2f} | {old_s} | "
+                  f"{old_ratio} | {now['sbatch']} |")
             rows.append(row(f"submit a {size:,}-model sweep (load, write, sbatch, record)", "s",
-                            round(now["total_s"], 2), round(before["total_s"], 2),
-                            baseline_label=f"hpceval at {args.baseline_ref}", better="lower",
-                            target=f"< {target:g} s" if target else None,
+                            round(now["total_s"], 2),
+                            round(before["total_s"], 2) if before else None,
+                            baseline_label=f"hpceval at {args.baseline_ref}" if before else None,
+                            better="lower", target=f"< {target:g} s" if target else None,
                             ok=now["total_s"] < target if target else None))
-            notes.append(f"{size:,} models: load {now['load_s']:.2f} s, render+write "
-                         f"{now['write_s']:.2f} s, submit {now['submit_s']:.2f} s "
-                         f"({now['files']:,} files; sbatch {now['sbatch']}); baseline load "
-                         f"{before['load_s']:.2f}, write {before['write_s']:.2f}, submit "
-                         f"{before['submit_s']:.2f}")
+            note = (f"{size:,} models: load {now['load_s']:.2f} s, render+write "
+                    f"{now['write_s']:.2f} s, submit {now['submit_s']:.2f} s "
+                    f"({now['files']:,} files; sbatch {now['sbatch']})")
+            if before:
+                note += (f"; baseline load {before['load_s']:.2f}, write "
+                         f"{before['write_s']:.2f}, submit {before['submit_s']:.2f}")
+            notes.append(note)
+        if len(totals) > 1:
+            small, large = min(totals), max(totals)
+            scale = totals[large] / totals[small]
+            print(f"\n{large:,} models took {scale:.2f}x the time of {small:,} in this run "
+                  f"(linear: {large / small:g}x)")
+            rows.append(row(f"{large:,}-model submit time / {small:,}-model (this run)", "x",
+                            round(scale, 2), large / small,
+                            baseline_label=f"linear scaling, {large / small:g}x the models",
+                            better="lower"))
     notes.append("Runs live on tmpfs (/dev/shm); on Lustre each file's fsync adds to write.")
     for note in notes:
         print(f"- {note}")
