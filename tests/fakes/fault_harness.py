@@ -15,7 +15,9 @@ The fault is read when the harness starts, from ``--fault-file`` (absent: no fau
 switches it off between a job and its resume by deleting the file. First line:
 
 * ``exit N``: print a message and exit with status N before any request;
-* ``hang``: print a message and sleep until killed (SIGTERM ends it, as most harnesses).
+* ``hang``: print a message and sleep until killed (SIGTERM ends it, as most harnesses);
+* ``wait PATH``: send nothing until PATH exists (at most 120 s, then exit 1), then run as
+  without a fault: with tasks running concurrently, a drill orders their requests this way.
 """
 
 from __future__ import annotations
@@ -75,7 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fault_harness: injected hang ({args.fault_file})", flush=True)
         while True:
             time.sleep(3600)
-    if fault:
+    if fault[:1] == ["wait"] and len(fault) == 2:
+        deadline = time.monotonic() + 120
+        while not Path(fault[1]).exists():
+            if time.monotonic() > deadline:
+                print(f"fault_harness: {fault[1]} did not appear in 120 s", flush=True)
+                return 1
+            time.sleep(0.1)
+        print(f"fault_harness: waited for {fault[1]}", flush=True)
+    elif fault:
         print(f"fault_harness: unknown fault {fault!r} in {args.fault_file}", file=sys.stderr)
         return 2
 

@@ -251,16 +251,26 @@ def test_harness_hangs_past_its_timeout_is_stopped_and_reported(
 
 def test_server_crash_mid_run_fails_the_job_naming_the_server(
         slurm_cluster: CommandSlurmClient, env: Path) -> None:
-    # The oracle exits (status 3) after its 4th answer: task a gets 2, task b 2 of its 4, and
-    # task c finds the server gone. The server's fault is read from a file when it starts, so
-    # the resumed job (the same script) gets a healthy server once the file is gone.
-    a, b, c = Task("fault_a", requests=2), Task("fault_b", requests=4), Task("fault_c")
+    # The oracle exits (status 3) after its 4th answer. The three tasks run at once; b and c
+    # send nothing until a is done (fault `wait`), so a gets 2 answers, b and c (4 requests
+    # each) share the other 2 and both lose the server. The server's fault is read from a file
+    # when it starts, so the resumed job (the same script) gets a healthy server once the file
+    # is gone.
+    a, b, c = (Task("fault_a", requests=2), Task("fault_b", requests=4),
+               Task("fault_c", requests=4))
     work = env / "crash"
     work.mkdir()
     server_fault = work / "server.fault"
     server_fault.write_text("--die-after 4\n")
+
+    def after_a(model_dir: Path) -> None:
+        for task in (b, c):
+            (work / f"{task.name}.fault").write_text(
+                f"wait {model_dir / 'tasks' / a.key / 'done'}\n")
+
     drill = submit(slurm_cluster, work, [a, b, c],
-                   server_shell=f"$(cat {shlex.quote(str(server_fault))} 2>/dev/null)")
+                   server_shell=f"$(cat {shlex.quote(str(server_fault))} 2>/dev/null)",
+                   prepare=after_a)
     state = drill.wait()
     log = drill.log(drill.jobs()[0])
     kept = finished(drill, a)
@@ -279,8 +289,13 @@ def test_server_crash_mid_run_fails_the_job_naming_the_server(
         f"model server instance 0 (head) on {node} (log: {server_log}) exited while tasks "
         "ran; "), model
     assert [task_row(state, t)["state"] for t in (a, b, c)] == ["done", "failed", "failed"]
+    # concurrently: each task started before the first one ended
+    starts = [log.index(f"task {t.key}: started") for t in (a, b, c)]
+    assert max(starts) < log.index(f"task {a.key}: passed"), log
 
     server_fault.unlink()
+    for task in (b, c):
+        drill.fault_file(task).unlink()
     assert_resumed(drill, kept, [a], [b, c])
 
 
