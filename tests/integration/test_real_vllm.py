@@ -211,6 +211,11 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     model = next(run_dir.glob("models/*"))
     job_log = (model / f"slurm-{job_id}.log").read_text()
     assert state == "COMPLETED", job_log[-6000:]
+    # The tasks ran at once (evaluation.max_concurrent_tasks' default, as in the README demo):
+    # each started before either passed.
+    starts = [job_log.index(f"task {key}: started") for key in (GSM8K, HELLASWAG)]
+    ends = [job_log.index(f"task {key}: passed") for key in (GSM8K, HELLASWAG)]
+    assert max(starts) < min(ends), job_log
     # Both servers are real `vllm serve` processes, started from the rendered line...
     launched = re.findall(r"instance (\d) \(head\) on \S+: (vllm serve .*)", job_log)
     assert [i for i, _ in launched] == ["0", "1"], job_log

@@ -76,6 +76,7 @@ class Scenario:
     die_after: int | None = None  # this many answers, then the instance exits (status 3)
     die_on: str | None = None  # only the instance on this node dies (None: every instance)
     tasks: tuple[dict[str, Any], ...] = ()  # default: the one GSM8K task
+    max_concurrent_tasks: int | None = None  # None: the default (tasks run concurrently)
     execution: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -109,6 +110,8 @@ class Scenario:
                                       "parallelism": self.parallelism},
                            "tasks": list(self.tasks) or [self.gsm8k()]},
         }
+        if self.max_concurrent_tasks is not None:
+            run["evaluation"]["max_concurrent_tasks"] = self.max_concurrent_tasks
         path = self.work / "run.yaml"
         path.write_text(yaml.safe_dump(run, sort_keys=False))
         return path
@@ -228,11 +231,13 @@ C1_LIMITS = (10, 30)
 
 def one_instance_scenario(work: Path) -> Scenario:
     """Drill (c), second half: two tasks on one instance. The first gets 10 answers; the second
-    replays those 10 from the proxy's cache (same prompts), then the server dies after 5 more."""
+    replays those 10 from the proxy's cache (same prompts), then the server dies after 5 more.
+    One task after another (max_concurrent_tasks 1): the drill is about the results of a task
+    that finished before the server died; run at once, the two would share its 15 answers."""
     first, second = C1_LIMITS
     base = Scenario(work / "c1")
     return Scenario(work / "c1", limit=first, parallelism=2, delay=0.0, die_after=first + 5,
-                    tasks=(base.gsm8k(),
+                    max_concurrent_tasks=1, tasks=(base.gsm8k(),
                            base.gsm8k(f"{TASK_NAME}_b", limit_samples=second, max_retries=1)))
 
 
