@@ -40,6 +40,7 @@ SCRIPTS: dict[str, str] = {
     "judge": "judge_loads.py",
     "sweep_submit": "sweep_submit.py",
     "budget_sim": "budget_sim.py",
+    "layouts": "layout_bench.py",
 }
 HERE = Path(__file__).resolve().parent
 
