@@ -8,7 +8,8 @@ Then `benchmarks/out/report.md` and `benchmarks/out/report.svg`, and with --publ
 `docs/benchmarks.md` + `docs/benchmarks.svg` with the machine description and this command.
 A script that fails (exit status, timeout, no valid JSON) is shown as FAILED with its stderr
 tail; the others still run, and run_all exits 1. Most scripts need the Slurm dev cluster
-(bash scripts/slurm/start-cluster.sh); the full set takes about 15-25 minutes on 2 cores.
+(bash scripts/slurm/start-cluster.sh); the full set takes about 25-35 minutes on 2 cores
+(layouts alone about 11).
 """
 
 from __future__ import annotations
