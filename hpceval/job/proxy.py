@@ -218,7 +218,7 @@ class ProxyServer:
         path = request.path
         if path == "/health" and request.method in ("GET", "HEAD"):
             return await self._health(request)  # no secret needed: the job's start-up check
-        if not self._authorized(request):
+        if path not in guard.KEYLESS and not self._authorized(request):
             return self._refuse(request, 401, "missing or wrong API key "
                                 "(Authorization: Bearer ...)", "unauthorized")
         if not guard.allowed(request.method, path, self.config.external_upstream) \

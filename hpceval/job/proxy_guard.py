@@ -36,6 +36,11 @@ ROUTES: dict[str, frozenset[str]] = {
     "/v1/models": READ,
     "/tokenize": WRITE, "/detokenize": WRITE, "/tokenizer_info": READ,
 }
+# Served without the key: lm-eval's remote tokenizer asks /tokenizer_info (then /tokenize) with
+# a token of its own (`auth_token` in --model_args, on the command line) or none; refused, it
+# falls back to downloading the model's Hugging Face tokenizer. Another uid learns the chat
+# template and special tokens from them, nothing of the job's prompts or answers.
+KEYLESS = frozenset({"/tokenizer_info", "/tokenize", "/detokenize"})
 # An API outside the job may sit under any base path (https://host/openai/v1/...): the same
 # OpenAI routes, by their last segments.
 EXTERNAL_SUFFIXES: dict[str, frozenset[str]] = {

@@ -185,7 +185,7 @@ async def test_token_required_when_configured(make_config: MakeConfig) -> None:
                         {"Authorization": f"Basic {TOKEN}"}):
             status, answer, _ = await send(base, body, headers)
             assert status == 401 and answer["error"]["type"] == "unauthorized"
-            status, _, _ = await send(base, b"{}", headers, "/tokenize")
+            status, _, _ = await send(base, b"{}", headers, "/v1/embeddings")
             assert status == 401
         async with aiohttp.ClientSession() as s, s.get(base + "/health") as r:
             assert r.status == 200  # the job script's start-up check needs no secret
