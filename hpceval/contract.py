@@ -7,6 +7,7 @@ This module imports nothing, so every layer can use it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ RUNTIME_FILE = "runtime.json"  # models/<key>/tasks/<task>/: the proxy's counts 
 # Each task asks the in-job proxy under <proxy>/task/<task key>/...: the proxy takes the prefix
 # off and counts the answers for that task (results.runtime); the job script sets the URLs.
 TASK_ROUTE = "/task"
+# Every task key config.tasks makes ([A-Za-z0-9._-], no leading "."): "." and ".." never match
+# (fullmatch): the route's key, a runtime.json's folder, a per-task interceptor chain's key.
+TASK_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 # -- auxiliary deployments (a judge): models/<key>/auxiliary/<name>/ when served in the job
 # (scope job), <run dir>/auxiliary/<name>/ for the sweep's own judge job (scope sweep) ----------

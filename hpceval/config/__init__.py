@@ -159,12 +159,14 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         load_fit_notes,
         semantic_issues,
     )
-    from hpceval.config.nemo_forms import bare_host_names, local_gpus
+    from hpceval.config.nemo_forms import bare_host_names, local_gpus, local_runtime
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
 
     env = os.environ if environ is None else environ
     gpu_notes, path_issues = local_gpus(composed.data, env)
+    runtime_notes, runtime_issues = local_runtime(composed.data)
+    gpu_notes, path_issues = gpu_notes + runtime_notes, path_issues + runtime_issues
     path_issues += expand_paths(composed.data, env)
     if path_issues:
         raise ConfigError(path_issues)

@@ -190,15 +190,19 @@ def build_run_spec(data: dict[str, Any]) -> RunSpec:
 
 
 def _with_task_params(spec: RunSpec, raw_tasks: list[dict[str, Any]]) -> RunSpec:
-    """Each task's params start from evaluation.params; the keys the task sets itself win."""
-    shared = spec.evaluation.params
+    """Each task's params start from evaluation.params, its interceptors from
+    evaluation.interceptors; the keys the task sets itself win."""
+    shared, rules = spec.evaluation.params, spec.evaluation.interceptors
     tasks = []
     for task, raw in zip(spec.evaluation.tasks, raw_tasks, strict=True):
         own = raw.get("params") or {}
         values = {k: getattr(task.params, k) for k in own if k != "extra"}
         extra = {**shared.extra, **task.params.extra}
+        mine = {k: getattr(task.interceptors, k) for k in raw.get("interceptors") or {}}
+        # InterceptorsSpec is made with make_dataclass at import time: mypy sees its base only
         tasks.append(dataclasses.replace(
-            task, params=dataclasses.replace(shared, **values, extra=extra)))
+            task, params=dataclasses.replace(shared, **values, extra=extra),
+            interceptors=dataclasses.replace(rules, **mine)))  # type: ignore[type-var]
     evaluation = dataclasses.replace(spec.evaluation, tasks=tasks)
     return dataclasses.replace(spec, evaluation=evaluation)
 

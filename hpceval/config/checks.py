@@ -140,11 +140,13 @@ def _export_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
 
 
 def _interceptor_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
-    where = "evaluation.interceptors"
-    chain = spec.evaluation.interceptors.chain()
-    for interceptor in chain:  # each checks its own keys
-        yield from interceptor.issues(where)
-    if chain and not engine_for(spec.deployment.type).serves \
+    chains = [("evaluation.interceptors", spec.evaluation.interceptors.chain())]
+    chains += [(f"evaluation.tasks.{t.name}.interceptors", c) for t in spec.evaluation.tasks
+               if (c := spec.evaluation.own_chain(t)) is not None]  # a task's own, merged
+    for where, chain in chains:
+        for interceptor in chain:  # each checks its own keys
+            yield from interceptor.issues(where)
+    if any(chain for _, chain in chains) and not engine_for(spec.deployment.type).serves \
             and not spec.target.api_endpoint.proxy:
         yield ConfigIssue("target.api_endpoint.proxy", "is false, but evaluation.interceptors "
                           "are applied by the in-job proxy",

@@ -2,10 +2,11 @@
 ``evaluation.interceptors``.
 
 The launcher merges the run-wide ``adapter_config`` under each task's and starts one adapter per
-task; hpceval's in-job proxy serves every task of a job, so it applies one set of interceptors.
-Tasks whose merged settings differ are refused (run them as separate runs), never run with
-another task's settings. Settings that only cache, log or count need nothing: the proxy caches
-every request and writes progress itself.
+task. hpceval's in-job proxy serves every task of a job: when every task's merged settings are
+the same they become ``evaluation.interceptors``; when they differ, each task's become its own
+``evaluation.tasks[].interceptors``, which the proxy applies to that task's requests only (the
+task asks under its own route). Settings that only cache, log or count need nothing: the proxy
+caches every request and writes progress itself.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def to_interceptors(adapter: Any, where: str, notes: list[str],
 def apply(evaluation: dict[str, Any], shared: Any, per_task: dict[str, Any], source: str,
           notes: list[str], issues: list[ConfigIssue]) -> None:
     """Set ``evaluation.interceptors`` from the run-wide and per-task adapter_configs of one
-    layer, or refuse when tasks would need different ones."""
+    layer; where tasks' merged settings differ, each task's ``interceptors``."""
     where = "evaluation.nemo_evaluator_config.target.api_endpoint.adapter_config"
     tasks = [t.get("name") for t in evaluation.get("tasks") or [] if isinstance(t, dict)]
     if per_task:
@@ -145,22 +146,30 @@ def apply(evaluation: dict[str, Any], shared: Any, per_task: dict[str, Any], sou
     for name, r in found.items():
         groups.setdefault(repr(sorted(r.items())), (r, []))[1].append(name)
     if len(groups) > 1:
+        for task in evaluation.get("tasks") or []:
+            rules = found.get(str(task.get("name"))) if isinstance(task, dict) else None
+            if rules:
+                _set_keys(task, rules)
         differ = "; ".join(f"{_names(names)}: {_summary(r)}" for r, names in groups.values())
-        issues.append(ConfigIssue(
-            "evaluation.tasks", f"tasks ask for different interceptors ({differ}); hpceval's "
-            "in-job proxy applies one set to every task of a run",
-            "run the tasks that need different settings as separate runs"))
+        notes.append(f"{source}: the tasks' adapter_configs became their own interceptors "
+                     f"(evaluation.tasks[].interceptors; {differ}): the in-job proxy applies "
+                     "each task's to its requests only, as NeMo Evaluator's one adapter per task")
         return
     rules = next(iter(found.values()), {})
     if rules:
-        mine = evaluation.setdefault("interceptors", {})
-        if isinstance(mine, dict):
-            for k, v in rules.items():
-                mine.setdefault(k, v)
+        _set_keys(evaluation, rules)
         notes.append(f"{source}: adapter_config became evaluation.interceptors: {_summary(rules)}")
     else:
         notes.append(f"{source}: adapter_config only caches, logs or counts requests, which "
                      "hpceval's in-job proxy does itself")
+
+
+def _set_keys(node: dict[str, Any], rules: dict[str, Any]) -> None:
+    """``rules`` under node's ``interceptors``; keys the file sets there itself win."""
+    mine = node.setdefault("interceptors", {})
+    if isinstance(mine, dict):
+        for k, v in rules.items():
+            mine.setdefault(k, v)
 
 
 def _names(names: list[str]) -> str:

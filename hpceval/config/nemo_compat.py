@@ -14,7 +14,7 @@ from typing import Any
 from hpceval.config import nemo_adapters
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.nemo_export import translate_export
-from hpceval.config.nemo_forms import execution_mode, max_tokens, nemo_config_extras
+from hpceval.config.nemo_forms import config_alias, execution_mode, max_tokens, nemo_config_extras
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {
@@ -311,6 +311,7 @@ def _translate_params(node: Any, where: str, notes: list[str], source: str,
                       issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
     if not isinstance(node, dict):
         return
+    config_alias(node, where, notes, source)
     nec = node.get("nemo_evaluator_config")
     if isinstance(nec, dict):
         _translate_nec(node, nec, where, notes, source, issues, adapters)
@@ -387,11 +388,12 @@ def translate_task_override(task_name: str, rest: list[str], value: Any,
     issues: list[ConfigIssue] = []
     adapters: dict[str, Any] = {}
     _translate_task(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
-    if adapters:
+    if adapters:  # merged over the run's adapter_config, which this -o cannot see
         issues.append(ConfigIssue(
-            f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "hpceval applies one "
-            "set of interceptors to every task of a run", "set it for the run: "
-            "-o evaluation.interceptors.<key>=... (see docs/migrating-from-nemo-evaluator.md)"))
+            f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "a task's "
+            "adapter_config cannot be set with -o", "set the task's interceptors: "
+            f"-o evaluation.tasks.{task_name}.interceptors.<key>=... (see "
+            "docs/migrating-from-nemo-evaluator.md)"))
     if issues:
         raise ConfigError(issues)
     if task == original and not notes:

@@ -3,7 +3,8 @@
 ``nemo_compat`` translates the launcher's keys layer by layer; the forms here either sit
 inside ``nemo_evaluator_config`` (``config.extra``, ``env_vars``, 0.1.x ``max_tokens``), or
 need the merged config (``execution.mode``) or the environment hpceval runs in (an
-unprefixed env value naming a set variable, the local profile's ``gpus_per_node: auto``).
+unprefixed env value naming a set variable, the local profile's ``gpus_per_node: auto`` and
+``container_runtime: auto``).
 Each is accepted with a note saying what it became; none is dropped silently.
 """
 
@@ -44,6 +45,15 @@ def nemo_config_extras(node: dict[str, Any], nec: dict[str, Any], where: str,
                      "(the task's own env_vars win)")
     elif env is not None:
         nec["env_vars"] = env
+
+
+def config_alias(node: dict[str, Any], where: str, notes: list[str], source: str) -> None:
+    """The launcher reads a run's or task's ``nemo_evaluator_config``, or else ``config``, its
+    older name (common/helpers.py, get_eval_factory_config); NEL's own examples use both."""
+    if "nemo_evaluator_config" not in node and isinstance(node.get("config"), dict):
+        node["nemo_evaluator_config"] = node.pop("config")
+        notes.append(f"{source}: {where}.config is NeMo Evaluator's older name of "
+                     f"{where}.nemo_evaluator_config: read as it")
 
 
 def max_tokens(params: Any, where: str, notes: list[str], source: str) -> None:
@@ -160,3 +170,45 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
     return [f"execution.gpus_per_node: auto could not count this machine's GPUs (no "
             f"nvidia-smi, CUDA_VISIBLE_DEVICES unset): using {need}, one instance's worth "
             "(set execution.gpus_per_node)"], []
+
+
+# NEL's local executor runs the server and the harnesses with `docker run`; podman takes the
+# same command line (hpceval.runtimes), so a machine with podman and no docker gets podman.
+_LOCAL_RUNTIMES = ("docker", "podman")
+
+
+def find_program(name: str) -> str | None:
+    """shutil.which, looked up at call time (tests replace it: a machine with or without
+    docker)."""
+    return shutil.which(name)
+
+
+def local_runtime(data: dict[str, Any], which: Callable[[str], str | None] | None = None
+                  ) -> tuple[list[str], list[ConfigIssue]]:
+    """``execution.container_runtime: auto`` (the local profile's): a run that serves its model
+    from an image gets a container runtime as NEL's local executor does (docker, or podman
+    where docker is absent; neither found: docker, which the job's checks then name); any
+    other run keeps host-installed harnesses (none)."""
+    execution = data.get("execution")
+    if not isinstance(execution, dict) or execution.get("container_runtime") != AUTO:
+        return [], []
+    if execution.get("type") != "local":
+        return [], [ConfigIssue("execution.container_runtime", "is auto, which looks for "
+                                "docker or podman on the machine hpceval runs on: only for "
+                                "execution.type local", "write the site's runtime, e.g. "
+                                "apptainer or pyxis")]
+    dep = data.get("deployment") if isinstance(data.get("deployment"), dict) else {}
+    assert isinstance(dep, dict)
+    kind = dep.get("type")
+    serves = kind in engine_names() and engine_for(str(kind)).serves
+    if not serves or dep.get("runtime", "container") != "container":
+        execution["container_runtime"] = "none"
+        return [], []
+    look = which or find_program
+    found = next((name for name in _LOCAL_RUNTIMES if look(name)), None)
+    chosen = found or _LOCAL_RUNTIMES[0]
+    execution["container_runtime"] = chosen
+    why = "found on this machine" if found else "neither docker nor podman found here"
+    return [f"execution.container_runtime: auto chose {chosen} ({why}): the server and the "
+            "harnesses run in containers, as NeMo Evaluator's local executor runs them "
+            "(set execution.container_runtime to choose)"], []

@@ -91,6 +91,8 @@ class ExecutionSpec:
     container_runtime: ContainerRuntime = key(
         "apptainer", "runs harness (and server) images: "
         + " | ".join(runtime_for(n).summary or n for n in runtime_names())
+        + " (a local run's auto: docker, or podman without docker, when it serves its model "
+          "from an image, as NeMo Evaluator's local executor; else none)"
     )
     image_dir: str | None = key(
         None, "folder of pre-built images, SIF (.sqsh for pyxis); see `hpceval stage`")
@@ -236,21 +238,6 @@ class EvalParams:
     extra: dict[str, Any] = key({}, "harness-specific parameters, passed through")
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str = key(REQUIRED, "task name: short (ifeval) or harness.task")
-    params: EvalParams = field(
-        default_factory=EvalParams,
-        metadata={"doc": "overrides of evaluation.params for this task (merged over them)"},
-    )
-    env_vars: dict[str, str] = key(
-        {}, "environment for this task: literal, or host:NAME / $NAME to pass a variable by name"
-    )
-    container: str | None = key(None, "harness image for this task instead of the catalogue's")
-    timeout: int | None = key(None, "seconds before a hung harness is stopped", minimum=1)
-    allow_unlisted: bool = key(False, "run a harness.task the catalogue does not list")
-
-
 class _InterceptorKeys:
     """What the code sees of evaluation.interceptors: its active chain. The keys themselves are
     the interceptors' own (hpceval/interceptors/, one class each), made into one frozen
@@ -270,8 +257,29 @@ if TYPE_CHECKING:
 else:
     InterceptorsSpec = make_dataclass(
         "InterceptorsSpec", spec_fields(), bases=(_InterceptorKeys,), frozen=True,
-        namespace={"__doc__": "What the in-job proxy changes on the way to and from the model, "
-                              "for every task.", "__module__": __name__})
+        namespace={"__doc__": "What the in-job proxy changes on the way to and from the model: "
+                              "the run's for every task, a task's own merged over them.",
+                   "__module__": __name__})
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str = key(REQUIRED, "task name: short (ifeval) or harness.task")
+    params: EvalParams = field(
+        default_factory=EvalParams,
+        metadata={"doc": "overrides of evaluation.params for this task (merged over them)"},
+    )
+    env_vars: dict[str, str] = key(
+        {}, "environment for this task: literal, or host:NAME / $NAME to pass a variable by name"
+    )
+    container: str | None = key(None, "harness image for this task instead of the catalogue's")
+    timeout: int | None = key(None, "seconds before a hung harness is stopped", minimum=1)
+    allow_unlisted: bool = key(False, "run a harness.task the catalogue does not list")
+    interceptors: InterceptorsSpec = field(
+        default_factory=InterceptorsSpec,
+        metadata={"doc": "this task's own changes (merged over evaluation.interceptors, key by "
+                         "key): the in-job proxy applies them to this task's requests only"},
+    )
 
 
 DEFAULT_CONCURRENT_TASKS = 8  # all of a usual suite's tasks at once, against one server
@@ -291,8 +299,15 @@ class EvaluationSpec:
                             "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(
         default_factory=InterceptorsSpec,
-        metadata={"doc": "request/response changes the in-job proxy applies to every task"},
+        metadata={"doc": "request/response changes the in-job proxy applies to every task "
+                         "(a task's own interceptors are merged over them)"},
     )
+
+    def own_chain(self, task: TaskSpec) -> tuple[Interceptor, ...] | None:
+        """A task's chain where it is not the run's (the task then has a route of its own on
+        the in-job proxy); None where it is."""
+        chain = task.interceptors.chain()
+        return chain if chain != self.interceptors.chain() else None
 
 
 @dataclass(frozen=True)

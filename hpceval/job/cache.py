@@ -13,6 +13,10 @@ Key
     and `priority` (bookkeeping and scheduling). Everything else counts, including fields this
     code does not know: an unknown parameter may change the output, a missed hit only costs a
     request. `0` and `0.0` are different keys; one harness sends the same spelling on resume.
+    When the task's interceptor chain changes requests, its request stage (`request_chain`, as
+    JSON) is a third element, `[path, body, chain]`: tasks whose chains differ never share an
+    answer, even when their bodies come out the same (a task that sends a system prompt itself
+    and one that gets it from its chain); tasks with the same chain, or none, do.
 
     Repeated identical *sampled* requests (temperature absent or > 0) are distinct samples, e.g.
     pass@k done by sending one prompt k times. Answering all k from the first answer would
@@ -79,9 +83,10 @@ _OFF_MASK = (1 << _OFF_BITS) - 1
 _FIRST_READ = 16384  # most answers fit; longer lines are read on in doubling chunks
 
 
-def request_key(path: str, body: dict[str, Any]) -> bytes:
+def request_key(path: str, body: dict[str, Any], chain: str = "") -> bytes:
     canon = {k: v for k, v in body.items() if k not in IGNORED_FIELDS}
-    text = json.dumps([path, canon], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    parts: list[Any] = [path, canon, chain] if chain else [path, canon]
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).digest()
 
 

@@ -10,6 +10,13 @@ computed, because they change what the model sees: rename params -> remove param
 generations). Streamed requests get the request interceptors only; their answers pass through
 untouched. Parameter names may be dotted to reach nested fields:
 `chat_template_kwargs.enable_thinking`.
+
+A task with a chain of its own (NeMo Evaluator's per-task adapter_config, a task's
+`interceptors`) asks the proxy under its task route, `/task/<task key>/...` (contract.TASK_ROUTE;
+proxy_stats takes it off): that task's chain applies (`Routes`), and the rest goes upstream as
+for any other task. The cache key
+carries the chain's request stage (`request_chain`), so answers are shared only between tasks
+whose chains change requests the same way.
 """
 
 from __future__ import annotations
@@ -17,25 +24,31 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from hpceval.interceptors import Interceptor
+from hpceval.interceptors import Interceptor, request_chain
 from hpceval.interceptors.base import CHAT as CHAT
 from hpceval.interceptors.base import COMPLETIONS as COMPLETIONS
 from hpceval.interceptors.base import Body
+from hpceval.job.cache import request_key
 
 log = logging.getLogger(__name__)
 
 
+Prepared = tuple[dict[str, Any], bytes, bytes]  # body after interceptors, its bytes, its key
+
+
 @dataclass(frozen=True)
 class Interceptors:
-    """One chain, split by stage (a proxy can hold one per route: per task)."""
+    """One chain, split by stage (the proxy holds one per route: per task)."""
 
     request: tuple[Interceptor, ...] = ()
     response: tuple[Interceptor, ...] = ()
+    key_chain: str = ""  # request_chain(chain): what the cache key carries of it
+    route: str = ""  # the key of the task it is the own chain of; "" for the job's
 
     def on_request(self, path: str, body: Body) -> None:
         for interceptor in self.request:
@@ -48,30 +61,67 @@ class Interceptors:
         return changed
 
 
-def build_interceptors(chain: Sequence[Interceptor]) -> Interceptors:
+def build_interceptors(chain: Sequence[Interceptor], route: str = "") -> Interceptors:
     return Interceptors(tuple(i for i in chain if i.stage == "request"),
-                        tuple(i for i in chain if i.stage == "response"))
+                        tuple(i for i in chain if i.stage == "response"), request_chain(chain),
+                        route)
+
+
+def prepare(path: str, raw: bytes, chain: Interceptors) -> Prepared | None:
+    """Parse, intercept, hash: once per request (the proxy runs it in a worker thread for a
+    large body). None: the body is not a JSON object."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    if chain.request:
+        chain.on_request(path, body)
+        raw = json.dumps(body, ensure_ascii=False).encode()
+    return body, raw, request_key(path, body, chain.key_chain)
+
+
+class Routes:
+    """The job's chain, and each task's own by its key (its requests under /task/<key>/)."""
+
+    def __init__(self, chain: Sequence[Interceptor],
+                 tasks: Mapping[str, Sequence[Interceptor]]) -> None:
+        self.default = build_interceptors(chain)
+        self.tasks = {key: build_interceptors(c, key) for key, c in tasks.items()}
+
+    def chain(self, task: str | None) -> Interceptors:
+        """The chain for a request under /task/<task>/ (proxy_stats takes the route off);
+        the job's for a task without one of its own, or a request outside any task route."""
+        return self.tasks.get(task, self.default) if task is not None else self.default
 
 
 class RequestLog:
-    """The first `limit` request/response pairs as JSONL (headers, hence API keys, never logged)."""
+    """The first N request/response pairs of each route as JSONL, N its chain's log_requests
+    (headers, hence API keys, never logged); a task's own route's entries name the task."""
 
-    def __init__(self, path: Path | None, limit: int) -> None:
+    def __init__(self, path: Path | None, limit: int | Mapping[str, int]) -> None:
         self.path = path
-        self.remaining = limit if path is not None else 0
+        limits = {"": limit} if isinstance(limit, int) else dict(limit)
+        self.left = {route: n if path is not None else 0 for route, n in limits.items()}
         self._file: IO[str] | None = None
 
+    @property
+    def remaining(self) -> int:
+        return sum(n for n in self.left.values() if n > 0)
+
     def record(self, path: str, request: Body | None, status: int, response: bytes,
-               cached: bool, seconds: float) -> None:
-        if self.remaining <= 0:
+               cached: bool, seconds: float, route: str = "") -> None:
+        if self.left.get(route, 0) <= 0:
             return
-        self.remaining -= 1
+        self.left[route] -= 1
         try:
             answer: Any = json.loads(response)
         except ValueError:
             answer = response.decode("utf-8", "replace")
         entry = {"t": round(time.time(), 3), "path": path, "status": status, "cached": cached,
-                 "ms": round(seconds * 1000, 1), "request": request, "response": answer}
+                 "ms": round(seconds * 1000, 1), "request": request, "response": answer,
+                 **({"task": route} if route else {})}
         try:
             if self._file is None and self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +131,7 @@ class RequestLog:
                 self._file.flush()
         except OSError as exc:
             log.warning("request log disabled: %s", exc)
-            self.remaining = 0
+            self.left = {}
         if self.remaining <= 0:
             self.close()
 

@@ -5,7 +5,9 @@ Runs on the first node of the allocation. `/v1/chat/completions`, `/v1/completio
 progress file; `/health` is the proxy's own (200 while an instance is up); the few other routes
 harnesses use (`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`) are passed
 through as they are, and every other route gets 404 (proxy_guard.allowed).
-Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints.
+Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints. Under a task's route,
+`/task/<task key>/` (proxy_stats), a task with interceptors of its own gets its own chain
+(job.interceptors.Routes).
 
 Other users' processes on the node can reach the port: with `api_key` set (the job passes a
 per-job token by variable name, `--api-key-env`), every path but `/health` needs
@@ -45,8 +47,8 @@ from aiohttp.web_protocol import RequestHandler
 
 from hpceval.job import proxy_guard as guard
 from hpceval.job.budget import poll_metrics
-from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, request_key, storable
-from hpceval.job.interceptors import Interceptors, RequestLog, build_interceptors
+from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, storable
+from hpceval.job.interceptors import Interceptors, RequestLog, Routes, prepare
 from hpceval.job.judge_successor import JudgeSuccessor
 from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy_balancer import Balancer
@@ -61,7 +63,6 @@ log = logging.getLogger(__name__)
 FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"
 LINGER_S = 2.0  # long enough for a client to read a 413 before the connection closes
-Prepared = tuple[dict[str, Any], bytes, bytes]  # body after interceptors, its bytes, its key
 
 
 def error_response(status: int, message: str, kind: str, close: bool = False) -> web.Response:
@@ -72,28 +73,14 @@ def error_response(status: int, message: str, kind: str, close: bool = False) ->
     return response
 
 
-def _prepare(path: str, raw: bytes, interceptors: Interceptors) -> Prepared | None:
-    """Parse, intercept, hash: once per request, in a worker thread for a large body."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(body, dict):
-        return None
-    if interceptors.request:
-        interceptors.on_request(path, body)
-        raw = json.dumps(body, ensure_ascii=False).encode()
-    return body, raw, request_key(path, body)
-
-
 class ProxyServer:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.balancer = Balancer(config.upstreams, external=config.external_upstream,
                                  pids=config.upstream_pids)
         self.progress = Progress(config.expected_requests)
-        self.interceptors = build_interceptors(config.interceptors)
-        self.request_log = RequestLog(config.request_log_path, config.log_requests)
+        self.routes = Routes(config.interceptors, dict(config.task_interceptors))
+        self.request_log = RequestLog(config.request_log_path, config.log_limits)
         self.cache = ResponseCache(config.cache_dir, config.cache_fsync_every) \
             if config.cache_dir is not None else None
         self.port = config.port
@@ -228,7 +215,7 @@ class ProxyServer:
         lease = self.bodies.lease()
         try:
             if path in CACHED_PATHS:
-                return await self._openai(request, lease, task)
+                return await self._openai(request, lease, task, self.routes.chain(task))
             return await self._passthrough(request, lease)
         except BodyError as exc:
             if path in CACHED_PATHS:
@@ -262,11 +249,12 @@ class ProxyServer:
             return web.Response(body=json.dumps(body).encode(), content_type=JSON)
         return error_response(503, self.balancer.down_reason(), "no_upstream")
 
-    async def _openai(self, request: web.BaseRequest, lease: BodyLease,
-                      task: str | None = None) -> web.StreamResponse:
+    async def _openai(self, request: web.BaseRequest, lease: BodyLease, task: str | None = None,
+                      chain: Interceptors | None = None) -> web.StreamResponse:
         path = request.path
+        chain = chain or self.routes.default
         raw = await self._read(request, lease)
-        prepared = await off_loop(len(raw), _prepare, path, raw, self.interceptors)
+        prepared = await off_loop(len(raw), prepare, path, raw, chain)
         if prepared is None:
             self.progress.failed += 1
             return error_response(400, "request body must be a JSON object", "invalid_request")
@@ -281,10 +269,10 @@ class ProxyServer:
                 status = response.status
                 return response
             response, payload, cached, parsed = await self._answer(
-                request, path, body, raw, base_key, task is not None)
+                request, path, chain, body, raw, base_key, task is not None)
             status = response.status
             self.request_log.record(path, body, status, payload, cached,
-                                    time.monotonic() - started)
+                                    time.monotonic() - started, chain.route)
             return response
         finally:
             self.tasks.record(task, status, time.monotonic() - started, cached, parsed, streamed)
@@ -294,8 +282,8 @@ class ProxyServer:
             else:
                 progress.failed += 1
 
-    async def _answer(self, request: web.BaseRequest, path: str, body: dict[str, Any], raw: bytes,
-                      base_key: bytes, counted: bool = False
+    async def _answer(self, request: web.BaseRequest, path: str, chain: Interceptors,
+                      body: dict[str, Any], raw: bytes, base_key: bytes, counted: bool = False
                       ) -> tuple[web.Response, bytes, bool, Any]:
         cache = self.cache
         key = cache.key_for(path, body, base_key) if cache is not None else None
@@ -313,13 +301,13 @@ class ProxyServer:
         ok = 200 <= status < 300
         fresh = cache is not None and key is not None and not hit and ok
         parsed: Any = None
-        if fresh or (ok and (self.interceptors.response or counted)):
+        if fresh or (ok and (chain.response or counted)):
             parsed = await off_loop(len(payload), parse_answer, payload)
         if fresh and cache is not None and key is not None:
             line = storable(path, payload, parsed)
             if line is not None:
                 cache.put(key, path, status, line)
-        if isinstance(parsed, dict) and self.interceptors.on_response(path, parsed):
+        if isinstance(parsed, dict) and chain.on_response(path, parsed):
             payload = json.dumps(parsed, ensure_ascii=False).encode()
         headers = {"X-Hpceval-Cache": "hit" if hit else "miss"}
         return (web.Response(status=status, body=payload, content_type=content_type.split(";")[0],

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpceval.interceptors import chain_from_json
+from hpceval.interceptors import chain_from_json, routes_from_json
 from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig
 from hpceval.job.proxy_liveness import parse_pids
 
@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the interceptor chain, in order: a JSON list of {\"name\": ..., "
                         "\"config\": {...}} (names and keys: evaluation.interceptors; "
                         "log_requests logs the first N request/response pairs as JSONL)")
+    p.add_argument("--task-interceptors", default="{}", metavar="JSON",
+                   help="tasks with a chain of their own: a JSON object {task key: chain}; "
+                        "its requests under /task/<task key>/ (/task/<key>/v1/chat/completions) "
+                        "and gets its chain in place of --interceptors")
     p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB",
                    help="largest request body, as sent and after gzip/deflate decoding "
                         "(default 64); larger ones get 413")
@@ -103,6 +107,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         cache_dir=args.cache_dir, progress_file=args.progress_file, tasks_dir=args.tasks_dir,
         expected_requests=args.expected_requests, request_timeout=args.request_timeout,
         max_retries=args.max_retries, interceptors=chain_from_json(args.interceptors),
+        task_interceptors=tuple(routes_from_json(args.task_interceptors).items()),
         log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, body_deadline=args.body_deadline,

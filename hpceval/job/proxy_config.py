@@ -34,6 +34,9 @@ class ProxyConfig:
     # evaluation.interceptors, the active ones in chain order (hpceval.interceptors): what the
     # proxy changes in requests and answers, and log_requests (the first N pairs logged)
     interceptors: tuple[Interceptor, ...] = ()
+    # Tasks with a chain of their own (evaluation.tasks[].interceptors): (task key, chain), the
+    # task's requests under /task/<task key>/ (job.interceptors.Routes)
+    task_interceptors: tuple[tuple[str, tuple[Interceptor, ...]], ...] = ()
     log_file: Path | None = None  # default: proxy-requests.jsonl beside the progress file
     # The upstream is an API outside the job (deployment.type none): it has no /health, so a
     # down-marked one is re-probed with GET /v1/models, and any answer below 500 means it is up.
@@ -108,15 +111,25 @@ class ProxyConfig:
         if self.budget not in ("off", "adaptive") and not (
                 self.budget.isdigit() and int(self.budget) > 0):
             raise ValueError(f"budget {self.budget!r}: use off, adaptive or a number above 0")
-        problems = [str(issue) for i in self.interceptors for issue in i.issues("interceptors")]
+        chains = [("interceptors", self.interceptors)] + [
+            (f"task_interceptors.{key}", chain) for key, chain in self.task_interceptors]
+        problems = [str(issue) for where, chain in chains for i in chain
+                    for issue in i.issues(where)]
         if problems:
             raise ValueError("; ".join(problems))
 
     @property
+    def log_limits(self) -> dict[str, int]:
+        """Request/response pairs to log per route ("" the job's chain, else a task key): the
+        log_requests interceptor's of each chain, if in it."""
+        chains = [("", self.interceptors), *self.task_interceptors]
+        return {key: max((i.log_requests for i in chain if isinstance(i, LogRequests)),
+                         default=0) for key, chain in chains}
+
+    @property
     def log_requests(self) -> int:
-        """Request/response pairs to log: the log_requests interceptor's, if in the chain."""
-        return max((i.log_requests for i in self.interceptors if isinstance(i, LogRequests)),
-                   default=0)
+        """Whether any route logs pairs (the most any one logs)."""
+        return max(self.log_limits.values())
 
     @property
     def request_log_path(self) -> Path | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpceval._version import __version__
@@ -16,7 +16,7 @@ from hpceval.engines import engine_for
 
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
 from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
-from hpceval.interceptors import chain_json
+from hpceval.interceptors import Interceptor, chain_json, routes_json
 from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext
 from hpceval.render.deployments import deployment_view
@@ -106,7 +106,10 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "client_key": proxy_client_key(spec),
         "client_token": proxy_client_key(spec) == JOB_TOKEN,
         "proxy_args": proxy_arguments(spec.evaluation.interceptors,
-                                      spec.evaluation.proxy_budget),
+                                      spec.evaluation.proxy_budget,
+                                      {s.key: rt.spec.interceptors.chain()
+                                       for s, rt in zip(steps, resolved.tasks, strict=True)
+                                       if s.route}),
         "aux_proxies": proxy_views(resolved, ports),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": base_of(fixed_url),
                      **proxied(fixed_url), "model_id": spec.request_model or ""},
@@ -119,12 +122,16 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     }
 
 
-def proxy_arguments(rules: InterceptorsSpec, budget: str = "off") -> list[str]:
-    """evaluation.interceptors and proxy_budget as `hpceval.job proxy` options: the active
-    chain as one JSON word. Always --flag=value: a value that starts with a dash is still the
+def proxy_arguments(rules: InterceptorsSpec, budget: str = "off",
+                    routes: Mapping[str, Sequence[Interceptor]] | None = None) -> list[str]:
+    """evaluation.interceptors, the tasks' own chains (by task key: each task with one asks
+    the proxy under /task/<key>/) and proxy_budget as `hpceval.job proxy` options: each chain
+    set as one JSON word. Always --flag=value: a value that starts with a dash is still the
     flag's value."""
     chain = rules.chain()
     words = [f"--interceptors={chain_json(chain)}"] if chain else []
+    if routes:
+        words.append(f"--task-interceptors={routes_json(routes)}")
     return [*words, f"--budget={budget}"] if budget != "off" else words
 
 

@@ -17,6 +17,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
+from hpceval.contract import TASK_ROUTE
 from hpceval.engines import engine_for
 from hpceval.render import aux_job
 from hpceval.render.quoting import ShellCode, passed_env, var
@@ -38,6 +39,9 @@ class Step:
     runner: list[Any]  # container exec prefix; empty: the host-installed harness
     env: list[tuple[str, Any]]
     expected_requests: int | None = None  # TaskDef.expected_requests: None when unknown
+    # its route when it has interceptors of its own: it asks the in-job proxy under
+    # /task/<key>/ (contract.TASK_ROUTE; its chain, hpceval.job.interceptors.Routes); "" else
+    route: str = ""
 
 
 def env_value(value: str) -> Any:
@@ -79,9 +83,13 @@ def build_steps(resolved: ResolvedConfig) -> list[Step]:
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if rt.resolution.requested != task.qualified_name:
             title += f", requested as {rt.resolution.requested}"
+        own = spec.evaluation.own_chain(rt.spec) is not None
+        if own:
+            title += ", its own interceptors"
         steps.append(Step(index, rt.key, task.qualified_name, title, rt.spec.timeout or 0,
                           ShellCode(rt.command), runner, env,
-                          task.expected_requests(rt.params.get("limit_samples"))))
+                          task.expected_requests(rt.params.get("limit_samples")),
+                          f"{TASK_ROUTE}/{rt.key}" if own else ""))
     return steps
 
 

@@ -29,16 +29,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import RUNTIME_FILE
+from hpceval.contract import RUNTIME_FILE, TASK_KEY
 
 SCHEMA = 1
-# Every task key config.tasks makes ([A-Za-z0-9._-], no leading "."): "." and ".." never match.
-KEY_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+KEY_RE = TASK_KEY  # every task key config.tasks makes (contract)
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM renamed the first to the second
 
 

@@ -188,7 +188,7 @@ def _advanced_adapters(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert rules.log_requests == 1 and not rules.strip_reasoning
     # The in-job proxy runs in front of the external API and applies them.
     assert "--upstream https://integrate.api.nvidia.com --external-upstream" in script
-    assert 'HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/v1/chat/completions' in script
+    assert 'HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE$1"/v1/chat/completions' in script
     _params(r, request_timeout=3600, parallelism=1)
 
 
@@ -224,7 +224,17 @@ def _ray(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert "docker://vllm/vllm-openai:v0.15.1" in script
 
 
+def _docker(r: ResolvedConfig, script: str) -> None:
+    """In containers as NEL's local executor runs them: the server and the harness."""
+    assert r.spec.execution.container_runtime == "docker"
+    server = script.split("launch_server 0 head")[1].split("vllm serve")[0]
+    assert "docker run" in server and "--network=host" in server
+    assert "endpoint, in docker)" in script  # the harness
+
+
 def _logprobs(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    _docker(r, script)
+    assert r.spec.deployment.image == "docker://vllm/vllm-openai:v0.32.0"  # the local profile's
     assert r.spec.deployment.env_vars == {"HF_TOKEN": "host:HF_TOKEN"}
     assert r.spec.evaluation.env_vars == {"HF_TOKEN": "host:HF_TOKEN"}
     assert r.spec.evaluation.tasks[0].params.extra == {
@@ -234,12 +244,15 @@ def _logprobs(r: ResolvedConfig, script: str, cwd: Path) -> None:
 
 def _image(expected: str) -> Check:
     def check(r: ResolvedConfig, script: str, cwd: Path) -> None:
-        assert r.spec.deployment.image == expected and expected in script
+        assert r.spec.deployment.image == expected
         assert r.layout.instances == 1
+        _docker(r, script)  # docker runs the registry image by its name
+        assert f"    {expected.removeprefix('docker://')} \\\n    vllm serve" in script
     return check
 
 
 def _super_base(r: ResolvedConfig, script: str, cwd: Path) -> None:
+    _docker(r, script)
     dep = r.spec.deployment
     assert (dep.image, dep.tensor_parallel_size, r.layout.instances) == (
         "docker://vllm/vllm-openai:v0.13.0", 8, 1)
@@ -250,6 +263,35 @@ def _super_base(r: ResolvedConfig, script: str, cwd: Path) -> None:
     assert r.spec.evaluation.tasks[0].params.extra["tokenizer_backend"] == "huggingface"
 
 
+def _chains(named: dict[str, dict[str, object]], others: dict[str, object] | None = None,
+            shared: dict[str, object] | None = None) -> Check:
+    """NEL's one adapter per task: each named task's own interceptors (the keys given), the
+    others' ``others`` (None: the run's chain, ``shared``); every task with a chain of its own
+    asks the proxy under /task/<its key>/, and the proxy is given those chains."""
+    def check(r: ResolvedConfig, script: str, cwd: Path) -> None:
+        run = r.spec.evaluation.interceptors
+        for key, value in (shared or {}).items():
+            assert getattr(run, key) == value, key
+        for task, rt in zip(r.spec.evaluation.tasks, r.tasks, strict=True):
+            rules = named.get(task.name, others)
+            own = r.spec.evaluation.own_chain(task) is not None
+            routed = f"  endpoint_urls /task/{rt.key}  # its own interceptors\n" in script
+            assert (own, routed) == (rules is not None, rules is not None), task.name
+            for key, value in (rules or {}).items():
+                assert getattr(task.interceptors, key) == value, (task.name, key)
+        assert ("--task-interceptors=" in script) == bool(named or others)
+    return check
+
+
+THINK_OFF = {"add_params": {"chat_template_kwargs": {"enable_thinking": False},
+                            "skip_special_tokens": False}, "log_requests": 10}
+# every task logs 10 requests (its adapter_config's use_request_logging); the ruler tasks
+# also turn thinking off (NEL: one adapter per task, each with its own log)
+NANO_CHAINS = _chains({"ruler-128k-chat": THINK_OFF, "ruler-64k-chat": THINK_OFF},
+                      {"log_requests": 10, "add_params": {}})
+OWN_CHAINS = "adapter_configs became their own interceptors"
+JUDGE_URL = ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url="
+             "http://judge/v1")
 LEPTON = Refused(("Lepton deployments are out of scope for hpceval",
                   "use execution: slurm/default or local"))
 NIM = Refused(("NIM deployments are out of scope for hpceval",
@@ -274,9 +316,9 @@ EXPORT_NOTES = ("export.mlflow.log_metrics is ignored: every metric of every tas
 EXPORT = Refused(("export.mlflow.tracking_uri: MISSING value",),
                  then=((f"export.mlflow.tracking_uri={MLFLOW_URI}",),
                        Renders(("simple_evals.gpqa_diamond",), _auto_export, EXPORT_NOTES)))
-SEPARATE_RUNS = "run the tasks that need different settings as separate runs"
-CONTAINERS = "is container, but execution.container_runtime is none"
-APPTAINER = ("execution.container_runtime=apptainer",)
+# NEL's local executor runs the server and harnesses with docker: so does the local profile
+# (container_runtime: auto), here on a machine where neither docker nor podman is found
+DOCKER_NOTE = "execution.container_runtime: auto chose docker (neither docker nor podman found"
 FILL = ("execution.hostname=my-cluster.com", "execution.account=my-account",
         "execution.output_dir=/absolute/path/on/cluster")
 
@@ -286,10 +328,12 @@ OUTCOMES: dict[str, Renders | Refused] = {
     "local_auto_export.yaml": EXPORT, "slurm_sglang_auto_export.yaml": EXPORT,
     "local_advanced_adapters.yaml": Renders(("simple_evals.mgsm",), _advanced_adapters, (
         "adapter_config became evaluation.interceptors: add_params=",)),
-    "local_reasoning.yaml": Refused((
-        "tasks ask for different interceptors (simple_evals.mmlu_pro: strip_reasoning=True, "
-        "system_prompt='\"/think\"'; lm-evaluation-harness.ifeval: system_prompt="
-        "'\"/no_think\"')", SEPARATE_RUNS)),
+    "local_reasoning.yaml": Renders(
+        ("simple_evals.mmlu_pro", "lm-evaluation-harness.ifeval"),
+        _chains({"simple_evals.mmlu_pro": {"system_prompt": '"/think"', "strip_reasoning": True},
+                 "lm-evaluation-harness.ifeval": {"system_prompt": '"/no_think"',
+                                                  "strip_reasoning": False}}),
+        (OWN_CHAINS,)),
     "local_extra_params.yaml": Renders(None, _extra_params, (
         "AA_math_test_500.nemo_evaluator_config.config.extra was read as config.params.extra",)),
     "local_safety.yaml": Refused(
@@ -308,34 +352,35 @@ OUTCOMES: dict[str, Renders | Refused] = {
                                  "bigcode-evaluation-harness.mbpp-chat"), _local_basic,
                                 ("execution.output_dir 'nel-results' is relative",)),
     "local_tools.yaml": Renders(("nemo_skills.ns_aime2025",), _local_tools),
-    "local_vllm_logprobs.yaml": Refused(
-        ("deployment.image: a vllm server from a container needs an image",),
-        then=(("deployment.image=vllm/vllm-openai:v0.11.0", *APPTAINER),
-              Renders(("lm-evaluation-harness.piqa",), _logprobs))),
-    "nemotron/local_nvidia-nemotron-3-nano-30b-a3b-base.yaml": Refused(
-        (CONTAINERS, "set deployment.runtime=host, or a container runtime"),
-        then=(APPTAINER, Renders(None, _image("docker://vllm/vllm-openai:v0.12.0")))),
+    "local_vllm_logprobs.yaml": Renders(("lm-evaluation-harness.piqa",), _logprobs,
+                                        (DOCKER_NOTE,)),
+    "nemotron/local_nvidia-nemotron-3-nano-30b-a3b-base.yaml": Renders(
+        None, _image("docker://vllm/vllm-openai:v0.12.0"), (DOCKER_NOTE,)),
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3_tools.yaml": Renders(
         ("nemo_skills.ns_aime2025", "nemo_skills.ns_gpqa"), _nano_tools,
         ("adapter_config became evaluation.interceptors: log_requests=10",
          "execution.hf_cache_dir './hf_cache' is relative")),
     "nemotron/local_nvidia_nemotron_3_nano_30b_a3b.yaml": Refused(
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
-         "MISSING value", "ruler-128k-chat, ruler-64k-chat: add_params=", SEPARATE_RUNS)),
-    "nemotron/local_qwen3-30b-a3b-base.yaml": Refused(
-        (CONTAINERS,), then=(APPTAINER, Renders(None,
-                                                _image("docker://vllm/vllm-openai:v0.11.0")))),
-    "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b-base.yaml": Refused(
-        (CONTAINERS,),  # TP=8: the local profile's gpus_per_node: auto sizes to it
-        then=(APPTAINER, Renders(None, _super_base,
-                                 ("auto could not count this machine's GPUs",)))),
+         "MISSING value",),
+        then=((JUDGE_URL,), Renders(None, NANO_CHAINS, (OWN_CHAINS,)))),
+    "nemotron/local_qwen3-30b-a3b-base.yaml": Renders(
+        None, _image("docker://vllm/vllm-openai:v0.11.0"), (DOCKER_NOTE,)),
+    # TP=8: the local profile's gpus_per_node: auto sizes to it
+    "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b-base.yaml": Renders(
+        None, _super_base, ("auto could not count this machine's GPUs", DOCKER_NOTE)),
     "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b.yaml": Refused(
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
          "MISSING value", "evaluation.tasks.tau2_bench_telecom.config.config.params.extra.user."
          "url: MISSING value")),
-    "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b_low_budget.yaml": Refused(
-        ("tasks ask for different interceptors", "tau2_bench_telecom: add_params=",
-         SEPARATE_RUNS)),
+    # its tau2_bench_telecom writes `config:`, NEL's older name of nemo_evaluator_config: read
+    # so, every task's adapter_config is the same: one chain for the run
+    "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b_low_budget.yaml": Renders(
+        None, _chains({}, None, {"add_params": {"chat_template_kwargs": {
+            "enable_thinking": True, "low_effort": True}, "skip_special_tokens": False},
+            "log_requests": 10}),
+        ("tau2_bench_telecom.config is NeMo Evaluator's older name",
+         "adapter_config became evaluation.interceptors")),
     "nemotron/nemotron-3-super/local_nemotron-3-super-120b-a12b_tools.yaml": Refused(
         ("evaluation.tasks.ns_hle.nemo_evaluator_config.config.params.extra.judge.url: "
          "MISSING value",),
@@ -344,12 +389,13 @@ OUTCOMES: dict[str, Renders | Refused] = {
               Refused(("unknown task 'nemo_skills.ns_aime2026'", "allow_unlisted: true")))),
     "nemotron/slurm_nvidia_nemotron_3_nano_30b_a3b_nvfp4.yaml": Refused(
         ("execution.hostname: MISSING value", "execution.account: MISSING value",
-         "execution.output_dir: MISSING value"),
-        then=(FILL, Refused(("ruler-128k-chat, ruler-64k-chat: add_params=",
-                             SEPARATE_RUNS)))),
-    "slurm_nemotron_benchmarks.yaml": Refused(
-        ("lm-evaluation-harness.ifeval: strip_reasoning=True, system_prompt='\"detailed "
-         "thinking off\"'", SEPARATE_RUNS)),
+         "execution.output_dir: MISSING value", "extra.judge.url: MISSING value"),
+        then=((*FILL, JUDGE_URL), Renders(None, NANO_CHAINS, (OWN_CHAINS,)))),
+    "slurm_nemotron_benchmarks.yaml": Renders(
+        None, _chains({"lm-evaluation-harness.ifeval": {
+            "system_prompt": '"detailed thinking off"', "strip_reasoning": True}},
+            {"system_prompt": '"detailed thinking on"', "strip_reasoning": True}),
+        (OWN_CHAINS,)),
     "slurm_vllm_advanced_hf_caching.yaml": Renders(
         ("lm-evaluation-harness.ifeval", "lm-evaluation-harness.gsm8k"), _hf_caching),
     "slurm_vllm_auxiliary_judge.yaml": Renders(
@@ -438,11 +484,12 @@ def test_example_outcome(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)  # relative output_dir / bind sources land here
     # the local profile counts this machine's GPUs: here a machine where none can be counted
     monkeypatch.setattr("hpceval.config.nemo_forms.count_gpus", lambda env, which=None: None)
+    monkeypatch.setattr("hpceval.config.nemo_forms.find_program", lambda name: None)
     _check(name, DOCUMENTED[name], OUTCOMES[name], Path(os.getcwd()))
 
 
 def test_tally() -> None:
     """The counts the issue's closing note reports (as documented, before any 'then')."""
     renders = sorted(n for n, o in OUTCOMES.items() if isinstance(o, Renders))
-    assert len(renders) == 12, renders
-    assert len(OUTCOMES) - len(renders) == 20
+    assert len(renders) == 19, renders
+    assert len(OUTCOMES) - len(renders) == 13

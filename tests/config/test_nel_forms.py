@@ -173,9 +173,6 @@ def test_server_command_for_vllm_is_not_dropped_silently(tmp_path: Path) -> None
      "OmegaConf interpolation"),
     (("        limit_samples: 5\n", "        limit_samples: 5\n      samples: {n: 1}\n"),
      "evaluation.nemo_evaluator_config.config.samples: is not a NeMo Evaluator setting"),
-    (("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:\n        target:\n"
-      "          api_endpoint: {adapter_config: {use_reasoning: true}}\n"),
-     "gsm8k: strip_reasoning=True); hpceval's in-job proxy applies one set to every task"),
 ])
 def test_unsupported_launcher_features_are_refused_in_words(tmp_path: Path,
                                                              change: tuple[str, str],
@@ -244,6 +241,72 @@ def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
         {"name": "log_requests", "config": {"log_requests": 1}}]
 
 
+TASK_ADAPTER = ("    - name: gsm8k\n", "    - name: gsm8k\n      nemo_evaluator_config:\n"
+                "        target:\n          api_endpoint:\n            adapter_config:\n"
+                "              use_reasoning: true\n              use_system_prompt: true\n"
+                "              custom_system_prompt: think step by step\n")
+
+
+def _routes(script: str) -> dict[str, object]:
+    """The proxy's --task-interceptors word, as bash reads the rendered PROXY_ARGS line."""
+    line = next(ln for ln in script.splitlines() if "--task-interceptors=" in ln)
+    words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {line}\n"
+                            "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
+                           text=True, check=True).stdout.split("\0")[:-1]
+    word = next(w for w in words if w.startswith("--task-interceptors="))
+    routes: dict[str, object] = json.loads(word.removeprefix("--task-interceptors="))
+    return routes
+
+
+def test_a_tasks_own_adapter_config_becomes_its_own_interceptors(tmp_path: Path) -> None:
+    """NEL runs one adapter per task: a task whose adapter_config differs gets its own chain,
+    which the proxy applies under the task's route; the other task keeps the run's (none)."""
+    r = _load(tmp_path, SLURM.replace(*TASK_ADAPTER), *FILLED)
+    ifeval, gsm8k = r.spec.evaluation.tasks  # type: ignore[attr-defined]
+    assert r.spec.evaluation.own_chain(ifeval) is None  # type: ignore[attr-defined]
+    assert (gsm8k.interceptors.strip_reasoning, gsm8k.interceptors.system_prompt) == (
+        True, "think step by step")
+    key = r.tasks[1].key  # type: ignore[attr-defined]
+    run = write(tmp_path / "run.yaml", SLURM.replace(*TASK_ADAPTER))
+    result = CliRunner().invoke(cli, ["render", str(run), *[w for o in FILLED for w in ("-o", o)]])
+    assert result.exit_code == 0, result.output
+    assert "became their own interceptors" in result.stderr
+    script = result.stdout
+    assert _routes(script) == {key: [
+        {"name": "system_prompt", "config": {"system_prompt": "think step by step"}},
+        {"name": "strip_reasoning", "config": {"strip_reasoning": True,
+                                               "reasoning_start": "<think>",
+                                               "reasoning_end": "</think>"}}]}
+    # the task's environment points its harness at its route; the other task's does not
+    urls = script[script.index("endpoint_urls() {"):script.index('endpoint_urls ""')]
+    steps = script.split("\ntask_environment_")
+    assert f"  endpoint_urls /task/{key}  # its own interceptors" in steps[2]
+    assert "endpoint_urls /task/" not in steps[1]
+    got = subprocess.run(["bash", "-c", f'ENDPOINT_BASE=http://127.0.0.1:9\n{urls}\n'
+                          f'endpoint_urls /task/{key}; echo "$HPCEVAL_BASE_URL"'],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert got == f"http://127.0.0.1:9/task/{key}/v1"
+
+
+def test_a_tasks_own_interceptors_merge_over_the_runs(tmp_path: Path) -> None:
+    """Our own form: evaluation.tasks[].interceptors, key by key over evaluation.interceptors;
+    a task that turns one off has its own chain too."""
+    text = SLURM + "  interceptors: {system_prompt: be brief, strip_reasoning: true}\n"
+    r = _load(tmp_path, text, *FILLED, "evaluation.tasks.gsm8k.interceptors.strip_reasoning=false",
+              "evaluation.tasks.lm-evaluation-harness.ifeval.interceptors.log_requests=3")
+    ifeval, gsm8k = r.spec.evaluation.tasks  # type: ignore[attr-defined]
+    assert (ifeval.interceptors.system_prompt, ifeval.interceptors.strip_reasoning,
+            ifeval.interceptors.log_requests) == ("be brief", True, 3)
+    assert (gsm8k.interceptors.system_prompt, gsm8k.interceptors.strip_reasoning) == (
+        "be brief", False)
+    same = _load(tmp_path, text, *FILLED,
+                 "evaluation.tasks.gsm8k.interceptors.strip_reasoning=true")
+    assert all(same.spec.evaluation.own_chain(t) is None  # type: ignore[attr-defined]
+               for t in same.spec.evaluation.tasks)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"evaluation.tasks.gsm8k.interceptors.add_params"):
+        _load(tmp_path, text, *FILLED, "evaluation.tasks.gsm8k.interceptors.add_params.a b=1")
+
+
 def test_interceptors_written_in_our_form(tmp_path: Path) -> None:
     text = SLURM + "  interceptors: {system_prompt: be brief, strip_reasoning: true}\n"
     r = _load(tmp_path, text, *FILLED, "evaluation.interceptors.system_prompt=be very brief")
@@ -260,8 +323,8 @@ def test_interceptors_put_the_proxy_in_front_of_an_external_endpoint(tmp_path: P
     assert "PROXY_ARGS=(--upstream https://api.example.com --external-upstream)" in script
     assert ("PROXY_ARGS+=('--interceptors=[{\"name\":\"system_prompt\",\"config\":"
             "{\"system_prompt\":\"be brief\"}}]')") in script
-    assert 'export HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE"/prefix/v1/chat/completions' in script
-    assert 'export HPCEVAL_BASE_URL="$ENDPOINT_BASE"/prefix/v1' in script
+    assert 'export HPCEVAL_ENDPOINT_URL="$ENDPOINT_BASE$1"/prefix/v1/chat/completions' in script
+    assert 'export HPCEVAL_BASE_URL="$ENDPOINT_BASE$1"/prefix/v1' in script
     path = tmp_path / "job.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)

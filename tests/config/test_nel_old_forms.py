@@ -211,3 +211,38 @@ def test_local_examples_run_in_docker_as_nels_local_executor(tmp_path: Path,
     assert "--gpus all" in server and "vllm/vllm-openai:v0.11.0 \\\n    vllm serve" in server
     assert "-e VLLM_API_KEY" in server and "docker://" not in server
     assert "-e HF_TOKEN" in harness and "eval-factory/lm-evaluation-harness:26.03" in harness
+
+
+def _machine_with(monkeypatch: pytest.MonkeyPatch, *programs: str) -> None:
+    monkeypatch.setattr("hpceval.config.nemo_forms.find_program",
+                        lambda name: f"/usr/bin/{name}" if name in programs else None)
+
+
+@pytest.mark.parametrize(("programs", "chosen"), [
+    (("docker", "podman"), "docker"), (("podman",), "podman"), ((), "docker")])
+def test_local_runtime_auto_is_nels_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           programs: tuple[str, ...], chosen: str) -> None:
+    """The local profile's container_runtime: auto gives a served model the runtime NEL's local
+    executor uses (docker; podman, same command line, where docker is absent), with a note."""
+    _machine_with(monkeypatch, *programs)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    run = LOCAL_VLLM.replace("  container_runtime: apptainer\n", "")
+    r = _load(tmp_path, run)
+    assert r.spec.execution.container_runtime == chosen
+    assert any(f"auto chose {chosen}" in n for n in r.composed.notes)
+    # what the run file (or -o) says wins
+    assert _load(tmp_path, run, "execution.container_runtime=none",
+                 "deployment.runtime=host").spec.execution.container_runtime == "none"
+
+
+def test_local_runtime_auto_without_a_served_image(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An external endpoint (or a server from the host) keeps host-installed harnesses, as
+    before auto; auto on a Slurm profile is refused in words."""
+    _machine_with(monkeypatch, "docker")
+    r = _load(tmp_path, EXTERNAL)
+    assert r.spec.execution.container_runtime == "none"
+    assert not any("auto chose" in n for n in r.composed.notes)
+    slurm = EXTERNAL.replace("execution: local", "execution: slurm/default")
+    with pytest.raises(ConfigError, match=r"container_runtime: is auto.*only for execution.type"):
+        _load(tmp_path, slurm, "execution.container_runtime=auto", "execution.account=a")

@@ -2,12 +2,14 @@
 """A deterministic OpenAI-compatible server for tests (stdlib only, no model).
 
     python3 reference_server.py --port 8000 [--model NAME] [--startup-delay S] [--fail]
+                                [--request-log DIR]
 
 GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions. The answer to a
 prompt is a pure function of the prompt: "2+2" style sums are answered, everything else is
 echoed, so tests can check exact outputs. `--fail` exits 1 at once (a server that cannot start);
-`--startup-delay` keeps /health unready for S seconds (a slow model load). The port defaults to
-$PORT, which the `command` deployment sets.
+`--startup-delay` keeps /health unready for S seconds (a slow model load); `--request-log DIR`
+appends every POST (path and body, as the server got it) to DIR/requests-<port>.jsonl. The port
+defaults to $PORT, which the `command` deployment sets.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._send(400, {"error": "body is not JSON"})
             return
+        self.server.log_request_body(self.path, body)
         if self.path == "/v1/chat/completions":
             messages = body.get("messages") or [{}]
             prompt = str(messages[-1].get("content", ""))
@@ -88,11 +91,21 @@ class Handler(BaseHTTPRequestHandler):
 class ReferenceServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, model: str, startup_delay: float) -> None:
+    def __init__(self, port: int, model: str, startup_delay: float,
+                 request_log: str | None = None) -> None:
         super().__init__(("0.0.0.0", port), Handler)
         self.port = port
         self.model = model
         self._ready_at = time.monotonic() + startup_delay
+        self._log = os.path.join(request_log, f"requests-{port}.jsonl") if request_log else None
+        self._log_lock = threading.Lock()
+
+    def log_request_body(self, path: str, body: Any) -> None:
+        if self._log is None:
+            return
+        line = json.dumps({"path": path, "body": body}) + "\n"
+        with self._log_lock, open(self._log, "a", encoding="utf-8") as f:
+            f.write(line)
 
     def ready(self) -> bool:
         return time.monotonic() >= self._ready_at
@@ -104,11 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="reference-model")
     ap.add_argument("--startup-delay", type=float, default=0.0)
     ap.add_argument("--fail", action="store_true", help="exit 1 immediately")
+    ap.add_argument("--request-log", metavar="DIR",
+                    help="append each POST to DIR/requests-PORT.jsonl")
     args = ap.parse_args(argv)
     if args.fail:
         print("reference server: asked to fail at start-up", file=sys.stderr)
         return 1
-    server = ReferenceServer(args.port, args.model, args.startup_delay)
+    server = ReferenceServer(args.port, args.model, args.startup_delay, args.request_log)
     print(f"reference server: {args.model} on port {args.port}", file=sys.stderr, flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -181,6 +181,33 @@ def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmCli
     assert request["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+def test_each_task_gets_its_own_interceptors(slurm_cluster: CommandSlurmClient,
+                                             workdir: Path) -> None:
+    """NeMo Evaluator's one adapter per task, through one proxy: two tasks send the same
+    request, each with its own system prompt (evaluation.tasks[].interceptors); the server's
+    request log shows each task's own prompt, so neither got the other's cached answer."""
+    log_dir = workdir / "per-task-requests"
+    log_dir.mkdir()
+    job_id, model_dir, _ = submit(
+        slurm_cluster, workdir, "per-task-interceptors",
+        server_args=f"--request-log {log_dir}", interceptors={"log_requests": 5}, tasks=[
+            {"name": "it_ask", "interceptors": {"system_prompt": "you are task one"}},
+            {"name": "it_ask_again", "interceptors": {"system_prompt": "you are task two"}}])
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    assert "all 2 task(s) passed" in log
+    seen = [json.loads(line) for f in sorted(log_dir.glob("requests-*.jsonl"))
+            for line in f.open()]
+    prompts = sorted(entry["body"]["messages"][0]["content"] for entry in seen)
+    assert prompts == ["you are task one", "you are task two"], seen
+    assert {entry["body"]["messages"][-1]["content"] for entry in seen} == {"What is 2+2?"}
+    # the proxy's log names each task's route (log_requests is the run's, merged into both)
+    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
+    assert sorted((e["task"], e["request"]["messages"][0]["content"]) for e in logged) == [
+        ("it-harness.it_ask", "you are task one"), ("it-harness.it_ask_again", "you are task two")]
+
+
 def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlurmClient,
                                                        workdir: Path) -> None:
     """deployment.type none with evaluation.interceptors: the job starts the proxy in front of

@@ -125,14 +125,14 @@ async def test_client_slow_to_send_its_body_gets_408(make_config: MakeConfig) ->
 
 async def test_large_bodies_are_parsed_and_hashed_off_the_event_loop(
         make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hpceval.job.proxy as proxy_module
+    import hpceval.job.interceptors as proxy_module  # where the proxy parses and hashes
 
     threads: list[bool] = []
     real = proxy_module.request_key
 
-    def recording(path: str, body: dict[str, Any]) -> bytes:
+    def recording(path: str, body: dict[str, Any], chain: str = "") -> bytes:
         threads.append(threading.current_thread() is threading.main_thread())
-        return real(path, body)
+        return real(path, body, chain)
 
     monkeypatch.setattr(proxy_module, "request_key", recording)
     up = FakeUpstream()
