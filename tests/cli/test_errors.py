@@ -29,10 +29,11 @@ from hpceval.errors import ConfigError, HpcevalError
 PACKAGE = Path(hpceval.__file__).parent
 # Errors of the in-job runtime that never reach a user's command: the proxy's answers to its
 # clients (a 4xx/5xx, a retry), collect's (a task's state in its job log), the watch tick's
-# retry signal, and the judge hook inside lm-eval's own process.
+# retry signal, the judge hook inside lm-eval's own process, and the sweep judge's endpoint
+# record as the element's job reads it (the job's log and the proxy's 503 say why).
 IN_JOB = {"BodyError", "UpstreamConnectError", "UpstreamProtocolError", "UpstreamFailure",
           "UpstreamDisconnected", "ResultsAlreadyFinal", "NoResultsFound", "SubmitFailed",
-          "JudgeError"}
+          "JudgeError", "EndpointMissing", "EndpointUntrusted"}
 
 
 def _modules() -> list[str]:
