@@ -3,7 +3,8 @@
 Each test takes functions out of a real rendered job script and runs them with a real listener
 where another user's process would sit, so what is checked is the shell the job runs:
 
-* the port block: the job's first-choice block has a listener in it -> the next free block;
+* the port block: the job's first-choice block has a listener in it (IPv4 or IPv6) -> the next
+  free block;
 * an instance's readiness: something answers /health and /v1/models on its port, but its own
   log never said vLLM serves -> not ready (the job times out instead of using it);
 * the server environment: the tasks' secrets (passed by name) are gone, the per-job token is
@@ -66,7 +67,26 @@ def squatter() -> Iterator[int]:
         server.server_close()
 
 
-def test_port_block_skips_a_block_someone_listens_in(render: RenderFn) -> None:
+def _listener(family: socket.AddressFamily) -> socket.socket:
+    """A socket of 'someone else' that will listen on loopback of this family (IPv6: v6 only,
+    so it shows in /proc/net/tcp6 alone); skips where the family has no loopback."""
+    sock = socket.socket(family)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind(("::1", 0))
+        except OSError:
+            sock.close()
+            pytest.skip("no IPv6 loopback here")
+        sock.close()
+        sock = socket.socket(family)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    return sock
+
+
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
+def test_port_block_skips_a_block_someone_listens_in(render: RenderFn,
+                                                     family: socket.AddressFamily) -> None:
     script = render("slurm", VLLM_RUN)
     call = re.search(r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) ", script, re.M)
     assert call, "PORT_BASE is not chosen by free_port_block"
@@ -74,8 +94,9 @@ def test_port_block_skips_a_block_someone_listens_in(render: RenderFn) -> None:
     assert first + slots * block <= 32768  # below Linux's ephemeral range
     functions = function(script, "listening_ports") + "\n" + function(script, "free_port_block")
     slot = 7
-    with socket.socket() as s:  # 'someone else' listens on a port inside slot 7's block
-        s.bind(("127.0.0.1", first + slot * block + 5))
+    loopback = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    with _listener(family) as s:  # 'someone else' listens on a port inside slot 7's block
+        s.bind((loopback, first + slot * block + 5))
         s.listen()
         out = bash(f"{functions}\nfree_port_block {first} {block} {slots} {slot}")
         kept = bash(f"{functions}\nfree_port_block {first} {block} {slots} {slot + 2}")
