@@ -153,15 +153,3 @@ def with_flags(frame: Any, *, texts: bool) -> Any:
     out["flags"] = column if column or out.empty else ""
     return out
 
-
-@functools.lru_cache(maxsize=4096)
-def _finished_task_flags(task_dir: str, _runtime_stamp: int) -> list[Flag]:
-    from hpceval.results.table import primary_metric
-
-    found = primary_metric(task_dir)
-    if found is None:
-        return []
-    task, metric = found
-    filter = metric.get("filter") if isinstance(metric.get("filter"), str) else None
-    return task_flags(task_dir, task, str(metric.get("name")), filter or None,
-                      metric.get("n_samples"))
