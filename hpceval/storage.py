@@ -29,25 +29,33 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
-    """`mode` is narrowed by the umask, as for any created file (execution.umask sets it)."""
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o644, durable: bool = True) -> None:
+    """`mode` is narrowed by the umask, as for any created file (execution.umask sets it).
+
+    durable=False skips the fsyncs, for files rewritten every few seconds (the proxy's
+    progress), where one round trip to an NFS server per write costs more than a lost update.
+    The temp file's name is unique per call, so threads of one process may write at once.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def atomic_write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode)
+def atomic_write_json(path: Path, data: Any, *, mode: int = 0o644, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode,
+                      durable=durable)
 
 
 def fsync_dir(folder: Path) -> None:

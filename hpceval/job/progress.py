@@ -30,7 +30,6 @@ node sees either the previous or the next complete document, never a partial one
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -39,6 +38,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from hpceval.storage import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +51,8 @@ def _iso(ts: float) -> str:
 
 
 def write_atomic(path: Path, data: dict[str, Any], durable: bool = False) -> None:
-    """Replace `path` with `data` as JSON; the temp file sits beside it (same file system)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-        if durable:  # only at exit: an fsync every 2 s is a needless NFS round trip
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace `path` with `data` as JSON; fsync'd only at exit (every 2 s: needless NFS trips)."""
+    atomic_write_json(path, data, durable=durable)
 
 
 class Progress:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from hpceval.job.progress import Progress, write_atomic
@@ -34,6 +35,29 @@ def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     write_atomic(target, {"a": 2}, durable=True)
     assert json.loads(target.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]  # no temp file left
+
+
+def test_write_atomic_from_two_threads_at_once(tmp_path: Path) -> None:
+    # The proxy's periodic writer and its SIGUSR1 flush both write progress.json from worker
+    # threads of one process: each write needs a temp file of its own.
+    path = tmp_path / "progress.json"
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(400):
+                write_atomic(path, {"writer": n, "i": i, "pad": "x" * 4096})
+        except BaseException as exc:  # the test reports whatever a write raised
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert json.loads(path.read_text())["i"] == 399
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.json"]
 
 
 def test_instance_urls_are_server_base_urls() -> None:
