@@ -20,6 +20,9 @@ node sees either the previous or the next complete document, never a partial one
       "eta_s": 90.0,         (expected - done - failed) / rate, or null
       "upstream_error": null | "all 2 upstream instances are down: http://... (reason); ...",
       "no_upstream": {"count": 0, "last_at": null, "last_reason": null},
+      "busy": {"seconds": 81.5,            time with at least one request in flight
+               "first_at": 1767268800.25,  Unix time of the first request, or null
+               "idle_at": 1767268890.5},   Unix time in-flight last fell to 0, or null
       "instances": [{"url": "http://node002:8000", "state": "up" | "down", "outstanding": 32,
                      "done": 600, "failures": 0, "last_error": null, "down_since": null}],
       "cache": {"entries": 1900, "loaded": 700, "torn_lines": 0, "corrupt_hits": 0,
@@ -56,19 +59,55 @@ def write_atomic(path: Path, data: dict[str, Any], durable: bool = False) -> Non
 
 
 class Progress:
-    """Counters updated by the proxy's request path (plain ints: one event loop, no locks)."""
+    """Counters updated by the proxy's request path (plain ints: one event loop, no locks).
 
-    def __init__(self, expected: int | None = None, window_s: float = 30.0) -> None:
+    ``in_flight`` also keeps the server's busy time (seconds with at least one request in
+    flight; an allocation is billed for the rest too): what benchmarks/suite_bench.py reads as
+    the idle share of a job. Only its 0 <-> 1 transitions cost a clock read; the clock is Unix
+    time, not monotonic, because a reader sets it against the job log's times."""
+
+    def __init__(self, expected: int | None = None, window_s: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.expected = expected
         self.window_s = window_s
         self.done = 0
         self.cached = 0
         self.failed = 0
-        self.in_flight = 0
+        self._in_flight = 0
+        self._clock = clock
+        self.busy_s = 0.0  # closed busy periods; the open one is added by busy()
+        self.busy_since: float | None = None
+        self.first_at: float | None = None
+        self.idle_at: float | None = None
         self.no_upstream = 0
         self.last_no_upstream: tuple[float, str] | None = None
         self.started = time.time()
         self._samples: deque[tuple[float, int]] = deque()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @in_flight.setter
+    def in_flight(self, value: int) -> None:
+        if value > 0 and self._in_flight <= 0:
+            self.busy_since = now = self._clock()
+            if self.first_at is None:
+                self.first_at = now
+        elif value <= 0 < self._in_flight and self.busy_since is not None:
+            self.idle_at = now = self._clock()
+            self.busy_s += max(0.0, now - self.busy_since)
+            self.busy_since = None
+        self._in_flight = value
+
+    def busy(self) -> dict[str, float | None]:
+        """The busy-time record of the snapshot (the open busy period counted up to now)."""
+        seconds = self.busy_s
+        if self.busy_since is not None:
+            seconds += max(0.0, self._clock() - self.busy_since)
+        return {"seconds": round(seconds, 3),
+                "first_at": None if self.first_at is None else round(self.first_at, 3),
+                "idle_at": None if self.idle_at is None else round(self.idle_at, 3)}
 
     def record_no_upstream(self, reason: str) -> None:
         self.no_upstream += 1
@@ -111,6 +150,7 @@ class Progress:
             "no_upstream": {"count": self.no_upstream,
                             "last_at": None if last_at is None else _iso(last_at),
                             "last_reason": last_reason},
+            "busy": self.busy(),
             "instances": instances or [],
             "cache": cache,
         }

@@ -29,6 +29,29 @@ def test_snapshot_schema_and_rate_and_eta() -> None:
     assert progress.rate(now=40.0) == (110 - 50) / 30.0
 
 
+def test_busy_time_counts_only_while_a_request_is_in_flight() -> None:
+    now = [100.0]
+    progress = Progress(clock=lambda: now[0])
+    assert progress.busy() == {"seconds": 0.0, "first_at": None, "idle_at": None}
+    progress.in_flight += 1          # 100: busy
+    now[0] = 101.0
+    progress.in_flight += 1          # a second request changes nothing
+    now[0] = 102.0
+    progress.in_flight -= 1
+    now[0] = 103.5
+    progress.in_flight -= 1          # 103.5: idle after 3.5 s
+    now[0] = 110.0                   # 6.5 s idle: not counted
+    progress.in_flight += 1
+    now[0] = 111.0
+    # the open period counts up to now, in the snapshot as in busy()
+    assert progress.snapshot()["busy"] == {"seconds": 4.5, "first_at": 100.0, "idle_at": 103.5}
+    now[0] = 112.25
+    progress.in_flight -= 1
+    now[0] = 200.0
+    assert progress.busy() == {"seconds": 5.75, "first_at": 100.0, "idle_at": 112.25}
+    assert progress.in_flight == 0
+
+
 def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     target = tmp_path / "progress.json"
     write_atomic(target, {"a": 1})

