@@ -377,7 +377,11 @@ def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
         assert_untouched(before, run.model_dir, [QUICK])
     finally:
         restore_node()
-    # the requeued job waits for node3 (partition "drill"), now restored, and completes
+    # the requeued job waits for node3 (partition "drill"), now restored, and completes. Most
+    # of this test's time is Slurm holding the requeued job back until its BeginTime,
+    # cred_expire (120 s) after the requeue; `scontrol update jobid=N StartTime=now` cut that
+    # pause once (2026-12-02) and slurmctld 22.05 segfaulted as it started the job (node3 still
+    # held the old launch's stepd). Keep the pause.
     deadline = time.monotonic() + 300
     while job_state(slurm_cluster, run.first_job) != "COMPLETED":
         assert time.monotonic() < deadline, run.log(run.first_job)[-3000:]
