@@ -19,50 +19,6 @@ import click
 
 from hpceval.cli.track_cmds import output_dir_option
 
-STATS_HINT = ("the statistics need scipy (a dependency of hpceval: pip install 'scipy>=1.11' "
-              "if this environment lacks it)")
-
-
-def _frame_for(ref: str, output_dirs: tuple[str, ...]) -> Any:
-    from hpceval.results.table import results_frame
-    from hpceval.runs.index import RunNotFound, find_run, list_runs
-    from hpceval.watch.control import is_watch_ref
-
-    dirs = [Path(d) for d in output_dirs]
-    head, sep, tail = ref.rpartition(":")
-    if sep and is_watch_ref(head):
-        from hpceval.cli.results_cmds import _watch_dir, _watch_points
-
-        points = dict(_watch_points(_watch_dir(head, output_dirs)))
-        step = int(tail.rsplit("_", 1)[-1]) if tail.rsplit("_", 1)[-1].isdigit() else None
-        if step not in points:
-            raise click.BadParameter(f"{ref}: the watch has no step {tail!r} (steps: "
-                                     f"{', '.join(map(str, sorted(points))) or 'none yet'})")
-        return results_frame([points[step]])
-    for run_part, model in ((ref, None), (head, tail) if sep else (None, None)):
-        if run_part is None:
-            continue
-        try:
-            run = find_run(run_part, dirs)
-        except RunNotFound:
-            continue
-        frame = results_frame([run.run_dir], models=[model] if model else ())
-        if model is None and frame["model"].nunique() > 1:
-            raise click.BadParameter(
-                f"run {run.invocation_id} has {frame['model'].nunique()} models "
-                f"({', '.join(sorted(frame['model'].unique()))}): name one as RUN:MODEL")
-        if model is not None and frame.empty:
-            raise click.BadParameter(f"run {run.invocation_id} has no finished task of "
-                                     f"model {model!r}")
-        return frame
-    known = [r.run_dir for r in list_runs(dirs) if r.run_dir.is_dir()]
-    frame = results_frame(known, models=[ref])
-    if frame.empty:
-        raise click.BadParameter(f"{ref!r} is no known run (id, prefix or directory), "
-                                 "RUN:MODEL, WATCH:STEP, or model with finished tasks "
-                                 "(see `hpceval ls runs`)")
-    return frame
-
 
 def _fmt(v: float | None, spec: str = ".4g") -> str:
     return "" if v is None else format(v, spec)
@@ -99,14 +55,6 @@ def _table(diffs: list[Any], decisions: list[Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sides(a: str, b: str, output_dirs: tuple[str, ...]) -> tuple[Any, Any]:
-    try:
-        import scipy  # noqa: F401
-    except ImportError as exc:
-        raise click.ClickException(STATS_HINT) from exc
-    return _frame_for(a, output_dirs), _frame_for(b, output_dirs)
-
-
 @click.command()
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
@@ -125,10 +73,12 @@ def compare(a: str, b: str, tasks: tuple[str, ...], alpha: float, as_json: bool,
     otherwise) on the items both scored; otherwise the line says it fell back to the marginal
     numbers. p-values are Holm-adjusted across the tasks.
     """
-    from hpceval.results.compare import compare_frames
+    from hpceval import api
 
-    frame_a, frame_b = _sides(a, b, output_dirs)
-    diffs = compare_frames(frame_a, frame_b, alpha=alpha, tasks=tasks)
+    try:
+        diffs = api.compare(a, b, tasks=tasks, alpha=alpha, output_dirs=output_dirs)
+    except api.SideNotFound as exc:  # click's own wording for a bad argument, as before
+        raise click.BadParameter(exc.message) from exc
     if as_json:
         click.echo(json.dumps({"a": a, "b": b, "alpha": alpha,
                                "tasks": [d.as_dict() for d in diffs]}, indent=2))
@@ -155,17 +105,17 @@ def gate(policy_file: Path, a: str, b: str, tasks: tuple[str, ...], as_json: boo
     flagged on B (all-zero, all-unparsable, count) or missing in B is NO-GO. Sides as for
     `hpceval compare`; config errors exit 2.
     """
-    from hpceval.results.gate import EXIT, load_policy, overall
-    from hpceval.results.gate import gate as run_gate
+    from hpceval import api
 
-    policy = load_policy(policy_file)
-    frame_a, frame_b = _sides(a, b, output_dirs)
-    decisions = run_gate(frame_a, frame_b, policy, tasks)
-    verdict = overall(decisions)
+    try:
+        result = api.gate(policy_file, a, b, tasks=tasks, output_dirs=output_dirs)
+    except api.SideNotFound as exc:  # click's own wording for a bad argument, as before
+        raise click.BadParameter(exc.message) from exc
+    decisions = list(result.decisions)
     if as_json:
-        click.echo(json.dumps({"a": a, "b": b, "decision": verdict,
+        click.echo(json.dumps({"a": a, "b": b, "decision": result.verdict,
                                "tasks": [d.as_dict() for d in decisions]}, indent=2))
     else:
         click.echo(_table([d.diff for d in decisions], decisions), nl=False)
-        click.echo(f"gate: {verdict}")
-    raise SystemExit(EXIT[verdict])
+        click.echo(f"gate: {result.verdict}")
+    raise SystemExit(result.exit_code)

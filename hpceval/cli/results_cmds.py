@@ -8,23 +8,20 @@ from typing import Any
 import click
 
 from hpceval.cli.table_output import emit, output_format
-from hpceval.cli.track_cmds import find, output_dir_option
+from hpceval.cli.track_cmds import output_dir_option
 
 
 def _run_dirs(runs: tuple[str, ...], output_dirs: tuple[str, ...], limit: int) -> list[Path]:
-    from hpceval.runs.index import list_runs
+    from hpceval import api
 
-    if runs:
-        return [find(r, output_dirs).run_dir for r in runs]
-    known = list_runs([Path(d) for d in output_dirs])
-    return [r.run_dir for r in (known[:limit] if limit else known) if r.run_dir.is_dir()]
+    return api.run_dirs(runs, limit=limit, output_dirs=output_dirs)
 
 
 def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
            output_dirs: tuple[str, ...], limit: int) -> Any:
-    from hpceval.results.table import results_frame
+    from hpceval import api
 
-    return results_frame(_run_dirs(runs, output_dirs, limit), models=models, tasks=tasks)
+    return api.results(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
 
 
 def _watcher() -> Any:
@@ -96,8 +93,8 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
     is read (see `hpceval ls runs`). A checkpoint watch (watch-...) instead gives one row per
     training step, one column per task (--html: the score-vs-step report).
     """
+    from hpceval.api import is_watch as is_watch_ref
     from hpceval.results.table import leaderboard, render
-    from hpceval.watch.control import is_watch_ref
 
     runs = run_args + run_opts
     if any(is_watch_ref(r) for r in runs):
@@ -140,9 +137,9 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
 
 
 def _watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
-    from hpceval.cli.watch_cmds import find_watch_dir
+    from hpceval import api
 
-    return find_watch_dir(ref, output_dirs)
+    return api.find_watch(ref, output_dirs)
 
 
 def _watch_points(watch_dir: Path) -> list[tuple[int, Path]]:
@@ -198,17 +195,17 @@ def export(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[s
     pip install 'hpceval[mlflow]' or 'hpceval[wandb]'): one tracking run per
     (run, model, task), found again by a deterministic name/id on re-export.
     """
-    from hpceval.results import export as ex
+    from hpceval import api
 
-    frame = _frame(run_args + run_opts, models, tasks, output_dirs, limit)
-    if dest == "local":
-        written = ex.export_local(frame, Path(output), fmt)
-        click.echo(f"{len(written)} file(s) in {output} ({len(frame)} metric rows)")
+    done = api.export(run_args + run_opts, dest=dest, fmt=fmt, output=output,
+                      tracking_uri=tracking_uri, experiment=experiment, online=online,
+                      models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
+    report = done.report
+    if report is None:
+        click.echo(f"{len(done.files)} file(s) in {output} ({done.rows} metric rows)")
     elif dest == "mlflow":
-        report = ex.export_mlflow(frame, experiment=experiment, tracking_uri=tracking_uri)
         click.echo(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
                    f"{report.unchanged} unchanged (experiment {experiment!r})")
     else:
-        report = ex.export_wandb(frame, project=experiment, offline=not online)
         click.echo(f"wandb: {report.created + report.updated} run(s) written "
                    f"({'offline' if not online else 'online'}, project {experiment!r})")

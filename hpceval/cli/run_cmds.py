@@ -35,11 +35,11 @@ def render(config_file: str | None, config_opt: str | None, config_dir: str | No
     the dependent aggregation script. Secrets are checked by name only at submit time, so
     render works on any machine.
     """
-    from hpceval.runs.rundir import prepare_run
+    from hpceval import api
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides,
                        check_environment=False)
-    scripts = prepare_run(configs).scripts
+    scripts = api.render(configs)
     if out_dir is None:
         _print_scripts(scripts)
         return
@@ -94,30 +94,20 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     Validation runs before anything is written: a config error names the key and the fix,
     exits 2, and submits nothing. execution.type local runs the same job here with bash.
     """
-    from hpceval.errors import ConfigError, HpcevalError
-    from hpceval.runs.rundir import prepare_run
-    from hpceval.runs.submit import create_run, submit_prepared
-    from hpceval.staging.preflight import preflight_notes
+    from hpceval import api
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
-    for note in preflight_notes(configs):  # works, but every job pays for it
+    checked = api.preflight(configs, notes_only=not dry_run)
+    for note in checked.notes:  # works, but every job pays for it
         click.echo(f"hpceval: preflight note: {note}", err=True)
     if dry_run:
-        from hpceval.staging.preflight import preflight_all
-
-        for issue in preflight_all(configs):  # a dry run may be made away from the cluster
+        for issue in checked.issues:  # a dry run may be made away from the cluster
             click.echo(f"hpceval: preflight warning: {issue}", err=True)
-        run = prepare_run(configs)
+        run = api.plan(configs)
         _print_scripts(run.scripts, run.run_dir, " (dry run: not written, not submitted)")
         return
-    run = create_run(configs)
-    try:
-        result = submit_prepared(run, aggregate=not no_aggregate, written=True)
-    except ConfigError:
-        raise
-    except HpcevalError as exc:  # whatever the backend: the run directory is worth a look
-        raise click.ClickException(f"submission failed: {exc} (run directory kept for "
-                                   f"inspection: {run.run_dir})") from exc
+    # SubmitFailed (the backend refused it) names the run directory, kept for inspection
+    result = api.submit(configs, aggregate=not no_aggregate)
     click.echo(f"submitted {result.invocation_id}: {result.what}")
     after = {"aggregate": "aggregation job {} (runs after the array; ends any judge job)",
              "export": "export job {} (runs after the main job)"}

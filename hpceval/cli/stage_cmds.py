@@ -41,16 +41,15 @@ def stage(config_file: str | None, config_opt: str | None, config_dir: str | Non
     beside nemo-evaluator on PATH. Exit 2: config problem, nothing done; exit 1: something
     could not be staged (listed, with the command that does it).
     """
-    from hpceval.config import load_run
-    from hpceval.staging import stage as run_stage
+    from hpceval import api
 
     known = _parse_pulls(pulls)
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     # Secrets are not needed to stage (a gated hub repo reads $HF_TOKEN itself).
-    configs = load_run(run_file, overrides, profile=profile, check_environment=False)
+    configs = api.load(run_file, overrides, profile=profile, check_environment=False)
     for note in configs[0].composed.notes:
         click.echo(f"hpceval: note: {note}", err=True)
-    report = run_stage(configs, dry_run=dry_run, force=force, known=known,
+    report = api.stage(configs, dry_run=dry_run, force=force, pulls=known,
                        echo=lambda text: click.echo(text, err=True))
     for item in report.items:
         click.echo(item.line())

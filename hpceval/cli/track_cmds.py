@@ -8,14 +8,18 @@ in $HPCEVAL_OUTPUT_DIRS; `--output-dir` adds one for this call.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from hpceval.api import WatchKill
+    from hpceval.backends import CancelReport
+    from hpceval.runs.index import RunRef
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,10 +31,10 @@ def output_dir_option(func: F) -> F:
     return decorator(func)
 
 
-def find(ref: str, output_dirs: tuple[str, ...]) -> Any:
-    from hpceval.runs.index import find_run
+def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
+    from hpceval import api
 
-    return find_run(ref, [Path(d) for d in output_dirs])
+    return api.find(ref, output_dirs)
 
 
 def _readable(ref: Any) -> bool:
@@ -82,10 +86,10 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     sacct does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
     the jobs held (sacct AllocTRES x Elapsed), every attempt of a model included.
     """
+    from hpceval.api import is_watch as is_watch_ref
     from hpceval.runs.index import list_runs
     from hpceval.runs.state import Tracker
     from hpceval.runs.views import format_states, rich_states, state_to_dict
-    from hpceval.watch.control import is_watch_ref
 
     if len(runs) == 1 and is_watch_ref(runs[0]) and not watch:
         from hpceval.cli.watch_cmds import show_watch
@@ -160,26 +164,23 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
 def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run."""
-    from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_loads, read_run
+    from hpceval import api
 
-    ref = find(run, output_dirs)
-    manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
-    scripts = [manifest["entry"], *(m["script"] for m in manifest["models"]
-                                    if m["script"] != manifest["entry"])]
+    found = api.info(run, output_dirs=output_dirs)
+    ref, manifest, jobs = found.ref, found.run, found.jobs
     if as_json:
         click.echo(json.dumps({"run": manifest, "run_dir": str(ref.run_dir),
-                               "scripts": [str(ref.run_dir / s) for s in scripts],
-                               "config": str(ref.run_dir / "run.yaml"),
+                               "scripts": [str(s) for s in found.scripts],
+                               "config": str(found.config),
                                "jobs": [e.to_json() for e in jobs.chain]}, indent=2))
         return
     n = len(manifest["models"])
     sweep = f", sweep of {n} models" if manifest["sweep"] else ""
     click.echo(f"run        {ref.invocation_id} ({manifest['kind']}{sweep})")
     click.echo(f"directory  {ref.run_dir}")
-    click.echo(f"config     {ref.run_dir / 'run.yaml'}")
-    for name in scripts:
-        click.echo(f"script     {ref.run_dir / name}")
+    click.echo(f"config     {found.config}")
+    for path in found.scripts:
+        click.echo(f"script     {path}")
     click.echo(f"submitted  {time.ctime(manifest['created_at'])} by {manifest.get('user') or '?'}"
                f" (hpceval {manifest.get('hpceval_version')})")
     for e in jobs.chain:
@@ -192,16 +193,16 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     for m in manifest["models"]:
         click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "
                    f"({len(m['tasks'])} tasks: {', '.join(t['task'] for t in m['tasks'])})")
-        for job, seconds in read_loads(ref.run_dir / "models" / m["key"]):
+        for job, seconds in found.loads[m["key"]]:
             click.echo(f"load       {m['key']}: servers healthy {seconds} s after job {job} "
                        "started")
     if script:
-        for name in scripts:
-            click.echo(f"\n# ===== {name} =====")
-            click.echo((ref.run_dir / name).read_text(), nl=False)
+        for path in found.scripts:
+            click.echo(f"\n# ===== {path.relative_to(ref.run_dir)} =====")
+            click.echo(path.read_text(), nl=False)
     if show_config:
-        click.echo("\n# ===== run.yaml =====")
-        click.echo((ref.run_dir / "run.yaml").read_text(), nl=False)
+        click.echo(f"\n# ===== {found.config.name} =====")
+        click.echo(found.config.read_text(), nl=False)
 
 
 @click.command()
@@ -217,28 +218,13 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
 def logs(run: str, model: str | None, task: str | None, server: bool, follow: bool,
          lines: int | None, output_dirs: tuple[str, ...]) -> None:
     """Job, server and harness logs of a run (the newest job of each model)."""
-    from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.logs import follow as follow_logs
-    from hpceval.runs.logs import log_files, print_logs
-    from hpceval.runs.state import Tracker, read_run
+    from hpceval import api
 
-    ref = find(run, output_dirs)
-    files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),
-                      model=model, task=task, server=server)
-    if not files:
+    selected = api.logs(run, model=model, task=task, server=server, output_dirs=output_dirs)
+    if not selected.files:
         raise click.ClickException("no logs found for that selection yet")
-    if not follow:
-        print_logs(files, tail=lines)
-        return
-    tracker = Tracker(min_interval_s=5.0)  # at most one sacct per 5 s while following
-    tracker.add(ref)
-
-    def ended() -> bool:
-        (state,) = tracker.refresh()
-        return bool(state.phase.terminal)
-
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends following, not an error
-        follow_logs(files, ended)
+    # following: at most one scheduler query per 5 s; Ctrl-C ends it, not an error
+    api.print_logs(selected, tail=None if follow else lines, follow=follow)
 
 
 @click.command()
@@ -248,14 +234,13 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
     """Cancel every job of a run (array, successors, aggregation), then verify.
 
     A checkpoint watch (watch-...): stop it and cancel every evaluation it submitted."""
-    from hpceval.runs.control import kill_run
-    from hpceval.watch.control import is_watch_ref
+    from hpceval import api
 
-    if is_watch_ref(run):
-        _kill_watch(run, output_dirs)
+    if api.is_watch(run):
+        _say_watch_killed(api.kill_watch(run, output_dirs=output_dirs))
         return
     ref = find(run, output_dirs)
-    report = kill_run(ref)
+    report: CancelReport = api.kill(ref)
     _say_skipped(ref.invocation_id, report.skipped)
     if not report.cancelled:
         click.echo(f"{ref.invocation_id}: no job to cancel")
@@ -275,28 +260,17 @@ def _say_skipped(what: str, skipped: dict[str, int]) -> None:
                    "(not cancelled)", err=True)
 
 
-def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
-    from hpceval.cli.watch_cmds import find_watch_dir
-    from hpceval.runs.control import kill_run
-    from hpceval.runs.index import ref_from_dir
-    from hpceval.watch.control import stop_watch, submitted_points
-
-    watch_dir = find_watch_dir(ref, output_dirs)
-    ticks = stop_watch(watch_dir)
-    points = submitted_points(watch_dir)
-    click.echo(f"{watch_dir.name}: stopped" + (f"; cancelled tick job(s) {', '.join(ticks)}"
-                                               if ticks else ""))
-    left: list[str] = []
-    for _, run_dir in points:
-        run_ref = ref_from_dir(run_dir)
-        report = kill_run(run_ref)
+def _say_watch_killed(done: WatchKill) -> None:
+    ticks = done.ticks
+    click.echo(f"{done.watch_dir.name}: stopped" + (f"; cancelled tick job(s) {', '.join(ticks)}"
+                                                    if ticks else ""))
+    for run_dir, report in done.runs:
         _say_skipped(run_dir.name, report.skipped)
         if report.cancelled:
             click.echo(f"{run_dir.name}: cancelled {', '.join(report.cancelled)}")
-        left += report.still_active
-    if left:
+    if done.still_active:
         raise click.ClickException("still queued or running after the cancel: "
-                                   + ", ".join(left))
+                                   + ", ".join(done.still_active))
     click.echo("verified: nothing of this watch is queued or running")
 
 
@@ -309,10 +283,10 @@ def _kill_watch(ref: str, output_dirs: tuple[str, ...]) -> None:
 @output_dir_option
 def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ...]) -> None:
     """Resubmit only the unfinished models of a run (done tasks are skipped in the job)."""
-    from hpceval.runs.control import resume_run
+    from hpceval import api
 
     ref = find(run, output_dirs)
-    entries = resume_run(ref, force=force, aggregate=not no_aggregate)
+    entries = api.resume(ref, force=force, aggregate=not no_aggregate)
     main = entries[0]
     models = ", ".join(map(str, main.models))
     click.echo(f"{ref.invocation_id}: resumed as {main.kind} job {main.id} "

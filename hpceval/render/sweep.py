@@ -132,4 +132,4 @@ def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes
 def _summary(resolved: ResolvedConfig) -> str:
     dep = resolved.spec.deployment
     source = dep.checkpoint_path or dep.hf_model_handle or resolved.spec.target.api_endpoint.url
-    return f"{dep.type} deployment of {source or dep.served_model_name}"
+    return f"{dep.type} deployment of {source or resolved.spec.served_name}"

@@ -230,8 +230,7 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
         "auxiliary": [{"name": name, "script": script} for name, script in run.judges.items()],
         "models": [{"key": m.key, "index": m.index, "script": m.script_name,
                     "deployment": m.resolved.spec.deployment.type,
-                    "model_id": m.resolved.spec.target.api_endpoint.model_id
-                    or m.resolved.spec.deployment.served_model_name,
+                    "model_id": m.resolved.spec.request_model,
                     "layout": dataclasses.asdict(m.resolved.layout),  # for the report
                     "tasks": [{"key": k, "task": t} for k, t in m.tasks]} for m in run.models],
     }

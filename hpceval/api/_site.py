@@ -1,101 +1,29 @@
-"""The Python API: what the CLI does, as functions (docs/controller.md has examples).
-
-    from hpceval.api import submit, status, results, render, evaluate
-
-``hpceval.results`` and ``hpceval.render`` are subpackages, so at the top level these two are
-``hpceval.load_results`` and ``hpceval.render_scripts``; the others are ``hpceval.submit``,
-``hpceval.status`` and ``hpceval.evaluate``. Everything heavy is imported inside the calls.
-"""
+"""The other verbs: evaluate (an endpoint, here), watch, stage, doctor."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpceval.slurm.client import SlurmClient
+from hpceval.api._load import ConfigSource, find_watch, load
+from hpceval.api._runs import submit
 
-ConfigSource = str | Path | Mapping[str, Any] | None
+if TYPE_CHECKING:
+    import pandas as pd
 
-
-def _configs(config: ConfigSource, overrides: Sequence[str], profile: str | None,
-             check_environment: bool) -> list[Any]:
-    """A run file path, or a run config as a dict (written to a temporary run file)."""
-    from hpceval.config import load_run
-
-    if isinstance(config, Mapping):
-        import tempfile
-
-        import yaml
-
-        with tempfile.TemporaryDirectory(prefix="hpceval-api-") as tmp:
-            # not named after a profile: profiles are also looked up next to the run file
-            path = Path(tmp) / "api-run.yaml"
-            path.write_text(yaml.safe_dump(dict(config), sort_keys=False), encoding="utf-8")
-            return load_run(path, list(overrides), profile=profile,
-                            check_environment=check_environment)
-    run_file = Path(config) if config is not None else None
-    return load_run(run_file, list(overrides), profile=profile, check_environment=check_environment)
-
-
-def render(config: ConfigSource, overrides: Sequence[str] = (), *,
-           profile: str | None = None) -> dict[str, str]:
-    """The scripts submit would write, by path inside the run directory (nothing written)."""
-    from hpceval.runs.rundir import prepare_run
-
-    return prepare_run(_configs(config, overrides, profile, False)).scripts
-
-
-def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
-           aggregate: bool = True, client: SlurmClient | None = None) -> Any:
-    """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
-
-    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, kind, models,
-    what: how the backend names the main job).
-    execution.type local starts the same job on this machine in the background.
-    """
-    from hpceval.runs.submit import submit_configs
-
-    return submit_configs(_configs(config, overrides, profile, True), client,
-                          aggregate=aggregate)
-
-
-def status(runs: Sequence[str | Path] | None = None, *, limit: int = 5,
-           client: SlurmClient | None = None) -> list[dict[str, Any]]:
-    """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as dicts.
-
-    One sacct call whatever the number of runs and jobs."""
-    from hpceval.runs.index import find_run, list_runs
-    from hpceval.runs.state import Tracker
-    from hpceval.runs.views import state_to_dict
-
-    refs = [find_run(str(r)) for r in runs] if runs else list_runs()[:limit]
-    tracker = Tracker(client)
-    for ref in refs:
-        tracker.add(ref)
-    return [state_to_dict(s) for s in tracker.refresh(force=True)] if refs else []
-
-
-def results(runs: Sequence[str | Path] | None = None, *, models: Sequence[str] = (),
-            tasks: Sequence[str] = (), leaderboard: bool = False,
-            metric: str | None = None) -> Any:
-    """A pandas DataFrame of finished tasks (default: every known run), or the leaderboard."""
-    from hpceval.results.table import leaderboard as board
-    from hpceval.results.table import results_frame
-    from hpceval.runs.index import find_run, list_runs
-
-    run_dirs = ([find_run(str(r)).run_dir for r in runs] if runs
-                else [r.run_dir for r in list_runs() if r.run_dir.is_dir()])
-    frame = results_frame(run_dirs, models=models, tasks=tasks)
-    return board(frame, metric) if leaderboard else frame
+    from hpceval.runs.submit import Submitted
+    from hpceval.slurm.client import SlurmClient
+    from hpceval.staging import StageReport
+    from hpceval.watch.control import Started
 
 
 def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: str,
              output_dir: str | Path | None = None, endpoint_type: str = "chat",
              api_key_name: str | None = None, params: Mapping[str, Any] | None = None,
              wait: bool = True, timeout_s: float | None = None,
-             overrides: Sequence[str] = ()) -> Any:
+             overrides: Sequence[str] = ()) -> pd.DataFrame | Submitted:
     """Run tasks against one OpenAI-compatible endpoint here, without Slurm.
 
     The local execution path with deployment.type none: the same rendered job script runs
@@ -134,7 +62,7 @@ def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] 
           profile: str | None = None, pattern: str = "step_*", step_regex: str | None = None,
           marker: str | None = None, grace_s: int | None = None, interval_s: int = 600,
           after_job: str | None = None, attempts: int = 3, max_per_tick: int | None = None,
-          trust_owners: Sequence[str] = (), client: SlurmClient | None = None) -> Any:
+          trust_owners: Sequence[str] = (), client: SlurmClient | None = None) -> Started:
     """`hpceval watch start`: evaluate each new complete checkpoint in `checkpoints`.
 
     Returns ``hpceval.watch.control.Started`` (watch_id, watch_dir, script, tick_job). A
@@ -165,18 +93,17 @@ def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] 
 def watch_status(watch_ref: str | Path, *, client: SlurmClient | None = None
                  ) -> dict[str, Any]:
     """`hpceval status WATCH --json` as a dict (one sacct call)."""
-    from hpceval.watch.control import find_watch
     from hpceval.watch.status import watch_status as status_of
 
-    return status_of(find_watch(str(watch_ref)), client)
+    return status_of(find_watch(watch_ref), client)
 
 
-def watch_steps(watch_ref: str | Path) -> Any:
+def watch_steps(watch_ref: str | Path) -> pd.DataFrame:
     """A watch's results with a `step` column (hpceval.results.steps.step_table)."""
     from hpceval.results.steps import step_table
-    from hpceval.watch.control import find_watch, submitted_points
+    from hpceval.watch.control import submitted_points
 
-    return step_table(submitted_points(find_watch(str(watch_ref))))
+    return step_table(submitted_points(find_watch(watch_ref)))
 
 
 def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
@@ -198,14 +125,24 @@ def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
             raise ValueError("doctor: give a run file or a profile")
         spec, configs = profile_spec(profile, overrides), []
     else:
-        configs = _configs(config, overrides, profile, False)
+        configs = load(config, overrides, profile=profile, check_environment=False)
         spec = configs[0].spec
     probing = cast(ProbingClient, client) if client is not None else None
     return run_doctor(spec, configs, client=probing, on_node=on_node,
                       network_target=network_target, timeout_s=timeout_s).to_json()
 
 
-# Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
-load_results = results
-render_scripts = render
+def stage(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
+          dry_run: bool = False, force: bool = False, pulls: Mapping[str, str] | None = None,
+          echo: Callable[[str], None] = lambda _: None) -> StageReport:
+    """`hpceval stage`: pull the run's images into execution.image_dir and fetch its hub data
+    (model, tokenizers, datasets) into execution.hf_cache_dir, on the login node.
 
+    ``pulls`` maps a SIF path of the config to the docker:// image it is built from (when it
+    has no record yet); ``echo`` gets each progress line. Secrets are not checked. Raises
+    ConfigError (nothing done) when the plan cannot work; the report's ``ok`` is False when
+    an item could not be staged (its ``hints`` say how)."""
+    from hpceval.staging import stage as run_stage
+
+    return run_stage(load(config, overrides, profile=profile, check_environment=False),
+                     dry_run=dry_run, force=force, known=dict(pulls or {}), echo=echo)

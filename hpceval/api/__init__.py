@@ -1,0 +1,63 @@
+"""The Python API: every verb of the CLI, as functions (docs/controller.md has examples).
+
+    from hpceval.api import submit, status, results, render, evaluate
+
+The CLI calls these and only formats what they return, so a script gets the same checks, the
+same errors (``hpceval.errors.HpcevalError``: message, fix, exit_code) and typed results.
+``hpceval.results`` and ``hpceval.render`` are subpackages, so at the top level these two are
+``hpceval.load_results`` and ``hpceval.render_scripts``; the others are ``hpceval.submit``,
+``hpceval.status`` and ``hpceval.evaluate``. Everything heavy is imported inside the calls.
+
+The verbs live in ``_``-private modules by topic (``_runs``: plan, render, preflight, submit,
+status, info, logs, kill, resume; ``_results``: results, export, compare, gate; ``_site``:
+evaluate, watch, stage, doctor; ``_load``: the config and run lookups they share); import
+them from here.
+"""
+
+from __future__ import annotations
+
+from hpceval.api._load import ConfigSource, RunSource, find, find_watch, is_watch, load
+from hpceval.api._results import (
+    STATS_HINT,
+    Exported,
+    GateResult,
+    SideNotFound,
+    compare,
+    export,
+    gate,
+    results,
+    run_dirs,
+    side,
+)
+from hpceval.api._runs import (
+    Preflight,
+    RunInfo,
+    RunLogs,
+    SubmitFailed,
+    WatchKill,
+    info,
+    kill,
+    kill_watch,
+    logs,
+    plan,
+    preflight,
+    print_logs,
+    render,
+    resume,
+    status,
+    submit,
+)
+from hpceval.api._site import doctor, evaluate, stage, watch, watch_status, watch_steps
+
+# Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
+load_results = results
+render_scripts = render
+
+__all__ = [
+    "STATS_HINT", "ConfigSource", "Exported", "GateResult", "Preflight", "RunInfo", "RunLogs",
+    "RunSource", "SideNotFound", "SubmitFailed", "WatchKill", "compare", "doctor", "evaluate",
+    "export", "find", "find_watch", "gate", "info", "is_watch", "kill", "kill_watch", "load",
+    "load_results", "logs", "plan", "preflight", "print_logs", "render", "render_scripts",
+    "results", "resume", "run_dirs", "side", "stage", "status", "submit", "watch",
+    "watch_status", "watch_steps",
+]

@@ -1,0 +1,177 @@
+"""The result verbs: results, export, compare, gate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpceval.api._load import RunSource, find, find_watch, is_watch
+from hpceval.errors import HpcevalError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from hpceval.results.compare import TaskDiff
+    from hpceval.results.export import ExportReport
+    from hpceval.results.gate import TaskDecision
+
+STATS_HINT = ("the statistics need scipy (a dependency of hpceval: pip install 'scipy>=1.11' "
+              "if this environment lacks it)")
+
+
+class SideNotFound(HpcevalError):
+    """A side of compare/gate names no run, model of a run, watch step or model."""
+
+    exit_code = 2
+
+
+def run_dirs(runs: Sequence[RunSource] | None = None, *, limit: int = 0,
+             output_dirs: Iterable[str | Path] = ()) -> list[Path]:
+    """The run directories of RUNs; none given: every known run (only the newest ``limit``
+    if set) whose directory exists."""
+    from hpceval.runs.index import list_runs
+
+    dirs = list(output_dirs)
+    if runs:
+        return [find(r, dirs).run_dir for r in runs]
+    known = list_runs([Path(d) for d in dirs])
+    return [r.run_dir for r in (known[:limit] if limit else known) if r.run_dir.is_dir()]
+
+
+def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),
+            tasks: Sequence[str] = (), leaderboard: bool = False,
+            metric: str | None = None, limit: int = 0,
+            output_dirs: Iterable[str | Path] = ()) -> pd.DataFrame:
+    """A pandas DataFrame of finished tasks (default: every known run), or the leaderboard
+    (one row per model, one column per task's primary metric, or ``metric``)."""
+    from hpceval.results.table import leaderboard as board
+    from hpceval.results.table import results_frame
+
+    frame = results_frame(run_dirs(runs, limit=limit, output_dirs=output_dirs),
+                          models=models, tasks=tasks)
+    return board(frame, metric) if leaderboard else frame
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote: local files, or the tracking runs created/updated/unchanged."""
+
+    dest: str  # local | mlflow | wandb
+    rows: int  # metric rows exported
+    files: tuple[Path, ...] = ()  # dest local: one file per run
+    report: ExportReport | None = None  # dest mlflow / wandb
+
+
+def export(runs: Sequence[RunSource] | None = None, *, dest: str = "local",
+           fmt: str = "json", output: str | Path = "hpceval-export",
+           tracking_uri: str | None = None, experiment: str = "hpceval", online: bool = False,
+           models: Sequence[str] = (), tasks: Sequence[str] = (), limit: int = 0,
+           output_dirs: Iterable[str | Path] = ()) -> Exported:
+    """Export the results of RUNs (default: every known run); exporting again changes nothing.
+
+    local: one ``fmt`` (json/csv) file per run under ``output``. mlflow / wandb (optional
+    extras): one tracking run per (run, model, task), found again by a deterministic key;
+    ``experiment`` is the MLflow experiment or W&B project, W&B offline unless ``online``.
+    ExportError when the exporter's package is missing or the format unknown."""
+    from hpceval.results import export as ex
+
+    frame = results(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
+    if dest == "local":
+        return Exported(dest, len(frame), tuple(ex.export_local(frame, Path(output), fmt)))
+    if dest == "mlflow":
+        return Exported(dest, len(frame), report=ex.export_mlflow(
+            frame, experiment=experiment, tracking_uri=tracking_uri))
+    if dest == "wandb":
+        return Exported(dest, len(frame), report=ex.export_wandb(
+            frame, project=experiment, offline=not online))
+    raise ex.ExportError(f"--dest {dest}: give local, mlflow or wandb")
+
+
+def side(ref: str, output_dirs: Iterable[str | Path] = ()) -> pd.DataFrame:
+    """The results of one side of compare/gate: RUN, RUN:MODEL, WATCH:STEP or MODEL (its
+    newest finished run per task). SideNotFound (exit 2) when it names nothing finished."""
+    from hpceval.results.table import results_frame
+    from hpceval.runs.index import RunNotFound, list_runs
+
+    dirs = [Path(d) for d in output_dirs]
+    head, sep, tail = ref.rpartition(":")
+    if sep and is_watch(head):
+        from hpceval.watch.control import submitted_points
+
+        points = dict(submitted_points(find_watch(head, dirs)))
+        last = tail.rsplit("_", 1)[-1]
+        step = int(last) if last.isdigit() else None
+        if step not in points:
+            raise SideNotFound(f"{ref}: the watch has no step {tail!r} (steps: "
+                               f"{', '.join(map(str, sorted(points))) or 'none yet'})")
+        return results_frame([points[step]])
+    for run_part, model in ((ref, None), (head, tail) if sep else (None, None)):
+        if run_part is None:
+            continue
+        try:
+            run = find(run_part, dirs)
+        except RunNotFound:
+            continue
+        frame = results_frame([run.run_dir], models=[model] if model else ())
+        if model is None and frame["model"].nunique() > 1:
+            raise SideNotFound(
+                f"run {run.invocation_id} has {frame['model'].nunique()} models "
+                f"({', '.join(sorted(frame['model'].unique()))}): name one as RUN:MODEL")
+        if model is not None and frame.empty:
+            raise SideNotFound(f"run {run.invocation_id} has no finished task of "
+                               f"model {model!r}")
+        return frame
+    known = [r.run_dir for r in list_runs(dirs) if r.run_dir.is_dir()]
+    frame = results_frame(known, models=[ref])
+    if frame.empty:
+        raise SideNotFound(f"{ref!r} is no known run (id, prefix or directory), "
+                           "RUN:MODEL, WATCH:STEP, or model with finished tasks "
+                           "(see `hpceval ls runs`)")
+    return frame
+
+
+def _sides(a: str, b: str, output_dirs: Iterable[str | Path]
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    try:
+        import scipy  # noqa: F401
+    except ImportError as exc:
+        raise HpcevalError(STATS_HINT) from exc
+    dirs = list(output_dirs)
+    return side(a, dirs), side(b, dirs)
+
+
+def compare(a: str, b: str, *, tasks: Sequence[str] = (), alpha: float = 0.05,
+            output_dirs: Iterable[str | Path] = ()) -> list[TaskDiff]:
+    """Per task: A, B, B - A with its interval, p-value (Holm-adjusted across tasks), verdict.
+
+    Paired (McNemar exact for 0/1 scores, else a permutation test) where both sides have
+    per-sample files; otherwise each diff's note says it used the marginal numbers."""
+    from hpceval.results.compare import compare_frames
+
+    frame_a, frame_b = _sides(a, b, output_dirs)
+    return compare_frames(frame_a, frame_b, alpha=alpha, tasks=tasks)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """GO / NO-GO / INCONCLUSIVE overall, each task's decision, and the CLI's exit status."""
+
+    verdict: str
+    decisions: tuple[TaskDecision, ...]
+    exit_code: int  # 0 GO, 1 NO-GO, 3 INCONCLUSIVE
+
+
+def gate(policy: str | Path, a: str, b: str, *, tasks: Sequence[str] = (),
+         output_dirs: Iterable[str | Path] = ()) -> GateResult:
+    """Decide whether candidate B may replace baseline A under a policy file (YAML: alpha,
+    max_drop, min_gain, per-task overrides). ConfigError (exit 2) for a bad policy."""
+    from hpceval.results.gate import EXIT, load_policy, overall
+    from hpceval.results.gate import gate as run_gate
+
+    rules = load_policy(Path(policy))
+    frame_a, frame_b = _sides(a, b, output_dirs)
+    decisions = run_gate(frame_a, frame_b, rules, tasks)
+    verdict = overall(decisions)
+    return GateResult(verdict, tuple(decisions), EXIT[verdict])

@@ -1,0 +1,222 @@
+"""The run verbs: plan, render, preflight, submit, status, info, logs, kill, resume."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from hpceval.api._load import ConfigSource, RunSource, find, find_watch, load
+from hpceval.errors import ConfigError, ConfigIssue, HpcevalError
+
+if TYPE_CHECKING:
+    from hpceval.backends import CancelReport, JobEntry
+    from hpceval.runs.index import RunRef
+    from hpceval.runs.jobs import Jobs
+    from hpceval.runs.rundir import PreparedRun
+    from hpceval.runs.submit import Submitted
+    from hpceval.slurm.client import SlurmClient
+
+
+class SubmitFailed(HpcevalError):
+    """The run directory was written but its submission failed: it is kept to look at."""
+
+
+def plan(config: ConfigSource, overrides: Sequence[str] = (), *,
+         profile: str | None = None) -> PreparedRun:
+    """The run submit would create: its run directory, invocation id and scripts (nothing
+    written; secrets are checked by name at submit time only)."""
+    from hpceval.runs.rundir import prepare_run
+
+    return prepare_run(load(config, overrides, profile=profile, check_environment=False))
+
+
+def render(config: ConfigSource, overrides: Sequence[str] = (), *,
+           profile: str | None = None) -> dict[str, str]:
+    """The scripts submit would write, by path inside the run directory (nothing written)."""
+    return plan(config, overrides, profile=profile).scripts
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The login node's checks before a submission: what would refuse it, and what works but
+    costs every job (a docker:// image pulled at run time)."""
+
+    issues: tuple[ConfigIssue, ...]  # submit refuses these (ConfigError, exit 2)
+    notes: tuple[ConfigIssue, ...]
+
+
+def preflight(config: ConfigSource, overrides: Sequence[str] = (), *,
+              profile: str | None = None, notes_only: bool = False) -> Preflight:
+    """Images, checkpoints, staged data and secrets checked as submit checks them (submit
+    runs this itself and refuses on an issue); ``notes_only`` skips the refusing checks."""
+    from hpceval.staging.preflight import preflight_all, preflight_notes
+
+    configs = load(config, overrides, profile=profile)
+    return Preflight(() if notes_only else tuple(preflight_all(configs)),
+                     tuple(preflight_notes(configs)))
+
+
+def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
+           aggregate: bool = True, client: SlurmClient | None = None) -> Submitted:
+    """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
+
+    Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, roles, kind,
+    models, what: how the backend names the main job). execution.type local starts the same
+    job on this machine in the background. Raises ConfigError before anything is written;
+    SubmitFailed (naming the run directory, which is kept) if the backend refused the job."""
+    from hpceval.runs.submit import create_run, submit_prepared
+
+    run = create_run(load(config, overrides, profile=profile))
+    try:
+        return submit_prepared(run, client, aggregate=aggregate, written=True)
+    except ConfigError:
+        raise
+    except HpcevalError as exc:  # whatever the backend: the run directory is worth a look
+        raise SubmitFailed(f"submission failed: {exc} (run directory kept for inspection: "
+                           f"{run.run_dir})") from exc
+
+
+def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
+           output_dirs: Iterable[str | Path] = (),
+           client: SlurmClient | None = None) -> list[dict[str, Any]]:
+    """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as the dicts
+    of ``hpceval status --json`` (without cost and flags). One sacct call whatever the number
+    of runs and jobs."""
+    from hpceval.runs.index import list_runs
+    from hpceval.runs.state import Tracker
+    from hpceval.runs.views import state_to_dict
+
+    dirs = list(output_dirs)
+    refs = ([find(r, dirs) for r in runs] if runs
+            else list_runs([Path(d) for d in dirs])[:limit])
+    tracker = Tracker(client)
+    for ref in refs:
+        tracker.add(ref)
+    return [state_to_dict(s) for s in tracker.refresh(force=True)] if refs else []
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What `hpceval info` shows: paths, the job chain, the scripts and the run record."""
+
+    ref: RunRef
+    run: dict[str, Any]  # run.json as written at submit
+    jobs: Jobs  # the whole chain, successors and cancelled ones included
+    scripts: tuple[Path, ...]  # the entry script first, then each model's own
+    config: Path  # the resolved run.yaml
+    loads: dict[str, tuple[tuple[str, int], ...]]  # model key -> (job, s to healthy) each
+
+
+def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
+    """Paths, job ids (the whole chain), scripts and load times of a run (no Slurm call)."""
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.state import read_loads, read_run
+
+    ref = find(run, output_dirs)
+    manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
+    names = [manifest["entry"], *(m["script"] for m in manifest["models"]
+                                  if m["script"] != manifest["entry"])]
+    return RunInfo(ref, manifest, jobs, tuple(ref.run_dir / n for n in names),
+                   ref.run_dir / "run.yaml",
+                   {m["key"]: read_loads(ref.run_dir / "models" / m["key"])
+                    for m in manifest["models"]})
+
+
+@dataclass(frozen=True)
+class RunLogs:
+    """The log files of a selection: (label, path) each; a path may not exist yet."""
+
+    ref: RunRef
+    files: tuple[tuple[str, Path], ...]
+
+
+def logs(run: RunSource, *, model: str | None = None, task: str | None = None,
+         server: bool = False, output_dirs: Iterable[str | Path] = ()) -> RunLogs:
+    """Job logs (the newest job of each model), or with ``task`` a harness log, or with
+    ``server`` the server and proxy logs. LogSelectionError for a model or task it lacks."""
+    from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.logs import log_files
+    from hpceval.runs.state import read_run
+
+    ref = find(run, output_dirs)
+    files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),
+                      model=model, task=task, server=server)
+    return RunLogs(ref, tuple(files))
+
+
+def print_logs(selected: RunLogs, *, tail: int | None = None, out: IO[str] | None = None,
+               follow: bool = False, client: SlurmClient | None = None) -> None:
+    """Print the logs (the last ``tail`` lines of each); ``follow``: keep printing until the
+    run ends (at most one scheduler query per 5 s; Ctrl-C stops following, not an error)."""
+    import sys
+
+    from hpceval.runs.logs import follow as follow_logs
+    from hpceval.runs.logs import print_logs as print_files
+    from hpceval.runs.state import Tracker
+
+    stream = out if out is not None else sys.stdout
+    if not follow:
+        print_files(selected.files, out=stream, tail=tail)
+        return
+    tracker = Tracker(client, min_interval_s=5.0)
+    tracker.add(selected.ref)
+
+    def ended() -> bool:
+        (state,) = tracker.refresh()
+        return bool(state.phase.terminal)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        follow_logs(selected.files, ended, out=stream)
+
+
+def kill(run: RunSource, *, output_dirs: Iterable[str | Path] = (),
+         client: SlurmClient | None = None, verify_s: float = 30.0) -> CancelReport:
+    """Cancel every job of a run (array, successors, aggregation, judges), then verify.
+
+    The report's ``still_active`` should be empty; ``skipped`` lists jobs of other users a
+    planted jobs.json named (left alone). KillRefused for a run directory not yours."""
+    from hpceval.runs.control import kill_run
+
+    return kill_run(find(run, output_dirs), client, verify_s=verify_s)
+
+
+@dataclass(frozen=True)
+class WatchKill:
+    """A stopped checkpoint watch: its cancelled tick jobs, and each evaluation's kill."""
+
+    watch_dir: Path
+    ticks: tuple[str, ...]
+    runs: tuple[tuple[Path, CancelReport], ...]  # (run directory, its kill report)
+
+    @property
+    def still_active(self) -> list[str]:
+        return [job for _, report in self.runs for job in report.still_active]
+
+
+def kill_watch(watch: str | Path, *, output_dirs: Iterable[str | Path] = (),
+               client: SlurmClient | None = None) -> WatchKill:
+    """Stop a checkpoint watch and cancel every evaluation it submitted."""
+    from hpceval.runs.control import kill_run
+    from hpceval.runs.index import ref_from_dir
+    from hpceval.watch.control import stop_watch, submitted_points
+
+    watch_dir = find_watch(watch, output_dirs)
+    ticks = stop_watch(watch_dir, client)
+    runs = [(run_dir, kill_run(ref_from_dir(run_dir), client))
+            for _, run_dir in submitted_points(watch_dir)]
+    return WatchKill(watch_dir, tuple(ticks), tuple(runs))
+
+
+def resume(run: RunSource, *, force: bool = False, aggregate: bool = True,
+           output_dirs: Iterable[str | Path] = (),
+           client: SlurmClient | None = None) -> list[JobEntry]:
+    """Resubmit only the unfinished models of a run (done tasks are skipped in the job).
+
+    Returns the new jobs (the main one first, then the aggregation job if any), also appended
+    to jobs.json. ResumeRefused while jobs live (unless ``force``) or when nothing is left."""
+    from hpceval.runs.control import resume_run
+
+    return resume_run(find(run, output_dirs), client, force=force, aggregate=aggregate)
