@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lm_eval_env import require_lm_eval
+from support.lm_eval_env import require_lm_eval
 
 from hpceval.tasks.loader import clear_memory_cache
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lm_eval_env import (
+from support.lm_eval_env import (
     MODEL,
     TASK_NAME,
     Oracle,

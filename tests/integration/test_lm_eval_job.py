@@ -21,14 +21,12 @@ from typing import Any
 
 import pytest
 import yaml
+from support.lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 
 from hpceval.config import load_run
 from hpceval.runs.submit import submit_configs
 from hpceval.slurm.client import CommandSlurmClient
 from hpceval.staging import preflight_all
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes import answer_key
+from support.lm_eval_env import MODEL, TASK_NAME, require_lm_eval, write_task_dir
 
 from hpceval.runs.control import resume_run
 from hpceval.runs.index import find_run
@@ -49,11 +51,6 @@ from tests.integration.drill_support import (
     wait_done,
     wait_for,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-import answer_key
-from lm_eval_env import MODEL, TASK_NAME, require_lm_eval, write_task_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -11,8 +11,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 from run_helpers import FAKES, FakeSlurm, finish_task, write_run_file
 
 import hpceval
@@ -57,7 +55,7 @@ def test_render_submit_status_results(tmp_path: Path, fake: FakeSlurm) -> None:
 
 
 def test_evaluate_runs_tasks_against_an_endpoint_here(tmp_path: Path, oracle: str) -> None:
-    from answer_key import behaviour, load_items  # tests/fakes (the oracle's own key)
+    from fakes.answer_key import behaviour, load_items  # the oracle's own key
 
     items = load_items()[:2]
     tasks = [{"name": f"ask_{c}", "params": {"extra": {"question": i.question,

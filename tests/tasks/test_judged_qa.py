@@ -15,8 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
-from tests.harness.lm_eval_env import require_lm_eval
+from support.lm_eval_env import require_lm_eval
 
 utils: ModuleType = importlib.import_module("hpceval.tasks.lm_eval_tasks.judged_qa.utils")
 

