@@ -47,7 +47,16 @@ from hpceval.api._runs import (
     status,
     submit,
 )
-from hpceval.api._site import doctor, evaluate, stage, watch, watch_status, watch_steps
+from hpceval.api._site import (
+    doctor,
+    evaluate,
+    resume_watch,
+    stage,
+    stop_watch,
+    watch,
+    watch_status,
+    watch_steps,
+)
 
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
@@ -58,6 +67,7 @@ __all__ = [
     "RunSource", "SideNotFound", "SubmitFailed", "WatchKill", "compare", "doctor", "evaluate",
     "export", "find", "find_watch", "gate", "info", "is_watch", "kill", "kill_watch", "load",
     "load_results", "logs", "plan", "preflight", "print_logs", "render", "render_scripts",
-    "results", "resume", "run_dirs", "side", "stage", "status", "submit", "watch",
+    "results", "resume", "resume_watch", "run_dirs", "side", "stage", "status", "stop_watch",
+    "submit", "watch",
     "watch_status", "watch_steps",
 ]

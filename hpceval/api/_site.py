@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,16 +60,19 @@ def evaluate(url: str, tasks: Sequence[str | Mapping[str, Any]], *, model_id: st
 
 def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] = (), *,
           profile: str | None = None, pattern: str = "step_*", step_regex: str | None = None,
-          marker: str | None = None, grace_s: int | None = None, interval_s: int = 600,
-          after_job: str | None = None, attempts: int = 3, max_per_tick: int | None = None,
-          trust_owners: Sequence[str] = (), client: SlurmClient | None = None) -> Started:
+          marker: str | None = None, grace_s: int | str | None = None,
+          interval_s: int | str = 600, after_job: str | None = None, attempts: int = 3,
+          max_per_tick: int | None = None, trust_owners: Sequence[str] = (),
+          dry_run: bool = False, client: SlurmClient | None = None) -> Started:
     """`hpceval watch start`: evaluate each new complete checkpoint in `checkpoints`.
 
     Returns ``hpceval.watch.control.Started`` (watch_id, watch_dir, script, tick_job). A
     checkpoint is complete by its `marker` file, else once unchanged for `grace_s` (default
-    300). Only checkpoints owned by the caller or a `trust_owners` user are evaluated, at
-    most `max_per_tick` a tick; `Started.warnings` says if others can write the folder.
-    docs/watch.md."""
+    300). Durations are seconds or '10m', '90s', '1h'. Only checkpoints owned by the caller
+    or a `trust_owners` user are evaluated, at most `max_per_tick` a tick;
+    `Started.warnings` says if others can write the folder. ``dry_run``: validated and
+    rendered (``Started.script``), nothing written or submitted. docs/watch.md."""
+    from hpceval.errors import ConfigError
     from hpceval.watch.control import start_watch
     from hpceval.watch.spec import (
         DEFAULT_GRACE_S,
@@ -79,23 +82,47 @@ def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] 
     )
     from hpceval.watch.trust import resolve_owners
 
+    if marker and grace_s:
+        raise ConfigError.at("--grace", "goes with no --marker: a checkpoint is complete by "
+                             "its marker, or by its files staying the same", "give one")
+    grace = None if marker else (parse_interval(str(grace_s), "--grace") if grace_s
+                                 else DEFAULT_GRACE_S)
     options = WatchSpec(
         watch_id="", kind="", run_file=str(Path(config).resolve()), overrides=tuple(overrides),
         profile=profile, checkpoints=str(Path(checkpoints).expanduser().absolute()),
-        pattern=pattern, step_regex=step_regex, marker=marker,
-        grace_s=None if marker else (grace_s or DEFAULT_GRACE_S),
+        pattern=pattern, step_regex=step_regex, marker=marker, grace_s=grace,
         interval_s=parse_interval(str(interval_s)), after_job=after_job, attempts=attempts,
         max_per_tick=max_per_tick or DEFAULT_MAX_PER_TICK,
         trust_uids=resolve_owners(trust_owners))
-    return start_watch(options, client=client)
+    return start_watch(options, client=client, dry_run=dry_run)
 
 
-def watch_status(watch_ref: str | Path, *, client: SlurmClient | None = None
-                 ) -> dict[str, Any]:
+def stop_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
+               client: SlurmClient | None = None) -> tuple[Path, list[str]]:
+    """`hpceval watch stop`: no further tick (evaluations already submitted go on). Returns
+    the watch directory and the tick jobs cancelled."""
+    from hpceval.watch.control import stop_watch as stop
+
+    watch_dir = find_watch(watch_ref, output_dirs)
+    return watch_dir, stop(watch_dir, client)
+
+
+def resume_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
+                 client: SlurmClient | None = None) -> tuple[Path, str]:
+    """`hpceval watch resume`: queue a tick now (claims in state.json are kept: nothing is
+    evaluated twice). Returns the watch directory and the tick job."""
+    from hpceval.watch.control import resume_watch as resume
+
+    watch_dir = find_watch(watch_ref, output_dirs)
+    return watch_dir, resume(watch_dir, client)
+
+
+def watch_status(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
+                 client: SlurmClient | None = None) -> dict[str, Any]:
     """`hpceval status WATCH --json` as a dict (one sacct call)."""
     from hpceval.watch.status import watch_status as status_of
 
-    return status_of(find_watch(watch_ref), client)
+    return status_of(find_watch(watch_ref, output_dirs), client)
 
 
 def watch_steps(watch_ref: str | Path) -> pd.DataFrame:

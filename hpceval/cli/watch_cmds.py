@@ -7,19 +7,12 @@ found in the output directories `hpceval status` knows (or --output-dir). docs/w
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from hpceval.cli.options import config_options, run_file_from
 from hpceval.cli.track_cmds import output_dir_option
 from hpceval.watch.spec import DEFAULT_MAX_PER_TICK
-
-
-def find_watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
-    from hpceval.watch.control import find_watch
-
-    return find_watch(ref, [Path(d) for d in output_dirs])
 
 
 @click.group()
@@ -74,26 +67,15 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
     (and markers) owned by you, or by a --trust-owner, after resolving symlinks, are
     evaluated.
     """
-    from hpceval.config.errors import ConfigError
-    from hpceval.watch.control import start_watch
-    from hpceval.watch.spec import DEFAULT_GRACE_S, WatchSpec, parse_interval
-    from hpceval.watch.trust import resolve_owners
+    from hpceval import api
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     if run_file is None:
         raise click.UsageError("give the run file (CONFIG or --config)")
-    if marker and grace:
-        raise ConfigError.at("--grace", "goes with no --marker: a checkpoint is complete by "
-                             "its marker, or by its files staying the same", "give one")
-    options = WatchSpec(
-        watch_id="", kind="", run_file=str(run_file.resolve()), overrides=overrides,
-        profile=profile, checkpoints=str(Path(checkpoints).expanduser().absolute()),
-        pattern=pattern, step_regex=step_regex, marker=marker,
-        grace_s=None if marker else (parse_interval(grace, "--grace") if grace
-                                     else DEFAULT_GRACE_S),
-        interval_s=parse_interval(interval), after_job=after_job, attempts=attempts,
-        max_per_tick=max_per_tick, trust_uids=resolve_owners(trust_owners))
-    started = start_watch(options, dry_run=dry_run)
+    started = api.watch(run_file, checkpoints, overrides, profile=profile, pattern=pattern,
+                        step_regex=step_regex, marker=marker, grace_s=grace,
+                        interval_s=interval, after_job=after_job, attempts=attempts,
+                        max_per_tick=max_per_tick, trust_owners=trust_owners, dry_run=dry_run)
     for warning in started.warnings:
         click.echo(f"warning: {warning}", err=True)
     if dry_run:
@@ -111,10 +93,9 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
 @output_dir_option
 def stop(watch_ref: str, output_dirs: tuple[str, ...]) -> None:
     """Stop a watch: no further tick; evaluations already submitted go on."""
-    from hpceval.watch.control import stop_watch
+    from hpceval import api
 
-    watch_dir = find_watch_dir(watch_ref, output_dirs)
-    cancelled = stop_watch(watch_dir)
+    watch_dir, cancelled = api.stop_watch(watch_ref, output_dirs=output_dirs)
     click.echo(f"{watch_dir.name}: stopped" + (f"; cancelled tick job(s) "
                                                f"{', '.join(cancelled)}" if cancelled else ""))
 
@@ -126,10 +107,9 @@ def resume(watch_ref: str, output_dirs: tuple[str, ...]) -> None:
     """Queue a tick now: for a stopped watch, or one whose ticks stopped (a repaired
     state.json, a failed resubmission). Claims in state.json are kept: nothing is
     evaluated twice."""
-    from hpceval.watch.control import resume_watch
+    from hpceval import api
 
-    watch_dir = find_watch_dir(watch_ref, output_dirs)
-    tick = resume_watch(watch_dir)
+    watch_dir, tick = api.resume_watch(watch_ref, output_dirs=output_dirs)
     click.echo(f"{watch_dir.name}: watching again; tick job {tick}")
 
 
@@ -144,10 +124,10 @@ def status_cmd(watch_ref: str, as_json: bool, output_dirs: tuple[str, ...]) -> N
 
 
 def show_watch(watch_ref: str, as_json: bool, output_dirs: tuple[str, ...]) -> None:
-    from hpceval.watch.status import format_watch, watch_status
+    from hpceval import api
+    from hpceval.watch.status import format_watch
 
-    watch_dir = find_watch_dir(watch_ref, output_dirs)
-    data = watch_status(watch_dir)
+    data = api.watch_status(watch_ref, output_dirs=output_dirs)
     click.echo(json.dumps(data, indent=2) if as_json else format_watch(data), nl=as_json)
     if data["status"] == "error":
         raise click.ClickException(data["reason"])
