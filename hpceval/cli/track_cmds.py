@@ -253,7 +253,7 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
 
 
 def _say_skipped(what: str, skipped: dict[str, int]) -> None:
-    from hpceval.runs.registry import owner_name
+    from hpceval.trust import owner_name
 
     for job_id, uid in sorted(skipped.items()):
         click.echo(f"{what}: skipped job {job_id}: owned by {owner_name(uid)}, not by you "

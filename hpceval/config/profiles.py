@@ -6,17 +6,17 @@ a ``local-dev.yaml`` dropped next to a run file in a shared folder won over ever
 a file there counts only for a name found nowhere else).
 
 A profile or preset can run shell as the user (``pre_commands``, ``modules``, ``env_vars``), so
-it is trusted the way ssh trusts its config (review F2): the file must be owned by the user or
-root and not writable by group or other, and no folder above it may be writable by group or
-other unless it is a root-owned sticky folder such as /tmp (there nobody can rename what is not
-theirs). Anything else is refused naming the file and its owner, wherever on the search path
-(run file's folder, ``$HPCEVAL_PROFILE_PATH``, an ``extends:`` parent, an explicit path).
+it is trusted the way ssh trusts its config (review F2, the rule in hpceval.trust): the file
+must be owned by the user or root and not writable by group or other, and no folder above it
+may be writable by group or other unless it is a root-owned sticky folder such as /tmp (there
+nobody can rename what is not theirs). Anything else is refused naming the file and its owner,
+wherever on the search path (run file's folder, ``$HPCEVAL_PROFILE_PATH``, an ``extends:``
+parent, an explicit path).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 from hpceval.config import yamlio
 from hpceval.config.errors import ConfigError
 from hpceval.resources import site_configs_dir
+from hpceval.trust import untrusted
 
 SECTION_KEYS = {"execution", "deployment", "target", "evaluation"}
 META_KEYS = {"extends", "description"}
@@ -74,39 +75,10 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
 def untrusted_reason(path: Path) -> str | None:
-    """Why ``path`` may not be trusted as a profile or preset, or None (see the module doc)."""
-    me = os.getuid()
-    real = path.resolve()
-    try:
-        st = real.stat()
-    except OSError as exc:
-        return f"cannot stat it: {exc.strerror}"
-    if st.st_uid not in (me, 0):
-        return f"it is owned by {_owner(st.st_uid)}, not by you or root"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"it is writable by {'group' if st.st_mode & stat.S_IWGRP else 'other'} users"
-    for folder in real.parents:
-        try:
-            dst = folder.stat()
-        except OSError:
-            continue
-        if not dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            continue
-        if dst.st_mode & stat.S_ISVTX and dst.st_uid == 0 and folder != real.parent:
-            continue  # /tmp and the like, above the file's own folder
-        return (f"its folder {folder} is writable by other users (mode "
-                f"{stat.S_IMODE(dst.st_mode):o}): anyone there could plant or swap a profile")
-    return None
+    """Why ``path`` may not be trusted as a profile or preset, or None (see the module doc;
+    the rule itself is hpceval.trust's, with root's files and every folder above checked)."""
+    return untrusted(path, root=True, folders=True)
 
 
 def _check_trusted(path: Path, kind: str, key: str) -> Path:

@@ -10,8 +10,10 @@ through `read_endpoint`, so what is trusted is decided here only.
 A record is trusted only as this user's own plain files: not links, owned by the user, not
 writable by group or others, and the token readable by its owner only. Another user who can
 write the folder (shared scratch) could otherwise plant a record that sends the job's
-requests, and the judge's token, to a server of theirs. Each file is opened without following
-links and checked through the open descriptor, so what is read is what was checked.
+requests, and the judge's token, to a server of theirs (the rule is hpceval.trust's, with a
+plain file required and, for the token, no access by anyone else). Each file is opened
+without following links and checked through the open descriptor, so what is read is what was
+checked.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import errno
 import json
 import os
 import re
-import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
+from hpceval.trust import stat_problem
 
 MAX_URLS = 64
 MAX_BYTES = 64 << 10  # a record of 64 URLs is a few KB; a huge file is not a record
@@ -81,7 +83,7 @@ def _read_own(path: Path, owner_only: bool) -> str:
         raise EndpointUntrusted(f"cannot open {path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
-        problem = _untrusted(st, owner_only)
+        problem = stat_problem(st, plain=True, private=owner_only)
         if problem:
             raise EndpointUntrusted(f"{path} {problem}: not trusted")
         with os.fdopen(fd, "rb", closefd=False) as f:
@@ -91,18 +93,6 @@ def _read_own(path: Path, owner_only: bool) -> str:
     if len(data) > MAX_BYTES:
         raise EndpointUntrusted(f"{path} is larger than {MAX_BYTES} bytes")
     return data.decode("utf-8", "replace")
-
-
-def _untrusted(st: os.stat_result, owner_only: bool) -> str | None:
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a plain file"
-    if st.st_uid != os.getuid():
-        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-    if owner_only and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return f"is readable by other users (mode {stat.S_IMODE(st.st_mode):o}; a token is 0600)"
-    return None
 
 
 def main(argv: Sequence[str]) -> int:

@@ -45,7 +45,7 @@ class KillRefused(HpcevalError, PermissionError):
 def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
              sleep: Callable[[float], None] = time.sleep) -> KillReport:
     """Cancel every job in the chain (array, successors, aggregation), then verify."""
-    from hpceval.runs.registry import owned_dir
+    from hpceval.trust import owned_dir
 
     if not owned_dir(ref.run_dir):  # a planted jobs.json could name any job of ours
         raise KillRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
@@ -79,7 +79,7 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
     """
     from filelock import FileLock, Timeout
 
-    from hpceval.runs.registry import owned_dir
+    from hpceval.trust import owned_dir
 
     if not owned_dir(ref.run_dir):  # its lock, jobs.json and scripts are not ours to write
         raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,9 @@ from typing import Any
 
 from hpceval.contract import RUN_FILE
 from hpceval.errors import HpcevalError
-from hpceval.runs.registry import owned_dir, owner_name, registry_stamp, trusted_entries
+from hpceval.runs.registry import registry_stamp, trusted_entries
 from hpceval.storage import atomic_write_json, cache_dir
+from hpceval.trust import owned_dir, stat_problem
 
 INDEX_FILE = "runs.json"
 INDEX_VERSION = 2  # 2: trusted entries only (older indexes are rebuilt)
@@ -142,11 +142,13 @@ def _own_run_dir(path: Path) -> RunRef:
         raise RunNotFound(f"cannot read run directory {path}: permission denied") from exc
     except OSError as exc:
         raise RunNotFound(f"no run directory at {path} (no {RUN_FILE} there)") from exc
-    for what, uid in (("directory", resolved.stat().st_uid), (RUN_FILE, st.st_uid)):
-        if uid != os.getuid() or not owned_dir(resolved) or not stat.S_ISREG(st.st_mode):
-            raise RunNotFound(f"{path} is not a run directory of yours (its {what} is owned by "
-                              f"{owner_name(uid)}); give the invocation id, which is looked up "
-                              "in the registry")
+    # the rule resume, kill and status share (hpceval.trust); a setgid project folder's
+    # group may write a run's files, whose scripts resume checks by sha256
+    for what, found in (("directory", resolved.lstat()), (RUN_FILE, st)):
+        problem = stat_problem(found, plain=what == RUN_FILE, group_write=True)
+        if problem is not None:
+            raise RunNotFound(f"{path} is not a run directory of yours (its {what} {problem}); "
+                              "give the invocation id, which is looked up in the registry")
     return ref_from_dir(resolved)
 
 

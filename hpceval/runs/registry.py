@@ -24,6 +24,7 @@ from typing import Any
 
 from hpceval.config.errors import ConfigError
 from hpceval.errors import HpcevalError
+from hpceval.trust import is_mine, owned_dir, owner_name
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +90,6 @@ def _owner(path: Path) -> str:
     return owner_name(uid)
 
 
-def owner_name(uid: int) -> str:
-    """'name (uid N)' for messages that say whose a file is."""
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
 def register_run(output_dir: Path, entry: dict[str, Any]) -> None:
     from filelock import FileLock
 
@@ -124,7 +115,7 @@ def register_run(output_dir: Path, entry: dict[str, Any]) -> None:
                 raise RegistryError(f"{path} is a symlink; not following it") from exc
             raise
         try:
-            if shared and os.fstat(fd).st_uid == os.getuid():  # only its owner may chmod
+            if shared and is_mine(os.fstat(fd)):  # only its owner may chmod
                 os.fchmod(fd, 0o660)
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -196,12 +187,3 @@ def trusted_entries(output_dir: Path) -> list[dict[str, Any]]:
         log.warning("hpceval: ignored %d entry(ies) of run registry %s pointing outside %s",
                     outside, registry_path(output_dir), output_dir)
     return trusted
-
-
-def owned_dir(path: Path, uid: int | None = None) -> bool:
-    """A real directory (lstat: not a symlink) owned by `uid` (default: this process's)."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == (os.getuid() if uid is None else uid)

@@ -48,6 +48,7 @@ from hpceval.contract import (
     SWEEP_SCRIPT,
 )
 from hpceval.storage import atomic_write_json, atomic_write_text
+from hpceval.trust import stat_problem
 
 RUN_SCHEMA = 1
 DEFAULT_UMASK = "0027"  # runs from before execution.umask
@@ -309,8 +310,8 @@ def changed_scripts(run_dir: Path, run: dict[str, Any]) -> list[str]:
             st = path.lstat()
             if stat.S_ISLNK(st.st_mode):
                 problems.append(f"{name} is a symlink")
-            elif st.st_uid != os.getuid():
-                problems.append(f"{name} belongs to uid {st.st_uid}")
+            elif (problem := stat_problem(st, group_write=True)) is not None:
+                problems.append(f"{name} {problem}")
             elif _sha256(path.read_bytes()) != digest:
                 problems.append(f"{name} changed since submit (sha256 differs)")
         except OSError as exc:

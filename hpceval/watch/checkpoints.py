@@ -16,8 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpceval.trust import foreign_owner
 from hpceval.watch.spec import WatchSpec
-from hpceval.watch.trust import foreign_owner, trusted_uids
+from hpceval.watch.trust import trusted_uids
 
 MAX_FILES = 100_000  # a checkpoint with more is read no further (hostile or broken folder)
 

@@ -196,7 +196,7 @@ def is_watch_ref(ref: str) -> bool:
 
 def find_watch(ref: str, extra_dirs: Iterable[Path] = ()) -> Path:
     from hpceval.runs.index import known_output_dirs
-    from hpceval.runs.registry import owned_dir
+    from hpceval.trust import owned_dir
 
     path = Path(os.path.expanduser(ref))
     if ref.strip() and (path / WATCH_FILE).is_file():
@@ -219,7 +219,7 @@ def find_watch(ref: str, extra_dirs: Iterable[Path] = ()) -> Path:
 def list_watches(extra_dirs: Iterable[Path] = ()) -> list[Path]:
     """This user's watches in the known output directories, newest first (no Slurm call)."""
     from hpceval.runs.index import known_output_dirs
-    from hpceval.runs.registry import owned_dir
+    from hpceval.trust import owned_dir
 
     found = {p for d in known_output_dirs(extra_dirs) for p in _glob(d, WATCH_DIR_PREFIX)
              if owned_dir(p)}

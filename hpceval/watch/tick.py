@@ -190,7 +190,7 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
 def _look(spec: WatchSpec, state: dict[str, Any], report: TickReport, at: float, *,
           training_ended: bool) -> None:
     """Record every checkpoint; judge the ones not yet claimed."""
-    from hpceval.runs.registry import owner_name
+    from hpceval.trust import owner_name
 
     listing = list_checkpoints(spec)
     state["ignored"] = listing.ignored[:MAX_IGNORED]

@@ -5,7 +5,8 @@ them plant a folder, or a symlink to any weights, that matches the pattern; the 
 spend the user's allocation on it and put its score on the user's curve. So a checkpoint
 counts only when the entry in the folder (lstat: the symlink itself, if it is one) AND what it
 resolves to are owned by a trusted uid: the watch's own user (the tick runs as them) or one
-named with --trust-owner at start. The marker file is held to the same rule.
+named with --trust-owner at start. The marker file is held to the same rule. The owner test
+itself (`foreign_owner`) is hpceval.trust's, the one rule every layer uses.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hpceval.config.errors import ConfigError
+from hpceval.trust import writers
 
 OPT_IN = "--trust-owner"
 
@@ -44,31 +46,15 @@ def trusted_uids(extra: Iterable[int]) -> frozenset[int]:
     return frozenset((os.geteuid(), *extra))
 
 
-def foreign_owner(path: Path, trusted: frozenset[int]) -> int | None:
-    """The uid that disqualifies `path` (the link's owner first, then its target's), or None
-    when both are trusted. A path that cannot be read is not foreign: the caller's own check
-    (is it a directory, is the marker there) decides about it."""
-    try:
-        link = os.lstat(path)
-        target = os.stat(path) if stat.S_ISLNK(link.st_mode) else link
-    except OSError:
-        return None
-    for uid in (link.st_uid, target.st_uid):
-        if uid not in trusted:
-            return uid
-    return None
-
-
 def writable_by_others(folder: Path) -> str | None:
     """A warning for `watch start` when others may write into the checkpoints folder."""
     try:
         mode = folder.stat().st_mode
     except OSError:
         return None
-    who = [name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
-           if mode & bit]
-    if not who:
+    who = writers(mode)
+    if who is None:
         return None
-    return (f"--checkpoints {folder} is writable by {' and '.join(who)} (mode "
+    return (f"--checkpoints {folder} is writable by {who} (mode "
             f"{stat.S_IMODE(mode):04o}): only checkpoints owned by you (or by a "
             f"{OPT_IN}) are evaluated; the others show as ignored in `hpceval status WATCH`")

@@ -119,7 +119,7 @@ async def test_a_record_another_user_could_write_never_redirects_the_run(
     assert status == 503
     message = answer["error"]["message"]
     assert "no successor published" in message
-    assert ("owned by uid 65534" if case == "other owner" else "writable by other users") \
+    assert ("owned by nobody (uid 65534)" if case == "other owner" else "writable by other users") \
         in message, message
 
 

@@ -101,7 +101,7 @@ def test_it_waits_for_the_judge_job_to_write_them(wait_code: str, tmp_path: Path
     ("group-writable record", "endpoint.json is writable by other users (mode 620"),
     ("bad url", "holds a URL that is not http://host:port"),
     ("no url", "names no instance URL"),
-    ("other owner", "endpoint.json is owned by uid 65534, not by this user"),
+    ("other owner", "endpoint.json is owned by nobody (uid 65534), not by you"),
 ])
 def test_untrusted_or_failed_judge_fails_the_element(wait_code: str, tmp_path: Path, case: str,
                                                      says: str) -> None:

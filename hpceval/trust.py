@@ -1,0 +1,132 @@
+"""THE trust rule for files and folders another user could have planted or can change.
+
+On a shared cluster a file hpceval reads and then acts on (a profile that runs shell as the
+user, a judge's endpoint record and token, a run directory whose jobs.json names jobs to
+cancel, a checkpoint a watch evaluates, a task folder lm-eval imports) is trusted the way ssh
+trusts its config: it must be owned by the user (some callers: or root, or a uid named on the
+command line), not writable by group or other, and, where asked, no folder above it may be
+writable by group or other unless it is a root-owned sticky folder such as /tmp (there nobody
+can rename what is not theirs). Each caller picks its parameters; the rule and its wording
+live here only, so a message always says whose the file is.
+
+This module imports nothing else of hpceval, so every layer (config, watch, job, runs,
+staging) can use it without an arrow pointing the wrong way.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Collection
+from pathlib import Path
+
+GROUP_OR_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def owner_name(uid: int) -> str:
+    """'name (uid N)' for messages that say whose a file is."""
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def my_uids() -> frozenset[int]:
+    """The uids that count as "you": this process's real and effective uid."""
+    return frozenset((os.getuid(), os.geteuid()))
+
+
+def is_mine(st: os.stat_result) -> bool:
+    """Whether this process's user owns what `st` describes (only the owner may chmod it)."""
+    return st.st_uid in my_uids()
+
+
+def writers(mode: int) -> str | None:
+    """Who besides the owner may write a file of this mode ('its group', 'others', both)."""
+    who = [name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
+           if mode & bit]
+    return " and ".join(who) or None
+
+
+def stat_problem(st: os.stat_result, owners: Collection[int] | None = None, *,
+                 root: bool = False, private: bool = False, plain: bool = False,
+                 group_write: bool = False) -> str | None:
+    """Why a file with this stat may not be trusted, as a phrase after its name ("is owned
+    by ..."), or None. `owners`: the uids that count (default: you); `root`: root's files
+    count too; `private`: nobody else may even read it (a token); `plain`: a regular file;
+    `group_write`: its group may write it (a run's own files in a setgid project folder,
+    whose content is checked otherwise: by sha256)."""
+    if plain and not stat.S_ISREG(st.st_mode):
+        return "is not a plain file"
+    allowed = my_uids() if owners is None else frozenset(owners)
+    if st.st_uid not in allowed and not (root and st.st_uid == 0):
+        return (f"is owned by {owner_name(st.st_uid)}, not by you"
+                f"{' or root' if root else ''}")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWOTH if group_write else GROUP_OR_OTHER_WRITE):
+        return f"is writable by other users (mode {mode:o}), owned by {owner_name(st.st_uid)}"
+    if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return f"is readable by other users (mode {mode:o}; a secret is 0600)"
+    return None
+
+
+def folder_problem(folder: Path, below: Path) -> str | None:
+    """Why `folder`, one above `below`, makes what is below it untrustworthy, or None."""
+    try:
+        st = folder.stat()
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if not st.st_mode & GROUP_OR_OTHER_WRITE:
+        return None
+    if st.st_mode & stat.S_ISVTX and st.st_uid == 0 and folder != below.parent:
+        return None  # /tmp and the like, above the file's own folder
+    return (f"its folder {folder} is writable by other users (mode {mode:o}), owned by "
+            f"{owner_name(st.st_uid)}: anyone there could plant or swap what it holds")
+
+
+def untrusted(path: Path, owners: Collection[int] | None = None, *, root: bool = False,
+              folders: bool = True, private: bool = False) -> str | None:
+    """Why `path` (after resolving links) may not be trusted, as a phrase after its name
+    ("it is owned by ...", "its folder F is writable ..."), or None. `folders`: every folder
+    above it is checked too (see the module doc)."""
+    real = path.resolve()
+    try:
+        st = real.stat()
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror}"
+    problem = stat_problem(st, owners, root=root, private=private)
+    if problem is not None:
+        return f"it {problem}"
+    if folders:
+        for folder in real.parents:
+            problem = folder_problem(folder, real)
+            if problem is not None:
+                return problem
+    return None
+
+
+def foreign_owner(path: Path, owners: Collection[int]) -> int | None:
+    """The uid that disqualifies `path` (the link's owner first, then its target's), or None
+    when both are in `owners`. A path that cannot be read is not foreign: the caller's own
+    check (is it a directory, is the marker there) decides about it."""
+    try:
+        link = os.lstat(path)
+        target = os.stat(path) if stat.S_ISLNK(link.st_mode) else link
+    except OSError:
+        return None
+    for uid in (link.st_uid, target.st_uid):
+        if uid not in owners:
+            return uid
+    return None
+
+
+def owned_dir(path: Path, uid: int | None = None) -> bool:
+    """A real directory (lstat: not a symlink) owned by `uid` (default: this process's)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == (os.getuid() if uid is None else uid)

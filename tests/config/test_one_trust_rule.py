@@ -1,0 +1,100 @@
+"""ONE trust rule (hpceval/trust.py): "owned by you (or root, or a named uid), not writable by
+group or other, folders above too". Profiles, judge records, run directories given by path and
+a run's scripts all refuse a file another uid owns with the same words, naming the file and its
+owner; no other module tests owners or write bits itself."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import hpceval
+from hpceval.config.errors import ConfigError
+from hpceval.config.profiles import find_file
+from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE, RUN_FILE
+from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
+from hpceval.runs.index import RunNotFound, find_run
+from hpceval.runs.rundir import changed_scripts
+from hpceval.trust import untrusted
+
+NOBODY = 65534
+OWNER = "owned by nobody (uid 65534), not by you"
+
+# Owner comparisons and permission bits: hpceval/trust.py decides them, nobody else.
+RULE_WORDS = re.compile(r"S_IWGRP|S_IWOTH|S_IRWXG|S_IRWXO|getpwuid|st_uid\s*(==|!=|not in|in)"
+                        r"|gete?uid\(\)\s*(==|!=)")
+
+
+def test_no_module_but_trust_tests_owners_or_write_bits() -> None:
+    root = Path(hpceval.__file__).parent
+    offenders = [f"{path.relative_to(root.parent)}:{n}: {line.strip()}"
+                 for path in sorted(root.rglob("*.py")) if path.name != "trust.py"
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if RULE_WORDS.search(line)]
+    assert offenders == []
+
+
+@pytest.fixture
+def foreign(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("making a file another user owns needs root")
+    return tmp_path
+
+
+def _chown(path: Path) -> Path:
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+def test_a_profile_another_uid_owns_is_refused_naming_file_and_owner(foreign: Path) -> None:
+    profile = foreign / "site.yaml"
+    profile.write_text("execution: {type: local}\n")
+    _chown(profile)
+    with pytest.raises(ConfigError) as err:
+        find_file(str(profile), "profile")
+    assert f"refusing profile file {profile}: it is {OWNER} or root" in str(err.value)
+
+
+def test_a_judge_record_another_uid_owns_is_refused_with_the_same_words(foreign: Path) -> None:
+    (foreign / AUX_TOKEN_FILE).write_text("t")
+    (foreign / AUX_TOKEN_FILE).chmod(0o600)
+    (foreign / AUX_ENDPOINT_FILE).write_text('{"urls": ["http://n:1"]}')
+    _chown(foreign / AUX_ENDPOINT_FILE)
+    with pytest.raises(EndpointUntrusted) as err:
+        read_endpoint(foreign)
+    assert f"{foreign / AUX_ENDPOINT_FILE} is {OWNER}" in str(err.value)
+
+
+def test_a_run_directory_and_a_script_another_uid_owns_are_named_with_the_same_words(
+        foreign: Path) -> None:
+    run_dir = foreign / "run"
+    run_dir.mkdir()
+    (run_dir / RUN_FILE).write_text("{}")
+    _chown(run_dir / RUN_FILE)
+    with pytest.raises(RunNotFound) as err:
+        find_run(str(run_dir))
+    assert f"its {RUN_FILE} is {OWNER}" in str(err.value)
+    (run_dir / "job.sbatch").write_text("#!/bin/bash\n")
+    _chown(run_dir / "job.sbatch")
+    assert changed_scripts(run_dir, {"scripts_sha256": {"job.sbatch": "x"}}) == [
+        f"job.sbatch is {OWNER}"]
+
+
+def test_write_bits_and_folders(tmp_path: Path) -> None:
+    own = tmp_path / "mine"
+    own.mkdir()
+    own.chmod(0o700)
+    file = own / "f.yaml"
+    file.write_text("")
+    file.chmod(0o600)
+    assert untrusted(file) is None
+    file.chmod(0o620)
+    assert "is writable by other users (mode 620), owned by" in (untrusted(file) or "")
+    file.chmod(0o600)
+    own.chmod(0o770)
+    assert (untrusted(file) or "").startswith(f"its folder {own} is writable by other users "
+                                              "(mode 770)")
+    assert untrusted(file, folders=False) is None
