@@ -50,8 +50,8 @@ def _json_view(resolved: Any) -> dict[str, Any]:
 def _show_one(resolved: Any, no_sources: bool) -> None:
     data = dataclasses.asdict(resolved.spec)
     click.echo("# layers, later wins: default (schema)")
-    for label, origin in resolved.composed.layers:
-        click.echo(f"#   {label}: {origin}")
+    for line in resolved.composed.layer_lines():
+        click.echo(f"#   {line}")
     lines = _yaml_lines(data, "", 0, resolved.composed.source_of, not no_sources)
     click.echo("\n".join(lines))
     click.echo(f"# layout: {resolved.layout.instances} server instance(s), "

@@ -97,6 +97,8 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     from hpceval import api
 
     configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides)
+    for line in configs[0].composed.layer_lines():  # where the settings came from (review F2)
+        click.echo(f"hpceval: layer: {line}", err=True)
     checked = api.preflight(configs, notes_only=not dry_run)
     for note in checked.notes:  # works, but every job pays for it
         click.echo(f"hpceval: preflight note: {note}", err=True)

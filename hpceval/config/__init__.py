@@ -94,6 +94,7 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
         one = Composed(copy.deepcopy(composed.data), dict(composed.sources),
                        list(composed.notes), composed.run_file, list(composed.layers))
         merge(one.data, patch, one.sources, label)
+        one.layers.append((label, "its entry under models: in the run file"))
         try:
             resolved.append(_resolve(one, environ, check_environment, lookups))
             labels.append(label)

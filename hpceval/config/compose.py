@@ -35,7 +35,13 @@ class Composed:
     sources: dict[str, str] = field(default_factory=dict)  # key path -> layer it came from
     notes: list[str] = field(default_factory=list)
     run_file: Path | None = None
-    layers: list[tuple[str, str]] = field(default_factory=list)  # (label, file) in merge order
+    layers: list[tuple[str, str]] = field(default_factory=list)  # (label, origin), merge order
+
+    def layer_lines(self) -> list[str]:
+        """One line per layer, in merge order (later wins): the profile file and each
+        ``extends:`` parent with how it was found, presets, the run file, each -o (what
+        `config show` and `submit` print, so a planted or unexpected layer is seen)."""
+        return [f"{label}: {origin}" for label, origin in self.layers]
 
     def source_of(self, path: str) -> str:
         while path:
@@ -120,6 +126,13 @@ def _parse_defaults(defaults: Any) -> tuple[dict[str, str], list[tuple[str, str]
     return chosen, aux
 
 
+# How find_file found a profile or preset, for the one line per layer that `config show` and
+# `submit` print (review F2: a planted profile must not be chosen without a word).
+FOUND = {"HPCEVAL_PROFILE_PATH": "found on $HPCEVAL_PROFILE_PATH",
+         "user": "found in your profiles folder", "shipped": "shipped with hpceval",
+         "run file": "found next to the run file", "path": "given as a path"}
+
+
 def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = (),
                   run_file: Path | None = None) -> list[
         tuple[dict[str, Any], str, str]]:
@@ -128,13 +141,15 @@ def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = (),
         chain = " -> ".join((*seen, name))
         raise ConfigError.at("extends", f"profiles extend each other in a loop: {chain}",
                              "remove one extends")
-    path, _ = find_file(name, "profile", near, exclude=run_file)
+    path, found = find_file(name, "profile", near, exclude=run_file)
     raw = read_yaml(path, f"profile {name}")
     parent = raw.get("extends")
     layers = _load_profile(str(parent), near, (*seen, name), run_file) if parent else []
     body = split_profile(raw)
     body.setdefault("execution", {}).setdefault("profile", name)
-    return [*layers, (body, f"profile {name}", str(path))]
+    how = f"{FOUND.get(found, found)}; extends: parent of {seen[-1]}" if seen else \
+        FOUND.get(found, found)
+    return [*layers, (body, f"profile {name}", f"{path} ({how})")]
 
 
 def _normalize_tasks(layer: dict[str, Any]) -> None:
@@ -229,10 +244,10 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         layers += _load_profile(chosen["execution"], near,
                                 run_file=run_file.resolve() if run_file else None)
     if chosen.get("deployment"):
-        preset_file, _ = find_file(chosen["deployment"], "deployment", near)
+        preset_file, found = find_file(chosen["deployment"], "deployment", near)
         preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
         layers.append(({"deployment": preset}, f"preset {chosen['deployment']}",
-                       str(preset_file)))
+                       f"{preset_file} ({FOUND.get(found, found)})"))
     # NeMo Evaluator's deployment/<kind>@auxiliary_deployments.<name>: the judge starts from
     # what `deployment: <kind>` gives the model, the site profile's deployment keys (its
     # image) and the preset, under the run file's keys.
@@ -241,14 +256,15 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         if isinstance(layer.get("deployment"), dict) and "auxiliary_deployments" not in layer:
             merge(site, copy.deepcopy(layer["deployment"]), {}, "")
     for name, kind in aux_presets:
-        preset_file, _ = find_file(kind, "deployment", near)
+        preset_file, found = find_file(kind, "deployment", near)
         preset = copy.deepcopy(site)
         merge(preset, read_yaml(preset_file, f"deployment preset {kind}"), {}, "")
         label = f"{'profile deployment keys + ' if site else ''}preset {kind}"
         layers.append(({"auxiliary_deployments": {name: preset}},
-                       f"{label} (auxiliary_deployments.{name})", str(preset_file)))
+                       f"{label} (auxiliary_deployments.{name})",
+                       f"{preset_file} ({FOUND.get(found, found)})"))
     if run:
-        layers.append((run, "run file", str(run_file)))
+        layers.append((run, "run file", str(run_file.resolve()) if run_file else ""))
     placeholders = Placeholders()
     refused: list[ConfigIssue] = []
     for layer, source, origin in layers:
@@ -261,6 +277,7 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
             refused += exc.issues
         merge(out.data, layer, out.sources, source)
     for text in overrides:
+        out.layers.append(("-o", text))
         ov = parse_override(text)
         dotted = ".".join(ov.path)
         placeholders.set_by_override(dotted, ov.value, ov.delete)
