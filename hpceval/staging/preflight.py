@@ -19,6 +19,8 @@ from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
 from hpceval.staging.stage import stage_command
+from hpceval.staging.task_dirs import KEY as INCLUDE_PATH
+from hpceval.staging.task_dirs import include_path_issue
 
 _SHARED = ("hpceval checks it from the login node, so it must be on shared storage that the "
            "login and compute nodes both mount")
@@ -147,10 +149,14 @@ def _data_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
         # Local files a harness reads: a custom lm-eval task folder, a tokenizer folder.
         for name in ("include_path", "tokenizer"):
             value = extra.get(name)
-            if (isinstance(value, str) and value.startswith("/")
-                    and not Path(value).exists()):
-                issues.append(ConfigIssue(f"{where}.params.extra.{name}",
-                                          f"{value} does not exist", f"check the path; {_SHARED}"))
+            if not isinstance(value, str) or not value.startswith("/"):
+                continue
+            key = f"{where}.params.extra.{name}"
+            if not Path(value).exists():
+                issues.append(ConfigIssue(key, f"{value} does not exist",
+                                          f"check the path; {_SHARED}"))
+            elif name == INCLUDE_PATH and (refused := include_path_issue(Path(value), key)):
+                issues.append(refused)
     if ex.offline:
         for where, task in hub.offline_blockers(resolved):
             issues.append(ConfigIssue(where, f"compute nodes are offline, but "
