@@ -123,7 +123,7 @@ def test_second_users_submit_into_an_output_dir_it_cannot_register_in_fails_befo
         "output_dir": str(out), "umask": "0022"}), fake)
     for run, message in ((mine, "permission denied"),
                          (readable, "is not a run directory of yours (its directory is owned "
-                                    "by root (uid 0))")):
+                                    "by root (uid 0), not by you)")):
         fake.states[run.job_ids[0]] = "TIMEOUT"
         result = shared.hpceval("resume", str(run.run_dir))
         assert result.returncode == 1 and message in result.stderr, result.stderr
