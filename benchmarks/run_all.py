@@ -8,8 +8,8 @@ Then `benchmarks/out/report.md` and `benchmarks/out/report.svg`, and with --publ
 `docs/benchmarks.md` + `docs/benchmarks.svg` with the machine description and this command.
 A script that fails (exit status, timeout, no valid JSON) is shown as FAILED with its stderr
 tail; the others still run, and run_all exits 1. Most scripts need the Slurm dev cluster
-(bash scripts/slurm/start-cluster.sh); the full set takes about 35-45 minutes on 2 cores
-(layouts alone about 11, suite about 8).
+(bash scripts/slurm/start-cluster.sh); the full set takes about 35-60 minutes on 2 cores
+(layouts alone about 11, suite 8-25).
 """
 
 from __future__ import annotations

