@@ -10,12 +10,13 @@ same errors (``hpceval.errors.HpcevalError``: message, fix, exit_code) and typed
 
 The verbs live in ``_``-private modules by topic (``_runs``: plan, render, preflight, submit,
 status, info, logs, kill, resume; ``_results``: results, export, compare, gate; ``_site``:
-evaluate, watch, stage, doctor; ``_load``: the config and run lookups they share); import
-them from here.
+evaluate, watch, stage, discover, doctor; ``_lists``: runs, watches, profiles, tasks;
+``_load``: the config and run lookups they share); import them from here.
 """
 
 from __future__ import annotations
 
+from hpceval.api._lists import profiles, runs, tasks, watches
 from hpceval.api._load import ConfigSource, RunSource, find, find_watch, is_watch, load
 from hpceval.api._results import (
     STATS_HINT,
@@ -48,7 +49,9 @@ from hpceval.api._runs import (
     submit,
 )
 from hpceval.api._site import (
+    discover,
     doctor,
+    doctor_report,
     evaluate,
     resume_watch,
     stage,
@@ -63,11 +66,52 @@ load_results = results
 render_scripts = render
 
 __all__ = [
-    "STATS_HINT", "ConfigSource", "Exported", "GateResult", "Preflight", "RunInfo", "RunLogs",
-    "RunSource", "SideNotFound", "SubmitFailed", "WatchKill", "compare", "doctor", "evaluate",
-    "export", "find", "find_watch", "gate", "info", "is_watch", "kill", "kill_watch", "load",
-    "load_results", "logs", "plan", "preflight", "print_logs", "render", "render_scripts",
-    "results", "resume", "resume_watch", "run_dirs", "side", "stage", "status", "stop_watch",
-    "submit", "watch",
-    "watch_status", "watch_steps",
+    "STATS_HINT",
+    "ConfigSource",
+    "Exported",
+    "GateResult",
+    "Preflight",
+    "RunInfo",
+    "RunLogs",
+    "RunSource",
+    "SideNotFound",
+    "SubmitFailed",
+    "WatchKill",
+    "compare",
+    "discover",
+    "doctor",
+    "doctor_report",
+    "evaluate",
+    "export",
+    "find",
+    "find_watch",
+    "gate",
+    "info",
+    "is_watch",
+    "kill",
+    "kill_watch",
+    "load",
+    "load_results",
+    "logs",
+    "plan",
+    "preflight",
+    "print_logs",
+    "profiles",
+    "render",
+    "render_scripts",
+    "results",
+    "resume",
+    "resume_watch",
+    "run_dirs",
+    "runs",
+    "side",
+    "stage",
+    "status",
+    "stop_watch",
+    "submit",
+    "tasks",
+    "watch",
+    "watch_status",
+    "watch_steps",
+    "watches",
 ]

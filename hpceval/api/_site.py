@@ -1,4 +1,4 @@
-"""The other verbs: evaluate (an endpoint, here), watch, stage, doctor."""
+"""The other verbs: evaluate (an endpoint, here), watch, stage, discover, doctor."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from hpceval.api._runs import submit
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpceval.doctor.report import Report
     from hpceval.runs.submit import Submitted
     from hpceval.slurm.client import SlurmClient
     from hpceval.staging import StageReport
+    from hpceval.staging.discover import Discovered
     from hpceval.watch.control import Started
 
 
@@ -133,14 +135,15 @@ def watch_steps(watch_ref: str | Path) -> pd.DataFrame:
     return step_table(submitted_points(find_watch(watch_ref)))
 
 
-def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
-           profile: str | None = None, on_node: bool = False,
-           network_target: str | None = None, timeout_s: float = 300.0,
-           client: SlurmClient | None = None) -> dict[str, Any]:
-    """`hpceval doctor --json` as a dict: a run file's site (and staging), or a profile's alone
-    (``profile`` without ``config``). ``on_node`` submits the one short CPU job and waits for
-    its report, at most ``timeout_s``. Exit status as ``result["exit_code"]``. A ``client``
-    must also have ``test_only`` (hpceval.doctor.login.ProbingClient)."""
+def doctor_report(config: ConfigSource = None, overrides: Sequence[str] = (), *,
+                  profile: str | None = None, on_node: bool = False,
+                  network_target: str | None = None, timeout_s: float = 300.0,
+                  client: SlurmClient | None = None) -> Report:
+    """`hpceval doctor`: a run file's site (and staging), or a profile's alone (``profile``
+    without ``config``), as a report of ok / warning / problem lines with the fix
+    (``.table()``, ``.to_json()``, ``.exit_code``). ``on_node`` submits the one short CPU
+    job and waits for its report, at most ``timeout_s``. A ``client`` must also have
+    ``test_only`` (hpceval.doctor.login.ProbingClient)."""
     from typing import cast
 
     from hpceval.doctor.check import doctor as run_doctor
@@ -156,7 +159,30 @@ def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
         spec = configs[0].spec
     probing = cast(ProbingClient, client) if client is not None else None
     return run_doctor(spec, configs, client=probing, on_node=on_node,
-                      network_target=network_target, timeout_s=timeout_s).to_json()
+                      network_target=network_target, timeout_s=timeout_s)
+
+
+def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
+           profile: str | None = None, on_node: bool = False,
+           network_target: str | None = None, timeout_s: float = 300.0,
+           client: SlurmClient | None = None) -> dict[str, Any]:
+    """`hpceval doctor --json` as a dict (doctor_report's ``to_json()``); the exit status as
+    ``result["exit_code"]``."""
+    return doctor_report(config, overrides, profile=profile, on_node=on_node,
+                         network_target=network_target, timeout_s=timeout_s,
+                         client=client).to_json()
+
+
+def discover(image: str | Path, *, runtime: str = "apptainer", reference: str | None = None,
+             out_dir: str | Path | None = None, dry_run: bool = False) -> list[Discovered]:
+    """`hpceval tasks discover`: add the harness and tasks of an eval-factory image (or a
+    venv with the harness packages) to the user's task catalogue; ``reference`` is the image
+    the SIF was built from. Only what the catalogue lacks is written, validated first."""
+    from hpceval.staging.discover import discover as run_discover
+
+    return run_discover(Path(image), runtime=runtime, image=reference,
+                        out_dir=Path(out_dir) if out_dir is not None else None,
+                        dry_run=dry_run)
 
 
 def stage(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,

@@ -45,9 +45,8 @@ def doctor(config_file: str | None, config_opt: str | None, config_dir: str | No
     default route, free ports below 32768. One table, each line ok / warning / problem with
     the fix. Exit 0: no problem (warnings allowed); 1: a problem; 2: config error.
     """
+    from hpceval import api
     from hpceval.cli.options import load_all
-    from hpceval.doctor.check import doctor as run_doctor
-    from hpceval.doctor.check import profile_spec
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
     # a name that is no file and no .yaml: a site profile (hpceval ls profiles)
@@ -56,14 +55,15 @@ def doctor(config_file: str | None, config_opt: str | None, config_dir: str | No
     if bare and profile is not None:
         raise click.UsageError("give a run file or a profile, not both")
     if bare or (run_file is None and profile is not None):
-        spec, configs = profile_spec(str(run_file) if bare else str(profile), overrides), []
+        report = api.doctor_report(None, overrides, profile=str(run_file) if bare else profile,
+                                   on_node=on_node, network_target=network_target,
+                                   timeout_s=timeout_s)
     else:
         # secrets are not needed to look at the site; the preflight names missing ones
         configs = load_all(config_file, config_opt, config_dir, config_name, profile, overrides,
                            check_environment=False)
-        spec = configs[0].spec
-    report = run_doctor(spec, configs, on_node=on_node, network_target=network_target,
-                        timeout_s=timeout_s)
+        report = api.doctor_report(configs, on_node=on_node, network_target=network_target,
+                                   timeout_s=timeout_s)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -21,9 +20,9 @@ def profiles(as_json: bool) -> None:
     Search order (first wins): $HPCEVAL_PROFILE_PATH, ~/.config/hpceval/profiles, shipped.
     A run file's own folder is searched too when a run names a profile.
     """
-    from hpceval.config.profiles import list_profiles
+    from hpceval import api
 
-    found = list_profiles()
+    found = api.profiles()
     if as_json:
         click.echo(json.dumps([{"name": p.name, "source": p.source, "path": str(p.path),
                                 "description": p.description,
@@ -47,9 +46,10 @@ def profiles(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Stable JSON (see docs/tasks.md).")
 def tasks(harness: str | None, endpoint_type: str | None, as_json: bool) -> None:
     """Tasks in the catalogue (shipped, plus ~/.config/hpceval/tasks and $HPCEVAL_TASKS_PATH)."""
-    from hpceval.tasks import format_task_table, load_catalogue, tasks_to_json
+    from hpceval import api
+    from hpceval.tasks import format_task_table, tasks_to_json
 
-    listed = load_catalogue().list(harness=harness, endpoint_type=endpoint_type)
+    listed = api.tasks(harness=harness, endpoint_type=endpoint_type)
     click.echo(tasks_to_json(listed) if as_json else format_task_table(listed))
 
 
@@ -65,13 +65,10 @@ def runs(as_json: bool, limit: int, output_dirs: tuple[str, ...]) -> None:
     For their state use `hpceval status`.
     """
     import time
-    from pathlib import Path
 
-    from hpceval.runs.index import list_runs
+    from hpceval import api
 
-    found = list_runs([Path(d) for d in output_dirs])
-    if limit:
-        found = found[:limit]
+    found = api.runs(limit=limit, output_dirs=output_dirs)
     if as_json:
         click.echo(json.dumps([{"invocation_id": r.invocation_id, "run_dir": str(r.run_dir),
                                 "submitted_at": r.submitted_at, "user": r.user, "kind": r.kind,
@@ -99,26 +96,9 @@ def watches(as_json: bool, output_dirs: tuple[str, ...]) -> None:
     """Checkpoint watches (`hpceval watch start`) in the known output directories, newest
     first, with their checkpoint counts as their state files say (no Slurm call). For job
     states use `hpceval status WATCH`."""
-    from collections import Counter
-    from pathlib import Path
+    from hpceval import api
 
-    from hpceval.watch.control import list_watches
-    from hpceval.watch.spec import WatchError, read_spec
-    from hpceval.watch.state import FAILED, SUBMITTED, load_state
-
-    rows: list[dict[str, Any]] = []
-    for watch_dir in list_watches([Path(d) for d in output_dirs]):
-        try:
-            spec, state = read_spec(watch_dir), load_state(watch_dir)
-        except WatchError as exc:
-            rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
-                         "status": "damaged", "reason": str(exc)})
-            continue
-        counts = Counter(str(e.get("status")) for e in state["checkpoints"].values())
-        rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
-                     "status": state["status"], "checkpoints": spec.checkpoints,
-                     "seen": sum(counts.values()), "submitted": counts[SUBMITTED],
-                     "failed": counts[FAILED]})
+    rows = api.watches(output_dirs=output_dirs)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -92,9 +92,9 @@ def discover(image: Path, runtime: str, reference: str | None, out_dir: Path | N
     lacks to ~/.config/hpceval/tasks/<harness>.yaml (validated with the whole catalogue, then
     written atomically). Tasks already listed are left as they are.
     """
-    from hpceval.staging.discover import discover as run_discover
+    from hpceval import api
 
-    found = run_discover(image, runtime=runtime, image=reference, out_dir=out_dir,
+    found = api.discover(image, runtime=runtime, reference=reference, out_dir=out_dir,
                          dry_run=dry_run)
     for item in found:
         kind = "new harness" if item.new_harness else "harness"

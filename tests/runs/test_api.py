@@ -160,7 +160,19 @@ def test_every_verb_returns_a_declared_type() -> None:
     verbs = [getattr(api, name) for name in api.__all__ if inspect.isfunction(getattr(api, name))]
     assert {v.__name__ for v in verbs} >= {"submit", "render", "status", "info", "logs", "kill",
                                           "resume", "results", "export", "stage", "watch",
-                                          "compare", "gate"}
+                                          "compare", "gate", "runs", "tasks", "doctor",
+                                          "discover"}
     for verb in verbs:
         returned = verb.__annotations__.get("return")
         assert returned and "Any" not in returned.replace("dict[str, Any]", ""), verb.__name__
+
+
+def test_the_listing_verbs(tmp_path: Path, fake: FakeSlurm) -> None:
+    first = api.submit(write_run_file(tmp_path / "a"), profile="local-dev", client=fake)
+    second = api.submit(write_run_file(tmp_path / "b"), profile="local-dev", client=fake)
+    assert [r.invocation_id for r in api.runs()][:2] == [second.invocation_id,
+                                                         first.invocation_id]
+    assert [r.run_dir for r in api.runs(limit=1)] == [second.run_dir]
+    assert api.watches() == []
+    assert [t.name for t in api.tasks(harness="ut-harness")] == ["ut_one", "ut_two"]
+    assert "local-dev" in {p.name for p in api.profiles()}
