@@ -9,9 +9,10 @@ same errors (``hpceval.errors.HpcevalError``: message, fix, exit_code) and typed
 ``hpceval.status`` and ``hpceval.evaluate``. Everything heavy is imported inside the calls.
 
 The verbs live in ``_``-private modules by topic (``_runs``: plan, render, preflight, submit,
-status, info, logs, kill, resume; ``_results``: results, export, compare, gate; ``_site``:
-evaluate, watch, stage, discover, doctor; ``_lists``: runs, watches, profiles, tasks;
-``_load``: the config and run lookups they share); import them from here.
+status, info, logs, kill, resume; ``_track``: status with GPU-hours and flags; ``_results``:
+results, export, compare, gate; ``_site``: evaluate, watch, stage, discover, doctor;
+``_lists``: runs, watches, profiles, tasks; ``_load``: the config and run lookups they
+share); import them from here.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from hpceval.api._site import (
     watch_status,
     watch_steps,
 )
+from hpceval.api._track import RunStatus, Tracking, task_flags, track
 
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
@@ -74,8 +76,10 @@ __all__ = [
     "RunInfo",
     "RunLogs",
     "RunSource",
+    "RunStatus",
     "SideNotFound",
     "SubmitFailed",
+    "Tracking",
     "WatchKill",
     "compare",
     "discover",
@@ -109,7 +113,9 @@ __all__ = [
     "status",
     "stop_watch",
     "submit",
+    "task_flags",
     "tasks",
+    "track",
     "watch",
     "watch_status",
     "watch_steps",

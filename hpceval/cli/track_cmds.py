@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -37,36 +36,6 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
     return api.find(ref, output_dirs)
 
 
-def _readable(ref: Any) -> bool:
-    """False, with a one-line warning, for a run whose run.json or jobs.json is damaged: one
-    such run must not hide the state of every other one."""
-    from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_run
-
-    try:
-        read_run(ref.run_dir)
-        read_jobs(ref.run_dir)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        click.echo(f"hpceval: skipping run {ref.invocation_id} ({ref.run_dir}): "
-                   f"{type(exc).__name__}: {exc}", err=True)
-        return False
-    return True
-
-
-def _refresh_with_cost(tracker: Any, refs: list[Any], *, force: bool = False
-                       ) -> tuple[list[Any], dict[Path, dict[str, Any]]]:
-    """States and GPU-hours of the runs from the same, single sacct call of this refresh."""
-    from hpceval.runs.cost import collect_usage, run_cost, usage_round
-    from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_run
-
-    book, wanted = usage_round(tracker.watcher, [(read_run(r.run_dir), read_jobs(r.run_dir))
-                                                 for r in refs])
-    states = tracker.refresh(force=force)
-    collect_usage(tracker.watcher, wanted, book)
-    return states, {s.ref.run_dir: run_cost(s.ref.run_dir, s.run, s.jobs, book) for s in states}
-
-
 @click.command()
 @click.argument("runs", nargs=-1)
 @click.option("--watch", is_flag=True, help="Refresh until every run ended (progress bars).")
@@ -86,30 +55,28 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     sacct does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
     the jobs held (sacct AllocTRES x Elapsed), every attempt of a model included.
     """
-    from hpceval.api import is_watch as is_watch_ref
-    from hpceval.runs.index import list_runs
-    from hpceval.runs.state import Tracker
+    from hpceval import api
     from hpceval.runs.views import format_states, rich_states, state_to_dict
 
-    if len(runs) == 1 and is_watch_ref(runs[0]) and not watch:
+    if len(runs) == 1 and api.is_watch(runs[0]) and not watch:
         from hpceval.cli.watch_cmds import show_watch
 
         show_watch(runs[0], as_json, output_dirs)  # a checkpoint watch: its own view
         return
-    if any(is_watch_ref(r) for r in runs):
+    if any(api.is_watch(r) for r in runs):
         raise click.UsageError("give one WATCH alone (hpceval status WATCH; no --watch)")
-    refs = ([find(r, output_dirs) for r in runs] if runs
-            else list_runs([Path(d) for d in output_dirs])[:limit])
-    if not refs:
+    tracking = api.track(runs, limit=limit, output_dirs=output_dirs, min_interval_s=2.0)
+    if not tracking.refs and not tracking.skipped:
         click.echo("[]" if as_json else "no runs yet (submit one, or pass --output-dir)")
         return
-    refs = [ref for ref in refs if _readable(ref)]
-    tracker = Tracker(min_interval_s=2.0)
-    for ref in refs:
-        tracker.add(ref)
-    states, costs = _refresh_with_cost(tracker, refs, force=True)
+    for ref, why in tracking.skipped:
+        click.echo(f"hpceval: skipping run {ref.invocation_id} ({ref.run_dir}): {why}", err=True)
+    found = tracking.refresh(force=True)
+    states = [f.state for f in found]
+    costs = {f.state.ref.run_dir: f.cost for f in found}
     if not watch:
-        flags = _task_flags(states)
+        flags = {(str(s.ref.run_dir), m, t): v for s in states
+                 for (m, t), v in api.task_flags(s).items()}
         if as_json:
             click.echo(json.dumps([_with_flags({**state_to_dict(s), "cost": costs[s.ref.run_dir]},
                                                flags) for s in states], indent=2))
@@ -124,25 +91,11 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     with Live(rich_states(states, costs), console=Console(), refresh_per_second=2) as live:
         while not all(s.phase.terminal for s in states):
             time.sleep(max(2.0, interval))
-            states, costs = _refresh_with_cost(tracker, refs)
+            found = tracking.refresh()
+            states = [f.state for f in found]
+            costs = {f.state.ref.run_dir: f.cost for f in found}
             live.update(rich_states(states, costs))
     # Live leaves its last frame on screen: that is the final state, nothing more to print.
-
-
-def _task_flags(states: list[Any]) -> dict[tuple[str, str, str], list[Any]]:
-    """(run_dir, model key, task key) -> results.flags.Flag list, for each finished task."""
-    from hpceval.results.flags import finished_task_flags
-
-    out: dict[tuple[str, str, str], list[Any]] = {}
-    for s in states:
-        run_dir = str(s.ref.run_dir)
-        for m in s.models:
-            for t in m.tasks:
-                if t.phase.value == "done":
-                    found = finished_task_flags(f"{run_dir}/models/{m.key}/tasks/{t.key}")
-                    if found:
-                        out[(run_dir, m.key, t.key)] = found
-    return out
 
 
 def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]]

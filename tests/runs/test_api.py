@@ -176,3 +176,20 @@ def test_the_listing_verbs(tmp_path: Path, fake: FakeSlurm) -> None:
     assert api.watches() == []
     assert [t.name for t in api.tasks(harness="ut-harness")] == ["ut_one", "ut_two"]
     assert "local-dev" in {p.name for p in api.profiles()}
+
+
+def test_track_skips_a_damaged_run_and_asks_the_scheduler_once(tmp_path: Path,
+                                                               fake: FakeSlurm) -> None:
+    good = api.submit(write_run_file(tmp_path / "a"), profile="local-dev", client=fake)
+    bad = api.submit(write_run_file(tmp_path / "b"), profile="local-dev", client=fake)
+    (bad.run_dir / "run.json").write_text("{not json")
+    fake.states[good.job_ids[0]] = "COMPLETED"
+    finish_task(good.run_dir, "solo", "ut-harness.ut_one")
+    tracking = api.track([good.invocation_id, bad.invocation_id], client=fake)
+    assert [(ref.run_dir, why.split(":")[0]) for ref, why in tracking.skipped] == [
+        (bad.run_dir, "JSONDecodeError")]
+    before = len(fake.sacct_calls)
+    (found,) = tracking.refresh(force=True)
+    assert len(fake.sacct_calls) - before == 1  # states and GPU-hours from one sacct call
+    assert found.state.ref.run_dir == good.run_dir and "gpu_hours" in found.cost
+    assert api.task_flags(found.state) == {}  # a finished task scored 0.5: nothing to flag
