@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from hpceval.config import ResolvedConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,12 +48,12 @@ def run_file_from(config_file: str | None, config_opt: str | None, config_dir: s
 
 def load_all(config_file: str | None, config_opt: str | None, config_dir: str | None,
              config_name: str | None, profile: str | None, overrides: tuple[str, ...],
-             *, check_environment: bool = True) -> list[Any]:
+             *, check_environment: bool = True) -> list[ResolvedConfig]:
     """Every model's resolved config (one for a plain run); notes go to stderr."""
-    from hpceval.config import load_run
+    from hpceval import api
 
     run_file = run_file_from(config_file, config_opt, config_dir, config_name)
-    configs = load_run(run_file, overrides, profile=profile, check_environment=check_environment)
+    configs = api.load(run_file, overrides, profile=profile, check_environment=check_environment)
     for note in configs[0].composed.notes:
         click.echo(f"hpceval: note: {note}", err=True)
     for task in configs[0].tasks:
