@@ -96,11 +96,11 @@ def run_config(work: Path, name: str, models: list[str], tasks: list[str], scope
 def measure(work: Path, name: str, runs: list[tuple[list[str], list[str]]], scope: str
             ) -> dict[str, Any]:
     """Submit every (models, tasks) run, wait for all their jobs; the judge's loads, answers."""
+    from hpceval.backends.slurm.client import CommandSlurmClient
+    from hpceval.backends.slurm.states import Phase
     from hpceval.config import load_run
     from hpceval.runs.state import Tracker
     from hpceval.runs.submit import submit_configs
-    from hpceval.slurm.client import CommandSlurmClient
-    from hpceval.slurm.states import Phase
     from tests.integration.drill_support import answered
 
     loads = work / f"{name}-loads"

@@ -38,7 +38,7 @@ from report_json import (  # puts ROOT on sys.path
     write_result,
 )
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import Submitted, answered, wait_done
 from tests.integration.test_resume_drills import (
     CANCEL_AT,

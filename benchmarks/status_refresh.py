@@ -43,14 +43,14 @@ from report_json import (
     write_result,
 )
 
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.records import SACCT_FIELDS, unique_base_ids
 from hpceval.config import load_run
 from hpceval.runs.index import list_runs
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.rundir import PreparedRun
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import create_run, submit_prepared
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.records import SACCT_FIELDS, unique_base_ids
 
 WRAPPED = ("sacct", "squeue", "scontrol", "sbatch", "scancel")
 TASKS = ("gsm8k", "hellaswag")

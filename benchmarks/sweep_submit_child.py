@@ -59,9 +59,9 @@ class RecordingClient:
 
 def child(size: int, folder: Path) -> dict[str, Any]:
     """One submit of a `size`-model sweep with whichever hpceval is on sys.path."""
+    from hpceval.backends.slurm.client import CommandSlurmClient
     from hpceval.config import load_run
     from hpceval.runs.submit import create_run, submit_prepared
-    from hpceval.slurm.client import CommandSlurmClient
 
     path = run_yaml(folder, size)
     real = size <= MAX_ARRAY

@@ -1,7 +1,8 @@
 """What any backend says about a job: a phase users ask about, with a reason in words.
 
-The scheduler's own states map onto these in its backend (Slurm's in ``hpceval.slurm.states``);
-everything above the backends (runs, watch, status) reads only these.
+The scheduler's own states map onto these in its backend (Slurm's in
+``hpceval.backends.slurm.states``); everything above the backends (runs, watch, status) reads
+only these.
 """
 
 from __future__ import annotations

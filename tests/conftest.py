@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,9 +28,11 @@ PYVERSIONS = {
     "tasks/test_tasks_loader.py": "importlib, the JSON index cache and file stamps",
     "tasks/test_tasks_templates.py": "Jinja2 and shlex rendering of every command",
     "tasks/test_tasks_validation.py": "YAML error positions in messages",
-    "slurm/test_slurm_records.py": "datetime.fromisoformat (3.11 accepts more forms) and re",
-    "slurm/test_slurm_states.py": "str-mixin Enum str()/format() (changed in 3.11 and 3.12)",
-    "slurm/test_slurm_client.py": "datetime and timezone formatting of sacct arguments",
+    "backends/slurm/test_slurm_records.py": "datetime.fromisoformat (3.11 accepts more "
+                                            "forms) and re",
+    "backends/slurm/test_slurm_states.py": "str-mixin Enum str()/format() (changed in "
+                                           "3.11 and 3.12)",
+    "backends/slurm/test_slurm_client.py": "datetime and timezone formatting of sacct arguments",
     "render/test_quoting.py": "shlex quoting of rendered values",
     "engines/test_registries.py": "pkgutil discovery and Literal types built from the "
                                   "registries at import (get_type_hints over them)",

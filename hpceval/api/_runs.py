@@ -13,11 +13,11 @@ from hpceval.errors import ConfigError, ConfigIssue, HpcevalError
 
 if TYPE_CHECKING:
     from hpceval.backends import CancelReport, JobEntry
+    from hpceval.backends.slurm.client import SlurmClient
     from hpceval.runs.index import RunRef
     from hpceval.runs.jobs import Jobs
     from hpceval.runs.rundir import PreparedRun
     from hpceval.runs.submit import Submitted
-    from hpceval.slurm.client import SlurmClient
 
 
 class SubmitFailed(HpcevalError):

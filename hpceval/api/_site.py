@@ -13,9 +13,9 @@ from hpceval.api._runs import submit
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpceval.backends.slurm.client import SlurmClient
     from hpceval.doctor.report import Report
     from hpceval.runs.submit import Submitted
-    from hpceval.slurm.client import SlurmClient
     from hpceval.staging import StageReport
     from hpceval.staging.discover import Discovered
     from hpceval.watch.control import Started

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from hpceval.api._load import RunSource, find
 
 if TYPE_CHECKING:
+    from hpceval.backends.slurm.client import SlurmClient
     from hpceval.results.flags import Flag
     from hpceval.runs.index import RunRef
     from hpceval.runs.state import RunState, Tracker
-    from hpceval.slurm.client import SlurmClient
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from hpceval.backends.base import (
 )
 
 if TYPE_CHECKING:
-    from hpceval.slurm.client import SlurmClient
-    from hpceval.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends.slurm.watcher import JobWatcher
 
 BACKENDS = ("slurm", "local")  # execution.type values (NeMo Evaluator's names)
 
@@ -32,7 +32,7 @@ def backend_for(kind: str, *, client: SlurmClient | None = None,
     in tests; the watcher's rate limit); the local backend needs no settings.
     """
     if kind == "slurm":
-        from hpceval.backends.slurm import SlurmBackend
+        from hpceval.backends.slurm.backend import SlurmBackend
 
         return SlurmBackend(client, watcher=watcher, min_interval_s=min_interval_s)
     if kind == "local":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.contract import (
     JOB_FILES,
     LOCAL_LOG_FILE,
@@ -28,7 +29,6 @@ from hpceval.contract import (
     LOCAL_RUNNER_LOG,
 )
 from hpceval.phases import JobStatus, Phase
-from hpceval.slurm.formats import walltime_seconds
 
 RUNNER_TEMPLATE = "local.sh.j2"
 

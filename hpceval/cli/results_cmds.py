@@ -25,8 +25,8 @@ def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
 
 
 def _watcher() -> Any:
-    from hpceval.slurm.client import CommandSlurmClient
-    from hpceval.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.client import CommandSlurmClient
+    from hpceval.backends.slurm.watcher import JobWatcher
 
     return JobWatcher(CommandSlurmClient())
 

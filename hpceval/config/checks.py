@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hpceval.backends import backend_for
+from hpceval.backends.slurm.formats import SBATCH_FLAG, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for
-from hpceval.slurm.formats import SBATCH_FLAG, walltime_minutes
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
@@ -71,7 +71,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
     if environ is not None and wall and _has_partitions(ex.type):  # at submit: ask Slurm
-        from hpceval.slurm.partitions import partition_max_minutes
+        from hpceval.backends.slurm.partitions import partition_max_minutes
 
         limit = partition_max_minutes(ex.partition)
         if limit is not None and wall > limit:

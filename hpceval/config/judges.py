@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpceval.backends.slurm.partitions import capped_walltime
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout, fit_explicit_layout
 from hpceval.config.schema import (
@@ -25,7 +26,6 @@ from hpceval.config.schema import (
     TargetSpec,
 )
 from hpceval.engines import engine_for
-from hpceval.slurm.partitions import capped_walltime
 
 if TYPE_CHECKING:
     from hpceval.config import ResolvedConfig

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from hpceval.backends.slurm.formats import SBATCH_UNWRITABLE
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.config.tasks import ResolvedTask
 from hpceval.engines import engine_for
 from hpceval.runtimes import runtime_for
-from hpceval.slurm.formats import SBATCH_UNWRITABLE
 
 # Execution keys whose values the #SBATCH header carries as text.
 HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "constraint",

@@ -47,7 +47,7 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
     ex = spec.execution
     python = ex.python or sys.executable
     if client is None:
-        from hpceval.backends.slurm import SlurmBackend
+        from hpceval.backends.slurm.backend import SlurmBackend
 
         # the backend's client: the one seam through which hpceval runs sbatch
         client = cast(login.ProbingClient, SlurmBackend().client)

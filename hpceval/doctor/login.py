@@ -1,6 +1,6 @@
 """The login-node half of ``hpceval doctor``: what can be checked before any job is queued.
 
-Partition and MaxTime come from the one cached sinfo call of hpceval.slurm.partitions,
+Partition and MaxTime come from the one cached sinfo call of hpceval.backends.slurm.partitions,
 account/QOS from ``sbatch --test-only`` through the Slurm client, staged images and data from
 the submit preflight (hpceval.staging.preflight): the doctor adds no rule of its own there, it
 only shows them as lines. Shared storage is judged by the mount table.
@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from hpceval.backends.slurm.client import SlurmClient, SlurmError
+from hpceval.backends.slurm.formats import walltime_minutes
+from hpceval.backends.slurm.partitions import partition_info
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import ExecutionSpec
 from hpceval.doctor.report import Line, Status
-from hpceval.slurm.client import SlurmClient, SlurmError
-from hpceval.slurm.formats import walltime_minutes
-from hpceval.slurm.partitions import partition_info
 from hpceval.staging.preflight import preflight_all, preflight_notes
 
 # Filesystems that several machines mount (a login node and compute nodes see the same files).

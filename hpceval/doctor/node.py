@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from hpceval.backends.slurm import ACTIVE_STATES
+from hpceval.backends.slurm.backend import ACTIVE_STATES
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
@@ -155,7 +155,7 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
     path = folder / SCRIPT_FILE
     path.write_text(script, encoding="utf-8")
     path.chmod(0o700)
-    from hpceval.slurm.client import SlurmError
+    from hpceval.backends.slurm.client import SlurmError
 
     try:
         job_id = client.submit(path, extra_args=job_args(ex, folder))

@@ -7,7 +7,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpceval._version import __version__
+from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
+from hpceval.config.aux_layout import job_nodes
 from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
@@ -20,7 +22,6 @@ from hpceval.interceptors import Interceptor, chain_json, routes_json
 from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext
 from hpceval.render.deployments import deployment_view
-from hpceval.render.header import header_lines
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served
@@ -72,7 +73,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
     return {
         "header": [ShellCode(line.text())
-                   for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}")],
+                   for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}",
+                                             job_nodes(spec))],
         "job": {"run_dir": run_dir, "model_key": ctx.model_key, "python": ctx.python,
                 "invocation_id": ctx.invocation_id,
                 "version": ctx.hpceval_version or __version__},
@@ -136,8 +138,8 @@ def proxy_arguments(rules: InterceptorsSpec, budget: str = "off",
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.render.header import requeues_on_node_failure, resumes_itself
-    from hpceval.slurm.formats import walltime_minutes
+    from hpceval.backends.slurm.formats import walltime_minutes
+    from hpceval.backends.slurm.header import requeues_on_node_failure, resumes_itself
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1

@@ -17,13 +17,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
+from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
 from hpceval.config.judges import in_judge, judge_config, sweep_judge_issues, sweep_scoped
 from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.contract import AUX_JOB_SCRIPT, aux_folder
 from hpceval.render.context import JobContext
-from hpceval.render.header import header_lines
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 JUDGE_TEMPLATE = "judge.sbatch.j2"
@@ -64,7 +65,8 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
     model_id = aux.request_model or name
     log_dir = f"{ctx.run_dir_text}/{aux_folder(name)}"
     header = [dataclasses.replace(line, why=_JUDGE_WHY.get(line.flag, line.why))
-              for line in header_lines(judge.spec, judge_ctx, log_dir)]
+              for line in header_lines(judge.spec, judge_ctx, log_dir,
+                                                         job_nodes(judge.spec))]
     context.update(
         header=[ShellCode(line.text()) for line in header],
         proxy=False, steps=[],

@@ -16,14 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hpceval._version import __version__
+from hpceval.backends.slurm.formats import slurm_filename
+from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, header_lines, sbatch_value
 from hpceval.config import ResolvedConfig
+from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
 from hpceval.render.context import ArraySpec, JobContext
-from hpceval.render.header import HeaderLine, cpu_job_lines, header_lines, sbatch_value
 from hpceval.render.job import render_job
 from hpceval.render.judge import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
-from hpceval.slurm.formats import slurm_filename
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"
 AGGREGATE_TEMPLATE = "aggregate.sbatch.j2"
@@ -44,10 +45,11 @@ def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
                  log_dir: str) -> list[HeaderLine]:
     """The array header; ConfigError if any model would need a different one."""
     first_key, first = models[0]
-    lines = header_lines(first.spec, ctx, log_dir)
+    lines = header_lines(first.spec, ctx, log_dir, job_nodes(first.spec))
     texts = [line.text() for line in lines]
     for key, resolved in models[1:]:
-        other = [line.text() for line in header_lines(resolved.spec, ctx, log_dir)]
+        other = [line.text() for line in header_lines(resolved.spec, ctx, log_dir,
+                                                             job_nodes(resolved.spec))]
         if other != texts:
             pairs = zip(texts, other, strict=False)
             diff = next((b for a, b in pairs if a != b), "(a different length)")

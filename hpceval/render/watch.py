@@ -6,11 +6,11 @@ minutes; its name is unique to the watch, which is what `--dependency=singleton`
 
 from __future__ import annotations
 
+from hpceval.backends.slurm.formats import slurm_filename
+from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, sbatch_value
 from hpceval.config import ResolvedConfig
 from hpceval.contract import WATCH_LOG_DIR
-from hpceval.render.header import HeaderLine, cpu_job_lines, sbatch_value
 from hpceval.render.quoting import ShellCode, shipped_environment
-from hpceval.slurm.formats import slurm_filename
 
 TICK_TEMPLATE = "watch-tick.sbatch.j2"
 TICK_MINUTES = 10  # a tick lists folders and runs a few sbatch calls

@@ -23,7 +23,7 @@ from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
 from hpceval.render.export_args import export_arguments as export_arguments
 
 if TYPE_CHECKING:
-    from hpceval.slurm.client import SlurmClient
+    from hpceval.backends.slurm.client import SlurmClient
 
 
 def _ids(path: Path) -> list[str]:
@@ -49,7 +49,7 @@ def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None 
     todo = unwaited_successors(run_dir, waited_file)
     if not todo:
         return None
-    from hpceval.slurm.client import CommandSlurmClient, SlurmError
+    from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
 
     try:
         job = (client or CommandSlurmClient()).submit(script,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
     AUX_ENDPOINT_FILE,
@@ -26,7 +27,6 @@ from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
 from hpceval.runs.state import Tracker, _all_done, read_run
 from hpceval.runs.submit import submit_jobs
-from hpceval.slurm.client import SlurmClient
 
 RESUME_LOCK = ".resume.lock"
 

@@ -33,7 +33,7 @@ USAGE_FILE = "job-usage.json"
 
 
 class UsageSource(Protocol):
-    """The part of hpceval.slurm.watcher.JobWatcher cost accounting needs."""
+    """The part of hpceval.backends.slurm.watcher.JobWatcher cost accounting needs."""
 
     def register(self, job_id: str, *, submitted_at: datetime | None = None) -> None: ...
 
@@ -123,7 +123,7 @@ class UsageBook:
         return [j for j in jobs if not (j.key in self._known and self._known[j.key].final)]
 
     def put(self, job: RunJob, record: Any, *, ended: bool) -> None:
-        """Usage from a JobRecord (hpceval.slurm.records); a record without usage is skipped."""
+        """Usage from a JobRecord (hpceval.backends.slurm.records); one without usage is skipped."""
         if record is None or record.alloc_gpus is None or record.elapsed_s is None:
             return
         usage = JobUsage(job.watch_id, record.elapsed_s, record.alloc_gpus,

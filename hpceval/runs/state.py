@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.backends import Backend, JobEntry, JobQuery, backend_for
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.contract import (
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
@@ -34,10 +35,9 @@ from hpceval.phases import JobStatus, Phase
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress
-from hpceval.slurm.client import SlurmClient
 
 if TYPE_CHECKING:
-    from hpceval.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.watcher import JobWatcher
 
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
@@ -111,7 +111,7 @@ class Tracker:
     @property
     def watcher(self) -> JobWatcher:
         """The Slurm backend's shared watcher (its sacct call count, for benchmarks)."""
-        from hpceval.backends.slurm import SlurmBackend
+        from hpceval.backends.slurm.backend import SlurmBackend
 
         slurm = self.backend("slurm")
         assert isinstance(slurm, SlurmBackend)

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
-from hpceval.slurm.client import SlurmClient
 
 _ID_ATTEMPTS = 5
 

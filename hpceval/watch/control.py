@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends import JobEntry, backend_for
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
 from hpceval.engines import engine_for
 from hpceval.errors import HpcevalError
-from hpceval.slurm.client import SlurmClient
 from hpceval.storage import atomic_write_text
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import Checkpoint, list_checkpoints
@@ -140,7 +140,7 @@ def _sample_name(pattern: str) -> str:
 
 
 def _check_training_job(client: SlurmClient | None, job_id: str) -> None:
-    from hpceval.slurm.client import CommandSlurmClient
+    from hpceval.backends.slurm.client import CommandSlurmClient
 
     slurm = client or CommandSlurmClient()
     # squeue first: sacct lags a job submitted a second ago; sacct for one that ended
@@ -268,8 +268,8 @@ def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
 def resume_watch(watch_dir: Path, client: SlurmClient | None = None) -> str:
     """Queue a tick now for a stopped watch, or one whose chain of ticks broke (a failed
     resubmission, a repaired state.json). Refused while a tick is still queued or running."""
-    from hpceval.slurm.client import CommandSlurmClient
-    from hpceval.slurm.states import classify
+    from hpceval.backends.slurm.client import CommandSlurmClient
+    from hpceval.backends.slurm.states import classify
 
     spec = read_spec(watch_dir)
     with st.locked(watch_dir):

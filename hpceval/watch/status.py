@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.runs.state import RunState, Tracker
-from hpceval.slurm.client import SlurmClient
 from hpceval.watch import state as st
 from hpceval.watch.spec import WatchError, read_spec
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends import JobRequest, backend_for
+from hpceval.backends.slurm.client import SlurmClient
 from hpceval.contract import WATCH_SCRIPT
-from hpceval.slurm.client import SlurmClient
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import Checkpoint, judge, list_checkpoints
 from hpceval.watch.spec import WatchError, WatchSpec, read_spec
@@ -130,8 +130,8 @@ def training_phase(client: SlurmClient | None, spec: WatchSpec, at: float
                    ) -> tuple[str, bool]:
     """The after-job's phase, and whether it ended at least settle_s() before `at`: ONE
     sacct call. A failed call is "not ended": the watch asks again at the next tick."""
-    from hpceval.slurm.client import CommandSlurmClient, SlurmError
-    from hpceval.slurm.states import classify
+    from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
+    from hpceval.backends.slurm.states import classify
 
     assert spec.after_job is not None
     try:

@@ -16,9 +16,9 @@ from run_helpers import FakeSlurm
 from hpceval.backends import JobQuery, JobRequest, RunLayout, backend_for
 from hpceval.backends.base import JobEntry
 from hpceval.backends.local import LocalBackend
-from hpceval.backends.slurm import SlurmBackend
+from hpceval.backends.slurm.backend import SlurmBackend
+from hpceval.backends.slurm.states import Phase
 from hpceval.render.quoting import render_template
-from hpceval.slurm.states import Phase
 
 PACKAGE = Path(__file__).parents[2] / "hpceval"
 # A test of an execution type written as a string comparison, e.g. `kind == "local"`.
@@ -100,7 +100,7 @@ def test_submitit_loads_only_when_job_states_are_asked() -> None:
             "from hpceval.backends import backend_for\n"
             "backend_for('slurm')\n"
             "print('submitit' in sys.modules)\n"
-            "from hpceval.slurm import JobWatcher\n"
+            "from hpceval.backends.slurm import JobWatcher\n"
             "print('submitit' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from hpceval.backends.slurm.client import SlurmError
+from hpceval.backends.slurm.partitions import Partition, partition_info
+from hpceval.backends.slurm.records import QueueEntry
 from hpceval.cli.main import cli
 from hpceval.config.schema import RunSpec
 from hpceval.doctor import login, node
 from hpceval.doctor.check import doctor, profile_spec
 from hpceval.doctor.report import Line, Report, Status
-from hpceval.slurm.client import SlurmError
-from hpceval.slurm.partitions import Partition, partition_info
-from hpceval.slurm.records import QueueEntry
 
 SINFO = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/calls"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (  # noqa: F401  (fixtures, registered here)
     SHARED_FIXTURE,
     model_dir,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.client import CommandSlurmClient
 
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE = ROOT / "tests" / "fakes" / "oracle_server.py"

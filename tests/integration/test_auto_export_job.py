@@ -18,11 +18,11 @@ import pytest
 from test_controller import ORACLE, PYTHON, sweep_config, wait_state
 
 from hpceval import api
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.states import Phase
 from hpceval.contract import EXPORT_SCRIPT
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import Tracker
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.states import Phase
 
 pytestmark = pytest.mark.slurm
 FAKES = Path(__file__).resolve().parents[1] / "fakes"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.states import Phase
 from hpceval.config import load_config
 from hpceval.runs.rundir import prepare_run
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_prepared
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.states import Phase
 from tests.integration.test_rendered_job import SERVER, job_log, wait_done, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from hpceval import api
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.records import JobRecord
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.control import kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.records import JobRecord
-from hpceval.slurm.states import Phase
 
 pytestmark = pytest.mark.slurm
 

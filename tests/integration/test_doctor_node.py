@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import hpceval
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 
 pytestmark = pytest.mark.slurm
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import submit, wait
 
 pytestmark = pytest.mark.slow

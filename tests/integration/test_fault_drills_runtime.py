@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.submit import create_run, submit_prepared
-from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
     ORACLE,
     Snapshot,

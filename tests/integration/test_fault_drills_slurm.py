@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
     Submitted,
     assert_untouched,

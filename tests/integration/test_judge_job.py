@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
     answered,
     oracle_command,

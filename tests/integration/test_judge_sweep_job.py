@@ -27,13 +27,13 @@ from typing import Any
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.states import Phase
 from hpceval.config import load_run
 from hpceval.runs.control import kill_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.states import Phase
 from tests.integration.drill_support import answered, oracle_command, own_catalogue
 from tests.integration.test_judge_job import CATALOGUE
 

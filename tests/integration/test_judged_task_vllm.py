@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.state import Tracker
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.states import Phase
 from hpceval.tasks import load_catalogue
 from hpceval.tasks.command import render_command
 from hpceval.tasks.models import GENERIC_PARAMS

@@ -23,9 +23,9 @@ import pytest
 import yaml
 from support.lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_run
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.client import CommandSlurmClient
 from hpceval.staging import preflight_all
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

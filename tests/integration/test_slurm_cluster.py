@@ -1,4 +1,4 @@
-"""hpceval.slurm against the real local dev cluster (scripts/slurm/start-cluster.sh).
+"""hpceval.backends.slurm against the real local dev cluster (scripts/slurm/start-cluster.sh).
 
 All jobs are submitted at once and followed by ONE JobWatcher, the way hpceval tracks a sweep;
 the tests then check what it reported. The whole module takes ~10-15 s on the dev cluster.
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient, SlurmError
-from hpceval.slurm.states import JobStatus, Phase
-from hpceval.slurm.watcher import JobWatcher
+from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
+from hpceval.backends.slurm.states import JobStatus, Phase
+from hpceval.backends.slurm.watcher import JobWatcher
 
 if TYPE_CHECKING:  # tests/ is not a package: the fixture's class is only named for typing
     from conftest import SlurmJobs

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.runs.registry import read_registry
-from hpceval.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import hpceval, job_state, wait_for
 from tests.integration.test_rendered_job import CATALOGUE, SERVER
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import job_state, wait_for
 from tests.integration.vllm_support import (
     find_model_dir,

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpceval.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "site-configs" / "deployment" / "vllm-cpu.yaml"

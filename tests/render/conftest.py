@@ -31,8 +31,8 @@ def site_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(DATA))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     # Scripts must not depend on the machine's Slurm: no partition limit is learned here
-    # (tests/slurm/test_partitions.py covers that with a strict fake sinfo).
-    monkeypatch.setattr("hpceval.slurm.partitions.partition_max_minutes", lambda _p: None)
+    # (tests/backends/slurm/test_partitions.py covers that with a strict fake sinfo).
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_max_minutes", lambda _p: None)
     yield
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from render_helpers import RenderFn
 
+from hpceval.backends.slurm.header import sbatch_value
 from hpceval.config import ConfigError
-from hpceval.render.header import sbatch_value
 
 RUN = {"deployment": {"type": "vllm", "checkpoint_path": "/m", "served_model_name": "m"},
        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}

@@ -213,7 +213,7 @@ def test_a_judge_capped_by_the_partition_continues_in_a_successor(
     (72 h): the judge job asks for 12 h and, at its walltime, submits its successor, as a
     model's job does; none once the sweep is done, none past max_walltime, and the successor
     is the judge job status, kill and resume follow (never one the aggregation waits for)."""
-    monkeypatch.setattr("hpceval.slurm.partitions.partition_max_minutes", lambda _p: 720)
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_max_minutes", lambda _p: 720)
     models = sweep_models(tmp_path)
     resolved = dataclasses.replace(models[0][1], spec=dataclasses.replace(
         models[0][1].spec, execution=dataclasses.replace(

@@ -1,11 +1,12 @@
 """What render refuses, loading refuses first: `config show` exits 2 naming the same key.
 
-Every `raise ConfigError` in hpceval/render/ (and in the serving engines and container runtimes
-it builds command lines with) is found in the source, and each must have a case
-below (or a reason why no loaded config can reach it). A case is one bad value: set in a run
-file, `hpceval config show` must refuse it (exit 2, the key named); set by hand in an otherwise
-valid loaded config, with its tasks resolved but the load's checks skipped, render_job must
-refuse it naming the same key. So the case is one render would refuse, and config show does.
+Every `raise ConfigError` in hpceval/render/ (and in the serving engines, container runtimes
+and the Slurm backend's header it builds the job with) is found in the source, and each must
+have a case below (or a reason why no loaded config can reach it). A case is one bad value:
+set in a run file, `hpceval config show` must refuse it (exit 2, the key named); set by hand in
+an otherwise valid loaded config, with its tasks resolved but the load's checks skipped,
+render_job must refuse it naming the same key. So the case is one render would refuse, and
+config show does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from hpceval.tasks import load_catalogue
 PACKAGE = Path(__file__).resolve().parents[2] / "hpceval"
 RENDER = PACKAGE / "render"
 # where render's refusals live: render's modules by name, the registries' as <package>.<module>
-SOURCES = [(RENDER, ""), (PACKAGE / "engines", "engines."), (PACKAGE / "runtimes", "runtimes.")]
+SOURCES = [(RENDER, ""), (PACKAGE / "engines", "engines."), (PACKAGE / "runtimes", "runtimes."),
+           (PACKAGE / "backends" / "slurm", "backends.slurm.")]
+HEADER = "backends.slurm.header"  # the #SBATCH header: the Slurm backend's
 BASE: dict[str, Any] = {
     "deployment": {"type": "vllm", "checkpoint_path": "/m", "served_model_name": "m",
                    "image": "/images/vllm.sif", "tensor_parallel_size": 8},
@@ -50,12 +53,12 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("steps:bind", "execution.dataset_dir", {"execution.dataset_dir": "/data,sets"}),
     ("steps:checked_extra_bind", "execution.extra_binds[0]",
      {"execution.extra_binds": ["/a,/b"]}),
-    *[("header:sbatch_value", f"execution.{key}",
+    *[(f"{HEADER}:sbatch_value", f"execution.{key}",
        {f"execution.{key}": "x\n#SBATCH --wrap=id"}) for key in HEADER_TEXT],
-    ("header:sbatch_value", "execution.output_dir", {"execution.output_dir": "/runs/a\nb"}),
-    ("header:sbatch_value", "execution.sbatch_extra_flags.mail-user",
+    (f"{HEADER}:sbatch_value", "execution.output_dir", {"execution.output_dir": "/runs/a\nb"}),
+    (f"{HEADER}:sbatch_value", "execution.sbatch_extra_flags.mail-user",
      {"execution.sbatch_extra_flags": {"mail-user": "a@b\n#SBATCH --wrap=id"}}),
-    ("header:header_lines", "execution.sbatch_extra_flags.--mail",
+    (f"{HEADER}:header_lines", "execution.sbatch_extra_flags.--mail",
      {"execution.sbatch_extra_flags": {"--mail": "x"}}),
     ("engines.base:model_source", "deployment.checkpoint_path",
      {"deployment.checkpoint_path": None}),

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from render_helpers import RenderFn, resolve
 
+from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
-from hpceval.render.header import HeaderLine, cpu_job_lines
 
 RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m",
                                       "served_model_name": "m", "tensor_parallel_size": 8},

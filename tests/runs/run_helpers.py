@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
+from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id
 from hpceval.config import ResolvedConfig, load_run
-from hpceval.slurm.records import JobRecord, QueueEntry, base_job_id
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 ASK_HARNESS = FAKES / "ask-harness.yaml"  # one scored chat request (see the file)

@@ -10,14 +10,14 @@ import yaml
 from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs, finish_task
 
+from hpceval.backends.slurm.formats import walltime_seconds
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.control import ResumeRefused, kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.logs import log_files
 from hpceval.runs.state import Tracker, read_run
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.formats import walltime_seconds
-from hpceval.slurm.states import Phase
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 
@@ -242,7 +242,7 @@ def test_kill_leaves_alone_a_job_squeue_shows_owned_by_another_user(
 
     fake.owners[array] = 65534
     fake.states[f"{array}_0"] = "RUNNING"
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     out = CliRunner().invoke(cli, ["kill", result.invocation_id])
     assert out.exit_code == 0, out.output
     assert f"skipped job {array}: owned by nobody (uid 65534), not by you" in out.stderr

@@ -1,8 +1,8 @@
 """GPU-hours and node-hours from sacct's AllocTRES x Elapsed, in the one sacct call of a refresh.
 
 The fake's sacct answers with output recorded on the dev cluster
-(tests/slurm/data/sacct-22.05-cost-ended.txt): job 15 held 2 nodes x 2 GPUs for 3 s; array 16
-held 1 GPU on 1 node per task for 2 s.
+(tests/backends/slurm/data/sacct-22.05-cost-ended.txt): job 15 held 2 nodes x 2 GPUs for 3 s;
+array 16 held 1 GPU on 1 node per task for 2 s.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs
 
+from hpceval.backends.slurm.records import JobRecord, base_job_id, parse_sacct
 from hpceval.cli.main import cli
 from hpceval.results.store import finalize_task
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.records import JobRecord, base_job_id, parse_sacct
 from hpceval.tasks.result import Metric, TaskResult
 
-SAMPLES = Path(__file__).resolve().parents[1] / "slurm" / "data"
+SAMPLES = Path(__file__).resolve().parents[1] / "backends" / "slurm" / "data"
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 
 
@@ -51,7 +51,7 @@ def _finish(run_dir: Path, model: str, task: str, duration: float, slurm: dict[s
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> RecordedSlurm:
     fake = RecordedSlurm()
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     return fake
 
 
@@ -102,7 +102,7 @@ def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     fake = RecordedSlurm("sacct-22.05-cost-running.txt")
     fake._ids = itertools.count(18)
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     run = submit_configs(configs(tmp_path), fake)  # 18: RUNNING, 2 s so far
     first = json.loads(CliRunner().invoke(cli, ["status", "--json", run.invocation_id]).output)
     assert first[0]["cost"]["gpu_hours"] == pytest.approx(4 * 2 / 3600, abs=1e-6)

@@ -23,7 +23,7 @@ from hpceval.runs.submit import submit_configs
 
 @pytest.fixture(autouse=True)
 def no_real_slurm(monkeypatch: pytest.MonkeyPatch, fake: FakeSlurm) -> None:
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from run_helpers import FakeSlurm, configs, finish_task
 
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.control import ResumeRefused, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.states import Phase
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 HINT = "`hpceval resume` continues"

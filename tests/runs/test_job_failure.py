@@ -10,10 +10,10 @@ from pathlib import Path
 
 from run_helpers import FakeSlurm, configs, finish_task
 
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import JOB_FAILURE_FILE, Tracker
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.states import Phase
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 CAUSE = "model server instance 0 (head) on node1 exited while tasks ran (log: x.log)"

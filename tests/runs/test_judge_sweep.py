@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from run_helpers import FakeSlurm, configs, finish_task
 
+from hpceval.backends.slurm.states import Phase
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.runs.control import kill_run, resume_run
@@ -18,7 +19,6 @@ from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
 from hpceval.runs.views import format_states, rich_states, state_to_dict
-from hpceval.slurm.states import Phase
 
 JUDGE = AuxiliaryDeploymentSpec(type="command", command="exec judge-server --port $PORT",
                                 served_model_name="judge-m", runtime="host",
@@ -177,7 +177,7 @@ def test_resume_cancels_a_judge_that_is_stopping(tmp_path: Path, fake: FakeSlurm
 def test_slurm_backend_dependency_text(tmp_path: Path, fake: FakeSlurm,
                                        started: tuple[str, ...]) -> None:
     from hpceval.backends import JobRequest
-    from hpceval.backends.slurm import SlurmBackend
+    from hpceval.backends.slurm.backend import SlurmBackend
 
     backend = SlurmBackend(fake)
     backend.submit(tmp_path, JobRequest("x.sbatch", after="7", started_after=started))

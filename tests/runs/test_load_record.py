@@ -30,7 +30,7 @@ def test_status_and_info_show_the_load_the_job_recorded(
     result = submit_configs(configs(tmp_path), fake)
     job = result.job_ids[0]
     fake.states[job] = "RUNNING"
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     script = (result.run_dir / "job.sbatch").read_text()
     model_dir = result.run_dir / "models" / "solo"
     model_dir.mkdir(parents=True, exist_ok=True)

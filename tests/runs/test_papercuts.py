@@ -102,7 +102,7 @@ def test_empty_run_ids_are_refused_not_prefix_matched(ref: str, tmp_path: Path,
     monkeypatch.chdir(result.run_dir)  # '' must not read as "the current directory" either
     with pytest.raises(RunNotFound, match="empty"):
         find_run(ref)
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     for command in (["kill", ref], ["status", ref], ["results", ref], ["info", ref],
                     ["results", "--run", ref]):
         out = CliRunner().invoke(cli, command)

@@ -30,7 +30,7 @@ NOBODY = 65534
 @pytest.fixture(autouse=True)
 def no_real_slurm(monkeypatch: pytest.MonkeyPatch, fake: FakeSlurm) -> None:
     """The CLI commands here (status, resume) talk to the fake, never to a cluster."""
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
 
 
 def _two_runs(tmp_path: Path, fake: FakeSlurm) -> tuple[Path, Path]:

@@ -23,7 +23,7 @@ from hpceval.runs.submit import submit_configs
 def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake = RecordedSlurm()
     fake._ids = itertools.count(16)  # the array 16 of the recorded sacct sample
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     result = submit_configs(configs(tmp_path, 2), fake, aggregate=False)
     for (model, task), (value, stderr) in SCORES.items():
         index = model[-1]

@@ -67,7 +67,7 @@ class Rows(HTMLParser):
 def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake = RecordedSlurm()
     fake._ids = itertools.count(16)
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     run = submit_configs(configs(tmp_path, 2), fake, aggregate=False)
     for (model, task), (value, stderr) in SCORES.items():
         finish(run.run_dir, model, task, value, stderr, samples=30,

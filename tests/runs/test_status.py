@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from run_helpers import FakeSlurm, configs, finish_task
 
 from hpceval.backends.base import JobEntry
+from hpceval.backends.slurm.states import Phase
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_configs
-from hpceval.slurm.states import Phase
 
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 
@@ -133,7 +133,7 @@ def test_status_cli_json(tmp_path: Path, fake: FakeSlurm, monkeypatch: object) -
     fake.states[f"{result.job_ids[0]}_0"] = "RUNNING"
     fake.states[f"{result.job_ids[0]}_1"] = "COMPLETED"
     mp = pytest.MonkeyPatch()
-    mp.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    mp.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     try:
         from hpceval.cli.main import cli
 

@@ -43,7 +43,7 @@ def test_rendered_step_report_has_a_chart_per_task(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     fake = RecordedSlurm()
     fake._ids = itertools.count(16)
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **_: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
     page = tmp_path / "steps.html"
     echo_step_results(step_runs(tmp_path), html_file=str(page))
     dom = Charts()

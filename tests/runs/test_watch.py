@@ -332,7 +332,7 @@ def test_find_watch_by_id_prefix_and_directory(tmp_path: Path, fake: FakeSlurm) 
 
 def test_a_failing_sacct_for_the_training_job_does_not_end_or_break_the_watch(
         tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpceval.slurm.client import SlurmError
+    from hpceval.backends.slurm.client import SlurmError
 
     fake.states["31"] = "RUNNING"
     watch_dir = started(tmp_path, fake, marker="OK", after_job="31")
@@ -372,7 +372,7 @@ def test_the_watch_ends_only_once_the_training_job_ended_a_settle_time_ago(
     """A shared file system may show another node's newest files up to a minute late."""
     from datetime import datetime
 
-    from hpceval.slurm.records import JobRecord
+    from hpceval.backends.slurm.records import JobRecord
 
     fake.states["77"] = "RUNNING"
     watch_dir = started(tmp_path, fake, marker="OK", after_job="77", interval_s=600)

@@ -41,7 +41,7 @@ def no_sbatch(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> str:
         raise AssertionError("sbatch must not run")
 
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient.submit", refuse)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient.submit", refuse)
 
 
 def _start(tmp_path: Path, *args: str) -> Any:
@@ -123,7 +123,7 @@ def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
 
 def test_kill_watch_stops_it_and_cancels_its_evaluations(
         tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hpceval.slurm.client.CommandSlurmClient", lambda **kw: fake)
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **kw: fake)
     watch_dir = started(tmp_path, fake, marker="OK")
     for step in (1, 2):
         write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})

@@ -6,8 +6,8 @@ The main rule: a job that sacct does not list is UNKNOWN, never FAILED. sacct la
 
 from __future__ import annotations
 
+from hpceval.backends.slurm.records import JobRecord, QueueEntry
 from hpceval.phases import UNKNOWN, JobStatus, Phase, combine
-from hpceval.slurm.records import JobRecord, QueueEntry
 
 # Phase, JobStatus and combine are every backend's words (hpceval.phases); imported from here too
 __all__ = ["NOT_LISTED", "UNKNOWN", "JobStatus", "Phase", "classify", "combine",

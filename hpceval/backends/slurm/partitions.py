@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from hpceval.slurm.formats import walltime_minutes
+from hpceval.backends.slurm.formats import walltime_minutes
 
 SINFO_TIMEOUT_S = 10
 

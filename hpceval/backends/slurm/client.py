@@ -14,8 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from hpceval.errors import HpcevalError
-from hpceval.slurm.records import (
+from hpceval.backends.slurm.records import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     JobRecord,
@@ -26,6 +25,7 @@ from hpceval.slurm.records import (
     parse_squeue,
     unique_base_ids,
 )
+from hpceval.errors import HpcevalError
 
 log = logging.getLogger(__name__)
 

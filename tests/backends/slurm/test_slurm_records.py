@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.records import (
+from hpceval.backends.slurm.records import (
     JobRecord,
     SlurmParseError,
     base_job_id,
@@ -221,7 +221,7 @@ def test_lines_without_usage_columns_still_parse() -> None:
 
 
 def test_typed_gres_counts_once() -> None:
-    from hpceval.slurm.records import parse_alloc_tres
+    from hpceval.backends.slurm.records import parse_alloc_tres
 
     assert parse_alloc_tres("cpu=8,gres/gpu=8,gres/gpu:h100=8,node=1") == (8, 1)
     assert parse_alloc_tres("cpu=8,gres/gpu:a100=2,gres/gpu:h100=4") == (6, None)

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends.slurm.records import base_job_id
+from hpceval.backends.slurm.states import JobStatus, Phase
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR
-from hpceval.slurm.client import SlurmClient
-from hpceval.slurm.records import base_job_id
-from hpceval.slurm.states import JobStatus, Phase
 from hpceval.storage import atomic_write_json, cache_dir
 
 if TYPE_CHECKING:
-    from hpceval.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.watcher import JobWatcher
 
 STATES_FILE = "job-states.json"
 # squeue states of a job that still holds (or waits for) resources (hpceval doctor waits on it)
@@ -51,7 +51,7 @@ class SlurmBackend:
     @property
     def client(self) -> SlurmClient:
         if self._client is None:
-            from hpceval.slurm.client import CommandSlurmClient
+            from hpceval.backends.slurm.client import CommandSlurmClient
 
             self._client = CommandSlurmClient()
         return self._client
@@ -59,7 +59,9 @@ class SlurmBackend:
     @property
     def watcher(self) -> JobWatcher:
         if self._watcher is None:
-            from hpceval.slurm.watcher import JobWatcher  # submitit: only when states are asked
+            from hpceval.backends.slurm.watcher import (
+                JobWatcher,  # submitit: only when states are asked
+            )
 
             self._watcher = JobWatcher(self.client, min_interval_s=self._min_interval_s)
         return self._watcher
@@ -149,7 +151,7 @@ class SlurmBackend:
         return {j: uid for j, uid in owners.items() if j in ids}
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
-        # the --output of the rendered header (render/header.py)
+        # the --output of the rendered header (backends/slurm/header.py)
         if entry.array:
             return run_dir / LOG_DIR / f"slurm-{entry.id}_{index}.log"
         return run_dir / "models" / key / f"slurm-{entry.id}.log"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.watcher import JobWatcher
 from hpceval.runs.cost import RunJob, UsageBook, collect_usage, register_usage
-from hpceval.slurm.client import CommandSlurmClient
-from hpceval.slurm.watcher import JobWatcher
 
 pytestmark = pytest.mark.slurm
 

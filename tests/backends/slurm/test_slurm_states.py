@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.records import JobRecord, QueueEntry, parse_sacct
-from hpceval.slurm.states import (
+from hpceval.backends.slurm.records import JobRecord, QueueEntry, parse_sacct
+from hpceval.backends.slurm.states import (
     UNKNOWN,
     JobStatus,
     Phase,

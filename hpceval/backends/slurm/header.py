@@ -1,4 +1,6 @@
-"""The `#SBATCH` header: values sbatch parses itself, so they are validated, not shell-quoted.
+"""The `#SBATCH` header, the Slurm backend's dialect (render asks for it).
+
+Values sbatch parses itself are validated, not shell-quoted.
 
 sbatch reads each `#SBATCH` line up to the first unquoted `#` or whitespace; double (and single)
 quotes group a value and are removed, and a backslash escapes the next character. Measured on
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpceval.config.aux_layout import job_nodes
-from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.config.schema import ExecutionSpec, RunSpec
-from hpceval.render.context import JobContext
-from hpceval.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, slurm_filename
+from hpceval.backends.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, slurm_filename
+from hpceval.errors import ConfigError, ConfigIssue
+
+if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
+    from hpceval.config.schema import ExecutionSpec, RunSpec
+    from hpceval.render.context import JobContext
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
 _BAD = SBATCH_UNWRITABLE
@@ -114,7 +117,9 @@ def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[Header
     return lines
 
 
-def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLine]:
+def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> list[HeaderLine]:
+    """The job's header; `nodes` is the allocation's node count (config.aux_layout.job_nodes:
+    the model's nodes and its in-job judges', a rule of the config layer above)."""
     ex = spec.execution
     lines: list[HeaderLine] = []
 
@@ -131,7 +136,6 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str) -> list[HeaderLin
     add("reservation", ex.reservation, "execution.reservation")
     add("constraint", ex.constraint, "execution.constraint")
     add("time", ex.walltime, "execution.walltime")
-    nodes = job_nodes(spec)
     add("nodes", nodes, "execution.nodes", "one allocation serves every task of this model"
         if nodes == ex.nodes else f"the model's {ex.nodes} and its judges' {nodes - ex.nodes}")
     lines.append(HeaderLine("ntasks-per-node", "1", "servers and tasks start their own steps"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = [
     ROOT / "scripts/slurm/start-cluster.sh",
     ROOT / "scripts/slurm/stop-cluster.sh",

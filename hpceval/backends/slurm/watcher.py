@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 
 from submitit.slurm.slurm import SlurmInfoWatcher
 
-from hpceval.slurm.client import SlurmClient, SlurmError
-from hpceval.slurm.records import JobRecord, base_job_id
-from hpceval.slurm.states import NOT_LISTED, JobStatus, Phase, classify, combine
+from hpceval.backends.slurm.client import SlurmClient, SlurmError
+from hpceval.backends.slurm.records import JobRecord, base_job_id
+from hpceval.backends.slurm.states import NOT_LISTED, JobStatus, Phase, classify, combine
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
+from hpceval.backends.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
 
 FAKE = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/calls"

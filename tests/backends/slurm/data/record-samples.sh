@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # record-samples.sh - record real sacct/squeue output from the running dev cluster into this folder
 # (files named sacct-<slurm version>-*.txt). Run as root after scripts/slurm/start-cluster.sh;
-# takes ~90 s because of the TIMEOUT job. The columns must match hpceval.slurm.records.SACCT_FIELDS.
+# takes ~90 s because of the TIMEOUT job. The columns must match hpceval.backends.slurm.records.SACCT_FIELDS.
 # shellcheck disable=SC2016  # single-quoted --wrap scripts are meant to expand inside the job
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from hpceval.slurm.client import SlurmError
-from hpceval.slurm.records import JobRecord, QueueEntry, parse_sacct
-from hpceval.slurm.states import Phase
-from hpceval.slurm.watcher import JobWatcher
+from hpceval.backends.slurm.client import SlurmError
+from hpceval.backends.slurm.records import JobRecord, QueueEntry, parse_sacct
+from hpceval.backends.slurm.states import Phase
+from hpceval.backends.slurm.watcher import JobWatcher
 
 DATA = Path(__file__).parent / "data"
 

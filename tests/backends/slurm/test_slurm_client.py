@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hpceval.slurm.client import CommandSlurmClient, SlurmError, format_starttime
+from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError, format_starttime
 
 
 class FakeRunner:
