@@ -125,8 +125,20 @@ def foreign_owner(path: Path, owners: Collection[int]) -> int | None:
 
 def owned_dir(path: Path, uid: int | None = None) -> bool:
     """A real directory (lstat: not a symlink) owned by `uid` (default: this process's)."""
+    return dir_problem(path, uid) is None
+
+
+def dir_problem(path: Path, uid: int | None = None) -> str | None:
+    """Why `path` is not a real directory (lstat: not a symlink) owned by `uid` (default:
+    this process's), as a phrase after its name ("is owned by ..."), or None."""
     try:
         st = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == (os.getuid() if uid is None else uid)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != (os.getuid() if uid is None else uid):
+        return f"is owned by {owner_name(st.st_uid)}, not by you"
+    return None

@@ -45,11 +45,11 @@ class KillRefused(HpcevalError, PermissionError):
 def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
              sleep: Callable[[float], None] = time.sleep) -> KillReport:
     """Cancel every job in the chain (array, successors, aggregation), then verify."""
-    from hpceval.trust import owned_dir
+    from hpceval.trust import dir_problem
 
-    if not owned_dir(ref.run_dir):  # a planted jobs.json could name any job of ours
-        raise KillRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
-                          "only the user who submitted a run can kill it")
+    if (why := dir_problem(ref.run_dir)) is not None:  # its jobs.json could name any job of ours
+        raise KillRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours (it "
+                          f"{why}); only the user who submitted a run can kill it")
     jobs = read_jobs(ref.run_dir)
     if not jobs.chain:
         return KillReport([], [], {})
@@ -79,11 +79,11 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
     """
     from filelock import FileLock, Timeout
 
-    from hpceval.trust import owned_dir
+    from hpceval.trust import dir_problem
 
-    if not owned_dir(ref.run_dir):  # its lock, jobs.json and scripts are not ours to write
-        raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours; "
-                            "only the user who submitted a run can resume it")
+    if (why := dir_problem(ref.run_dir)) is not None:  # its lock, jobs.json, scripts: not ours
+        raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours (it "
+                            f"{why}); only the user who submitted a run can resume it")
     try:
         with run_umask(read_run(ref.run_dir).get("umask")), \
                 FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):

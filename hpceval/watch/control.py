@@ -70,7 +70,7 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
     folder = Path(options.checkpoints)
     # a warning, not a refusal: shared project folders are normal, and the owner rule
     # (hpceval.watch.trust) is what keeps others' folders out
-    warnings = tuple(w for w in (writable_by_others(folder),) if w)
+    warnings = tuple(w for w in (writable_by_others(folder, options.trust_uids),) if w)
     listing = list_checkpoints(options)
     sample = (listing.checkpoints[0] if listing.checkpoints else
               Checkpoint(_sample_name(options.pattern), folder / _sample_name(options.pattern),

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hpceval.config.errors import ConfigError
-from hpceval.trust import writers
+from hpceval.trust import folder_problem, stat_problem, writers
 
 OPT_IN = "--trust-owner"
 
@@ -46,15 +46,26 @@ def trusted_uids(extra: Iterable[int]) -> frozenset[int]:
     return frozenset((os.geteuid(), *extra))
 
 
-def writable_by_others(folder: Path) -> str | None:
-    """A warning for `watch start` when others may write into the checkpoints folder."""
+def writable_by_others(folder: Path, extra: Iterable[int] = ()) -> str | None:
+    """A warning for `watch start` when others may put folders into the checkpoints folder:
+    it is writable by its group or others, owned by someone not trusted (`extra`: the
+    --trust-owner uids; root counts too), or a folder above it others can write (it could be
+    swapped whole). hpceval.trust says what counts; the owner rule keeps such folders out."""
     try:
-        mode = folder.stat().st_mode
+        st = folder.stat()
     except OSError:
         return None
-    who = writers(mode)
-    if who is None:
-        return None
-    return (f"--checkpoints {folder} is writable by {who} (mode "
-            f"{stat.S_IMODE(mode):04o}): only checkpoints owned by you (or by a "
+    who = writers(st.st_mode)
+    problem: str | None
+    if who is not None:
+        problem = f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    elif (owner := stat_problem(st, trusted_uids(extra), root=True)) is not None:
+        problem = f"{owner}, who can put anything there"
+    else:
+        above = (folder_problem(parent, folder.resolve() / "x")
+                 for parent in folder.resolve().parents)
+        problem = next((f"is in a folder others can write ({p})" for p in above if p), None)
+        if problem is None:
+            return None
+    return (f"--checkpoints {folder} {problem}: only checkpoints owned by you (or by a "
             f"{OPT_IN}) are evaluated; the others show as ignored in `hpceval status WATCH`")

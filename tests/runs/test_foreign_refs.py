@@ -84,6 +84,7 @@ def test_a_path_to_another_users_run_directory_is_refused_naming_its_owner(
 
 def test_kill_refuses_a_run_directory_it_does_not_own(tmp_path: Path, fake: FakeSlurm) -> None:
     _, evil, _ = _plant(tmp_path, fake)
-    with pytest.raises(PermissionError, match="not a directory of yours"):
+    with pytest.raises(PermissionError, match=r"not a directory of yours \(it is owned by "
+                                              r"nobody \(uid 65534\), not by you\)"):
         kill_run(ref_from_dir(evil))
     assert fake.cancels == []

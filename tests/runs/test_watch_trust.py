@@ -157,3 +157,31 @@ def test_submissions_per_tick_are_capped_and_the_rest_wait_for_the_next_tick(
     assert run_tick(watch_dir, client=fake).submitted == ["step_3", "step_4"]
     assert run_tick(watch_dir, client=fake).submitted == ["step_5"]
     assert len(evals(fake)) == 5
+
+
+def test_watch_start_warns_about_a_folder_another_user_owns_or_one_inside_a_writable_folder(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """Not writable by others itself, but theirs (they can put anything there), or inside a
+    folder others can write (they can swap it whole): both are warned about at start."""
+    with shared_scratch("hpceval-watch-owner-") as base:
+        theirs = base / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, NOBODY, NOBODY)
+        result = start_watch(options(tmp_path, marker="COMPLETE", checkpoints=str(theirs)),
+                             client=fake)
+        assert result.warnings == (
+            f"--checkpoints {theirs} is owned by nobody (uid 65534), not by you or root, who "
+            "can put anything there: only checkpoints owned by you (or by a --trust-owner) are "
+            "evaluated; the others show as ignored in `hpceval status WATCH`",)
+        trusting = start_watch(options(tmp_path, marker="COMPLETE", checkpoints=str(theirs),
+                                       trust_uids=(NOBODY,)), client=fake)
+        assert trusting.warnings == ()
+        project = base / "project"
+        project.mkdir()
+        project.chmod(0o775)  # group-writable, no sticky bit
+        (project / "ckpts").mkdir(mode=0o755)
+        inside = start_watch(options(tmp_path, marker="COMPLETE",
+                                     checkpoints=str(project / "ckpts")), client=fake)
+        assert len(inside.warnings) == 1
+        assert (f"--checkpoints {project / 'ckpts'} is in a folder others can write (its "
+                f"folder {project} is writable by other users (mode 775)") in inside.warnings[0]
