@@ -10,7 +10,7 @@ same errors (``hpceval.errors.HpcevalError``: message, fix, exit_code) and typed
 
 The verbs live in ``_``-private modules by topic (``_runs``: plan, render, preflight, submit,
 status, info, logs, kill, resume; ``_track``: status with GPU-hours and flags; ``_results``:
-results, export, compare, gate; ``_site``: evaluate, watch, stage, discover, doctor;
+results, cost, reports, export, compare, gate; ``_site``: evaluate, watch, stage, discover, doctor;
 ``_lists``: runs, watches, profiles, tasks; ``_load``: the config and run lookups they
 share); import them from here.
 """
@@ -25,11 +25,16 @@ from hpceval.api._results import (
     GateResult,
     SideNotFound,
     compare,
+    cost,
+    cost_of,
     export,
     gate,
     results,
     run_dirs,
     side,
+    watch_points,
+    write_report,
+    write_step_report,
 )
 from hpceval.api._runs import (
     Preflight,
@@ -82,6 +87,8 @@ __all__ = [
     "Tracking",
     "WatchKill",
     "compare",
+    "cost",
+    "cost_of",
     "discover",
     "doctor",
     "doctor_report",
@@ -117,7 +124,10 @@ __all__ = [
     "tasks",
     "track",
     "watch",
+    "watch_points",
     "watch_status",
     "watch_steps",
     "watches",
+    "write_report",
+    "write_step_report",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from hpceval.results.compare import TaskDiff
     from hpceval.results.export import ExportReport
     from hpceval.results.gate import TaskDecision
+    from hpceval.slurm.client import SlurmClient
+    from hpceval.slurm.watcher import JobWatcher
 
 STATS_HINT = ("the statistics need scipy (a dependency of hpceval: pip install 'scipy>=1.11' "
               "if this environment lacks it)")
@@ -52,6 +54,75 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     frame = results_frame(run_dirs(runs, limit=limit, output_dirs=output_dirs),
                           models=models, tasks=tasks)
     return board(frame, metric) if leaderboard else frame
+
+
+def _usage_source(client: SlurmClient | None) -> Callable[[], JobWatcher]:
+    """The scheduler's watcher, made only when some job's usage is not cached yet (the same
+    one `status` asks: one sacct call for every job)."""
+    def make() -> JobWatcher:
+        from hpceval.runs.state import Tracker
+
+        return Tracker(client).watcher
+
+    return make
+
+
+def cost_of(dirs: Iterable[Path], *, client: SlurmClient | None = None) -> pd.DataFrame:
+    """GPU-hours and node-hours of these run directories: one row per (run, model, task) plus
+    an '(all jobs)' row per model (every attempt of its jobs, sacct AllocTRES x Elapsed)."""
+    from hpceval.runs.cost import cost_frame
+
+    return cost_frame(list(dirs), _usage_source(client))
+
+
+def cost(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),
+         tasks: Sequence[str] = (), limit: int = 0, output_dirs: Iterable[str | Path] = (),
+         client: SlurmClient | None = None) -> pd.DataFrame:
+    """`hpceval results --cost`: cost_of RUNs (default: every known run), only ``models`` and
+    ``tasks`` (harness.task or short name) if given; each model's '(all jobs)' row stays."""
+    frame = cost_of(run_dirs(runs, limit=limit, output_dirs=output_dirs), client=client)
+    if models:
+        frame = frame[frame["model"].isin(models)]
+    if tasks:
+        short = frame["task"].str.rsplit(".", n=1).str[-1]
+        frame = frame[frame["task"].isin(tasks) | short.isin(tasks) | (frame["task"] ==
+                                                                       "(all jobs)")]
+    return frame.reset_index(drop=True)
+
+
+def write_report(frame: pd.DataFrame, path: str | Path, *, samples: int = 20,
+                 client: SlurmClient | None = None) -> Path:
+    """The static HTML report of a results frame (what was run, the comparison with 95%
+    intervals, GPU-hours, the first ``samples`` answers per task), written atomically."""
+    from hpceval.results.report import write_report as write
+
+    dirs = sorted({Path(d) for d in frame["run_dir"]}) if not frame.empty else []
+    write(frame, Path(path), run_dirs=dirs, samples=samples, cost=cost_of(dirs, client=client))
+    return Path(path)
+
+
+def watch_points(watch: str | Path, output_dirs: Iterable[str | Path] = ()
+                 ) -> list[tuple[int, Path]]:
+    """(step, run directory) of each checkpoint a watch submitted, in step order."""
+    from hpceval.watch.control import submitted_points
+
+    return submitted_points(find_watch(watch, output_dirs))
+
+
+def write_step_report(table: pd.DataFrame, path: str | Path, title: str, *,
+                      metric: str | None = None, cost: bool = True,
+                      cost_dirs: Iterable[Path] | None = None,
+                      client: SlurmClient | None = None) -> Path:
+    """The score-vs-step HTML page of a step table (watch_steps), with the GPU-hours of the
+    table's runs (or of ``cost_dirs``: every run of the watch) unless ``cost`` is False (then
+    no scheduler call)."""
+    from hpceval.results.report import write_step_report as write
+
+    dirs = ([Path(d) for d in dict.fromkeys(table["run_dir"])] if not table.empty else []
+            ) if cost_dirs is None else list(cost_dirs)
+    write(table, Path(path), title, metric=metric,
+          cost=cost_of(dirs, client=client) if cost else None)
+    return Path(path)
 
 
 @dataclass(frozen=True)

@@ -24,25 +24,11 @@ def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...
     return api.results(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
 
 
-def _watcher() -> Any:
-    from hpceval.backends.slurm.client import CommandSlurmClient
-    from hpceval.backends.slurm.watcher import JobWatcher
-
-    return JobWatcher(CommandSlurmClient())
-
-
 def _cost_frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
                 output_dirs: tuple[str, ...], limit: int) -> Any:
-    from hpceval.runs.cost import cost_frame
+    from hpceval import api
 
-    frame = cost_frame(_run_dirs(runs, output_dirs, limit), _watcher)
-    if models:
-        frame = frame[frame["model"].isin(models)]
-    if tasks:
-        short = frame["task"].str.rsplit(".", n=1).str[-1]
-        frame = frame[frame["task"].isin(tasks) | short.isin(tasks) | (frame["task"] ==
-                                                                       "(all jobs)")]
-    return frame.reset_index(drop=True)
+    return api.cost(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
 
 
 def selection_options(func: Any) -> Any:
@@ -125,12 +111,9 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
 
             shown = with_flags(frame, texts=fmt in ("json", "parquet"))
     if html_file:
-        from hpceval.results.report import write_report
-        from hpceval.runs.cost import cost_frame
+        from hpceval import api
 
-        run_dirs = sorted({Path(d) for d in frame["run_dir"]}) if not frame.empty else []
-        write_report(frame, Path(html_file), run_dirs=run_dirs, samples=n_samples,
-                     cost=cost_frame(run_dirs, _watcher))
+        api.write_report(frame, html_file, samples=n_samples)
         click.echo(f"report: {html_file}", err=True)
     emit(fmt, output, len(shown), lambda: shown.reset_index() if board else shown,
          lambda: render(shown, fmt, index=board))
@@ -144,9 +127,9 @@ def _watch_dir(ref: str, output_dirs: tuple[str, ...]) -> Path:
 
 def _watch_points(watch_dir: Path) -> list[tuple[int, Path]]:
     """(step, run_dir) of each checkpoint the watch submitted (hpceval.watch)."""
-    from hpceval.watch.control import submitted_points
+    from hpceval import api
 
-    return submitted_points(watch_dir)
+    return api.watch_points(watch_dir)
 
 
 @click.command()
@@ -161,15 +144,14 @@ def report(watch_ref: str, output: str | None, metric: str | None, no_cost: bool
     """HTML report of a checkpoint watch: each task's score against the training step.
 
     For runs, `hpceval results RUN... --html FILE` writes the comparison report."""
-    from hpceval.results.report import build_step_report
-    from hpceval.runs.cost import cost_frame
+    from hpceval import api
 
     watch_dir = _watch_dir(watch_ref, output_dirs)
     points = _watch_points(watch_dir)
     out = Path(output) if output else watch_dir / "report.html"
-    build_step_report(points, out, f"hpceval: {watch_dir.name}: score vs training step",
-                      metric=metric,
-                      cost=None if no_cost else cost_frame([d for _, d in points], _watcher))
+    api.write_step_report(api.watch_steps(watch_dir), out,
+                          f"hpceval: {watch_dir.name}: score vs training step", metric=metric,
+                          cost=not no_cost, cost_dirs=[d for _, d in points])
     click.echo(f"report: {out} ({len(points)} checkpoints)")
 
 

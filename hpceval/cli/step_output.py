@@ -20,18 +20,13 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
     usual metric rows with a step column. --json is --format json, as for `hpceval results`.
     `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
     `cost` is False (one sacct call for jobs not seen ended before, as `results --html`)."""
+    from hpceval import api
     from hpceval.results.steps import render_steps, step_pivot, step_table
 
     fmt = output_format(fmt, as_json)
     table = step_table(points)
     if html_file:
-        from hpceval.cli.results_cmds import _watcher
-        from hpceval.results.report import write_step_report
-        from hpceval.runs.cost import cost_frame
-
-        dirs = [Path(d) for d in dict.fromkeys(table["run_dir"])] if not table.empty else []
-        write_step_report(table, Path(html_file), title, metric=metric,
-                          cost=cost_frame(dirs, _watcher) if cost else None)
+        api.write_step_report(table, html_file, title, metric=metric, cost=cost)
         click.echo(f"report: {html_file}", err=True)
     shown = table if long else step_pivot(table, metric)
     emit(fmt, output, len(shown), lambda: shown if long else shown.reset_index(),

@@ -193,3 +193,14 @@ def test_track_skips_a_damaged_run_and_asks_the_scheduler_once(tmp_path: Path,
     assert len(fake.sacct_calls) - before == 1  # states and GPU-hours from one sacct call
     assert found.state.ref.run_dir == good.run_dir and "gpu_hours" in found.cost
     assert api.task_flags(found.state) == {}  # a finished task scored 0.5: nothing to flag
+
+
+def test_cost_and_report(tmp_path: Path, fake: FakeSlurm) -> None:
+    run = api.submit(write_run_file(tmp_path), profile="local-dev", client=fake)
+    fake.states[run.job_ids[0]] = "COMPLETED"
+    finish_task(run.run_dir, "solo", "ut-harness.ut_one")
+    frame = api.cost([run.invocation_id], tasks=["ut_two"], client=fake)
+    # only the task asked for, and the model's own '(all jobs)' row, which no filter drops
+    assert sorted(frame["task"]) == ["(all jobs)"] and set(frame["model"]) == {"solo"}
+    page = api.write_report(api.results([run.invocation_id]), tmp_path / "r.html", client=fake)
+    assert run.invocation_id in page.read_text() and fake.sacct_calls
