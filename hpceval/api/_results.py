@@ -13,11 +13,11 @@ from hpceval.errors import HpcevalError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends.slurm.watcher import JobWatcher
     from hpceval.results.compare import TaskDiff
     from hpceval.results.export import ExportReport
     from hpceval.results.gate import TaskDecision
-    from hpceval.slurm.client import SlurmClient
-    from hpceval.slurm.watcher import JobWatcher
 
 STATS_HINT = ("the statistics need scipy (a dependency of hpceval: pip install 'scipy>=1.11' "
               "if this environment lacks it)")
