@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "runs"))
-from run_helpers import FakeSlurm
+from support.slurm import FakeSlurm
 
 from hpceval.backends import JobQuery, JobRequest, RunLayout, backend_for
 from hpceval.backends.base import JobEntry

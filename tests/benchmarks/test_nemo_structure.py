@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,7 @@ def test_sweep_submit_makes_exactly_the_counted_sbatch_calls(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
     """The count above mirrors submit_prepared; check it against a real submit to a fake."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runs"))
-    from run_helpers import FakeSlurm
+    from support.slurm import FakeSlurm
 
     from hpceval.config import load_run
     from hpceval.runs.submit import submit_configs

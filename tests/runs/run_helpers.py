@@ -1,17 +1,14 @@
-"""Helpers for the controller tests (imported by name: this folder has no __init__.py)."""
+"""Helpers for the controller tests (imported by name: this folder has no __init__.py). The
+counting Slurm fake is support.slurm.FakeSlurm, shared with the other test folders."""
 
 from __future__ import annotations
 
-import itertools
-import os
-from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from support.slurm import FakeSlurm as FakeSlurm  # re-exported: the controller tests' name
 
-from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id
 from hpceval.config import ResolvedConfig, load_run
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -30,52 +27,6 @@ tasks:
   - {name: ut_one, task_id: one, endpoint_type: chat, description: first}
   - {name: ut_two, task_id: two, endpoint_type: chat, description: second}
 """
-
-
-class FakeSlurm:
-    """SlurmClient double: counts every call; job states are set by the test."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1000)
-        self.submits: list[dict[str, Any]] = []
-        self.sacct_calls: list[list[str]] = []
-        self.cancels: list[list[str]] = []
-        self.squeue_calls: list[list[str]] = []
-        self.states: dict[str, str] = {}  # job or array-task id -> Slurm state
-        self.exit_codes: dict[str, int] = {}
-        self.owners: dict[str, int] = {}  # base job id -> uid (squeue %U); default: ours
-
-    def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
-        job_id = str(next(self._ids))
-        self.submits.append({"script": Path(script_path), "extra_args": list(extra_args),
-                             "dependency": dependency, "id": job_id})
-        return job_id
-
-    def _record(self, job_id: str, state: str) -> JobRecord:
-        code = self.exit_codes.get(job_id, 1 if state == "FAILED" else 0)
-        return JobRecord(job_id, state.split()[0], state, code, 0, "None", "node1")
-
-    def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
-              ) -> dict[str, JobRecord]:
-        self.sacct_calls.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
-        return {j: self._record(j, s) for j, s in self.states.items()
-                if base_job_id(j) in bases}
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        self.cancels.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
-        for job_id, state in list(self.states.items()):
-            if base_job_id(job_id) in bases and state in ("PENDING", "RUNNING"):
-                self.states[job_id] = "CANCELLED by 0"
-
-    def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
-        self.squeue_calls.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
-        return {j: QueueEntry(j, s.split()[0], "None", "node1",
-                              self.owners.get(base_job_id(j), os.getuid()))
-                for j, s in self.states.items() if base_job_id(j) in bases}
 
 
 def write_run_file(tmp_path: Path, n_models: int = 1, *, tasks: int = 2,

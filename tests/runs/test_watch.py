@@ -130,9 +130,8 @@ def test_half_written_checkpoint_waits_in_grace_mode(tmp_path: Path, fake: FakeS
 
 _RACER = """
 import json, sys
-sys.path.insert(0, {helpers!r})
 from pathlib import Path
-from run_helpers import FakeSlurm
+from support.slurm import FakeSlurm
 from hpceval.watch.tick import run_tick
 start = float(sys.argv[2])
 import time
@@ -148,9 +147,9 @@ def test_two_ticks_at_once_submit_each_checkpoint_exactly_once(tmp_path: Path,
     """Real processes, the real filelock, started at the same instant, three rounds."""
     watch_dir = started(tmp_path, fake, marker="DONE")
     script = tmp_path / "racer.py"
-    script.write_text(_RACER.format(helpers=str(HERE)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    script.write_text(_RACER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # the repository and tests/ (support)
+        [str(HERE.parents[1]), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     everything: list[str] = []
     for round_ in range(3):
         for i in range(3):
