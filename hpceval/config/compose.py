@@ -234,6 +234,8 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     run = read_yaml(run_file, "config") if run_file else {}
     run = copy.deepcopy(run)
     chosen, aux_presets = _parse_defaults(run.pop("defaults", None))
+    chosen_by = ("--profile" if profile else "the run file's defaults"
+                 if "execution" in chosen else "$HPCEVAL_PROFILE")
     if profile:
         chosen["execution"] = profile
     chosen.setdefault("execution", os.environ.get("HPCEVAL_PROFILE", ""))
@@ -243,6 +245,8 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     if chosen["execution"]:
         layers += _load_profile(chosen["execution"], near,
                                 run_file=run_file.resolve() if run_file else None)
+        body, label, origin = layers[-1]  # the chosen one; its parents come before it
+        layers[-1] = (body, label, f"{origin.removesuffix(')')}; chosen by {chosen_by})")
     if chosen.get("deployment"):
         preset_file, found = find_file(chosen["deployment"], "deployment", near)
         preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
@@ -263,7 +267,7 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         layers.append(({"auxiliary_deployments": {name: preset}},
                        f"{label} (auxiliary_deployments.{name})",
                        f"{preset_file} ({FOUND.get(found, found)})"))
-    if run:
+    if run_file is not None:  # listed even with nothing but defaults: (one line per layer)
         layers.append((run, "run file", str(run_file.resolve()) if run_file else ""))
     placeholders = Placeholders()
     refused: list[ConfigIssue] = []

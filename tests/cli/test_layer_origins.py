@@ -40,7 +40,8 @@ def _expected(tmp_path: Path, run: Path) -> list[str]:
     return [
         f"profile local-dev: {SHIPPED / 'local-dev.yaml'} (shipped with hpceval; extends: "
         "parent of mysite)",
-        f"profile mysite: {tmp_path / 'site' / 'mysite.yaml'} (found on $HPCEVAL_PROFILE_PATH)",
+        f"profile mysite: {tmp_path / 'site' / 'mysite.yaml'} (found on $HPCEVAL_PROFILE_PATH; "
+        "chosen by the run file's defaults)",
         f"preset none: {SHIPPED / 'deployment' / 'none.yaml'} (shipped with hpceval)",
         f"run file: {run}",
         f"-o: execution.output_dir={tmp_path / 'out'}",
@@ -75,3 +76,23 @@ def test_submit_prints_the_layers_on_stderr_only(tmp_path: Path, run_file: Path)
               if line.startswith("hpceval: layer: ")]
     assert layers == _expected(tmp_path, run_file)
     assert "hpceval: layer" not in result.stdout
+
+
+def test_a_profile_chosen_by_the_environment_says_so(tmp_path: Path, run_file: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """$HPCEVAL_PROFILE picks the profile when neither the run file nor --profile does: a
+    variable set long ago in a shell profile must not choose silently."""
+    run_file.write_text(yaml.safe_dump({"defaults": [{"deployment": "none"}]}))
+    monkeypatch.setenv("HPCEVAL_PROFILE", "mysite")
+    rest = ["-o", "target.api_endpoint.url=http://h/v1", "-o", "target.api_endpoint.model_id=m",
+            "-o", "evaluation.tasks=[ifeval]"]
+    result = CliRunner().invoke(cli, ["config", "show", str(run_file), *_args(tmp_path),
+                                      *rest])
+    assert result.exit_code == 0, result.output
+    assert (f"#   profile mysite: {tmp_path / 'site' / 'mysite.yaml'} (found on "
+            "$HPCEVAL_PROFILE_PATH; chosen by $HPCEVAL_PROFILE)") in result.stdout.splitlines()
+    assert f"#   run file: {run_file}" in result.stdout.splitlines()  # only defaults: listed too
+    chosen = CliRunner().invoke(cli, ["config", "show", "--profile", "local-dev", str(run_file),
+                                      *_args(tmp_path), *rest])
+    assert (f"#   profile local-dev: {SHIPPED / 'local-dev.yaml'} (shipped with hpceval; "
+            "chosen by --profile)") in chosen.stdout.splitlines()
