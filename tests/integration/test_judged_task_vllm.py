@@ -228,7 +228,7 @@ def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClien
     found = re.search(r"^run directory: (.+)$", out.stdout, re.M)
     assert found, out.stdout
     run_dir = Path(found.group(1))
-    tracker = Tracker(slurm_cluster, min_interval_s=2.0)
+    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
     tracker.add(run_dir)
     deadline = time.monotonic() + 900
     while True:
@@ -237,7 +237,7 @@ def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClien
         if state.phase.terminal and judge_state is not None and judge_state.phase.terminal:
             break
         assert time.monotonic() < deadline, (state.phase, state.reason, state.judges)
-        time.sleep(3)
+        time.sleep(1)
     judge_dir = run_dir / "auxiliary" / "judge"
     judge_logs = sorted((judge_dir / "server").glob("instance-*.log"))
     logs = "\n".join(p.read_text()[-3000:] for p in run_dir.rglob("slurm-*.log"))

@@ -107,7 +107,7 @@ def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
 
     try:
         wait_for(lambda: state()["status"] == "ended", 240, "the watch to end by itself",
-                 interval=2.0)
+                 interval=0.5)
     finally:
         if state()["status"] != "ended":
             hpceval("watch", "stop", watch_id)
@@ -121,7 +121,7 @@ def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
         assert entries[f"step_{step}"]["claimed_at"] >= marked[step], (step, entries, marked)
     jobs = {step: entries[f"step_{step}"]["job_ids"][0] for step in STEPS}
     wait_for(lambda: all(job_state(client, j) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-                         for j in jobs.values()), 900, "the evaluations to finish", interval=3.0)
+                         for j in jobs.values()), 900, "the evaluations to finish", interval=1.0)
     for step in STEPS:  # a real `vllm serve` of that very checkpoint folder
         run_dir = Path(entries[f"step_{step}"]["run_dir"])
         model = next(run_dir.glob("models/*"))
