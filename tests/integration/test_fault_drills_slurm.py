@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ import yaml
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
+    Snapshot,
     Submitted,
     assert_untouched,
     hpceval,
@@ -99,19 +102,28 @@ class HoldingClient(CommandSlurmClient):
                               dependency=dependency)
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Iterator[Path]:
-    """The drill's own catalogue and caches (the nodes are this machine: tmp is shared)."""
-    (tmp_path / "catalogue").mkdir()
-    (tmp_path / "catalogue" / "drill.yaml").write_text(CATALOGUE)
+@contextmanager
+def drill_env(folder: Path) -> Iterator[Path]:
+    """The drill's own catalogue and caches in ``folder`` (the nodes are this machine: tmp is
+    shared), in the environment while the block runs."""
+    (folder / "catalogue").mkdir(exist_ok=True)
+    (folder / "catalogue" / "drill.yaml").write_text(CATALOGUE)
     mp = pytest.MonkeyPatch()
-    mp.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
+    mp.setenv("HPCEVAL_TASKS_PATH", str(folder / "catalogue"))
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR"):
-        mp.setenv(name, str(tmp_path / name.lower()))
+        mp.setenv(name, str(folder / name.lower()))
     for name in ("HPCEVAL_PROFILE", "HPCEVAL_OUTPUT_DIRS"):
         mp.delenv(name, raising=False)
-    yield tmp_path
-    mp.undo()
+    try:
+        yield folder
+    finally:
+        mp.undo()
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Iterator[Path]:
+    with drill_env(tmp_path) as folder:
+        yield folder
 
 
 @pytest.fixture
@@ -347,49 +359,99 @@ def restarts(job_id: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def test_node_failure(slurm_cluster: CommandSlurmClient, work: Path,
-                      runs: list[Submitted]) -> None:
-    """A node failure resumes by itself: #SBATCH --requeue, Slurm reruns the same job once
-    node3 is back, the rerun skips the done task (execution.node_failure_retries)."""
+@dataclass(frozen=True)
+class NodeKilled:
+    """The first half of the node failure drill, done when the module starts: node3 killed
+    under a running job. Slurm's part, 30-40 s until the controller gives node3 up and 120 s
+    (its BeginTime on a requeued job) until the rerun starts, then runs while the other drills
+    of this module do (they use partition debug, node1 and node2); test_node_failure, the
+    module's last test, checks the rest."""
+
+    work: Path
+    run: Submitted
+    before: Snapshot
+    waited: float  # s until no other job was on node3
+    killed_at: float  # time.monotonic()
+
+
+def kill_node_under_a_job(client: CommandSlurmClient, work: Path,
+                          runs: list[Submitted]) -> NodeKilled:
     # Other drills' jobs on node3 would fail with ours: let them end first (bounded).
     waited = time.monotonic()
     wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
     waited = time.monotonic() - waited
-    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"], partition="drill"))
+    run = submit_run(client, run_file(work, ["quick", "hold"], partition="drill"))
     runs.append(run)
     assert "#SBATCH --requeue" in (run.run_dir / "job.sbatch").read_text()
-    try:
-        # the server is answering: `quick` is done and `hold` got its answer
-        wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
-        # sacct lags the controller (hpceval shows such a job as unknown): wait until it lists it
-        wait_for(lambda: status(run.run_dir)["state"] != "unknown", 30, "sacct to list the job",
-                 interval=1.0)
-        assert_status(run, "running", "")
-        before = snapshot_done(run.model_dir)
-        assert not others_on_drill_node(run.first_job)  # none came meanwhile (or it fails too)
-        killed_at = time.monotonic()
-        assert kill_node(run.first_job) >= 3  # stepds, job script, server, harness...
-        # SlurmdTimeout=30: the controller gives node3 up after 30-40 s and requeues the job
-        wait_for(lambda: restarts(run.first_job) == 1, 120, "Slurm to requeue the job",
-                 interval=1.0)
-        detected_s = time.monotonic() - killed_at
-        assert run.jobs() == [run.first_job]  # the same job runs again: no successor
-        assert_untouched(before, run.model_dir, [QUICK])
-    finally:
-        restore_node()
-    # the requeued job waits for node3 (partition "drill"), now restored, and completes. Most
-    # of this test's time is Slurm holding the requeued job back until its BeginTime,
-    # cred_expire (120 s) after the requeue; `scontrol update jobid=N StartTime=now` cut that
-    # pause once (2026-12-02) and slurmctld 22.05 segfaulted as it started the job (node3 still
-    # held the old launch's stepd). Keep the pause.
-    deadline = time.monotonic() + 300
-    while job_state(slurm_cluster, run.first_job) != "COMPLETED":
-        assert time.monotonic() < deadline, run.log(run.first_job)[-3000:]
-        time.sleep(1.0)
-    log = run.log(run.first_job)
-    assert "rerun 1 of at most 2 after a node failure" in log, log[-3000:]
-    assert_finished(run, ["quick", "hold"], attempts=len(run.jobs()))
-    assert_untouched(before, run.model_dir, [QUICK])
-    print(f"\nnode3 free after {waited:.0f} s; requeued {detected_s:.0f} s after the kill; "
-          f"rerun completed {time.monotonic() - killed_at:.0f} s after it")
+    # the server is answering: `quick` is done and `hold` got its answer
+    wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
+    # sacct lags the controller (hpceval shows such a job as unknown): wait until it lists it
+    wait_for(lambda: status(run.run_dir)["state"] != "unknown", 30, "sacct to list the job",
+             interval=1.0)
+    assert_status(run, "running", "")
+    before = snapshot_done(run.model_dir)
+    assert not others_on_drill_node(run.first_job)  # none came meanwhile (or it fails too)
+    killed_at = time.monotonic()
+    assert kill_node(run.first_job) >= 3  # stepds, job script, server, harness...
+    return NodeKilled(work, run, before, waited, killed_at)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def node_killed(request: pytest.FixtureRequest, slurm_cluster: CommandSlurmClient,
+                tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[NodeKilled | BaseException | None]:
+    """kill_node_under_a_job when the module starts, if test_node_failure was selected. What
+    fails there is test_node_failure's failure (it re-raises it), not the other drills'. At
+    the end: node3 restored (if the test did not get that far) and the run's jobs cancelled."""
+    if "test_node_failure" not in {item.name for item in request.session.items}:
+        yield None
+        return
+    outcome: NodeKilled | BaseException
+    runs: list[Submitted] = []
+    with drill_env(tmp_path_factory.mktemp("node-failure")) as work:
+        try:
+            outcome = kill_node_under_a_job(slurm_cluster, work, runs)
+        except Exception as exc:  # reported by test_node_failure
+            outcome = exc
+    try:
+        yield outcome
+    finally:
+        try:
+            restore_node()
+        finally:
+            slurm_cluster.cancel([j for run in runs for j in run.jobs()])
+
+
+def test_node_failure(slurm_cluster: CommandSlurmClient,
+                      node_killed: NodeKilled | BaseException | None) -> None:
+    """A node failure resumes by itself: #SBATCH --requeue, Slurm reruns the same job once
+    node3 is back, the rerun skips the done task (execution.node_failure_retries)."""
+    if isinstance(node_killed, BaseException):
+        raise node_killed
+    assert node_killed is not None
+    run, before, killed_at = node_killed.run, node_killed.before, node_killed.killed_at
+    with drill_env(node_killed.work):
+        try:
+            # SlurmdTimeout=30: the controller gives node3 up after 30-40 s and requeues the job
+            wait_for(lambda: restarts(run.first_job) == 1, 120, "Slurm to requeue the job",
+                     interval=1.0)
+            detected_s = time.monotonic() - killed_at
+            assert run.jobs() == [run.first_job]  # the same job runs again: no successor
+            assert_untouched(before, run.model_dir, [QUICK])
+        finally:
+            restore_node()
+        # the requeued job waits for node3 (partition "drill"), now restored, and completes.
+        # Most of the drill's time is Slurm holding the requeued job back until its BeginTime,
+        # cred_expire (120 s) after the requeue (the other drills run meanwhile); `scontrol
+        # update jobid=N StartTime=now` cut that pause once (2026-12-02) and slurmctld 22.05
+        # segfaulted as it started the job (node3 still held the old launch's stepd).
+        deadline = time.monotonic() + 300
+        while job_state(slurm_cluster, run.first_job) != "COMPLETED":
+            assert time.monotonic() < deadline, run.log(run.first_job)[-3000:]
+            time.sleep(1.0)
+        log = run.log(run.first_job)
+        assert "rerun 1 of at most 2 after a node failure" in log, log[-3000:]
+        assert_finished(run, ["quick", "hold"], attempts=len(run.jobs()))
+        assert_untouched(before, run.model_dir, [QUICK])
+    print(f"\nnode3 free after {node_killed.waited:.0f} s; requeued {detected_s:.0f} s after "
+          f"the kill; rerun completed {time.monotonic() - killed_at:.0f} s after it")
