@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,13 @@ from hpceval.tasks.command import render_command
 from hpceval.tasks.models import GENERIC_PARAMS
 from tests.integration.vllm_support import (
     SHARED_NAME,
+    Launched,
     Served,
     find_model_dir,
     find_vllm_bin,
     free_port,
     hpceval,
     preset_env,
-    serve,
     submit,
     wait,
 )
@@ -87,20 +88,37 @@ def run_rendered_lm_eval(model_url: str, judge: dict[str, str], output_dir: Path
                           timeout=600, check=False)
 
 
+@pytest.fixture(scope="session")
+def judge_launched(vllm_bin: Path, model_dir: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    """The direct test's own judge, launched (not waited for) before the shared server's
+    fixture waits for that server: the two CPU start-ups overlap. Session-scoped only so that
+    pytest sets it up before smollm2_server (same scope: the test's argument order); the test
+    stops it when it ends."""
+    server = Launched(vllm_bin, model_dir, JUDGE, tmp_path_factory.mktemp("judge") / "judge.log",
+                      SERVE_ARGS)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
-        smollm2_server: Served, vllm_bin: Path, model_dir: Path, tmp_path: Path) -> None:
+        judge_launched: Launched, smollm2_server: Served, tmp_path: Path) -> None:
     # The model under test is the session's shared server (vllm_support.smollm2_server); the
     # judge is this test's own, so its access log holds the judge's requests and nothing else.
     started = time.monotonic()
     model, model_log_start = smollm2_server.base, smollm2_server.log_size()
-    # the judge ends with this block, before the Slurm tests start servers of their own
-    with serve(vllm_bin, model_dir, JUDGE, tmp_path / "judge.log", SERVE_ARGS) as judge:
+    judge_log = judge_launched.log_path
+    # the judge ends with this test, before the Slurm tests start servers of their own
+    try:
+        judge = judge_launched.healthy()
         ready = time.monotonic() - started
         out = run_rendered_lm_eval(model, {"url": f"{judge}/v1/chat/completions",
                                            "model_id": JUDGE}, tmp_path / "out", tmp_path / "hf")
         assert out.returncode == 0, out.stderr[-4000:]
         # The judge's own log: one chat request per sample, each answered.
-        judged = JUDGE_REQUEST.findall((tmp_path / "judge.log").read_text())
+        judged = JUDGE_REQUEST.findall(judge_log.read_text())
         generated = smollm2_server.requests_since(model_log_start, JUDGE_REQUEST)
         assert len(judged) == LIMIT and generated == LIMIT, (judged, generated)
         scores = own_results(tmp_path / "out")
@@ -120,8 +138,11 @@ def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
         assert failed.returncode != 0
         assert f"judge {dead} did not answer after 3 attempts" in failed.stderr[-6000:]
         assert not list((tmp_path / "out-dead").rglob("results_*.json"))
-    print(f"\njudged_qa direct: judge ready in {ready:.0f} s, {len(judged)} judge requests, "
-          f"scores {scores}, whole test {time.monotonic() - started:.0f} s")
+    finally:
+        judge_launched.stop()
+    print(f"\njudged_qa direct: judge ready {ready:.0f} s into the test (launched beside the "
+          f"shared server), {len(judged)} judge requests, scores {scores}, whole test "
+          f"{time.monotonic() - started:.0f} s")
 
 
 # --- in a job on the dev cluster: the judge served in the allocation -----------------------

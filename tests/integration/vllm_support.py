@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,38 +120,57 @@ def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int,
         return exc.code, json.loads(exc.read() or b"null")
 
 
+class Launched:
+    """`vllm serve MODEL` started on a free local port and not yet waited for, so that its
+    start-up can overlap another's (a CPU start keeps about one core busy). Its own log
+    (access lines included) goes to ``log_path``; ``stop`` ends its process group."""
+
+    def __init__(self, vllm_bin: Path, model_dir: Path, name: str, log_path: Path,
+                 args: Sequence[str]) -> None:
+        port = free_port()
+        env = {**os.environ, **preset_env(), "HF_HUB_OFFLINE": "1"}
+        self.log_path = log_path
+        with log_path.open("w") as log:
+            self.proc = subprocess.Popen(
+                [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", name,
+                 "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
+                 *args], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.base = f"http://127.0.0.1:{port}"
+
+    def healthy(self) -> str:
+        """Wait until it answers /health (600 s at most); its base URL."""
+        deadline = time.monotonic() + 600
+        while True:
+            assert self.proc.poll() is None, self.log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "vllm serve not healthy in 600 s"
+            try:
+                if call(self.base, "/health")[0] == 200:
+                    return self.base
+            except OSError:
+                pass
+            time.sleep(1)
+
+    def stop(self) -> None:
+        """End its process group (idempotent: a group already gone is left alone)."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=30)
+
+
 @contextmanager
 def serve(vllm_bin: Path, model_dir: Path, name: str, log_path: Path,
           args: Sequence[str]) -> Iterator[str]:
     """`vllm serve MODEL` on a free local port, healthy; yields its base URL. Its own log
     (access lines included) goes to ``log_path``; the process group ends on exit."""
-    port = free_port()
-    env = {**os.environ, **preset_env(), "HF_HUB_OFFLINE": "1"}
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", name,
-             "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
-             *args], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    server = Launched(vllm_bin, model_dir, name, log_path, args)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert proc.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "vllm serve not healthy in 600 s"
-            try:
-                if call(base, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(1)
-        yield base
+        yield server.healthy()
     finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=30)
+        server.stop()
 
 
 # The shared server: float32, so scores never depend on how requests were batched (a job's
