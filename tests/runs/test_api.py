@@ -204,3 +204,26 @@ def test_cost_and_report(tmp_path: Path, fake: FakeSlurm) -> None:
     assert sorted(frame["task"]) == ["(all jobs)"] and set(frame["model"]) == {"solo"}
     page = api.write_report(api.results([run.invocation_id]), tmp_path / "r.html", client=fake)
     assert run.invocation_id in page.read_text() and fake.sacct_calls
+
+
+def test_watch_dry_run_stop_resume_and_kill(tmp_path: Path, fake: FakeSlurm) -> None:
+    from hpceval.errors import ConfigError
+
+    run_file, ckpts = write_run_file(tmp_path), tmp_path / "ckpts"
+    ckpts.mkdir()
+    with pytest.raises(ConfigError, match="--grace"):  # a marker or a grace period, not both
+        api.watch(run_file, ckpts, profile="local-dev", marker="OK", grace_s="5m", client=fake)
+    dry = api.watch(run_file, ckpts, profile="local-dev", marker="OK", interval_s="2m",
+                    dry_run=True, client=fake)
+    assert dry.script and fake.submits == [] and not dry.watch_dir.exists()
+    started = api.watch(run_file, ckpts, profile="local-dev", marker="OK", interval_s="2m",
+                        client=fake)
+    fake.states[started.tick_job] = "PENDING"
+    watch_dir, cancelled = api.stop_watch(started.watch_id, client=fake)
+    assert watch_dir == started.watch_dir and cancelled == [started.tick_job]
+    _, tick = api.resume_watch(started.watch_id, client=fake)
+    assert tick == fake.submits[-1]["id"] != started.tick_job
+    fake.states[tick] = "PENDING"
+    killed = api.kill_watch(started.watch_id, client=fake)
+    assert killed.watch_dir == watch_dir and killed.ticks == (tick,)
+    assert killed.runs == () and killed.still_active == []
