@@ -115,6 +115,7 @@ class ProxyServer:
         # rate-limited line there, not a traceback per request.
         server = guard.CappedServer(
             self._dispatch, max_connections=self.config.max_connections, refused=self.refused,
+            max_per_peer=self.config.max_connections_per_peer,
             request_factory=self._make_request, access_log=None, logger=self.refused,
             auto_decompress=False, keepalive_timeout=self.config.header_timeout,
             lingering_time=LINGER_S)

@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-connections", type=int, default=4096, metavar="N",
                    help="open client connections (default 4096); one more is answered 503 "
                         "and closed")
+    p.add_argument("--max-connections-per-peer", type=int, default=2048, metavar="N",
+                   help="open client connections from one peer: a uid when it connects over "
+                        "loopback (from /proc/net/tcp), else an address (default 2048, 0 for "
+                        "no per-peer cap); one more is answered 503 and closed")
     p.add_argument("--budget", default="off", metavar="off|adaptive|N",
                    help="in-flight requests per upstream instance; the rest wait in the "
                         "proxy, round-robin across clients: adaptive (AIMD on errors, "
@@ -112,7 +116,9 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, body_deadline=args.body_deadline,
         max_total_body_bytes=int(args.max_total_body_mb * (1 << 20)),
-        max_connections=args.max_connections, api_key=api_key, upstream_api_key=upstream_api_key,
+        max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer or None, api_key=api_key,
+        upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream,
         budget=args.budget, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))

@@ -62,12 +62,17 @@ class ProxyConfig:
     # each proxied request holds two descriptors, so the cap stays well below the fd limit.
     max_total_body_bytes: int = 512 << 20
     max_connections: int = 4096
+    # Open connections from one peer (a uid on loopback, else an address: proxy_peers), so one
+    # local user cannot take every slot; half the total leaves the harness at least as many.
+    # None: no per-peer cap.
+    max_connections_per_peer: int | None = 2048
     # Per-job secret the harnesses send as `Authorization: Bearer ...`; None = no authentication.
     # Never printed: repr=False keeps it out of logs and tracebacks.
     api_key: str | None = field(default=None, repr=False)
     # The job's model servers require this token (vLLM's VLLM_API_KEY): the proxy sends it
     # upstream in place of whatever the client sent, so harnesses need no key of their own and
-    # nobody else on the node can use the job's servers. None: the client's header is forwarded.
+    # nobody else on the node can use the job's servers. None: none is sent (the client's header
+    # is forwarded only by a proxy that asks for no key of its own: api_key None).
     upstream_api_key: str | None = field(default=None, repr=False)
     # Written with the proxy's pid once its port is bound: the job script trusts the port only
     # then, never because *something* answers there (another user could be listening).
@@ -104,6 +109,8 @@ class ProxyConfig:
             raise ValueError("judge_wait must be positive")
         if self.max_connections <= 0:
             raise ValueError("max_connections must be positive")
+        if self.max_connections_per_peer is not None and self.max_connections_per_peer <= 0:
+            raise ValueError("max_connections_per_peer must be positive")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():

@@ -7,7 +7,8 @@ F8), so beyond the per-job secret (`ProxyConfig.api_key`, checked in proxy.py) t
   and model-list endpoints, and vLLM's tokenizer routes (lm-eval's remote tokenizer); `/metrics`,
   `/load`, `/version`, admin and any other route of the server are refused with 404;
 - bounds the total, not only each request: the body bytes held by all requests together
-  (`BodyBudget`, 503 beyond) and the open connections (`CappedServer`, 503 and closed beyond);
+  (`BodyBudget`, 503 beyond) and the open connections, in all and per peer (`CappedServer`,
+  503 and closed beyond);
 - logs refused requests and client protocol errors as one line each, at most `burst` lines per
   `window` seconds (`RateLimitedLines`): a flood of bad requests cannot fill the run directory;
 - forwards only header values that are plain printable ASCII (`clean_headers`): anything else
@@ -20,11 +21,13 @@ import asyncio
 import logging
 import resource
 import time
+from collections import Counter
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from hpceval.job import proxy_peers as peers
 from hpceval.job.cache import CACHED_PATHS
 from hpceval.job.proxy_body import BodyError
 
@@ -159,22 +162,58 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n
 
 
 class CappedServer(web.Server):
-    """aiohttp's low-level server with a cap on open connections: one beyond `max_connections`
-    is answered 503 and closed at once (review F5: ~15,000 trickling connections were held)."""
+    """aiohttp's low-level server with caps on open connections: one beyond `max_connections`,
+    or beyond `max_per_peer` from one peer (proxy_peers: a uid on loopback, else an address),
+    is answered 503 and closed at once (review F5: ~15,000 trickling connections were held; a
+    per-peer share keeps one local user from taking every slot the harness needs). Peers are
+    looked up only while the connections outnumber one peer's share: below that, none can be
+    over it, and a connection costs no read of /proc/net/tcp."""
 
     def __init__(self, handler: Any, *, max_connections: int, refused: logging.Logger,
-                 **kwargs: Any) -> None:
+                 max_per_peer: int | None = None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self.max_connections = max_connections
+        self.max_per_peer = max_per_peer
         self._refused = refused
+        self._peer_of: dict[RequestHandler, str] = {}
+        self._per_peer: Counter[str] = Counter()
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
-        if len(self._connections) > self.max_connections:
-            self._refused.warning("refused a connection: %d open, the limit is %d",
-                                  len(self._connections) - 1, self.max_connections)
-            transport.write(BUSY)
-            transport.close()
+        open_now = len(self._connections)
+        if open_now > self.max_connections:
+            self._turn_away(transport, f"{open_now - 1} open, the limit is "
+                                       f"{self.max_connections}")
+        elif self.max_per_peer is not None and open_now > self.max_per_peer:
+            peer = self._count_peers(handler)
+            if self._per_peer[peer] > self.max_per_peer:
+                self._turn_away(transport, f"{peer} has {self._per_peer[peer] - 1} open, its "
+                                           f"share is {self.max_per_peer}")
+
+    def connection_lost(self, handler: RequestHandler,
+                        exc: BaseException | None = None) -> None:
+        peer = self._peer_of.pop(handler, None)
+        if peer is not None:
+            self._per_peer[peer] -= 1
+            if self._per_peer[peer] <= 0:
+                del self._per_peer[peer]
+        super().connection_lost(handler, exc)
+
+    def _count_peers(self, handler: RequestHandler) -> str:
+        """The peer of `handler`; every open connection not yet attributed is attributed now,
+        from one read of the socket table."""
+        table = peers.socket_uids()
+        for h, transport in self._connections.items():
+            if h not in self._peer_of:
+                key = peers.peer_key(*peers.endpoints(transport), uids=table)
+                self._peer_of[h] = key
+                self._per_peer[key] += 1
+        return self._peer_of[handler]
+
+    def _turn_away(self, transport: asyncio.Transport, why: str) -> None:
+        self._refused.warning("refused a connection: %s", why)
+        transport.write(BUSY)
+        transport.close()
 
 
 def raise_open_file_limit() -> None:
