@@ -152,7 +152,10 @@ def doctor_report(config: ConfigSource = None, overrides: Sequence[str] = (), *,
 
     if config is None:
         if profile is None:
-            raise ValueError("doctor: give a run file or a profile")
+            from hpceval.errors import HpcevalError
+
+            raise HpcevalError("doctor: nothing to check", "give a run file or a profile",
+                               exit_code=2)
         spec, configs = profile_spec(profile, overrides), []
     else:
         configs = load(config, overrides, profile=profile, check_environment=False)

@@ -227,3 +227,9 @@ def test_watch_dry_run_stop_resume_and_kill(tmp_path: Path, fake: FakeSlurm) -> 
     killed = api.kill_watch(started.watch_id, client=fake)
     assert killed.watch_dir == watch_dir and killed.ticks == (tick,)
     assert killed.runs == () and killed.still_active == []
+
+
+def test_doctor_with_nothing_to_check_is_an_hpceval_error() -> None:
+    with pytest.raises(HpcevalError) as caught:
+        api.doctor_report()
+    assert caught.value.exit_code == 2 and "run file or a profile" in caught.value.fix
