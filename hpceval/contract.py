@@ -7,9 +7,19 @@ This module imports nothing, so every layer can use it.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
+
+# -- the tree: <run dir>/models/<key>/tasks/<task>/ (paths below, as functions) -------------
+MODELS_DIR = "models"  # one folder per model of the run (its key)
+TASKS_DIR = "tasks"  # models/<key>/tasks/<task key>/: one folder per task
+SERVER_DIR = "server"  # models/<key>/server/: the model servers' command lines and logs
+CACHE_DIR = "cache"  # models/<key>/cache/, <task dir>/cache/: what a resumed job replays
+CONFIG_FILE = "run.yaml"  # the run's (and each models/<key>/'s) resolved config as submitted
+HARNESS_LOG = "harness.log"  # <task dir>/: the harness's output
+PROXY_LOG = "proxy.log"  # the in-job proxy's log, in the folder it serves
 
 # -- written by submit (hpceval.runs.rundir) ------------------------------------------------
 RUN_FILE = "run.json"  # what the controller needs; written last: the directory is complete
@@ -81,11 +91,70 @@ JOB_FILES = {
     "runtime": RUNTIME_FILE,
 }
 
+# The tree as functions: a str in gives a str out (the hot readers join text, as os.path does),
+# a Path in gives a Path out; nothing else spells "models/<key>/tasks/<task>".
+P = TypeVar("P", str, Path)
+
+
+def _join(base: P, *parts: str) -> P:
+    if isinstance(base, Path):
+        return base.joinpath(*parts)
+    return os.path.join(base, *parts)
+
+
+@overload
+def model_dir(run_dir: Path, key: str) -> Path: ...
+@overload
+def model_dir(run_dir: str, key: str) -> str: ...
+def model_dir(run_dir: P, key: str) -> P:
+    """models/<key>/: one model's folder (its config, job script, server, tasks)."""
+    return _join(run_dir, MODELS_DIR, key)
+
+
+@overload
+def tasks_dir(run_dir: Path, key: str) -> Path: ...
+@overload
+def tasks_dir(run_dir: str, key: str) -> str: ...
+def tasks_dir(run_dir: P, key: str) -> P:
+    """models/<key>/tasks/: the folder of one model's task folders."""
+    return _join(run_dir, MODELS_DIR, key, TASKS_DIR)
+
+
+@overload
+def task_dir(run_dir: Path, key: str, task: str) -> Path: ...
+@overload
+def task_dir(run_dir: str, key: str, task: str) -> str: ...
+def task_dir(run_dir: P, key: str, task: str) -> P:
+    """models/<key>/tasks/<task key>/: one task's results, logs and markers."""
+    return _join(run_dir, MODELS_DIR, key, TASKS_DIR, task)
+
+
+@overload
+def aux_dir(run_dir: Path, name: str) -> Path: ...
+@overload
+def aux_dir(run_dir: str, name: str) -> str: ...
+def aux_dir(run_dir: P, name: str) -> P:
+    """auxiliary/<name>/ under a run directory (a sweep judge's job) or under a model's
+    folder (a judge served in the model's job): the same name below either."""
+    return _join(run_dir, AUX_DIR, name)
+
+
+def element_script(key: str) -> str:
+    """A sweep element's job script, relative to the run directory (models/<key>/job.sh)."""
+    return f"{MODELS_DIR}/{key}/{ELEMENT_SCRIPT}"
+
 
 def aux_folder(name: str) -> str:
     """A sweep judge's folder (scope: sweep), relative to the run directory; also its key in
     status and cost figures, where it never clashes with a model key (those have no "/")."""
     return f"{AUX_DIR}/{name}"
+
+
+def run_dir_of_task(task_path: Path) -> Path | None:
+    """The run directory of a task folder (the inverse of task_dir), None when the path is too
+    short to be one (models/<key>/tasks/<task> is four levels below the run directory)."""
+    parents = task_path.parents
+    return parents[3] if len(parents) >= 4 else None
 
 
 def judge_names(run: dict[str, Any]) -> list[str]:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from hpceval.api._load import ConfigSource, RunSource, find, find_watch, load
+from hpceval.contract import CONFIG_FILE, model_dir
 from hpceval.errors import ConfigError, ConfigIssue, HpcevalError
+from hpceval.records import RunRecord, read_run
 
 if TYPE_CHECKING:
     from hpceval.backends import CancelReport, JobEntry
@@ -103,7 +105,7 @@ class RunInfo:
     """What `hpceval info` shows: paths, the job chain, the scripts and the run record."""
 
     ref: RunRef
-    run: dict[str, Any]  # run.json as written at submit
+    run: RunRecord  # run.json as written at submit (its ``data``: the file as read)
     jobs: Jobs  # the whole chain, successors and cancelled ones included
     scripts: tuple[Path, ...]  # the entry script first, then each model's own
     config: Path  # the resolved run.yaml
@@ -113,16 +115,14 @@ class RunInfo:
 def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
     """Paths, job ids (the whole chain), scripts and load times of a run (no Slurm call)."""
     from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_loads, read_run
+    from hpceval.runs.state import read_loads
 
     ref = find(run, output_dirs)
     manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
-    names = [manifest["entry"], *(m["script"] for m in manifest["models"]
-                                  if m["script"] != manifest["entry"])]
+    names = [manifest.entry, *(m.script for m in manifest.models if m.script != manifest.entry)]
     return RunInfo(ref, manifest, jobs, tuple(ref.run_dir / n for n in names),
-                   ref.run_dir / "run.yaml",
-                   {m["key"]: read_loads(ref.run_dir / "models" / m["key"])
-                    for m in manifest["models"]})
+                   ref.run_dir / CONFIG_FILE,
+                   {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models})
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,6 @@ def logs(run: RunSource, *, model: str | None = None, task: str | None = None,
     ``server`` the server and proxy logs. LogSelectionError for a model or task it lacks."""
     from hpceval.runs.jobs import read_jobs
     from hpceval.runs.logs import log_files
-    from hpceval.runs.state import read_run
 
     ref = find(run, output_dirs)
     files = log_files(ref.run_dir, read_run(ref.run_dir), read_jobs(ref.run_dir),

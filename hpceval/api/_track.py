@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.api._load import RunSource, find
+from hpceval.contract import task_dir
+from hpceval.records import RunFileError, read_run
 
 if TYPE_CHECKING:
     from hpceval.backends.slurm.client import SlurmClient
@@ -42,7 +44,6 @@ class Tracking:
         ``min_interval_s`` unless ``force``)."""
         from hpceval.runs.cost import collect_usage, run_cost, usage_round
         from hpceval.runs.jobs import read_jobs
-        from hpceval.runs.state import read_run
 
         watcher = self._tracker.watcher
         book, wanted = usage_round(watcher, [(read_run(r.run_dir), read_jobs(r.run_dir))
@@ -60,7 +61,6 @@ def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
     state of every other one."""
     from hpceval.runs.index import list_runs
     from hpceval.runs.jobs import read_jobs
-    from hpceval.runs.state import read_run
 
     dirs = list(output_dirs)
     refs = ([find(r, dirs) for r in runs] if runs
@@ -71,7 +71,7 @@ def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
         try:
             read_run(ref.run_dir)
             read_jobs(ref.run_dir)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (RunFileError, OSError, ValueError, KeyError, TypeError) as exc:
             skipped.append((ref, f"{type(exc).__name__}: {exc}"))
             continue
         readable.append(ref)
@@ -87,7 +87,7 @@ def task_flags(state: RunState) -> dict[tuple[str, str], list[Flag]]:
     for m in state.models:
         for t in m.tasks:
             if t.phase.value == "done":
-                found = finished_task_flags(f"{state.ref.run_dir}/models/{m.key}/tasks/{t.key}")
+                found = finished_task_flags(task_dir(str(state.ref.run_dir), m.key, t.key))
                 if found:
                     out[(m.key, t.key)] = found
     return out

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from hpceval.contract import model_dir
 from hpceval.phases import JobStatus
+from hpceval.records import Reason, Role
 
 
 @dataclass(frozen=True)
@@ -23,11 +25,11 @@ class JobEntry:
 
     id: str  # Slurm job id (the array's base id) or "local-<pid>"
     kind: str  # the backend that runs it: slurm | local
-    role: str  # main | aggregate | export | judge
+    role: Role
     models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
     array: bool  # True: model i runs as array task "<id>_<i>"
     submitted_at: float
-    reason: str = "submit"  # submit | resume | auto-resume
+    reason: Reason = Reason.SUBMIT
     pid: int | None = None  # local runs: the runner's pid (its own session and group)
     pid_start: int | None = None  # /proc start time of that pid, so a reused pid is not ours
     host: str | None = None
@@ -48,6 +50,8 @@ class JobEntry:
         values = {k: v for k, v in data.items() if k in known}
         values["models"] = tuple(values.get("models", ()))
         values["id"] = str(values["id"])
+        values["role"] = Role(values["role"])
+        values["reason"] = Reason(values.get("reason", Reason.SUBMIT))
         return cls(**values)
 
 
@@ -64,8 +68,8 @@ class JobRequest:
     after: str | None = None  # a job id this one waits for, whatever its end
     begin: str | None = None  # start no earlier than this (sbatch --begin: "now+600")
     singleton: bool = False  # never alongside another job of the same name (a watch's tick)
-    role: str = "main"  # main | aggregate | export | judge | watch
-    reason: str = "submit"  # submit | resume
+    role: Role = Role.MAIN
+    reason: Reason = Reason.SUBMIT
     # job ids that must have STARTED before this one starts (a sweep's judge jobs)
     started_after: tuple[str, ...] = ()
     aux: str | None = None  # role judge: the auxiliary deployment's name
@@ -83,7 +87,7 @@ class JobQuery:
 
     @property
     def model_dir(self) -> Path:
-        return self.run_dir / "models" / self.key
+        return model_dir(self.run_dir, self.key)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from hpceval.contract import (
     LOCAL_RC_FILE,
     LOCAL_RUNNER,
     LOCAL_RUNNER_LOG,
+    model_dir,
 )
 from hpceval.phases import JobStatus, Phase
 
@@ -76,7 +77,7 @@ class LocalBackend:
         return CancelReport([e.id for e in live], left, {e.id: "ended" for e in live})
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
-        return run_dir / "models" / key / LOCAL_LOG_FILE
+        return model_dir(run_dir, key) / LOCAL_LOG_FILE
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"local runner {entry.id} (this machine)"

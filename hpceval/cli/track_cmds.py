@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from hpceval.contract import model_dir
+
 if TYPE_CHECKING:
     from hpceval.api import WatchKill
     from hpceval.backends import CancelReport
@@ -122,20 +124,20 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     found = api.info(run, output_dirs=output_dirs)
     ref, manifest, jobs = found.ref, found.run, found.jobs
     if as_json:
-        click.echo(json.dumps({"run": manifest, "run_dir": str(ref.run_dir),
+        click.echo(json.dumps({"run": manifest.data, "run_dir": str(ref.run_dir),
                                "scripts": [str(s) for s in found.scripts],
                                "config": str(found.config),
                                "jobs": [e.to_json() for e in jobs.chain]}, indent=2))
         return
-    n = len(manifest["models"])
-    sweep = f", sweep of {n} models" if manifest["sweep"] else ""
-    click.echo(f"run        {ref.invocation_id} ({manifest['kind']}{sweep})")
+    n = len(manifest.models)
+    sweep = f", sweep of {n} models" if manifest.sweep else ""
+    click.echo(f"run        {ref.invocation_id} ({manifest.kind}{sweep})")
     click.echo(f"directory  {ref.run_dir}")
     click.echo(f"config     {found.config}")
     for path in found.scripts:
         click.echo(f"script     {path}")
-    click.echo(f"submitted  {time.ctime(manifest['created_at'])} by {manifest.get('user') or '?'}"
-               f" (hpceval {manifest.get('hpceval_version')})")
+    click.echo(f"submitted  {time.ctime(manifest.created_at)} by {manifest.user or '?'}"
+               f" (hpceval {manifest.data.get('hpceval_version')})")
     for e in jobs.chain:
         tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
         extra = f" pid {e.pid} on {e.host}" if e.pid is not None else ""
@@ -143,11 +145,11 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         role = f"{e.role} {e.aux}" if e.aux else e.role  # a sweep's judge: its name
         click.echo(f"job        {e.id} {role} ({e.reason}, {time.ctime(e.submitted_at)})"
                    f"{tasks}{extra}{gone}")
-    for m in manifest["models"]:
-        click.echo(f"model      {m['key']}: {ref.run_dir / 'models' / m['key']} "
-                   f"({len(m['tasks'])} tasks: {', '.join(t['task'] for t in m['tasks'])})")
-        for job, seconds in found.loads[m["key"]]:
-            click.echo(f"load       {m['key']}: servers healthy {seconds} s after job {job} "
+    for m in manifest.models:
+        click.echo(f"model      {m.key}: {model_dir(ref.run_dir, m.key)} "
+                   f"({len(m.tasks)} tasks: {', '.join(t.task for t in m.tasks)})")
+        for job, seconds in found.loads[m.key]:
+            click.echo(f"load       {m.key}: servers healthy {seconds} s after job {job} "
                        "started")
     if script:
         for path in found.scripts:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpceval.contract import FAILED_FILE, is_done
+from hpceval.contract import FAILED_FILE, HARNESS_LOG, is_done
 from hpceval.job import manifest as mf
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object
@@ -159,7 +159,7 @@ class Collector:
         if args.exit_code != 0:
             reason = harness_failure(args.exit_code, args.timeout)
             return self.fail(target, "harness",
-                             f"{reason} (log: {self.task_dir / mf.HARNESS_LOG})")
+                             f"{reason} (log: {self.task_dir / HARNESS_LOG})")
         if target.parser is None:
             return self.fail(target, "resolve", "no parser known for this task: "
                              + ("; ".join(target.errors) or "pass --parser"))

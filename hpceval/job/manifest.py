@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from hpceval._version import __version__
-from hpceval.contract import COMMAND_FILE, RESULTS_FILE
+from hpceval.contract import COMMAND_FILE, CONFIG_FILE, HARNESS_LOG, RESULTS_FILE, run_dir_of_task
 from hpceval.tasks import HarnessDef, TaskDef, task_to_dict
 
 MANIFEST_VERSION = 1
-HARNESS_LOG = "harness.log"
 LOG_TAIL_LINES = 40
 # Slurm facts worth keeping; the job id and node list have their own options.
 SLURM_ENV = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
@@ -123,10 +122,10 @@ def harness_facts(harness: HarnessDef | None, name: str | None, parser: str | No
 
 def run_config(task_dir: Path) -> dict[str, Any] | None:
     """The run's resolved config: <run>/models/<model>/tasks/<task> -> <run>/run.yaml."""
-    parents = task_dir.resolve().parents
-    if len(parents) < 4:
+    run_dir = run_dir_of_task(task_dir.resolve())
+    if run_dir is None:
         return None
-    path = parents[3] / "run.yaml"
+    path = run_dir / CONFIG_FILE
     digest = sha256_file(path)
     return {"path": str(path), "sha256": digest} if digest else None
 

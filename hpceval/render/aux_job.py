@@ -14,6 +14,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig, auxiliary
 from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.contract import SERVER_DIR, aux_folder
 from hpceval.engines import engine_for
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env, var
@@ -28,7 +29,7 @@ def urls_var(key: str) -> str:
 
 
 def aux_dir(name: str) -> ShellCode:
-    return ShellCode(f'"$MODEL_DIR/auxiliary/{name}"')  # name: an identifier (checked)
+    return ShellCode(f'"$MODEL_DIR/{aux_folder(name)}"')  # name: an identifier (checked)
 
 
 def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any]]:
@@ -48,7 +49,7 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
         else:
             kind, split, base_path = "served", {}, SERVED_BASE_PATH
             token = "HPCEVAL_JOB_TOKEN" if engine.token_env else ""
-            summary = f"served in this job ({aux.type}), logs in auxiliary/{name}/server"
+            summary = f"served in this job ({aux.type}), logs in {aux_folder(name)}/{SERVER_DIR}"
         views.append({
             "name": name, "kind": kind, "summary": summary, "dir": aux_dir(name),
             "urls_var": urls_var(name), "origin": split.get("origin"),

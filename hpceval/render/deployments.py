@@ -12,6 +12,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
+from hpceval.contract import SERVER_DIR, aux_folder
 from hpceval.engines import engine_for
 from hpceval.images import sif_name
 from hpceval.render.aux_job import urls_var
@@ -37,8 +38,8 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "key": key, "type": dep.type, "where": served.where,
         "shell_command": engine.needs_command,
         "what": "model server" if model else f"{served.where} server",
-        "dir": ShellCode('"$MODEL_DIR/server"' if model
-                         else f'"$MODEL_DIR/auxiliary/{key}/server"'),
+        "dir": ShellCode(f'"$MODEL_DIR/{SERVER_DIR}"' if model
+                         else f'"$MODEL_DIR/{aux_folder(key)}/{SERVER_DIR}"'),
         "env_fn": "server_environment" if model else f"aux_{key}_server_environment",
         "urls_var": urls_var(key),
         "instances": [_instance_view(inst, base) for inst in instances],

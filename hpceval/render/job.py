@@ -13,7 +13,7 @@ from hpceval.config.aux_layout import job_nodes
 from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
-from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR
+from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR, model_dir
 from hpceval.engines import engine_for
 
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
@@ -73,7 +73,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
     return {
         "header": [ShellCode(line.text())
-                   for line in header_lines(spec, ctx, f"{run_dir}/models/{ctx.model_key}",
+                   for line in header_lines(spec, ctx, model_dir(run_dir, ctx.model_key),
                                              job_nodes(spec))],
         "job": {"run_dir": run_dir, "model_key": ctx.model_key, "python": ctx.python,
                 "invocation_id": ctx.invocation_id,

@@ -17,7 +17,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
-from hpceval.contract import TASK_ROUTE
+from hpceval.contract import TASK_ROUTE, TASKS_DIR
 from hpceval.engines import engine_for
 from hpceval.render import aux_job
 from hpceval.render.quoting import ShellCode, passed_env, var
@@ -100,7 +100,7 @@ def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str]) ->
         raise ConfigError.at(f"{rt.where}.container", f"harness {rt.task.harness!r} has no "
                              "image", "set the task's container, or "
                              "execution.container_runtime=none")
-    task_dir = ShellCode(f'"$MODEL_DIR/tasks/{rt.key}"')
+    task_dir = ShellCode(f'"$MODEL_DIR/{TASKS_DIR}/{rt.key}"')
     binds = []
     if ex.hf_cache_dir:
         binds.append(bind(ex.hf_cache_dir, "execution.hf_cache_dir"))

@@ -21,6 +21,7 @@ from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, header_line
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
+from hpceval.contract import element_script
 from hpceval.render.context import ArraySpec, JobContext
 from hpceval.render.job import render_job
 from hpceval.render.judge import render_judge_job, sweep_judges
@@ -88,7 +89,7 @@ def _element_context(ctx: JobContext, key: str) -> JobContext:
     """An element runs as models/<key>/job.sh; a successor it submits (auto-resume) is that
     script as a single job, not the whole array."""
     return replace(ctx, model_key=key, array=None,
-                   script_path=f"{ctx.run_dir_text}/models/{key}/job.sh")
+                   script_path=f"{ctx.run_dir_text}/{element_script(key)}")
 
 
 def render_aggregate(resolved: ResolvedConfig, ctx: JobContext,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
+from hpceval.records import Reason, Role
 
 # the options this module parses are written by render (re-exported for older callers)
 from hpceval.render.export_args import export_arguments as export_arguments
@@ -41,7 +42,7 @@ def unwaited_successors(run_dir: Path, waited_file: str = EXPORT_WAITED_FILE) ->
 
 
 def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None = None, *,
-                        waited_file: str = EXPORT_WAITED_FILE, role: str = "export"
+                        waited_file: str = EXPORT_WAITED_FILE, role: Role = Role.EXPORT
                         ) -> str | None:
     """Submit ``script`` again after the unwaited successors; returns its job id, or None
     when the run has none (then export now). A sweep's aggregation job with a judge does the
@@ -66,7 +67,7 @@ def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None 
     from hpceval.runs.jobs import append_jobs
 
     append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", role, (), False, time.time(),
-                                            "auto-resume")])
+                                            Reason.AUTO_RESUME)])
     return job
 
 

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from hpceval.contract import CONFIG_FILE
 from hpceval.results.paired import ItemScores
 from hpceval.results.runtime import read_runtime
 
@@ -67,7 +68,7 @@ def runtime_flags(stats: dict[str, Any] | None) -> list[Flag]:
 def asked_samples(task_dir: str, task: str) -> int | None:
     """limit_samples from the model's resolved config (the task's own, else the run's)."""
     model_dir = os.path.dirname(os.path.dirname(os.path.abspath(task_dir)))
-    return _asked(os.path.join(model_dir, "run.yaml"), task)
+    return _asked(os.path.join(model_dir, CONFIG_FILE), task)
 
 
 @functools.lru_cache(maxsize=1024)

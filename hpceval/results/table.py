@@ -26,7 +26,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import DONE_MARKER, RESULTS_FILE, RUN_FILE, WAITS_FOR_SUCCESSORS
+from hpceval.contract import (
+    DONE_MARKER,
+    MODELS_DIR,
+    RESULTS_FILE,
+    WAITS_FOR_SUCCESSORS,
+    tasks_dir,
+)
+from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -42,12 +49,13 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _read_run_json(run_dir: Path) -> dict[str, Any]:
+def _read_run_json(run_dir: Path) -> RunRecord | None:
+    """The run's record; None for a directory without a readable one (its rows come from
+    what is on disk, under the directory's name)."""
     try:
-        data: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-        return data
-    except (OSError, ValueError):
-        return {"invocation_id": run_dir.name, "models": []}
+        return read_run(run_dir)
+    except RunFileError:
+        return None
 
 
 def _primary_index(task: str, extra: dict[str, Any], metrics: list[dict[str, Any]]) -> int:
@@ -110,22 +118,23 @@ def _skip(path: str, why: str) -> None:
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Rows for every finished task of one run directory."""
     run = _read_run_json(run_dir)
-    invocation, run_dir_text = run["invocation_id"], str(run_dir)
-    created = float(run.get("created_at") or 0.0)
-    models = run.get("models") or [{"key": p.name} for p in sorted((run_dir / "models").glob("*"))
-                                   if p.is_dir()]
+    invocation, run_dir_text = run.invocation_id if run else run_dir.name, str(run_dir)
+    created = run.created_at if run else 0.0
+    models: list[tuple[str, list[str] | None]] = (
+        [(m.key, [t.key for t in m.tasks]) for m in run.models] if run and run.models
+        else [(p.name, None) for p in sorted((run_dir / MODELS_DIR).glob("*")) if p.is_dir()])
     rows: list[dict[str, Any]] = []
-    for model in models:
-        tasks_dir = os.path.join(run_dir_text, "models", model["key"], "tasks")
-        keys = ([t["key"] for t in model["tasks"]] if "tasks" in model
-                else sorted(e.name for e in _scandir(tasks_dir) if e.is_dir()))
+    for model, listed in models:
+        folder = tasks_dir(run_dir_text, model)
+        keys = (listed if listed is not None
+                else sorted(e.name for e in _scandir(folder) if e.is_dir()))
         for key in keys:
-            task_dir = f"{tasks_dir}/{key}"
+            task_dir = f"{folder}/{key}"
             result = _finished_result(task_dir)
             if result is None:
                 continue
             try:
-                rows.extend(_task_rows(result, invocation, model["key"], run_dir_text,
+                rows.extend(_task_rows(result, invocation, model, run_dir_text,
                                        task_dir, created))
             except (KeyError, TypeError, AttributeError) as exc:
                 _skip(f"{task_dir}/{RESULTS_FILE}", f"malformed metric ({exc!r})")
@@ -270,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hpceval.results.autoexport import wait_for_successors
 
         job = wait_for_successors(args.run_dir, args.resubmit,
-                                  waited_file=AGGREGATE_WAITED_FILE, role="aggregate")
+                                  waited_file=AGGREGATE_WAITED_FILE, role=Role.AGGREGATE)
         if job is not None:
             print(f"the sweep continues in successor jobs: aggregation waits for them (job {job})")
             return WAITS_FOR_SUCCESSORS

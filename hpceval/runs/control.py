@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
@@ -16,16 +15,17 @@ from hpceval.contract import (
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
     AUX_TOKEN_FILE,
-    ELEMENT_SCRIPT,
     EXPORT_SCRIPT,
     JOB_FAILURE_FILE,
     aux_folder,
+    element_script,
 )
 from hpceval.errors import HpcevalError
+from hpceval.records import ModelRecord, Reason, RunRecord, read_run
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
-from hpceval.runs.state import Tracker, _all_done, read_run
+from hpceval.runs.state import Tracker, _all_done
 from hpceval.runs.submit import submit_jobs
 
 RESUME_LOCK = ".resume.lock"
@@ -63,9 +63,9 @@ def _mark(run_dir: Path, ids: list[str]) -> None:
     mark_cancelled(run_dir, ids)
 
 
-def unfinished_models(run_dir: Path) -> list[dict[str, object]]:
+def unfinished_models(run_dir: Path) -> list[ModelRecord]:
     run = read_run(run_dir)
-    return [m for m in run["models"] if not _all_done(run_dir, m)]
+    return [m for m in run.models if not _all_done(run_dir, m)]
 
 
 def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: bool = True,
@@ -85,7 +85,7 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
         raise ResumeRefused(f"{ref.invocation_id}: {ref.run_dir} is not a directory of yours (it "
                             f"{why}); only the user who submitted a run can resume it")
     try:
-        with run_umask(read_run(ref.run_dir).get("umask")), \
+        with run_umask(read_run(ref.run_dir).umask), \
                 FileLock(str(ref.run_dir / RESUME_LOCK), timeout=120):
             return _resume_locked(ref, client, aggregate=aggregate, force=force,
                                   tracker=tracker)
@@ -106,7 +106,8 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
         watch.add(ref)
         (state,) = watch.refresh(force=True)
         live = [m for m in state.models if not m.phase.terminal]
-        resumed = [(m, e) for m in live if (e := jobs.current(m.index)) and e.reason == "resume"]
+        resumed = [(m, e) for m in live
+                   if (e := jobs.current(m.index)) and e.reason == Reason.RESUME]
         if resumed:
             model, entry = resumed[0]
             raise ResumeRefused(f"{ref.invocation_id}: already resumed as job {entry.id} "
@@ -121,16 +122,16 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
     if changed:
         raise ResumeRefused(f"{ref.invocation_id}: not resubmitting: {'; '.join(changed)}; "
                             "submit the config again for a new run")
-    indices = tuple(sorted(int(str(m["index"])) for m in todo))
-    sweep = bool(run.get("sweep"))
-    main = JobRequest(str(run["entry"]), indices, tuple(str(m["key"]) for m in todo),
+    indices = tuple(sorted(m.index for m in todo))
+    sweep = run.sweep
+    main = JobRequest(run.entry, indices, tuple(m.key for m in todo),
                       sweep=sweep, elements=indices if sweep else None,
-                      max_parallel=run.get("array_parallelism"), reason="resume")
+                      max_parallel=run.array_parallelism, reason=Reason.RESUME)
     with_aggregate = sweep and aggregate and (ref.run_dir / AGGREGATE_SCRIPT).is_file()
     # run.json's kind, not jobs.json's: a run whose first submission failed has no chain yet
-    backend = backend_for(str(run.get("kind") or jobs.kind), client=client)
+    backend = backend_for(run.kind or jobs.kind, client=client)
     with_export = (ref.run_dir / EXPORT_SCRIPT).is_file()  # written only where it is a job
-    judges = [(str(a["name"]), str(a["script"])) for a in run.get("auxiliary") or []]
+    judges = [(a.name, a.script) for a in run.auxiliary]
     running, stale = _resume_judges(ref.run_dir, backend, jobs, judges)
     main = dataclasses.replace(main, started_after=running)
     # the aggregation job ends the judge: it comes with one whatever --no-aggregate says
@@ -174,7 +175,7 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
     return tuple(running), stale
 
 
-def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any]]) -> None:
+def _check_passed_env(ref: RunRef, run: RunRecord, todo: list[ModelRecord]) -> None:
     """Refuse before submitting when a variable the scripts read by name is unset here.
 
     submit checked them in the submitting shell; a resume may come from another one, and sbatch
@@ -183,8 +184,8 @@ def _check_passed_env(ref: RunRef, run: dict[str, Any], todo: list[dict[str, Any
     """
     from hpceval.render.quoting import passed_env_names
 
-    scripts = ([ref.run_dir / "models" / str(m["key"]) / ELEMENT_SCRIPT for m in todo]
-               if run.get("sweep") else [ref.run_dir / run["entry"]])
+    scripts = ([ref.run_dir / element_script(m.key) for m in todo]
+               if run.sweep else [ref.run_dir / run.entry])
     names = {n for script in scripts if script.is_file()
              for n in passed_env_names(script.read_text(encoding="utf-8"))}
     missing = sorted(n for n in names if n not in os.environ)

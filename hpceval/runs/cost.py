@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hpceval.backends import backend_for
-from hpceval.contract import DONE_MARKER, MANIFEST_FILE, aux_folder, judge_names
+from hpceval.contract import DONE_MARKER, MANIFEST_FILE, aux_folder, task_dir
+from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
 USAGE_FILE = "job-usage.json"
@@ -75,20 +76,19 @@ class RunJob:
         return f"{self.watch_id}@{int(self.submitted_at)}"
 
 
-def run_jobs(run: dict[str, Any], jobs: Any) -> list[RunJob]:
+def run_jobs(run: RunRecord, jobs: Any) -> list[RunJob]:
     """Every Slurm attempt of every model of a run (run.json and its hpceval.runs.jobs.Jobs)."""
     out: list[RunJob] = []
     if not _accounted(jobs.kind):
         return out
-    for model in run.get("models", []):
-        for entry in jobs.main_for(model["index"]):
+    for model in run.models:
+        for entry in jobs.main_for(model.index):
             if _accounted(entry.kind):
-                out.append(RunJob(model["key"], entry.watch_id(model["index"]),
-                                  entry.submitted_at))
+                out.append(RunJob(model.key, entry.watch_id(model.index), entry.submitted_at))
     # a sweep's judge jobs (scope: sweep) held GPUs for every model: charged as their own row
-    for name in judge_names(run):
+    for name in run.judge_names:
         out += [RunJob(aux_folder(name), e.id, e.submitted_at) for e in jobs.chain
-                if e.role == "judge" and e.aux == name and _accounted(e.kind)]
+                if e.role == Role.JUDGE and e.aux == name and _accounted(e.kind)]
     return out
 
 
@@ -168,36 +168,36 @@ def _hours(seconds: float, count: int) -> float:
     return round(count * seconds / 3600.0, 6)
 
 
-def run_cost(run_dir: Path, run: dict[str, Any], jobs: Any, book: UsageBook) -> dict[str, Any]:
+def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[str, Any]:
     """{accounted, gpu_hours, node_hours, unknown_jobs, models: [{model, gpu_hours,
     node_hours, elapsed_s, jobs, unknown_jobs, tasks: [{task, duration_s, gpu_hours,
     node_hours}]}]}."""
     attempts = run_jobs(run, jobs)
     models: list[dict[str, Any]] = []
-    for model in run.get("models", []):
-        mine = [j for j in attempts if j.model == model["key"]]
+    for model in run.models:
+        mine = [j for j in attempts if j.model == model.key]
         usages = {j.watch_id: u for j in mine if (u := book.get(j)) is not None}
         known = list(usages.values())
         newest = next((u for j in reversed(mine) if (u := usages.get(j.watch_id))), None)
         tasks = []
-        for task in model.get("tasks", []):
-            task_dir = os.path.join(run_dir, "models", model["key"], "tasks", task["key"])
-            if not os.path.isfile(os.path.join(task_dir, DONE_MARKER)):
+        for task in model.tasks:
+            here = task_dir(str(run_dir), model.key, task.key)
+            if not os.path.isfile(os.path.join(here, DONE_MARKER)):
                 continue
-            manifest = read_json_object(Path(task_dir) / MANIFEST_FILE) or {}
+            manifest = read_json_object(Path(here) / MANIFEST_FILE) or {}
             duration = manifest.get("duration_s")
             usage = usages.get(_task_run_by(manifest) or "", newest)
             if duration is None or usage is None:
                 continue
-            tasks.append({"task": task["task"], "duration_s": duration,
+            tasks.append({"task": task.task, "duration_s": duration,
                           "gpu_hours": _hours(duration, usage.gpus),
                           "node_hours": _hours(duration, usage.nodes)})
         models.append({
-            "model": model["key"], "jobs": len(mine), "unknown_jobs": len(mine) - len(known),
+            "model": model.key, "jobs": len(mine), "unknown_jobs": len(mine) - len(known),
             "elapsed_s": sum(u.elapsed_s for u in known),
             "gpu_hours": round(sum(u.gpu_hours for u in known), 6),
             "node_hours": round(sum(u.node_hours for u in known), 6), "tasks": tasks})
-    for label in map(aux_folder, judge_names(run)):
+    for label in map(aux_folder, run.judge_names):
         known = [u for j in attempts if j.model == label and (u := book.get(j)) is not None]
         held = sum(j.model == label for j in attempts)
         models.append({
@@ -218,7 +218,7 @@ def format_cost(cost: dict[str, Any]) -> str:
     return text + (f" ({unknown} job(s) not in sacct yet)" if unknown else "")
 
 
-def usage_round(source: UsageSource, runs: Iterable[tuple[dict[str, Any], Any]],
+def usage_round(source: UsageSource, runs: Iterable[tuple[RunRecord, Any]],
                 book: UsageBook | None = None) -> tuple[UsageBook, list[RunJob]]:
     """register_usage over the (run.json, Jobs) of several runs: call before the sacct refresh."""
     book = book or UsageBook()
@@ -236,9 +236,11 @@ def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
 
     loaded = []
     for run_dir in run_dirs:
-        run = read_json_object(Path(run_dir) / "run.json")
-        if run is not None:
-            loaded.append((Path(run_dir), run, read_jobs(Path(run_dir))))
+        try:
+            run = read_run(Path(run_dir))
+        except RunFileError:  # not a run (a damaged one): no row, as for the results table
+            continue
+        loaded.append((Path(run_dir), run, read_jobs(Path(run_dir))))
     book = UsageBook()
     if book.missing(j for _, run, jobs in loaded for j in run_jobs(run, jobs)):
         source = source_factory()
@@ -251,7 +253,7 @@ def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
         if not cost["accounted"]:
             continue
         for m in cost["models"]:
-            base = {"invocation_id": run.get("invocation_id", run_dir.name), "model": m["model"]}
+            base = {"invocation_id": run.invocation_id, "model": m["model"]}
             rows.append({**base, "task": "(all jobs)", "jobs": m["jobs"],
                          "unknown_jobs": m["unknown_jobs"], "duration_s": m["elapsed_s"],
                          "gpu_hours": m["gpu_hours"], "node_hours": m["node_hours"]})

@@ -22,6 +22,7 @@ from typing import Any
 
 from hpceval.contract import RUN_FILE
 from hpceval.errors import HpcevalError
+from hpceval.records import read_run
 from hpceval.runs.registry import registry_stamp, trusted_entries
 from hpceval.storage import atomic_write_json, cache_dir
 from hpceval.trust import owned_dir, stat_problem
@@ -119,10 +120,9 @@ def list_runs(extra_dirs: Iterable[Path] = ()) -> list[RunRef]:
 
 
 def ref_from_dir(run_dir: Path) -> RunRef:
-    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    return RunRef(data["invocation_id"], run_dir, float(data.get("created_at", 0.0)),
-                  data.get("user", ""), data.get("kind", "slurm"),
-                  tuple(m["key"] for m in data.get("models", [])), bool(data.get("sweep")))
+    run = read_run(run_dir)
+    return RunRef(run.invocation_id, run_dir, run.created_at, run.user, run.kind or "slurm",
+                  tuple(m.key for m in run.models), run.sweep)
 
 
 def is_path_ref(ref: str) -> bool:

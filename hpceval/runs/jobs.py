@@ -17,7 +17,8 @@ from typing import Any
 
 from hpceval._version import __version__
 from hpceval.backends.base import JobEntry
-from hpceval.contract import JOBS_FILE, RUN_FILE, SUCCESSORS_FILE, aux_folder, judge_names
+from hpceval.contract import JOBS_FILE, SUCCESSORS_FILE, aux_dir, model_dir
+from hpceval.records import Reason, Role, RunFileError, read_run
 from hpceval.storage import atomic_write_json
 
 JOBS_SCHEMA = 2
@@ -30,7 +31,7 @@ class Jobs:
 
     def main_for(self, model_index: int) -> list[JobEntry]:
         """Main entries that ran (or run) this model, oldest first."""
-        return [e for e in self.chain if e.role == "main" and model_index in e.models]
+        return [e for e in self.chain if e.role == Role.MAIN and model_index in e.models]
 
     def current(self, model_index: int) -> JobEntry | None:
         entries = self.main_for(model_index)
@@ -38,7 +39,7 @@ class Jobs:
 
     def judge(self, name: str) -> JobEntry | None:
         """The newest job serving the sweep's auxiliary deployment ``name`` (scope: sweep)."""
-        entries = [e for e in self.chain if e.role == "judge" and e.aux == name]
+        entries = [e for e in self.chain if e.role == Role.JUDGE and e.aux == name]
         return entries[-1] if entries else None
 
     @property
@@ -61,7 +62,7 @@ def read_jobs(run_dir: Path) -> Jobs:
         return Jobs(kind="unknown")
     if "chain" not in data:  # schema 1 (early hpceval): {"kind", "jobs": [ids]}
         at = float(data.get("submitted_at") or path.stat().st_mtime)
-        entries = tuple(JobEntry(str(j), data.get("kind", "slurm"), "main", (0,), False, at)
+        entries = tuple(JobEntry(str(j), data.get("kind", "slurm"), Role.MAIN, (0,), False, at)
                         for j in data.get("jobs", []))
         jobs = Jobs(data.get("kind", "slurm"), entries)
     else:
@@ -73,22 +74,20 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
     """Auto-resume: a job stopped by the walltime sbatch'es its successor itself and appends
     "<id> [model key]" to jobs.chain (the run's, or its model's); those jobs join the chain
     here, in file order, after the submissions hpceval made."""
-    import json
-
     if not jobs.chain:
         return jobs
     try:
-        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        run = {"models": []}
-    index = {m["key"]: m["index"] for m in run.get("models", [])}
+        run = read_run(run_dir)
+        index, judge_names = {m.key: m.index for m in run.models}, run.judge_names
+    except RunFileError:  # the run's own jobs.chain still counts
+        index, judge_names = {}, []
     single = len(index) <= 1
     files: list[tuple[Path, str | None]] = [(run_dir / SUCCESSORS_FILE, None)]
-    files += [(run_dir / "models" / k / SUCCESSORS_FILE, k) for k in index]
+    files += [(model_dir(run_dir, k) / SUCCESSORS_FILE, k) for k in index]
     # a sweep judge's successors (its walltime is capped by the partition's MaxTime): in its
     # own folder, so the aggregation job, which waits for the models' successors, never waits
     # for the judge it ends
-    judges = [(run_dir / aux_folder(n) / SUCCESSORS_FILE, n) for n in judge_names(run)]
+    judges = [(aux_dir(run_dir, n) / SUCCESSORS_FILE, n) for n in judge_names]
     known = {e.id for e in jobs.chain}
     # Successors start after the first submission: its time is a safe sacct -S bound.
     at = jobs.chain[0].submitted_at
@@ -105,11 +104,12 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
             key = words[1] if len(words) > 1 else owner
             models: tuple[int, ...] = ((index[key],) if key in index
                                        else (0,) if single else ())  # () : kill-only
-            added.append(JobEntry(words[0], jobs.kind, "main", models, False, at,
-                                  "auto-resume"))
+            added.append(JobEntry(words[0], jobs.kind, Role.MAIN, models, False, at,
+                                  Reason.AUTO_RESUME))
             known.add(words[0])
     for path, name in judges:
-        added += [JobEntry(job, jobs.kind, "judge", (), False, at, "auto-resume", aux=name)
+        added += [JobEntry(job, jobs.kind, Role.JUDGE, (), False, at, Reason.AUTO_RESUME,
+                           aux=name)
                   for job in _successor_ids(path) if job not in known]
         known.update(e.id for e in added)
     return Jobs(jobs.kind, (*jobs.chain, *added)) if added else jobs

@@ -6,11 +6,20 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from hpceval.backends import backend_for
-from hpceval.contract import AUX_DIR, aux_folder, judge_names
+from hpceval.contract import (
+    AUX_DIR,
+    HARNESS_LOG,
+    PROXY_LOG,
+    SERVER_DIR,
+    aux_dir,
+    model_dir,
+    task_dir,
+)
 from hpceval.errors import HpcevalError
+from hpceval.records import ModelRecord, RunRecord
 from hpceval.runs.jobs import Jobs
 
 
@@ -26,65 +35,65 @@ def job_log(run_dir: Path, key: str, index: int, jobs: Jobs) -> Path | None:
     return backend_for(entry.kind).log_path(run_dir, key, index, entry)
 
 
-def select_models(run: dict[str, Any], model: str | None) -> list[dict[str, Any]]:
-    models: list[dict[str, Any]] = run["models"]
+def select_models(run: RunRecord, model: str | None) -> list[ModelRecord]:
+    models = list(run.models)
     if model is None:
         return models
-    chosen = [m for m in models if m["key"] == model or m.get("model_id") == model]
+    chosen = [m for m in models if model in (m.key, m.model_id)]
     if not chosen:
         raise LogSelectionError(f"no model {model!r} in this run; it has: "
-                                + ", ".join(m["key"] for m in models))
+                                + ", ".join(m.key for m in models))
     return chosen
 
 
-def _task_key(model: dict[str, Any], task: str) -> str:
-    for t in model["tasks"]:
-        if task in (t["key"], t["task"]) or t["task"].endswith(f".{task}"):
-            return str(t["key"])
-    raise LogSelectionError(f"no task {task!r} for model {model['key']}; it has: "
-                            + ", ".join(t["task"] for t in model["tasks"]))
+def _task_key(model: ModelRecord, task: str) -> str:
+    for t in model.tasks:
+        if task in (t.key, t.task) or t.task.endswith(f".{task}"):
+            return t.key
+    raise LogSelectionError(f"no task {task!r} for model {model.key}; it has: "
+                            + ", ".join(t.task for t in model.tasks))
 
 
-def log_files(run_dir: Path, run: dict[str, Any], jobs: Jobs, *, model: str | None = None,
+def log_files(run_dir: Path, run: RunRecord, jobs: Jobs, *, model: str | None = None,
               task: str | None = None, server: bool = False) -> list[tuple[str, Path]]:
     """(label, path) of the logs asked for; paths may not exist yet (a queued job)."""
     out: list[tuple[str, Path]] = []
     for m in select_models(run, model):
-        model_dir = run_dir / "models" / m["key"]
+        folder = model_dir(run_dir, m.key)
         if task is not None:
             key = _task_key(m, task)
-            out.append((f"{m['key']} task {key}", model_dir / "tasks" / key / "harness.log"))
+            out.append((f"{m.key} task {key}", task_dir(run_dir, m.key, key) / HARNESS_LOG))
             continue
         if server:
-            found = sorted((model_dir / "server").glob("*.log"))
-            out += [(f"{m['key']} server {p.stem}", p) for p in found]
-            if (model_dir / "proxy.log").is_file():  # not in jobs against an external endpoint
-                out.append((f"{m['key']} proxy", model_dir / "proxy.log"))
+            found = sorted((folder / SERVER_DIR).glob("*.log"))
+            out += [(f"{m.key} server {p.stem}", p) for p in found]
+            if (folder / PROXY_LOG).is_file():  # not in jobs against an external endpoint
+                out.append((f"{m.key} proxy", folder / PROXY_LOG))
             # judges (auxiliary deployments): their servers' logs and their proxy's
-            for aux in sorted(p for p in (model_dir / AUX_DIR).glob("*") if p.is_dir()):
-                out += [(f"{m['key']} {aux.name} server {p.stem}", p)
-                        for p in sorted((aux / "server").glob("*.log"))]
-                if (aux / "proxy.log").is_file():
-                    out.append((f"{m['key']} {aux.name} proxy", aux / "proxy.log"))
+            for aux in sorted(p for p in (folder / AUX_DIR).glob("*") if p.is_dir()):
+                out += [(f"{m.key} {aux.name} server {p.stem}", p)
+                        for p in sorted((aux / SERVER_DIR).glob("*.log"))]
+                if (aux / PROXY_LOG).is_file():
+                    out.append((f"{m.key} {aux.name} proxy", aux / PROXY_LOG))
             continue
-        path = job_log(run_dir, m["key"], m["index"], jobs)
+        path = job_log(run_dir, m.key, m.index, jobs)
         if path is not None:
-            out.append((f"{m['key']} job", path))
+            out.append((f"{m.key} job", path))
     if model is None and task is None:
         out += _judge_job_logs(run_dir, run, jobs, server=server)
     return out
 
 
-def _judge_job_logs(run_dir: Path, run: dict[str, Any], jobs: Jobs, *,
+def _judge_job_logs(run_dir: Path, run: RunRecord, jobs: Jobs, *,
                     server: bool) -> list[tuple[str, Path]]:
     """A sweep's judge jobs (scope: sweep): the newest one's own log (its #SBATCH --output in
     its folder), or with `server` its servers' logs."""
     out: list[tuple[str, Path]] = []
-    for name in judge_names(run):
-        folder = run_dir / aux_folder(name)
+    for name in run.judge_names:
+        folder = aux_dir(run_dir, name)
         if server:
             out += [(f"judge {name} server {p.stem}", p)
-                    for p in sorted((folder / "server").glob("*.log"))]
+                    for p in sorted((folder / SERVER_DIR).glob("*.log"))]
         elif (entry := jobs.judge(name)) is not None:
             out.append((f"judge {name} job", folder / f"slurm-{entry.id}.log"))
     return out

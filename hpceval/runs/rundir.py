@@ -40,13 +40,16 @@ from hpceval.backends import RunLayout, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
-    ELEMENT_SCRIPT,
+    CONFIG_FILE,
     EXPORT_SCRIPT,
     JOB_SCRIPT,
     LOG_DIR,
     RUN_FILE,
     SWEEP_SCRIPT,
+    element_script,
+    model_dir,
 )
+from hpceval.records import RunRecord
 from hpceval.storage import atomic_write_json, atomic_write_text
 from hpceval.trust import stat_problem
 
@@ -145,7 +148,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         sweep = render_sweep(list(zip(keys, runs, strict=True)), ctx)
         entry = SWEEP_SCRIPT
         scripts[entry] = sweep.dispatcher
-        names = [f"models/{key}/{ELEMENT_SCRIPT}" for key in keys]
+        names = [element_script(key) for key in keys]
         scripts.update(dict(zip(names, sweep.elements.values(), strict=True)))
         aggregate = sweep.aggregate
         judges = {name: judge_script(name) for name in sweep.judges}
@@ -249,10 +252,10 @@ def write_run(run: PreparedRun) -> None:
     (run.run_dir / LOG_DIR).mkdir()
     texts: dict[str, str] = {}  # each model's config, dumped once for both files
     for plan in run.models:
-        model_dir = run.run_dir / "models" / plan.key
-        model_dir.mkdir(parents=True)
+        folder = model_dir(run.run_dir, plan.key)
+        folder.mkdir(parents=True)
         texts[plan.key] = dumps(config_dict(plan.resolved))
-        atomic_write_text(model_dir / "run.yaml", texts[plan.key])
+        atomic_write_text(folder / CONFIG_FILE, texts[plan.key])
     if not run.sweep:
         top = texts[run.models[0].key]
     elif all(simple_key(key) for key in texts):
@@ -261,7 +264,7 @@ def write_run(run: PreparedRun) -> None:
     else:
         top = dumps({"sweep": list(texts),
                      "models": {m.key: config_dict(m.resolved) for m in run.models}})
-    atomic_write_text(run.run_dir / "run.yaml", top)
+    atomic_write_text(run.run_dir / CONFIG_FILE, top)
     for name, text in run.scripts.items():
         atomic_write_text(run.run_dir / name, text, mode=0o755)
     # run.json last: its presence says the directory is complete.
@@ -300,11 +303,11 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def changed_scripts(run_dir: Path, run: dict[str, Any]) -> list[str]:
+def changed_scripts(run_dir: Path, run: RunRecord) -> list[str]:
     """Scripts of a run that are not what was submitted: a different sha256 than run.json
     recorded, a symlink, or a file of another user. Runs from before the record: none."""
     problems = []
-    for name, digest in sorted((run.get("scripts_sha256") or {}).items()):
+    for name, digest in sorted(run.scripts_sha256.items()):
         path = run_dir / name
         try:
             st = path.lstat()

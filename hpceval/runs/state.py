@@ -12,6 +12,7 @@ cache so later `status` calls never ask about them again.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +27,14 @@ from hpceval.contract import (
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
     LOADS_FILE,
-    RUN_FILE,
+    TASKS_DIR,
     aux_folder,
     is_done,
-    judge_names,
+    model_dir,
+    task_dir,
 )
 from hpceval.phases import JobStatus, Phase
+from hpceval.records import ModelRecord, RunRecord, TaskRecord, read_run
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import read_progress
@@ -82,13 +85,11 @@ class RunState:
     reason: str
     models: list[ModelState]
     jobs: Jobs
-    run: dict[str, Any] = field(default_factory=dict)  # run.json
+    run: RunRecord  # run.json
     judges: list[JudgeState] = field(default_factory=list)
 
 
-def read_run(run_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    return data
+__all__ = ["read_run"]  # the one reader of run.json (hpceval.records), as it was named here
 
 
 class Tracker:
@@ -127,13 +128,13 @@ class Tracker:
                   for ref in self._runs.values()]
         queries: dict[str, list[JobQuery]] = {}
         for ref, run, jobs in loaded:
-            for model in run["models"]:
-                entry = jobs.current(model["index"])
+            for model in run.models:
+                entry = jobs.current(model.index)
                 if entry is not None:
                     queries.setdefault(entry.kind, []).append(JobQuery(
-                        entry, ref.run_dir, model["key"], model["index"],
+                        entry, ref.run_dir, model.key, model.index,
                         finished=_all_done(ref.run_dir, model)))
-            for name in judge_names(run):
+            for name in run.judge_names:
                 entry = jobs.judge(name)
                 if entry is not None:  # asked in the same call as the models' jobs
                     queries.setdefault(entry.kind, []).append(
@@ -147,36 +148,36 @@ class Tracker:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _run_state(self, ref: RunRef, run: dict[str, Any], jobs: Jobs,
+    def _run_state(self, ref: RunRef, run: RunRecord, jobs: Jobs,
                    answers: dict[tuple[Path, str], JobStatus]) -> RunState:
-        models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run["models"]]
+        models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run.models]
         phase, reason = combine_models(models)
         judges = [judge_state(ref.run_dir, name, jobs.judge(name),
                               answers.get((ref.run_dir, aux_folder(name))))
-                  for name in judge_names(run)]
+                  for name in run.judge_names]
         return RunState(ref, phase, reason, models, jobs, run, judges)
 
-    def _model_state(self, run_dir: Path, model: dict[str, Any], jobs: Jobs,
+    def _model_state(self, run_dir: Path, model: ModelRecord, jobs: Jobs,
                      answers: dict[tuple[Path, str], JobStatus]) -> ModelState:
-        key, index = model["key"], model["index"]
-        model_dir = run_dir / "models" / key
+        key, index = model.key, model.index
+        folder = model_dir(run_dir, key)
         entry = jobs.current(index)
         attempts = len(jobs.main_for(index))
         job = answers.get((run_dir, key),
                           JobStatus(Phase.UNKNOWN, "no job recorded (submission failed?)"))
-        tasks = task_states(model_dir, model["tasks"], job)
+        tasks = task_states(folder, model.tasks, job)
         stopped = ""
         if entry is not None and job.phase is Phase.CANCELLED:
             log = self.backend(entry.kind).log_path(run_dir, key, index, entry)
-            stopped = stop_point(log, model_dir, tasks, entry.submitted_at)
-        phase, reason = model_phase(job, tasks, attempts, model_dir, stopped=stopped)
-        cause = job_failure(model_dir, entry.submitted_at) if entry is not None else ""
+            stopped = stop_point(log, folder, tasks, entry.submitted_at)
+        phase, reason = model_phase(job, tasks, attempts, folder, stopped=stopped)
+        cause = job_failure(folder, entry.submitted_at) if entry is not None else ""
         if phase is Phase.FAILED and cause:  # the likely cause first, then its effects
             reason = f"{cause}; {reason}" if reason else cause
         job_id = None if entry is None else entry.watch_id(index)
-        progress = read_progress(model_dir) if phase is Phase.RUNNING else None
+        progress = read_progress(folder) if phase is Phase.RUNNING else None
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress,
-                          read_loads(model_dir))
+                          read_loads(folder))
 
 
 def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
@@ -202,28 +203,29 @@ def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
     return JudgeState(name, job.phase, reason, entry.id)
 
 
-def task_states(model_dir: Path, tasks: list[dict[str, str]], job: JobStatus
+def task_states(folder: Path, tasks: Sequence[TaskRecord], job: JobStatus
                 ) -> list[TaskState]:
+    """Each task's state, from the markers in its folder under ``folder`` (models/<key>/)."""
     out: list[TaskState] = []
     for task in tasks:
-        task_dir = model_dir / "tasks" / task["key"]
-        failed = task_dir / FAILED_FILE
-        started = task_dir / COMMAND_FILE
-        if is_done(task_dir):
-            out.append(TaskState(task["key"], task["task"], Phase.DONE))
+        here = folder / TASKS_DIR / task.key
+        failed = here / FAILED_FILE
+        started = here / COMMAND_FILE
+        if is_done(here):
+            out.append(TaskState(task.key, task.task, Phase.DONE))
             continue
         retrying = (failed.is_file() and started.is_file()
                     and started.stat().st_mtime > failed.stat().st_mtime)
         if job.phase is Phase.RUNNING and started.is_file() and (retrying or not failed.is_file()):
-            out.append(TaskState(task["key"], task["task"], Phase.RUNNING))
+            out.append(TaskState(task.key, task.task, Phase.RUNNING))
         elif failed.is_file():
-            out.append(TaskState(task["key"], task["task"], Phase.FAILED, _failure(failed)))
+            out.append(TaskState(task.key, task.task, Phase.FAILED, _failure(failed)))
         elif job.terminal:  # the job ended without finishing it (never "done": no marker)
             phase = Phase.CANCELLED if job.phase is Phase.CANCELLED else Phase.FAILED
-            out.append(TaskState(task["key"], task["task"], phase,
+            out.append(TaskState(task.key, task.task, phase,
                                  f"not finished (job {job.phase.value})"))
         else:
-            out.append(TaskState(task["key"], task["task"], Phase.QUEUED))
+            out.append(TaskState(task.key, task.task, Phase.QUEUED))
     return out
 
 
@@ -234,7 +236,7 @@ def stop_point(log: Path | None, model_dir: Path, tasks: list[TaskState],
     command.sh (a task started by an earlier job of the chain has an older one)."""
     if log is None or _mtime(log) < since - 1:
         return "while queued (it never started)"
-    begun = [t for t in tasks if _mtime(model_dir / "tasks" / t.key / COMMAND_FILE) >= since]
+    begun = [t for t in tasks if _mtime(model_dir / TASKS_DIR / t.key / COMMAND_FILE) >= since]
     if not begun:
         return "while the model server was loading (no task had started)"
     done = sum(t.phase is Phase.DONE for t in tasks)
@@ -310,9 +312,9 @@ def job_failure(model_dir: Path, since: float) -> str:
         return ""
 
 
-def _all_done(run_dir: Path, model: dict[str, Any]) -> bool:
-    base = run_dir / "models" / model["key"] / "tasks"
-    return bool(model["tasks"]) and all(is_done(base / t["key"]) for t in model["tasks"])
+def _all_done(run_dir: Path, model: ModelRecord) -> bool:
+    return bool(model.tasks) and all(is_done(task_dir(run_dir, model.key, t.key))
+                                     for t in model.tasks)
 
 
 def _mtime(path: Path) -> float:

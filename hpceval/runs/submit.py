@@ -20,6 +20,7 @@ from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT
+from hpceval.records import Role
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
@@ -99,7 +100,7 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
     main entry first in the returned list). Submit and resume both come here."""
     judged: list[JobEntry] = []
     for name, script in judges:
-        judge = backend.submit(run_dir, JobRequest(script, role="judge", reason=main.reason,
+        judge = backend.submit(run_dir, JobRequest(script, role=Role.JUDGE, reason=main.reason,
                                                    aux=name))
         # Recorded at once: if a later submission fails, `kill` still finds the judge.
         append_jobs(run_dir, backend.name, [judge])
@@ -112,12 +113,12 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
     append_jobs(run_dir, backend.name, [entry])
     entries = [entry]
     if aggregate is not None:
-        agg = backend.submit(run_dir, JobRequest(aggregate, after=entry.id, role="aggregate",
+        agg = backend.submit(run_dir, JobRequest(aggregate, after=entry.id, role=Role.AGGREGATE,
                                                  reason=main.reason))
         append_jobs(run_dir, backend.name, [agg])
         entries.append(agg)
     if export is not None:
-        job = backend.submit(run_dir, JobRequest(export, after=entry.id, role="export",
+        job = backend.submit(run_dir, JobRequest(export, after=entry.id, role=Role.EXPORT,
                                                  reason=main.reason))
         append_jobs(run_dir, backend.name, [job])
         entries.append(job)

@@ -23,6 +23,7 @@ from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
 from hpceval.engines import engine_for
 from hpceval.errors import HpcevalError
+from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_text
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import Checkpoint, list_checkpoints
@@ -239,8 +240,9 @@ def _glob(output_dir: Path, prefix: str) -> list[Path]:
 def _tick_entries(state: dict[str, Any]) -> list[JobEntry]:
     """The newest tick: the one that may still be queued. Every earlier tick queued its
     successor under the lock before it ended, and a stop waits for that lock."""
-    return [JobEntry(str(t["id"]), str(t.get("kind", "slurm")), "watch", (), False,
-                     float(t.get("submitted_at", 0.0)), "tick") for t in state["ticks"][-1:]]
+    return [JobEntry(str(t["id"]), str(t.get("kind", "slurm")), Role.WATCH, (), False,
+                     float(t.get("submitted_at", 0.0)), Reason.TICK)
+            for t in state["ticks"][-1:]]
 
 
 def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends.slurm.client import SlurmClient
+from hpceval.records import RunFileError
 from hpceval.runs.state import RunState, Tracker
 from hpceval.watch import state as st
 from hpceval.watch.spec import WatchError, read_spec
@@ -37,7 +38,7 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     for _, entry in entries:
         if entry.get("run_dir"):
             # gone or damaged: its row says so; the other runs still show
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(RunFileError, OSError, ValueError, KeyError, TypeError):
                 tracker.add(Path(entry["run_dir"]))
     tick = state["ticks"][-1] if state["ticks"] else None
     extra = ([(str(tick["id"]), float(tick["submitted_at"]))] if tick else []) + (

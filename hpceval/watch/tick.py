@@ -35,6 +35,7 @@ from typing import Any
 from hpceval.backends import JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.contract import WATCH_SCRIPT
+from hpceval.records import Reason, Role
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import Checkpoint, judge, list_checkpoints
 from hpceval.watch.spec import WatchError, WatchSpec, read_spec
@@ -276,7 +277,7 @@ def queue_tick(watch_dir: Path, spec: WatchSpec, state: dict[str, Any],
     backend = backend_for(spec.kind, client=client)
     delay = spec.interval_s if delay_s is None else delay_s
     request = JobRequest(WATCH_SCRIPT, begin=f"now+{delay}" if delay > 0 else None,
-                         singleton=True, role="watch", reason="tick")
+                         singleton=True, role=Role.WATCH, reason=Reason.TICK)
     entry = backend.submit(watch_dir, request)
     ticks: list[dict[str, Any]] = state["ticks"]
     ticks.append({"id": entry.id, "kind": entry.kind, "submitted_at": entry.submitted_at,

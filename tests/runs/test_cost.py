@@ -114,10 +114,11 @@ def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
 
 
 def test_local_runs_have_no_accounting(tmp_path: Path) -> None:
+    from hpceval.records import ModelRecord, RunRecord
     from hpceval.runs.cost import UsageBook, run_cost
     from hpceval.runs.jobs import Jobs
 
-    run = {"models": [{"key": "m", "index": 0, "tasks": []}]}
+    run = RunRecord("r", (ModelRecord("m", 0),))
     cost = run_cost(tmp_path, run, Jobs("local"), UsageBook())
     assert cost["accounted"] is False and cost["gpu_hours"] == 0
 

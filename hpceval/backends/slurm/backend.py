@@ -18,7 +18,7 @@ from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, 
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase
-from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR
+from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
 from hpceval.storage import atomic_write_json, cache_dir
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class SlurmBackend:
         # the --output of the rendered header (backends/slurm/header.py)
         if entry.array:
             return run_dir / LOG_DIR / f"slurm-{entry.id}_{index}.log"
-        return run_dir / "models" / key / f"slurm-{entry.id}.log"
+        return model_dir(run_dir, key) / f"slurm-{entry.id}.log"
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"array job {entry.id} ({models} models)" if entry.array else f"job {entry.id}"

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpceval import contract
 from hpceval.results.report.charts import task_chart
 from hpceval.results.report.compare import comparisons
 from hpceval.results.report.runinfo import RunInfo, read_run_info
@@ -108,7 +109,7 @@ def _samples(infos: list[RunInfo], first: int, scan_limit: int, wanted: set[tupl
             for t in m.tasks:
                 if not t.done or (m.key, t.task) not in wanted:
                     continue
-                task_dir = f"{info.run_dir}/models/{m.key}/tasks/{t.key}"  # as run_rows
+                task_dir = contract.task_dir(info.run_dir, m.key, t.key)  # as run_rows
                 found = read.get(task_dir)
                 if found is None:
                     found = read_task_samples(task_dir, first, scan_limit=scan_limit)

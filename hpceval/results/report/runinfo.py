@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import DONE_MARKER, MANIFEST_FILE
-from hpceval.storage import read_json_object
+from hpceval.contract import CONFIG_FILE, DONE_MARKER, MANIFEST_FILE, model_dir, task_dir
+from hpceval.records import RunFileError, TaskRecord, read_run
 
 
 @dataclass(frozen=True)
@@ -119,15 +119,15 @@ def _json_object(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _task_info(task_dir: str, task: dict[str, str]) -> TaskInfo:
-    done = os.path.isfile(f"{task_dir}/{DONE_MARKER}")
-    manifest = _json_object(f"{task_dir}/{MANIFEST_FILE}") if done else {}
+def _task_info(folder: str, task: TaskRecord) -> TaskInfo:
+    done = os.path.isfile(f"{folder}/{DONE_MARKER}")
+    manifest = _json_object(f"{folder}/{MANIFEST_FILE}") if done else {}
     harness = manifest.get("harness") or {}
     slurm = manifest.get("slurm") or {}
     job = (f"{slurm['array_job_id']}_{slurm['array_task_id']}" if slurm.get("array_job_id")
            else str(slurm.get("job_id") or ""))
     image = manifest.get("image") or manifest.get("sif") or ""
-    return TaskInfo(task=task["task"], key=task["key"], done=done,
+    return TaskInfo(task=task.task, key=task.key, done=done,
                     harness=str(harness.get("name") or ""),
                     harness_version=str(harness.get("version") or ""), image=str(image),
                     digest=image_digest(manifest.get("image"), manifest.get("sif")),
@@ -137,35 +137,32 @@ def _task_info(task_dir: str, task: dict[str, str]) -> TaskInfo:
 def read_run_info(run_dir: Path) -> RunInfo | None:
     import yaml
 
-    run = read_json_object(run_dir / "run.json")
-    if run is None:
+    try:
+        run = read_run(run_dir)
+    except RunFileError:
         return None
     from hpceval.runs.jobs import read_jobs
 
     jobs = read_jobs(run_dir)
-    info = RunInfo(str(run.get("invocation_id", run_dir.name)), str(run_dir),
-                   str(run.get("kind", "")), bool(run.get("sweep")), str(run.get("user", "")),
-                   float(run.get("created_at") or 0.0), str(run.get("hpceval_version", "")),
-                   _text(run_dir / "run.yaml"))
-    for model in run.get("models", []):
-        model_dir = run_dir / "models" / model["key"]
-        tasks_dir = os.path.join(model_dir, "tasks")
-        config_text = _text(model_dir / "run.yaml")
+    info = RunInfo(run.invocation_id, str(run_dir), run.kind, run.sweep, run.user,
+                   run.created_at, run.hpceval_version, _text(run_dir / CONFIG_FILE))
+    for model in run.models:
+        config_text = _text(model_dir(run_dir, model.key) / CONFIG_FILE)
         try:
             config = yaml.safe_load(config_text) or {}
         except yaml.YAMLError:
             config = {}
         dep = config.get("deployment") or {}
-        entry_ids = [e.watch_id(model["index"]) for e in jobs.main_for(model["index"])]
+        entry_ids = [e.watch_id(model.index) for e in jobs.main_for(model.index)]
         image = dep.get("image") or ""
         info.models.append(ModelInfo(
-            key=model["key"], model_id=str(model.get("model_id") or ""),
+            key=model.key, model_id=model.model_id,
             checkpoint=str(dep.get("checkpoint_path") or dep.get("hf_model_handle") or ""),
-            deployment=str(model.get("deployment", dep.get("type", ""))),
+            deployment=model.deployment or str(dep.get("type", "")),
             server_image=str(image), server_digest=image_digest(
                 image if image.startswith("docker://") else None,
                 image if image.endswith(".sif") else None),
-            layout=layout_text(config, model.get("layout")), config_text=config_text,
+            layout=layout_text(config, model.layout), config_text=config_text,
             jobs=entry_ids,
-            tasks=[_task_info(f"{tasks_dir}/{t['key']}", t) for t in model.get("tasks", [])]))
+            tasks=[_task_info(task_dir(str(run_dir), model.key, t.key), t) for t in model.tasks]))
     return info
