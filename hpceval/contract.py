@@ -19,6 +19,7 @@ SERVER_DIR = "server"  # models/<key>/server/: the model servers' command lines 
 CACHE_DIR = "cache"  # models/<key>/cache/, <task dir>/cache/: what a resumed job replays
 CONFIG_FILE = "run.yaml"  # the run's (and each models/<key>/'s) resolved config as submitted
 HARNESS_LOG = "harness.log"  # <task dir>/: the harness's output
+HARNESS_OUT_DIR = "harness"  # <task dir>/harness/: the harness's own files (HPCEVAL_OUTPUT_DIR)
 PROXY_LOG = "proxy.log"  # the in-job proxy's log, in the folder it serves
 
 # -- written by submit (hpceval.runs.rundir) ------------------------------------------------
@@ -69,7 +70,7 @@ AUX_JOB_SCRIPT = "judge.sbatch"  # sweep judge job: its script, in auxiliary/<na
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
-LOCAL_RUNNER_LOG = "logs/local-runner.log"
+LOCAL_RUNNER_LOG = f"{LOG_DIR}/local-runner.log"
 
 # -- a checkpoint watch (hpceval.watch): <output_dir>/watch-<id>/ on shared storage ----------
 WATCH_DIR_PREFIX = "watch-"  # the watch directory's name: watch-<watch id>
@@ -89,6 +90,10 @@ JOB_FILES = {
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
     "runtime": RUNTIME_FILE,
+    # the tree itself: folders and logs every job script builds its paths from
+    "models_dir": MODELS_DIR, "tasks_dir": TASKS_DIR, "server_dir": SERVER_DIR,
+    "cache_dir": CACHE_DIR, "harness_log": HARNESS_LOG, "harness_out": HARNESS_OUT_DIR,
+    "proxy_log": PROXY_LOG, "element_script": ELEMENT_SCRIPT, "log_dir": LOG_DIR,
 }
 
 # The tree as functions: a str in gives a str out (the hot readers join text, as os.path does),

@@ -82,7 +82,7 @@ class AuxRecord:
 class RunRecord:
     """run.json, typed. `data` is the file as read: `info --json` prints it whole."""
 
-    invocation_id: str
+    invocation_id: str  # the run directory's name
     models: tuple[ModelRecord, ...] = ()
     kind: str = ""  # the backend that runs it ("" in a run.json from before the field)
     sweep: bool = False
@@ -115,14 +115,15 @@ class RunRecord:
                             str(m.get("script") or ""), str(m.get("deployment") or ""),
                             str(m.get("model_id") or ""), m.get("layout"))
                 for m in data.get("models") or ())
-            aux = tuple(AuxRecord(str(a["name"]), str(a["script"]))
+            aux = tuple(AuxRecord(str(a["name"]), str(a.get("script") or ""))
                         for a in data.get("auxiliary") or ())
             parallel, umask = data.get("array_parallelism"), data.get("umask")
             digests = {str(k): str(v) for k, v in (data.get("scripts_sha256") or {}).items()}
-            return cls(str(data["invocation_id"]), models, str(data.get("kind") or ""),
-                       bool(data.get("sweep")), str(data.get("entry") or ""),
-                       float(data.get("created_at") or 0.0), str(data.get("user") or ""),
-                       str(data.get("hpceval_version") or ""),
+            # the directory is named after the invocation id (runs.rundir): the same default
+            return cls(str(data.get("invocation_id") or path.parent.name), models,
+                       str(data.get("kind") or ""), bool(data.get("sweep")),
+                       str(data.get("entry") or ""), float(data.get("created_at") or 0.0),
+                       str(data.get("user") or ""), str(data.get("hpceval_version") or ""),
                        None if umask is None else str(umask),
                        None if parallel is None else int(parallel), aux, digests, data)
         except KeyError as exc:

@@ -21,7 +21,7 @@ from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, header_line
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
-from hpceval.contract import element_script
+from hpceval.contract import JOB_FILES, LOG_DIR, element_script
 from hpceval.render.context import ArraySpec, JobContext
 from hpceval.render.job import render_job
 from hpceval.render.judge import render_judge_job, sweep_judges
@@ -71,7 +71,7 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) 
     array_ctx = replace(ctx, model_key="sweep",
                         array=ArraySpec(len(models), ex.array_parallelism))
     run_dir = ctx.run_dir_text
-    header = sweep_header(models, array_ctx, f"{run_dir}/logs")
+    header = sweep_header(models, array_ctx, f"{run_dir}/{LOG_DIR}")
     elements = {key: render_job(resolved, _element_context(ctx, key))
                 for key, resolved in models}
     views = [{"index": i, "key": key, "summary": _summary(resolved)}
@@ -79,7 +79,8 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) 
     version = ctx.hpceval_version or __version__
     dispatcher = shipped_environment().get_template(SWEEP_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in header], models=views,
-        job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version})
+        job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version},
+        files=JOB_FILES)
     judges = {name: render_judge_job(models[0][1], name, ctx) for name in sweep_judges(models)}
     return SweepScripts(dispatcher, elements, render_aggregate(models[0][1], ctx, list(judges)),
                         judges)
@@ -126,8 +127,8 @@ def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes
     """The header of a run's dependent CPU job: same partition/account/QOS/reservation."""
     name = HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
                                                "execution.job_name"))
-    lines = cpu_job_lines(resolved.spec.execution, name,
-                          f"{slurm_filename(ctx.run_dir_text)}/logs/{role}-%j.log", minutes, why,
+    log = f"{slurm_filename(ctx.run_dir_text)}/{LOG_DIR}/{role}-%j.log"
+    lines = cpu_job_lines(resolved.spec.execution, name, log, minutes, why,
                           "no GPU: only result files are read")
     return [ShellCode(line.text()) for line in lines]
 

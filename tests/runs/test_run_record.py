@@ -44,7 +44,7 @@ def test_the_record_is_what_submit_wrote(tmp_path: Path, fake: FakeSlurm) -> Non
     (None, "no such file"),
     ("{", "not valid JSON"),
     ("[1, 2]", "not a run record"),
-    ('{"models": []}', "no 'invocation_id'"),
+    ('{"invocation_id": "x", "models": [{"index": 0}]}', "no 'key'"),
     ('{"invocation_id": "x", "models": [{"key": "m", "tasks": []}]}', "no 'index'"),
     ('{"invocation_id": "x", "models": [{"key": "m", "index": "zero"}]}', "not a run record"),
 ])
@@ -113,3 +113,4 @@ def test_a_record_can_be_built_in_code() -> None:
     run = RunRecord.from_json({"invocation_id": "x", "models": [{"key": "m", "index": 0}],
                                "auxiliary": [{"name": "j", "script": "s"}]})
     assert run.judge_names == ["j"] and run.models[0].tasks == () and run.kind == ""
+    assert RunRecord.from_json({}, Path("/out/20261202-1/run.json")).invocation_id == "20261202-1"
