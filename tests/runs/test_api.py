@@ -187,7 +187,7 @@ def test_track_skips_a_damaged_run_and_asks_the_scheduler_once(tmp_path: Path,
     finish_task(good.run_dir, "solo", "ut-harness.ut_one")
     tracking = api.track([good.invocation_id, bad.invocation_id], client=fake)
     assert [(ref.run_dir, why.split(":")[0]) for ref, why in tracking.skipped] == [
-        (bad.run_dir, "JSONDecodeError")]
+        (bad.run_dir, "RunFileError")]  # the one error of a damaged run.json
     before = len(fake.sacct_calls)
     (found,) = tracking.refresh(force=True)
     assert len(fake.sacct_calls) - before == 1  # states and GPU-hours from one sacct call
