@@ -16,6 +16,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.config.profiles import find_file
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE, RUN_FILE
 from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
+from hpceval.records import RunRecord
 from hpceval.runs.index import RunNotFound, find_run
 from hpceval.runs.rundir import changed_scripts
 from hpceval.trust import untrusted
@@ -79,7 +80,8 @@ def test_a_run_directory_and_a_script_another_uid_owns_are_named_with_the_same_w
     assert f"its {RUN_FILE} is {OWNER}" in str(err.value)
     (run_dir / "job.sbatch").write_text("#!/bin/bash\n")
     _chown(run_dir / "job.sbatch")
-    assert changed_scripts(run_dir, {"scripts_sha256": {"job.sbatch": "x"}}) == [
+    record = RunRecord.from_json({"scripts_sha256": {"job.sbatch": "x"}}, run_dir / RUN_FILE)
+    assert changed_scripts(run_dir, record) == [
         f"job.sbatch is {OWNER}"]
 
 
