@@ -29,6 +29,7 @@ SWEEP_SCRIPT = "sweep.sbatch"  # sweep: the array dispatcher exactly as submitte
 ELEMENT_SCRIPT = "job.sh"  # sweep: models/<key>/job.sh, one model's job script
 AGGREGATE_SCRIPT = "aggregate.sbatch"  # sweep on Slurm: the dependent aggregation job
 EXPORT_SCRIPT = "export.sbatch"  # export.destinations on Slurm: the dependent export job
+EXPORT_DIR = "export"  # the W&B exporter's own files (WANDB_DIR), written by the export step
 LOCAL_RUNNER = "local.sh"  # local execution: runs the job script(s) here with bash
 LOG_DIR = "logs"  # array element and aggregation logs
 JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)

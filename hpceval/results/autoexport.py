@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpceval.contract import EXPORT_WAITED_FILE, SUCCESSORS_FILE
+from hpceval.contract import EXPORT_DIR, EXPORT_WAITED_FILE, SUCCESSORS_FILE
 from hpceval.records import Reason, Role
 
 # the options this module parses are written by render (re-exported for older callers)
@@ -88,8 +88,8 @@ def run_exports(run_dir: Path, args: argparse.Namespace) -> int:
                 print(f"mlflow: {report.created} run(s) created, {report.updated} updated, "
                       f"{report.unchanged} unchanged")
             else:
-                os.environ.setdefault("WANDB_DIR", str(run_dir / "export"))
-                (run_dir / "export").mkdir(exist_ok=True)
+                os.environ.setdefault("WANDB_DIR", str(run_dir / EXPORT_DIR))
+                (run_dir / EXPORT_DIR).mkdir(exist_ok=True)
                 report = ex.export_wandb(frame, project=args.wandb_project,
                                          offline=not args.wandb_online)
                 print(f"wandb: {report.created} run(s) written")

@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpceval.backends import Backend, JobEntry, JobQuery, backend_for
 from hpceval.backends.slurm.client import SlurmClient
@@ -37,7 +37,7 @@ from hpceval.phases import JobStatus, Phase
 from hpceval.records import ModelRecord, RunRecord, TaskRecord, read_run
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
-from hpceval.runs.progress import read_progress
+from hpceval.runs.progress import Progress, read_progress
 
 if TYPE_CHECKING:
     from hpceval.backends.slurm.watcher import JobWatcher
@@ -64,7 +64,7 @@ class ModelState:
     job_id: str | None  # the newest job (or array task) working on this model
     attempts: int  # jobs in its chain
     tasks: list[TaskState]
-    progress: dict[str, Any] | None = None
+    progress: Progress | None = None  # the proxy's live counts while it runs
     loads: tuple[tuple[str, int], ...] = ()  # (job id, seconds to healthy) per allocation
 
 

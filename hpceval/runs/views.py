@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hpceval.runs.progress import format_duration, format_progress, rate_and_warnings
+from hpceval.runs.progress import (
+    Progress,
+    format_duration,
+    format_progress,
+    rate_and_warnings,
+)
 from hpceval.runs.state import ModelState, RunState
 
 _STYLE = {"queued": "yellow", "running": "cyan", "resuming": "magenta", "done": "green",
@@ -26,7 +31,8 @@ def state_to_dict(state: RunState) -> dict[str, Any]:
 
 def model_to_dict(m: ModelState) -> dict[str, Any]:
     return {"model": m.key, "index": m.index, "state": m.phase.value, "reason": m.reason,
-            "job_id": m.job_id, "attempts": m.attempts, "progress": m.progress,
+            "job_id": m.job_id, "attempts": m.attempts,
+            "progress": m.progress.as_dict() if m.progress else None,
             "loads": [{"job_id": job, "seconds": s} for job, s in m.loads],
             "tasks": [{"task": t.task, "key": t.key, "state": t.phase.value,
                        "reason": t.reason} for t in m.tasks]}
@@ -106,15 +112,14 @@ def bar(done: int, total: int, *, width: int = 12) -> Any:
     return text
 
 
-def _requests(p: dict[str, Any] | None) -> Any:
+def _requests(p: Progress | None) -> Any:
     from rich.text import Text
 
     if p is None:
         return Text("")
-    expected = p.get("expected") or 0
-    if expected:
-        return bar(int(p["done"]), int(expected), width=20)
-    return Text(f"{p['done']}")
+    if p.expected:
+        return bar(p.done, int(p.expected), width=20)
+    return Text(f"{p.done}")
 
 
 def _detail(m: ModelState) -> str:
@@ -123,7 +128,7 @@ def _detail(m: ModelState) -> str:
     if p is None:
         return m.reason
     text = rate_and_warnings(p)
-    return f"{p['failed']} failed, {text}" if p["failed"] else text
+    return f"{p.failed} failed, {text}" if p.failed else text
 
 
 def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None) -> Any:

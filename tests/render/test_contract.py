@@ -21,7 +21,8 @@ PACKAGE = ROOT / "hpceval"
 
 # Folders of the tree: a path segment of these names is the tree's (a config key "models" or
 # a JSON field "tasks" is not a path, and is not looked at).
-FOLDERS = {contract.MODELS_DIR, contract.TASKS_DIR, contract.AUX_DIR, contract.SERVER_DIR}
+FOLDERS = {contract.MODELS_DIR, contract.TASKS_DIR, contract.AUX_DIR, contract.SERVER_DIR,
+           contract.EXPORT_DIR}
 # Every file name of the contract with a dot or a slash in it: unambiguous wherever it appears.
 FILE_NAMES = {v for k, v in vars(contract).items()
               if k.isupper() and isinstance(v, str) and ("." in v or "/" in v)
@@ -130,8 +131,8 @@ def test_every_tree_name_of_the_contract_reaches_the_templates_or_is_python_only
     python_only = {"RUN_FILE", "JOB_SCRIPT", "SWEEP_SCRIPT", "AGGREGATE_SCRIPT", "EXPORT_SCRIPT",
                    "LOCAL_RUNNER", "JOBS_FILE", "EXPORT_WAITED_FILE", "AGGREGATE_WAITED_FILE",
                    "FAILED_FILE", "MANIFEST_FILE", "AUX_JOB_SCRIPT", "LOCAL_RUNNER_LOG",
-                   "CONFIG_FILE", "WATCH_DIR_PREFIX", "WATCH_FILE", "WATCH_STATE_FILE",
-                   "WATCH_LOCK_FILE", "WATCH_SCRIPT", "WATCH_LOG_DIR"}
+                   "CONFIG_FILE", "EXPORT_DIR", "WATCH_DIR_PREFIX", "WATCH_FILE",
+                   "WATCH_STATE_FILE", "WATCH_LOCK_FILE", "WATCH_SCRIPT", "WATCH_LOG_DIR"}
     names = {k for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)}
     handed = {k for k in names if getattr(contract, k) in JOB_FILES.values()}
     assert names - handed - python_only == set()

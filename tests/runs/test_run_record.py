@@ -114,3 +114,19 @@ def test_a_record_can_be_built_in_code() -> None:
                                "auxiliary": [{"name": "j", "script": "s"}]})
     assert run.judge_names == ["j"] and run.models[0].tasks == () and run.kind == ""
     assert RunRecord.from_json({}, Path("/out/20261202-1/run.json")).invocation_id == "20261202-1"
+
+
+def test_progress_is_a_record_with_one_reader(tmp_path: Path) -> None:
+    from hpceval.runs.progress import Progress, format_progress, read_progress
+
+    path = tmp_path / contract.PROGRESS_FILE
+    assert read_progress(tmp_path) is None  # no proxy (an external endpoint): no counts
+    path.write_text(json.dumps({"requests": {"done": 7, "failed": 1, "expected": 10},
+                                "rate_per_s": 2.0, "eta_s": 1.5}))
+    got = read_progress(tmp_path)
+    assert isinstance(got, Progress) and (got.done, got.failed, got.expected) == (7, 1, 10)
+    assert got.as_dict()["done"] == 7 and not got.stale  # status --json: the same keys
+    assert format_progress(got) == "7/10 (1 failed), 2.0/s, ETA 1s"
+    # a file of another shape is no counts, not a traceback in `status` (it was AttributeError)
+    path.write_text(json.dumps({"requests": [1, 2]}))
+    assert read_progress(tmp_path) is None
