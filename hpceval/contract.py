@@ -168,11 +168,11 @@ def judge_names(run: dict[str, Any]) -> list[str]:
     return [str(a["name"]) for a in run.get("auxiliary") or []]
 
 
-def is_done(task_dir: Path) -> bool:
+def is_done(task_dir: str | Path) -> bool:
     """THE definition of a finished task, in Python; the job script tests the same marker.
 
     `done` is written last, after results.json and manifest.json are in place (atomically), so
     its presence alone says the results are whole and final: nothing overwrites them, and a
-    later job skips the task.
+    later job skips the task. Text in, no Path made: the results table asks it of every task.
     """
-    return (task_dir / DONE_MARKER).is_file()
+    return os.path.isfile(os.path.join(task_dir, DONE_MARKER))

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import (
-    DONE_MARKER,
     MODELS_DIR,
     RESULTS_FILE,
     WAITS_FOR_SUCCESSORS,
+    is_done,
     tasks_dir,
 )
 from hpceval.records import Role, RunFileError, RunRecord, read_run
@@ -80,7 +80,7 @@ def _finished_result(task_dir: str) -> dict[str, Any] | None:
     written after results.json, so it alone says the results are final.
     """
     # plain "/" joins: os.path.join cost a fifth of a 10,000-task table (report_bench)
-    if not os.path.isfile(f"{task_dir}/{DONE_MARKER}"):
+    if not is_done(task_dir):
         return None
     path = f"{task_dir}/{RESULTS_FILE}"
     try:

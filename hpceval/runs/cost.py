@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hpceval.backends import backend_for
-from hpceval.contract import DONE_MARKER, MANIFEST_FILE, aux_folder, task_dir
+from hpceval.contract import MANIFEST_FILE, aux_folder, is_done, task_dir
 from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
@@ -182,7 +181,7 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
         tasks = []
         for task in model.tasks:
             here = task_dir(str(run_dir), model.key, task.key)
-            if not os.path.isfile(os.path.join(here, DONE_MARKER)):
+            if not is_done(here):
                 continue
             manifest = read_json_object(Path(here) / MANIFEST_FILE) or {}
             duration = manifest.get("duration_s")

@@ -130,3 +130,10 @@ def test_progress_is_a_record_with_one_reader(tmp_path: Path) -> None:
     # a file of another shape is no counts, not a traceback in `status` (it was AttributeError)
     path.write_text(json.dumps({"requests": [1, 2]}))
     assert read_progress(tmp_path) is None
+
+
+def test_one_is_done_for_text_and_paths(tmp_path: Path) -> None:
+    # the results table, the cost table and the report asked os.path.isfile themselves
+    assert not contract.is_done(tmp_path) and not contract.is_done(str(tmp_path))
+    (tmp_path / contract.DONE_MARKER).write_text("")
+    assert contract.is_done(tmp_path) and contract.is_done(str(tmp_path))

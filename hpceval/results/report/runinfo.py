@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import CONFIG_FILE, DONE_MARKER, MANIFEST_FILE, model_dir, task_dir
+from hpceval.contract import CONFIG_FILE, MANIFEST_FILE, is_done, model_dir, task_dir
 from hpceval.records import RunFileError, TaskRecord, read_run
 
 
@@ -120,7 +119,7 @@ def _json_object(path: str) -> dict[str, Any]:
 
 
 def _task_info(folder: str, task: TaskRecord) -> TaskInfo:
-    done = os.path.isfile(f"{folder}/{DONE_MARKER}")
+    done = is_done(folder)
     manifest = _json_object(f"{folder}/{MANIFEST_FILE}") if done else {}
     harness = manifest.get("harness") or {}
     slurm = manifest.get("slurm") or {}
