@@ -14,11 +14,21 @@ every client for a key, checked before a byte of the body is read:
   `Authorization: Bearer ...` (docs/tasks.md).
 
 A harness that calls an external endpoint directly (`proxy: false`) gets only the endpoint's key.
+
+Each judge (auxiliary deployment) has a proxy of its own, on a port of the job's block that
+anyone on the node can reach: it asks for a key by the same rule (the judge's own
+`api_key_name`, else the job's token), which the tasks get as `<PREFIX>_API_KEY` (JUDGE_API_KEY
+for a judge named judge: what the shipped judged_qa sends), unless a task sets that variable or
+names it in its required_env (a judge it calls itself).
+
+A proxy that asks its clients for a key never forwards their Authorization header: its
+upstreams get the key named for them or none (the job's token must not reach an external API).
 """
 
 from __future__ import annotations
 
-from hpceval.config.schema import RunSpec
+from hpceval.config.auxiliary import env_prefix
+from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
 from hpceval.engines import engine_for
 
 JOB_TOKEN = "HPCEVAL_JOB_TOKEN"
@@ -34,6 +44,26 @@ def through_proxy(spec: RunSpec) -> bool:
 def proxy_client_key(spec: RunSpec) -> str:
     """The variable holding the key the model's proxy asks its clients for."""
     return spec.target.api_endpoint.api_key_name or JOB_TOKEN
+
+
+def proxy_upstream_key(spec: RunSpec, servers_take_token: bool) -> str:
+    """The variable holding the key the model's proxy sends its upstreams ('' for none): the
+    job's token to servers that require it, an external endpoint's own key to that endpoint."""
+    if servers_take_token:
+        return JOB_TOKEN
+    serves = engine_for(spec.deployment.type).serves
+    return "" if serves else spec.target.api_endpoint.api_key_name or ""
+
+
+def judge_client_key(aux: AuxiliaryDeploymentSpec) -> str:
+    """The variable holding the key a judge's proxy asks its clients for."""
+    return aux.api_key_name or JOB_TOKEN
+
+
+def judge_keys(spec: RunSpec) -> list[tuple[str, str]]:
+    """(variable a task reads, job variable it is set from) for each judge's proxy key."""
+    return [(f"{env_prefix(name, aux)}_API_KEY", judge_client_key(aux))
+            for name, aux in spec.auxiliary_deployments.items()]
 
 
 def harness_key(spec: RunSpec) -> str | None:

@@ -351,8 +351,11 @@ class ProxyServer:
                     stream: bool = False) -> Answer:
         assert self._forwarder is not None, "start() first"
         forwarder = self._forwarder
-        headers = guard.clean_headers({h: request.headers[h] for h in FORWARDED_HEADERS
-                                 if h in request.headers})
+        # With a client key, the client's Authorization is that key, the proxy's own: it is not
+        # passed on (an external judge must not get the job's token); upstreams get theirs.
+        names = FORWARDED_HEADERS if self._token is None else FORWARDED_HEADERS[1:]
+        headers = guard.clean_headers({h: request.headers[h] for h in names
+                                       if h in request.headers})
 
         async def attempt(token: str | None) -> Answer:
             if token is not None:

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from hpceval.config import ResolvedConfig, auxiliary
+from hpceval.config.endpoint_key import judge_client_key
 from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.contract import SERVER_DIR, aux_folder
 from hpceval.engines import engine_for
@@ -54,6 +55,8 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
             "name": name, "kind": kind, "summary": summary, "dir": aux_dir(name),
             "urls_var": urls_var(name), "origin": split.get("origin"),
             "proxy_slot": ports.proxy_slot(name), "token_name": token,
+            # the key its proxy asks clients for (the tasks get it as <PREFIX>_API_KEY)
+            "client_key": judge_client_key(aux),
             "token_var": f"HPCEVAL_AUX_{upper}_TOKEN", "timeout": aux.health_timeout,
             "exports": _exports(name, aux, base_path),
             # fails the job at once, naming it, if the key is not set (resume finds it too)

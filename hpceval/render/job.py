@@ -10,7 +10,7 @@ from hpceval._version import __version__
 from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
-from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key
+from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key, proxy_upstream_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR, model_dir
@@ -71,6 +71,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
                         for name, s in judges.items()]
     served = [d for d in served if d["instances"]]
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
+    aux_views = proxy_views(resolved, ports)
     return {
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, model_dir(run_dir, ctx.model_key),
@@ -107,12 +108,15 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         # the key the model's proxy asks its clients for (config/endpoint_key.py, review F3)
         "client_key": proxy_client_key(spec),
         "client_token": proxy_client_key(spec) == JOB_TOKEN,
+        "upstream_key": proxy_upstream_key(spec, model["server_token"]),
         "proxy_args": proxy_arguments(spec.evaluation.interceptors,
                                       spec.evaluation.proxy_budget,
                                       {s.key: rt.spec.interceptors.chain()
                                        for s, rt in zip(steps, resolved.tasks, strict=True)
                                        if s.route}),
-        "aux_proxies": proxy_views(resolved, ports),
+        "aux_proxies": aux_views,
+        # a judge's proxy asks for the job's token: the job makes one (preamble.j2)
+        "aux_token": any(a["client_key"] == JOB_TOKEN for a in aux_views),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": base_of(fixed_url),
                      **proxied(fixed_url), "model_id": spec.request_model or ""},
         "steps": steps,

@@ -12,7 +12,7 @@ from typing import Any
 from hpceval.config import ResolvedConfig, ResolvedTask
 from hpceval.config.auxiliary import has_reference
 from hpceval.config.checks import env_reference, literal_env
-from hpceval.config.endpoint_key import HARNESS_KEY, harness_key_value
+from hpceval.config.endpoint_key import HARNESS_KEY, harness_key_value, judge_keys
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
@@ -154,6 +154,10 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
     if token is not None and HARNESS_KEY not in given:  # the key the in-job proxy asks for
         env.append((HARNESS_KEY, var(token)))
         given.add(HARNESS_KEY)
+    for name, source in judge_keys(spec):  # the key each judge's proxy asks for
+        if name not in given and name not in names:
+            env.append((name, var(source)))
+            given.add(name)
     for name in dict.fromkeys(names):
         if name not in given:
             env.append((name, env_value(f"host:{name}")))

@@ -30,10 +30,15 @@ ANSWER = json.dumps({"id": "c1", "object": "chat.completion", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}]})
 
 
+AUTH: list[str | None] = []
+
+
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, list[str]]]:
-    """A stand-in model server: 200 on every GET and chat answers; records the POSTed paths."""
+    """A stand-in model server: 200 on every GET and chat answers; records the POSTed paths
+    (and in AUTH, the Authorization header each came with)."""
     seen: list[str] = []
+    AUTH.clear()
 
     class Serve(http.server.BaseHTTPRequestHandler):
         def _answer(self, body: bytes) -> None:
@@ -49,6 +54,7 @@ def upstream() -> Iterator[tuple[str, list[str]]]:
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             seen.append(self.path)
+            AUTH.append(self.headers.get("Authorization"))
             self._answer(ANSWER.encode())
 
         def log_message(self, *args: object) -> None:
@@ -121,10 +127,55 @@ def test_the_harness_key_follows_the_endpoint(render: RenderFn) -> None:
                 "target": {"api_endpoint": {"url": "https://api.example.com/v1/chat/completions",
                                             "model_id": "m", "api_key_name": "EXAMPLE_KEY"}}}
     script = render("local-dev", external)
-    # an endpoint with its own key: the proxy asks for that key, and passes it on
-    assert re.search(r'^start_proxy "\$MODEL_DIR" "\$PROXY_PORT" \'\' EXAMPLE_KEY ', script,
+    # an endpoint with its own key: the proxy asks for that key, and sends it (by name)
+    assert re.search(r'^start_proxy "\$MODEL_DIR" "\$PROXY_PORT" EXAMPLE_KEY EXAMPLE_KEY ', script,
                      re.M), script
     assert "OPENAI_API_KEY" not in script
     direct = {**external, "target": {"api_endpoint": {
         **external["target"]["api_endpoint"], "proxy": False}}}
     assert "start_proxy \"$MODEL_DIR\"" not in render("local-dev", direct)
+
+
+def test_a_judges_proxy_asks_for_the_key_and_keeps_the_token_from_its_upstream(
+        render: RenderFn, upstream: tuple[str, list[str]], tmp_path: Path) -> None:
+    """A judge's proxy (review F3's last open part): before, it took requests from anyone on
+    the node and passed the client's header on. Now it asks for the job's token, which the
+    tasks get as JUDGE_API_KEY, and an external judge without a key of its own gets no header
+    (the token stays in the job)."""
+    url, seen = upstream
+    run = {**RUN, "auxiliary_deployments": {"judge": {
+        "type": "none", "url": f"{url}/v1", "model_id": "j"}}}
+    script = render("local-dev", run)
+    section = re.search(r"^# auxiliary_deployments\.judge: .*?"
+                        r"^export HPCEVAL_AUX_JUDGE_CHAT_URL=.*?$", script, re.M | re.S)
+    assert section, "the script starts no judge proxy"
+    assert re.search(r"^start_proxy .*auxiliary/judge.* '' HPCEVAL_JOB_TOKEN ", section.group(0),
+                     re.M), section.group(0)
+    functions = "\n".join(function(script, name) for name in (
+        "answers", "start_proxy", "upstream_args", "task_environment_1"))
+    model_dir = tmp_path / "model"
+    port = 20000 + (os.getpid() + 7) % 5000
+    runuser = shutil.which("runuser")
+    stranger = f'{runuser} -u nobody -- curl "${{ASK[@]}}"' \
+        if os.geteuid() == 0 and runuser else "echo skipped"
+    judge_key = '-H @<(echo "Authorization: Bearer $JUDGE_API_KEY")'
+    code = "\n".join([
+        'log() { echo "$*"; }', 'job_failure() { echo "job_failure: $*"; }', functions,
+        "HPCEVAL_JOB_TOKEN=tok-0123456789abcdef",
+        f"HPCEVAL_PYTHON={sys.executable} MODEL_DIR={model_dir} PORT_BASE={port}",
+        "PROXY_PIDS=() PROXY_DIRS=()", section.group(0), f"TASK_DIR={tmp_path}",
+        "ASK=(-s -o /dev/null -w '%{http_code}\\n' -H 'Content-Type: application/json' "
+        f"-d '{BODY}' \"$HPCEVAL_AUX_JUDGE_CHAT_URL\")",
+        'echo "no key: $(curl "${ASK[@]}")"',
+        f'echo "stranger: $({stranger})"',
+        f'echo "task: $(task_environment_1; curl "${{ASK[@]}}" {judge_key})"',
+        'kill -TERM "${PROXY_PIDS[0]}"; wait "${PROXY_PIDS[0]}"',
+    ])
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=90,
+                         check=False, env={"PATH": "/usr/bin:/bin"})
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    assert lines.get("no key") == "401", out.stdout + out.stderr
+    assert lines.get("stranger") in ("401", "skipped"), out.stdout
+    assert lines.get("task") == "200", out.stdout + out.stderr
+    assert seen == ["/v1/chat/completions"]  # only the task's request reached the judge
+    assert AUTH == [None]  # the job's token is not passed on to an external judge
