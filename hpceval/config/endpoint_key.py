@@ -18,8 +18,8 @@ A harness that calls an external endpoint directly (`proxy: false`) gets only th
 Each judge (auxiliary deployment) has a proxy of its own, on a port of the job's block that
 anyone on the node can reach: it asks for a key by the same rule (the judge's own
 `api_key_name`, else the job's token), which the tasks get as `<PREFIX>_API_KEY` (JUDGE_API_KEY
-for a judge named judge: what the shipped judged_qa sends), unless a task sets that variable or
-names it in its required_env (a judge it calls itself).
+for a judge named judge: what the shipped judged_qa sends) and `HPCEVAL_AUX_<NAME>_API_KEY`,
+unless a task sets that variable or names it in its required_env (a judge it calls itself).
 
 A proxy that asks its clients for a key never forwards their Authorization header: its
 upstreams get the key named for them or none (the job's token must not reach an external API).
@@ -27,7 +27,7 @@ upstreams get the key named for them or none (the job's token must not reach an 
 
 from __future__ import annotations
 
-from hpceval.config.auxiliary import env_prefix
+from hpceval.config.auxiliary import env_prefix, job_variable
 from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
 from hpceval.engines import engine_for
 
@@ -61,9 +61,11 @@ def judge_client_key(aux: AuxiliaryDeploymentSpec) -> str:
 
 
 def judge_keys(spec: RunSpec) -> list[tuple[str, str]]:
-    """(variable a task reads, job variable it is set from) for each judge's proxy key."""
-    return [(f"{env_prefix(name, aux)}_API_KEY", judge_client_key(aux))
-            for name, aux in spec.auxiliary_deployments.items()]
+    """(variable a task reads, job variable it is set from) for each judge's proxy key: NeMo
+    Evaluator's `<PREFIX>_API_KEY` and ours, `HPCEVAL_AUX_<NAME>_API_KEY` (as for its URLs)."""
+    return [(variable, judge_client_key(aux))
+            for name, aux in spec.auxiliary_deployments.items()
+            for variable in (f"{env_prefix(name, aux)}_API_KEY", job_variable(name, "api_key"))]
 
 
 def harness_key(spec: RunSpec) -> str | None:

@@ -50,6 +50,7 @@ harness:
     printf '%s\\n' {{ params.extra.judge.url | q }} "$JUDGE_CHAT_URL" \\
       "$HPCEVAL_AUX_JUDGE_MODEL_ID" > {{ output_dir | q }}/seen.txt &&
     curl -sf -H 'Content-Type: application/json' -d {{ body | q }} \\
+      -H @<(echo "Authorization: Bearer $HPCEVAL_AUX_JUDGE_API_KEY") \\
       {{ params.extra.judge.url | q }} -o {{ output_dir | q }}/judge.json &&
     python3 -c {{ score | q }} {{ output_dir | q }} {{ task.name | q }}
 tasks:
