@@ -65,6 +65,9 @@ class Engine:
     # shows to every user of the node); None: it takes no token.
     token_env: ClassVar[str | None] = None
     port_env: ClassVar[bool] = False  # True: its environment carries PORT
+    # True: its command line names the address it listens on, "${HEAD_NODE}" (the node the
+    # proxy reaches the instance at), which the job then sets for single-node instances too
+    listens_on_node: ClassVar[bool] = False
     command_word: ClassVar[str | None] = None  # first word: wrapped commands break before it
 
     def gpu_need(self, dep: DeploymentSpec, default: int) -> int:

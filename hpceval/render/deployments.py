@@ -56,6 +56,8 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "health_timeout": dep.health_timeout,
         # what an instance's log says once it serves (the engine's; "" for none)
         "ready_line": engine.ready_line,
+        # its command line names HEAD_NODE as the address to listen on (engines/base.py)
+        "listens_on_node": engine.listens_on_node,
     }
 
 

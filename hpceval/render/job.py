@@ -97,6 +97,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "instances": model["instances"],
         "server_prefix": model["server_prefix"],
         "server_token": any(d["server_token"] for d in served),
+        # the variables they read it from (the engines' token_env), for the script's comment
+        "server_token_env": ", ".join(sorted({str(engine_for(d["type"]).token_env)
+                                              for d in served if d["server_token"]})),
         "multi_node": model["multi_node"],
         "layout_text": model["layout_text"],
         "health_path": dep.health_path,

@@ -75,8 +75,9 @@ def test_each_engine_declares_a_template_that_exists_and_one_module_each() -> No
 def test_engine_capabilities() -> None:
     vllm, sglang, command, none = (engine_for(n) for n in ("vllm", "sglang", "command", "none"))
     assert not none.serves and all(e.serves for e in (vllm, sglang, command))
-    assert vllm.token_env == "VLLM_API_KEY" and sglang.token_env is None
-    assert vllm.ready_line and not sglang.ready_line
+    assert vllm.token_env == "VLLM_API_KEY" and sglang.token_env == "HPCEVAL_SGLANG_API_KEY"
+    assert vllm.ready_line and sglang.ready_line
+    assert sglang.listens_on_node and not vllm.listens_on_node
     assert command.needs_command and command.port_env and not command.parallel
     spec = DeploymentSpec(type="command", tensor_parallel_size=2, gpus_per_instance=None)
     assert command.gpu_need(spec, 4) == 4 and vllm.gpu_need(spec, 4) == 2

@@ -78,7 +78,7 @@ def test_no_third_load_after_two_allocations_that_never_became_healthy(
 
 def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
     script = render("slurm", RUN)
-    wait = script.index("wait_for_servers || exit")
+    wait = script.index("bring_up_servers || exit")
     record = script.index('echo "${SLURM_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"')
     assert wait < record < script.index("start_proxy ")
     (tmp_path / "loads").write_text("101 312\nbroken line\n102 95\n")
