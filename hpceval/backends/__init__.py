@@ -12,6 +12,7 @@ from hpceval.backends.base import (
     Backend,
     CancelReport,
     JobEntry,
+    JobInfo,
     JobQuery,
     JobRequest,
     RunLayout,
@@ -42,5 +43,5 @@ def backend_for(kind: str, *, client: SlurmClient | None = None,
     raise ValueError(f"unknown execution type {kind!r}; known: {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "Backend", "CancelReport", "JobEntry", "JobQuery", "JobRequest",
+__all__ = ["BACKENDS", "Backend", "CancelReport", "JobEntry", "JobInfo", "JobQuery", "JobRequest",
            "RunLayout", "backend_for"]

@@ -91,6 +91,14 @@ class JobQuery:
 
 
 @dataclass(frozen=True)
+class JobInfo:
+    """What `Backend.query` knows about one job id: its status and, once ended, when."""
+
+    status: JobStatus
+    ended_at: float | None = None  # epoch seconds; None while it runs or when not known
+
+
+@dataclass(frozen=True)
 class CancelReport:
     cancelled: list[str]  # job ids (or local runner ids) that were signalled
     still_active: list[str]  # what was still alive at the end: should be empty
@@ -135,6 +143,8 @@ class Backend(Protocol):
     side_by_side: ClassVar[bool]
     # its jobs go to partitions with a MaxTime (sinfo): a walltime above it is refused at submit
     partitions: ClassVar[bool]
+    # the command that lists the user's own jobs with their ids, for messages that ask for one
+    own_jobs_command: ClassVar[str]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""
@@ -154,6 +164,18 @@ class Backend(Protocol):
                sleep: Callable[[float], None]) -> CancelReport:
         """Stop every job of `entries` that still runs; `mark(ids)` records the cancellation
         before any signal, so status reads "cancelled" even if we are stopped mid-way."""
+        ...
+
+    def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
+        """The jobs among `job_ids` the scheduler lists, by id (ONE accounting call; `queue`
+        asks the live queue first, which lists a job submitted a second ago). A job it does
+        not list is absent. An HpcevalError when the scheduler cannot answer."""
+        ...
+
+    def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,
+                       role: Role) -> JobEntry:
+        """Queue `script` again, to start once every job of `after` has ended (however): a
+        dependent job that must outlive auto-resume successors (export, aggregation)."""
         ...
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:

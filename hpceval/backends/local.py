@@ -19,7 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.backends.base import (
+    CancelReport,
+    JobEntry,
+    JobInfo,
+    JobQuery,
+    JobRequest,
+    RunLayout,
+)
 from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.contract import (
     JOB_FILES,
@@ -29,7 +36,9 @@ from hpceval.contract import (
     LOCAL_RUNNER_LOG,
     model_dir,
 )
+from hpceval.errors import HpcevalError
 from hpceval.phases import JobStatus, Phase
+from hpceval.records import Role
 
 RUNNER_TEMPLATE = "local.sh.j2"
 
@@ -45,6 +54,7 @@ class LocalBackend:
     # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)
     side_by_side: ClassVar[bool] = False
     partitions: ClassVar[bool] = False
+    own_jobs_command: ClassVar[str] = "ps -u $USER"
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}
@@ -75,6 +85,22 @@ class LocalBackend:
         mark([e.id for e in live])
         left = [e.id for e in live if not kill_local(e)]
         return CancelReport([e.id for e in live], left, {e.id: "ended" for e in live})
+
+    def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
+        """The runners among `job_ids` (local-<pid>) still running on this machine. No record
+        outlives a runner: an ended one is absent, its models' status is on disk."""
+        found = {}
+        for job_id in job_ids:
+            pid = job_id.removeprefix("local-")
+            proc = _proc_start(int(pid)) if pid.isdigit() and pid != job_id else None
+            if proc is not None and proc[1] != "Z":
+                found[job_id] = JobInfo(JobStatus(Phase.RUNNING, "", "running"))
+        return found
+
+    def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,
+                       role: Role) -> JobEntry:
+        raise HpcevalError(f"the local backend queues no job after another ({role} after "
+                           f"{', '.join(after)})", "run it again by hand once they have ended")
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
         return model_dir(run_dir, key) / LOCAL_LOG_FILE

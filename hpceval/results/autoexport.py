@@ -1,6 +1,6 @@
 """The export step after a run (``export.destinations``): ``python -m hpceval.results.autoexport``.
 
-On Slurm it is its own CPU job, submitted with ``--dependency=afterany:<main job>`` beside the
+On Slurm it is its own CPU job, queued to start after the main job has ended, beside the
 sweep's aggregation job; the local runner calls it after the last model. A main job stopped by
 its walltime submits a successor (auto-resume) and ends, which releases this job too early: so
 before exporting, the job looks for successors it has not waited for yet (the run directory's
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpceval.contract import EXPORT_DIR, EXPORT_WAITED_FILE, SUCCESSORS_FILE
-from hpceval.records import Reason, Role
+from hpceval.records import Role
 
 # the options this module parses are written by render (re-exported for older callers)
 from hpceval.render.export_args import export_arguments as export_arguments
@@ -50,25 +50,24 @@ def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None 
     todo = unwaited_successors(run_dir, waited_file)
     if not todo:
         return None
-    from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
+    from hpceval.backends import backend_for
+    from hpceval.errors import HpcevalError
+    from hpceval.records import read_run
+    from hpceval.runs.jobs import append_jobs, read_jobs
 
+    # the run's backend, as `hpceval resume` finds it (run.json, else jobs.json)
+    kind = read_run(run_dir).kind or read_jobs(run_dir).kind
     try:
-        job = (client or CommandSlurmClient()).submit(script,
-                                                      dependency="afterany:" + ":".join(todo))
-    except SlurmError as exc:  # e.g. a successor Slurm has forgotten: it ended long ago
+        entry = backend_for(kind, client=client).resubmit_after(run_dir, script, todo,
+                                                                 role=role)
+    except HpcevalError as exc:  # e.g. a successor the scheduler forgot: it ended long ago
         print(f"not waiting for job(s) {', '.join(todo)}: {exc}; going on now", file=sys.stderr)
         return None
     with (run_dir / waited_file).open("a", encoding="utf-8") as fh:
         fh.write("".join(f"{i}\n" for i in todo))
     # Into the run's chain, so `hpceval kill` cancels it too (status follows main jobs only).
-    import time
-
-    from hpceval.backends.base import JobEntry
-    from hpceval.runs.jobs import append_jobs
-
-    append_jobs(run_dir, "slurm", [JobEntry(job, "slurm", role, (), False, time.time(),
-                                            Reason.AUTO_RESUME)])
-    return job
+    append_jobs(run_dir, kind, [entry])
+    return entry.id
 
 
 def run_exports(run_dir: Path, args: argparse.Namespace) -> int:

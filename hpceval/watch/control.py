@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends import JobEntry, backend_for
+from hpceval.backends import Backend, JobEntry, backend_for
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
@@ -97,7 +97,7 @@ def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
         raise ConfigError(issues)
     prepare_run(configs)  # everything `submit` renders renders (pure: nothing written)
     if options.after_job:
-        _check_training_job(client, options.after_job)
+        _check_training_job(backend_for(ex.type, client=client), options.after_job)
     watch_id = WATCH_DIR_PREFIX + new_invocation_id()
     watch_dir = Path(ex.output_dir) / watch_id
     spec = replace(options, watch_id=watch_id, kind=ex.type,
@@ -140,16 +140,13 @@ def _sample_name(pattern: str) -> str:
     return "".join("0" if ch in "*?" else ch for ch in pattern if ch not in "[]")
 
 
-def _check_training_job(client: SlurmClient | None, job_id: str) -> None:
-    from hpceval.backends.slurm.client import CommandSlurmClient
-
-    slurm = client or CommandSlurmClient()
-    # squeue first: sacct lags a job submitted a second ago; sacct for one that ended
-    # longer ago than the controller keeps it (MinJobAge)
-    if job_id not in slurm.squeue([job_id]) and job_id not in slurm.sacct([job_id]):
-        raise ConfigError.at("--after-job", f"sacct knows no job {job_id}",
-                             "give the training job's id (squeue --me), or leave the option "
-                             "out and stop the watch with `hpceval watch stop`")
+def _check_training_job(backend: Backend, job_id: str) -> None:
+    # the live queue too: a training job submitted a second ago is not in the accounting yet
+    if job_id not in backend.query([job_id], queue=True):
+        raise ConfigError.at("--after-job", f"the {backend.name} scheduler knows no job "
+                             f"{job_id}", f"give the training job's id "
+                             f"({backend.own_jobs_command}), or leave the option out and stop "
+                             "the watch with `hpceval watch stop`")
 
 
 def _write(watch_dir: Path, spec: WatchSpec, script: str) -> None:
@@ -270,16 +267,13 @@ def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
 def resume_watch(watch_dir: Path, client: SlurmClient | None = None) -> str:
     """Queue a tick now for a stopped watch, or one whose chain of ticks broke (a failed
     resubmission, a repaired state.json). Refused while a tick is still queued or running."""
-    from hpceval.backends.slurm.client import CommandSlurmClient
-    from hpceval.backends.slurm.states import classify
-
     spec = read_spec(watch_dir)
     with st.locked(watch_dir):
         state = st.load_state(watch_dir)
         ticks = [t["id"] for t in state["ticks"]]
         if ticks:
-            records = (client or CommandSlurmClient()).sacct([ticks[-1]])
-            if not classify(records.get(ticks[-1])).terminal and ticks[-1] in records:
+            info = backend_for(spec.kind, client=client).query([ticks[-1]]).get(ticks[-1])
+            if info is not None and not info.status.terminal:
                 raise WatchError(f"tick job {ticks[-1]} is still queued or running")
         state.update(status=st.WATCHING, reason="")
         try:

@@ -2,7 +2,7 @@
 (``python -m hpceval.job watch-tick --watch-dir DIR``), or anywhere for tests.
 
 Under the watch's lock, from reading state.json to queuing the next tick:
-1. the training job (``--after-job``): one sacct call, made BEFORE the listing, so a
+1. the training job (``--after-job``): one backend query, made BEFORE the listing, so a
    checkpoint it wrote just before it ended is in this listing;
 2. list the checkpoints, judge each new one (hpceval.watch.checkpoints); one not owned by a
    trusted uid (hpceval.watch.trust) is only recorded as ignored, with its owner;
@@ -16,7 +16,7 @@ Under the watch's lock, from reading state.json to queuing the next tick:
    singleton).
 
 Retries: a submission that failed before any job was queued is tried again at later ticks,
-``attempts`` times in all (a transient sbatch error heals; a config error shows in status
+``attempts`` times in all (a transient submission error heals; a config error shows in status
 each time). One that may have queued a job is never retried: exactly once comes first.
 An evaluation that fails in its job is not retried by the watch (``hpceval resume RUN``).
 """
@@ -35,6 +35,8 @@ from typing import Any
 from hpceval.backends import JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.contract import WATCH_SCRIPT
+from hpceval.errors import HpcevalError
+from hpceval.phases import UNKNOWN
 from hpceval.records import Reason, Role
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import Checkpoint, judge, list_checkpoints
@@ -62,7 +64,7 @@ class TickReport:
     deferred: list[str] = field(default_factory=list)  # complete, over this tick's cap
     cap: int = 0  # the watch's max_per_tick
     foreign: list[str] = field(default_factory=list)  # "NAME: owned by USER (uid N)"
-    training: str | None = None  # the after-job's phase, as sacct said before the listing
+    training: str | None = None  # the after-job's phase, as the backend said before the listing
     next_tick: str | None = None
 
     def lines(self) -> list[str]:
@@ -111,7 +113,7 @@ def submit_checkpoint(spec: WatchSpec, ckpt: Checkpoint,
     try:
         result = submit_prepared(run, client, written=True)
     except Exception as exc:
-        # sbatch may have queued the job before what failed: only an empty chain is safe to
+        # the scheduler may have queued the job before what failed: only an empty chain is safe to
         # submit again
         queued = bool(read_jobs(run.run_dir).ids)
         raise SubmitFailed(f"{type(exc).__name__}: {exc}", retryable=not queued,
@@ -130,19 +132,16 @@ def settle_s(spec: WatchSpec) -> int:
 def training_phase(client: SlurmClient | None, spec: WatchSpec, at: float
                    ) -> tuple[str, bool]:
     """The after-job's phase, and whether it ended at least settle_s() before `at`: ONE
-    sacct call. A failed call is "not ended": the watch asks again at the next tick."""
-    from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
-    from hpceval.backends.slurm.states import classify
-
+    backend query. A failed query is "not ended": the watch asks again at the next tick."""
     assert spec.after_job is not None
     try:
-        record = (client or CommandSlurmClient()).sacct([spec.after_job]).get(spec.after_job)
-    except SlurmError as exc:
+        info = backend_for(spec.kind, client=client).query([spec.after_job]).get(spec.after_job)
+    except HpcevalError as exc:
         return f"unknown ({exc})", False
-    status = classify(record)
+    status = UNKNOWN if info is None else info.status
     if not status.terminal:
         return status.phase.value, False
-    end = record.end.timestamp() if record is not None and record.end is not None else None
+    end = info.ended_at if info is not None else None
     settled = end is None or at - end >= settle_s(spec)
     return status.phase.value + ("" if settled else " (settling)"), settled
 

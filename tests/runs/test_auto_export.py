@@ -93,7 +93,8 @@ def test_export_waits_for_successors_once_each_then_exports(tmp_path: Path,
                                                             fake: FakeSlurm) -> None:
     run_dir = tmp_path / "run"
     (run_dir / "models").mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"invocation_id": "inv-1", "models": []}))
+    (run_dir / "run.json").write_text(json.dumps({"invocation_id": "inv-1", "kind": "slurm",
+                                                  "models": []}))
     finish_task(run_dir, "solo", ONE)
     script = run_dir / EXPORT_SCRIPT
     args = ["--run-dir", str(run_dir), "--resubmit", str(script), "--dest", "local",

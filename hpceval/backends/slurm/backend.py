@@ -14,11 +14,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from hpceval.backends.base import CancelReport, JobEntry, JobQuery, JobRequest, RunLayout
+from hpceval.backends.base import (
+    CancelReport,
+    JobEntry,
+    JobInfo,
+    JobQuery,
+    JobRequest,
+    RunLayout,
+)
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.records import base_job_id
-from hpceval.backends.slurm.states import JobStatus, Phase
+from hpceval.backends.slurm.states import JobStatus, Phase, classify
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
+from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
 
 if TYPE_CHECKING:
@@ -39,6 +47,7 @@ class SlurmBackend:
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
+    own_jobs_command: ClassVar[str] = "squeue --me"
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
@@ -149,6 +158,24 @@ class SlurmBackend:
             if entry.user_id is not None and entry.user_id != me:
                 owners.setdefault(base if base in ids else job_id, entry.user_id)
         return {j: uid for j, uid in owners.items() if j in ids}
+
+    def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
+        ids = list(job_ids)
+        # squeue first: sacct lags a job submitted a second ago; sacct for one that ended
+        # longer ago than the controller keeps it in the queue (MinJobAge)
+        found = {j: JobInfo(classify(e)) for j, e in self.client.squeue(ids).items()
+                 if j in ids} if queue else {}
+        for job_id, record in self.client.sacct(ids).items():
+            if job_id in ids:
+                end = record.end.timestamp() if record.end is not None else None
+                found[job_id] = JobInfo(classify(record), end)
+        return found
+
+    def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,
+                       role: Role) -> JobEntry:
+        submitted_at = time.time()
+        job_id = self.client.submit(script, dependency="afterany:" + ":".join(after))
+        return JobEntry(job_id, self.name, role, (), False, submitted_at, Reason.AUTO_RESUME)
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
         # the --output of the rendered header (backends/slurm/header.py)
