@@ -35,7 +35,7 @@ LOG_DIR = "logs"  # array element and aggregation logs
 JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
 
 # -- written by the job ---------------------------------------------------------------------
-SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job sbatch'ed itself
+SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job submitted itself
 EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already waited for
 AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregation with a judge
 # exit status of `hpceval.results.table aggregate --resubmit` when it submitted itself again

@@ -63,7 +63,7 @@ def preflight(config: ConfigSource, overrides: Sequence[str] = (), *,
 
 def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
            aggregate: bool = True, client: SlurmClient | None = None) -> Submitted:
-    """Validate, write the run directory and submit (one sbatch; a sweep is one array job).
+    """Validate, write the run directory and submit (one submission; a sweep is one array job).
 
     Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, roles, kind,
     models, what: how the backend names the main job). execution.type local starts the same
@@ -85,7 +85,7 @@ def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
            output_dirs: Iterable[str | Path] = (),
            client: SlurmClient | None = None) -> list[dict[str, Any]]:
     """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as the dicts
-    of ``hpceval status --json`` (without cost and flags). One sacct call whatever the number
+    of ``hpceval status --json`` (without cost and flags). One scheduler call whatever the number
     of runs and jobs."""
     from hpceval.runs.index import list_runs
     from hpceval.runs.state import Tracker

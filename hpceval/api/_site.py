@@ -121,7 +121,7 @@ def resume_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (
 
 def watch_status(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
                  client: SlurmClient | None = None) -> dict[str, Any]:
-    """`hpceval status WATCH --json` as a dict (one sacct call)."""
+    """`hpceval status WATCH --json` as a dict (one scheduler call)."""
     from hpceval.watch.status import watch_status as status_of
 
     return status_of(find_watch(watch_ref, output_dirs), client)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunStatus:
-    """One run's state, and what its jobs held (sacct AllocTRES x Elapsed, every attempt)."""
+    """One run's state, and what its jobs held (GPUs x elapsed, every attempt)."""
 
     state: RunState
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
@@ -40,7 +40,7 @@ class Tracking:
             self._tracker.add(ref)
 
     def refresh(self, *, force: bool = False) -> list[RunStatus]:
-        """States and GPU-hours from the same, single sacct call (at most one per
+        """States and GPU-hours from the same, single scheduler call (at most one per
         ``min_interval_s`` unless ``force``)."""
         from hpceval.runs.cost import collect_usage, run_cost, usage_round
         from hpceval.runs.jobs import read_jobs

@@ -36,8 +36,8 @@ def doctor(config_file: str | None, config_opt: str | None, config_dir: str | No
            as_json: bool) -> None:
     """Check that this site can run RUN.yaml (or a site PROFILE) before spending GPU-hours.
 
-    On the login node: the partition exists and its MaxTime fits execution.walltime, sbatch
-    --test-only accepts the account/QOS, images and data are staged (RUN.yaml only),
+    On the login node: the partition exists and its MaxTime fits execution.walltime, a
+    test-only submission accepts the account/QOS, images and data are staged (RUN.yaml only),
     HPCEVAL_PYTHON and the output dir are on shared storage, the output dir is writable. With
     --on-node, one short CPU job reports: hpceval importable by HPCEVAL_PYTHON, each `module
     load`, apptainer/singularity/enroot/podman and their versions, GPUs (nvidia-smi -L), the

@@ -64,7 +64,7 @@ def selection_options(func: Any) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
 @click.option("--cost", is_flag=True,
               help="GPU-hours and node-hours per model (all its jobs) and per task, instead of "
-                   "metrics (one sacct call for jobs not seen ended before).")
+                   "metrics (one scheduler call for jobs not seen ended before).")
 @click.option("--long", "long_rows", is_flag=True,
               help="With a WATCH: the usual metric rows with a step column, instead of one "
                    "row per step.")
@@ -137,7 +137,7 @@ def _watch_points(watch_dir: Path) -> list[tuple[int, Path]]:
 @click.option("--output", "-O", "output", type=click.Path(dir_okay=False),
               help="The HTML file to write [default: report.html in the watch directory].")
 @click.option("--metric", help="This metric instead of each task's primary one.")
-@click.option("--no-cost", is_flag=True, help="Leave out GPU-hours (no sacct call).")
+@click.option("--no-cost", is_flag=True, help="Leave out GPU-hours (no scheduler call).")
 @output_dir_option
 def report(watch_ref: str, output: str | None, metric: str | None, no_cost: bool,
            output_dirs: tuple[str, ...]) -> None:

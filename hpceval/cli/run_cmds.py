@@ -31,7 +31,7 @@ def render(config_file: str | None, config_opt: str | None, config_dir: str | No
            out_dir: str | None) -> None:
     """Print exactly the job scripts that submit would send (nothing is submitted).
 
-    A sweep prints the array dispatcher (what sbatch receives), every model's job script and
+    A sweep prints the array dispatcher (what the scheduler receives), every model's job script and
     the dependent aggregation script. Secrets are checked by name only at submit time, so
     render works on any machine.
     """
@@ -89,7 +89,7 @@ def _write_no_follow(target: Path, name: str, text: str) -> None:
 def submit(config_file: str | None, config_opt: str | None, config_dir: str | None,
            config_name: str | None, profile: str | None, overrides: tuple[str, ...],
            dry_run: bool, no_aggregate: bool) -> None:
-    """Validate a run, render its job scripts and submit them with sbatch (one call).
+    """Validate a run, render its job scripts and submit them to the scheduler (one call).
 
     Validation runs before anything is written: a config error names the key and the fix,
     exits 2, and submits nothing. execution.type local runs the same job here with bash.

@@ -19,7 +19,7 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
     """One row per step, one column per task (its primary metric, or `metric`); `long`: the
     usual metric rows with a step column. --json is --format json, as for `hpceval results`.
     `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
-    `cost` is False (one sacct call for jobs not seen ended before, as `results --html`)."""
+    `cost` is False (one scheduler call for jobs not seen ended before, as `results --html`)."""
     from hpceval import api
     from hpceval.results.steps import render_steps, step_pivot, step_table
 

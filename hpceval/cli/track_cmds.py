@@ -42,7 +42,7 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @click.argument("runs", nargs=-1)
 @click.option("--watch", is_flag=True, help="Refresh until every run ended (progress bars).")
 @click.option("--interval", default=5.0, show_default=True,
-              help="Seconds between refreshes with --watch (one sacct call each; min 2).")
+              help="Seconds between refreshes with --watch (one scheduler call each; min 2).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--limit", default=5, show_default=True, help="Recent runs shown without RUN.")
 @click.option("--no-tasks", is_flag=True, help="Leave out the per-task lines.")
@@ -53,9 +53,9 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
 
     RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
 
-    One sacct call per refresh, whatever the number of runs, models or array tasks. A job
-    sacct does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
-    the jobs held (sacct AllocTRES x Elapsed), every attempt of a model included.
+    One scheduler call per refresh, whatever the number of runs, models or array tasks. A job
+    the scheduler does not list yet is "unknown", never "failed". GPU-hours and node-hours are what
+    the jobs held (the scheduler's accounting: GPUs x elapsed), every attempt of a model included.
     """
     from hpceval import api
     from hpceval.runs.views import format_states, rich_states, state_to_dict
@@ -231,7 +231,7 @@ def _say_watch_killed(done: WatchKill) -> None:
 
 @click.command()
 @click.argument("run")
-@click.option("--force", is_flag=True, help="Resubmit even if sacct shows live jobs.")
+@click.option("--force", is_flag=True, help="Resubmit even if the scheduler shows live jobs.")
 @click.option("--no-aggregate", is_flag=True,
               help="Sweeps: no dependent aggregation job (kept with a scope: sweep judge: "
                    "it ends the judge).")

@@ -119,7 +119,7 @@ def resume(watch_ref: str, output_dirs: tuple[str, ...]) -> None:
 @output_dir_option
 def status_cmd(watch_ref: str, as_json: bool, output_dirs: tuple[str, ...]) -> None:
     """Checkpoints seen / evaluated / running / pending / failed, the tick job, and each
-    checkpoint's run (one sacct call). Same as `hpceval status WATCH`."""
+    checkpoint's run (one scheduler call). Same as `hpceval status WATCH`."""
     show_watch(watch_ref, as_json, output_dirs)
 
 

@@ -76,13 +76,13 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         limit = partition_max_minutes(ex.partition)
         if limit is not None and wall > limit:
             yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than the "
-                              f"partition's MaxTime ({limit} minutes): sbatch would refuse the "
+                              f"partition's MaxTime ({limit} minutes): Slurm would refuse the "
                               "job or leave it pending for ever",
                               f"set execution.walltime to {limit} minutes or less (auto-resume "
                               "continues in a new allocation)")
     for flag in ex.sbatch_extra_flags:
         if not SBATCH_FLAG.match(flag):
-            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not an sbatch flag name",
+            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not a Slurm option name",
                               "write the long name without dashes, e.g. mail-type")
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:
         # The URL is written into the job script and its logs; a password there is stored.
@@ -202,10 +202,10 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
         yield ConfigIssue("execution.hostname", "is not a host name",
                           "write the login node's name, e.g. login.cluster.org")
     elif host and environ is not None and not _this_machine(host):
-        # NeMo Evaluator ssh'es there to run sbatch; hpceval runs sbatch where it runs, so
+        # NeMo Evaluator ssh'es there to submit; hpceval submits where it runs, so
         # submitting here would put the jobs on another cluster than the file names.
         yield ConfigIssue("execution.hostname", f"names {host!r}, which is not this machine; "
-                          "hpceval submits with sbatch here (no ssh hop)",
+                          "hpceval submits to the scheduler here (no ssh hop)",
                           f"run hpceval on {host}, or remove execution.hostname")
     name = spec.target.api_endpoint.api_key_name
     if name is not None:

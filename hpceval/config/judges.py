@@ -77,7 +77,7 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     deployment = DeploymentSpec(**{f: getattr(aux, f) for f in _DEPLOYMENT_FIELDS})
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
-    # Never more than the partition allows: sbatch refuses that (EnforcePartLimits) or leaves
+    # Never more than the partition allows: Slurm refuses that (EnforcePartLimits) or leaves
     # it pending for ever, and every model element waits on the judge's start. Capped, the
     # judge continues in a successor job at its walltime, as a model's job does (up to
     # max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.

@@ -41,7 +41,7 @@ else:
 
 @dataclass(frozen=True)
 class ExecutionSpec:
-    type: ExecutionType = key("slurm", "slurm submits with sbatch; local runs the same job here")
+    type: ExecutionType = key("slurm", "slurm submits to Slurm; local runs the same job here")
     profile: str | None = key(None, "name of the site profile this section came from")
     hostname: str | None = key(
         None, "login node that submits (NeMo Evaluator's key); hpceval does not ssh, so submit "

@@ -49,7 +49,7 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
     if client is None:
         from hpceval.backends.slurm.backend import SlurmBackend
 
-        # the backend's client: the one seam through which hpceval runs sbatch
+        # the backend's client: the one seam through which hpceval submits
         client = cast(login.ProbingClient, SlurmBackend().client)
     report = Report()
     report.lines += login.partition_lines(ex)

@@ -1,7 +1,7 @@
 """The login-node half of ``hpceval doctor``: what can be checked before any job is queued.
 
 Partition and MaxTime come from the one cached sinfo call of hpceval.backends.slurm.partitions,
-account/QOS from ``sbatch --test-only`` through the Slurm client, staged images and data from
+account/QOS from a test-only submission through the Slurm client, staged images and data from
 the submit preflight (hpceval.staging.preflight): the doctor adds no rule of its own there, it
 only shows them as lines. Shared storage is judged by the mount table.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
+from hpceval.backends.slurm.commands import SUBMIT, TEST_ONLY
 from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.partitions import partition_info
 from hpceval.config import ResolvedConfig
@@ -35,13 +36,13 @@ LOGIN = "login"
 
 
 class ProbingClient(SlurmClient, Protocol):
-    """A Slurm client that can also ask whether a job would be accepted (sbatch --test-only)."""
+    """A Slurm client that can also ask whether a job would be accepted (test-only)."""
 
     def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str: ...
 
 
 def site_args(ex: ExecutionSpec) -> list[str]:
-    """The sbatch options that say where a job of this profile goes and who pays for it."""
+    """The submission options that say where a job of this profile goes and who pays for it."""
     named = (("partition", ex.partition), ("account", ex.account), ("qos", ex.qos),
              ("reservation", ex.reservation))
     return [f"--{flag}={value}" for flag, value in named if value]
@@ -68,7 +69,7 @@ def partition_lines(ex: ExecutionSpec) -> list[Line]:
                     wanted is not None and wanted > info.max_minutes:
                 lines.append(Line(LOGIN, key, Status.PROBLEM,
                                   f"{info.name}: MaxTime {limit}, execution.walltime "
-                                  f"{ex.walltime} is longer (sbatch refuses it)",
+                                  f"{ex.walltime} is longer ({SUBMIT} refuses it)",
                                   f"-o execution.walltime={info.max_minutes} or less"))
             else:
                 lines.append(Line(LOGIN, key, Status.OK, f"{info.name}: MaxTime {limit}"))
@@ -76,7 +77,7 @@ def partition_lines(ex: ExecutionSpec) -> list[Line]:
 
 
 def test_only_line(ex: ExecutionSpec, client: ProbingClient, folder: Path | None) -> Line:
-    check = "sbatch --test-only"
+    check = TEST_ONLY
     if folder is None:
         return Line(LOGIN, check, Status.WARNING, "not asked: no writable output dir for its "
                     "script", "fix execution.output_dir (above)")

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hpceval.backends.slurm.backend import ACTIVE_STATES
+from hpceval.backends.slurm.commands import SUBMIT, WHY_PENDING
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
@@ -105,7 +106,7 @@ class NetTarget:
 def network_target(specs: Sequence[RunSpec], given: str | None,
                    environ: Mapping[str, str]) -> NetTarget | None:
     """What the node tries to reach: --network-target HOST:PORT, else the profile's proxy
-    (https_proxy, passed to jobs by sbatch) or an external endpoint URL; None: not tried."""
+    (https_proxy, passed to jobs by the scheduler) or an external endpoint URL; None: not tried."""
     if given:
         host, _, port = given.rpartition(":")
         return NetTarget(host.strip("[]"), int(port), "--network-target")
@@ -161,7 +162,7 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
         job_id = client.submit(path, extra_args=job_args(ex, folder))
     except SlurmError as exc:
         return None, None, Line(NODE, "doctor job", Status.PROBLEM,
-                                f"sbatch refused it: {exc.stderr or exc}",
+                                f"{SUBMIT} refused it: {exc.stderr or exc}",
                                 "fix the login-side lines above first")
     report, deadline, state = folder / REPORT_FILE, clock() + timeout_s, "PENDING"
     while clock() < deadline:
@@ -186,7 +187,7 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
     client.cancel([job_id])
     return job_id, None, Line(NODE, "doctor job", Status.PROBLEM,
                               f"job {job_id} gave no report within {timeout_s:g} s ({state})",
-                              "see `squeue -j ID -o %R` for why it waits; raise --timeout")
+                              f"see `{WHY_PENDING}` for why it waits; raise --timeout")
 
 
 def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
@@ -262,7 +263,7 @@ def _network_lines(fact: Callable[[str], tuple[int, str] | None],
     if proxies:
         fix = f"the node has {proxies} set but still cannot connect: ask the admins"
     else:
-        fix = ("export https_proxy/http_proxy before submitting (sbatch passes them), or set "
+        fix = (f"export https_proxy/http_proxy before submitting ({SUBMIT} passes them), or set "
                "execution.offline=true and `hpceval stage` what the run needs")
     return [Line(NODE, "outbound network", Status.PROBLEM,
                  f"cannot reach {where}: {_last(out) or f'exit {rc}'}", fix)]

@@ -8,8 +8,8 @@ another job of the same run may be starting or running:
 - It does nothing while any other process holds a live lease (`live-*`, see `cache.py`): a shard
   being appended must not be merged, and on NFS a shard deleted under a reader on another node
   fails its reads (ESTALE). A lease is live if its process runs (same host), else if its Slurm
-  job still runs (squeue), else if it was touched within `LEASE_STALE_S`; the others are
-  leftovers of killed proxies, and removed.
+  job still runs (asked of the Slurm backend's queue), else if it was touched within
+  `LEASE_STALE_S`; the others are leftovers of killed proxies, and removed.
 - A shard is deleted only after a file holding every valid line of it was fsync'd and renamed
   into place, so a crash at any point leaves each answer readable (at worst twice, which the
   loader tolerates). If a lease appeared while merging, the inputs are kept as well.
@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,19 +51,15 @@ from hpceval.storage import fsync_dir
 log = logging.getLogger(__name__)
 
 _OFF_BITS = 48
-JobState = Callable[[str], "str | None"]  # Slurm job id -> state (see squeue_state)
+JobState = Callable[[str], "str | None"]  # Slurm job id -> state (see slurm_job_state)
 
 
-def squeue_state(job_id: str) -> str | None:
-    """The Slurm state of a job; "" when Slurm no longer knows it; None when Slurm can't say."""
-    try:
-        done = subprocess.run(["squeue", "--noheader", "--format=%T", "--jobs", job_id],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return "" if "Invalid job id" in done.stderr else None
-    return done.stdout.strip().split("\n")[0].strip()
+def slurm_job_state(job_id: str) -> str | None:
+    """The Slurm state of the job a lease names (a lease records $SLURM_JOB_ID): the Slurm
+    backend asks its queue; "" when Slurm no longer knows it, None when it can't say."""
+    from hpceval.backends.slurm.client import queue_state
+
+    return queue_state(job_id)
 
 
 # A job in any other state (ended, pending, requeued) runs no process that could hold a lease.
@@ -106,7 +101,7 @@ def _lease_is_live(lease: Path, now: float, stale_after: float,
 
 
 def live_leases(cache_dir: Path, stale_after: float = LEASE_STALE_S,
-                remove_stale: bool = False, job_state: JobState | None = squeue_state
+                remove_stale: bool = False, job_state: JobState | None = slurm_job_state
                 ) -> list[str]:
     """Names of the leases of processes that may still use the directory."""
     now, live = time.time(), []
@@ -119,7 +114,7 @@ def live_leases(cache_dir: Path, stale_after: float = LEASE_STALE_S,
 
 
 def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
-            job_state: JobState | None = squeue_state) -> dict[str, Any]:
+            job_state: JobState | None = slurm_job_state) -> dict[str, Any]:
     """Merge every shard of `cache_dir` into one; see the module doc for when it declines."""
     live = live_leases(cache_dir, stale_after, remove_stale=True, job_state=job_state)
     if live:

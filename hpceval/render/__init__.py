@@ -1,4 +1,4 @@
-"""Rendering: a resolved run config in, the sbatch script an admin reads and trusts out.
+"""Rendering: a resolved run config in, the job script an admin reads and trusts out.
 
 ``render_job`` is pure (no files written, no commands run). Every value is shell-quoted by the
 template machinery (see ``quoting``); templates live in the top-level ``templates/`` folder.

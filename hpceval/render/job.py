@@ -1,4 +1,4 @@
-"""render_job: a resolved config and a job context in, the sbatch script text out. Pure."""
+"""render_job: a resolved config and a job context in, the job script text out. Pure."""
 
 from __future__ import annotations
 

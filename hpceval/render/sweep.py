@@ -4,7 +4,7 @@ The array's script is a short dispatcher (templates/sweep.sbatch.j2): the `#SBAT
 every model's own job would carry, plus a `case "$SLURM_ARRAY_TASK_ID"` that execs
 ``models/<key>/job.sh``, the full per-model script from ``render_job``. Element scripts carry
 their own (single-job) header too: under the dispatcher it is only comments, and it lets an
-admin sbatch one element by hand. A small CPU-only aggregation script, submitted with
+admin submit one element by hand. A small CPU-only aggregation script, submitted with
 ``--dependency=afterany:<array>``, writes the sweep's results table when every element ended.
 An auxiliary deployment with ``scope: sweep`` (a judge) is one job of its own that the array
 starts after (render/judge.py); the aggregation script ends it.
@@ -36,7 +36,7 @@ EXPORT_MINUTES = 30
 
 @dataclass(frozen=True)
 class SweepScripts:
-    dispatcher: str  # what sbatch receives
+    dispatcher: str  # what the scheduler receives
     elements: dict[str, str]  # model key -> its job script (models/<key>/job.sh)
     aggregate: str  # the dependent aggregation job's script
     judges: dict[str, str] = field(default_factory=dict)  # scope sweep: name -> judge job script

@@ -13,7 +13,7 @@ from hpceval.contract import WATCH_LOG_DIR
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 TICK_TEMPLATE = "watch-tick.sbatch.j2"
-TICK_MINUTES = 10  # a tick lists folders and runs a few sbatch calls
+TICK_MINUTES = 10  # a tick lists folders and submits a few jobs
 
 
 def tick_job_name(watch_id: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
     AUX_ENDPOINT_FILE,
@@ -178,9 +179,9 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
 def _check_passed_env(ref: RunRef, run: RunRecord, todo: list[ModelRecord]) -> None:
     """Refuse before submitting when a variable the scripts read by name is unset here.
 
-    submit checked them in the submitting shell; a resume may come from another one, and sbatch
-    passes this shell's environment to the job, which would otherwise queue, load the model and
-    only then stop at ``${NAME:?...}``.
+    submit checked them in the submitting shell; a resume may come from another one, and the
+    scheduler passes this shell's environment on to the job, which would otherwise queue, load
+    the model and only then stop at ``${NAME:?...}``.
     """
     from hpceval.render.quoting import passed_env_names
 
@@ -193,5 +194,5 @@ def _check_passed_env(ref: RunRef, run: RunRecord, todo: list[ModelRecord]) -> N
         exports = " ".join(f"{n}=..." for n in missing)
         raise ResumeRefused(f"{ref.invocation_id}: the job reads "
                             f"{', '.join('$' + n for n in missing)} by name and this shell does "
-                            f"not set it; `export {exports}` and resume again (sbatch passes "
+                            f"not set it; `export {exports}` and resume again ({SUBMIT} passes "
                             "this shell's environment; values are never stored)")

@@ -1,14 +1,14 @@
 """What a run cost: GPU-hours and node-hours per model and per task, from Slurm's accounting.
 
-A job's usage is what sacct says it held (AllocTRES gres/gpu and node) times how long it held
-it (Elapsed): the allocation budget is charged for held GPUs, busy or not. A model's cost is
-every job of its chain (the first submission and each resume), so failed and timed-out attempts
-count too; a sweep's judge job (scope: sweep) is a row of its own, ``auxiliary/<name>``. A
-task's cost is its own duration (manifest.json) times the GPUs of the job that ran it; tasks a
-job ran side by side (max_concurrent_tasks > 1) share those GPUs, so task figures can add up to
-more than the model's.
+A job's usage is what the accounting says it held (AllocTRES gres/gpu and node) times how long
+it held it (Elapsed): the allocation budget is charged for held GPUs, busy or not. A model's
+cost is every job of its chain (the first submission and each resume), so failed and timed-out
+attempts count too; a sweep's judge job (scope: sweep) is a row of its own,
+``auxiliary/<name>``. A task's cost is its own duration (manifest.json) times the GPUs of the
+job that ran it; tasks a job ran side by side (max_concurrent_tasks > 1) share those GPUs, so
+task figures can add up to more than the model's.
 
-Usage comes from the sacct call a refresh makes anyway: `register_usage` adds the jobs whose
+Usage comes from the scheduler call a refresh makes anyway: `register_usage` adds the jobs whose
 usage is not known yet to the watcher before that call, `collect_usage` reads the records after
 it. Usage of ended jobs is kept in the user's cache (job-usage.json), so a job is asked about
 until it ends, then never again. Local runs (no Slurm) have no accounting: shown as unknown.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hpceval.backends import backend_for
+from hpceval.backends.slurm.commands import ACCOUNTING
 from hpceval.contract import MANIFEST_FILE, aux_folder, is_done, task_dir
 from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
@@ -104,7 +105,7 @@ def _cache_path() -> Path:
 
 
 class UsageBook:
-    """Known job usage: ended jobs from the cache, the rest from this call's sacct records."""
+    """Known job usage: ended jobs from the cache, the rest from this call's accounting records."""
 
     def __init__(self) -> None:
         self._known: dict[str, JobUsage] = {}
@@ -131,7 +132,7 @@ class UsageBook:
         self._dirty = self._dirty or ended
 
     def save(self) -> None:
-        # Only a cache: if it cannot be written, the next call asks sacct again.
+        # Only a cache: if it cannot be written, the next call asks the scheduler again.
         if not self._dirty:
             return
         data = {k: [u.elapsed_s, u.gpus, u.nodes] for k, u in self._known.items() if u.final}
@@ -211,15 +212,15 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
 
 
 def format_cost(cost: dict[str, Any]) -> str:
-    """'1.25 GPU-h, 0.312 node-h' for a run's or a model's cost (+ jobs sacct did not report)."""
+    """'1.25 GPU-h, 0.312 node-h' for a run's or a model's cost (+ jobs not accounted yet)."""
     text = f"{cost['gpu_hours']:.3g} GPU-h, {cost['node_hours']:.3g} node-h"
     unknown = cost["unknown_jobs"]
-    return text + (f" ({unknown} job(s) not in sacct yet)" if unknown else "")
+    return text + (f" ({unknown} job(s) not in {ACCOUNTING} yet)" if unknown else "")
 
 
 def usage_round(source: UsageSource, runs: Iterable[tuple[RunRecord, Any]],
                 book: UsageBook | None = None) -> tuple[UsageBook, list[RunJob]]:
-    """register_usage over the (run.json, Jobs) of several runs: call before the sacct refresh."""
+    """register_usage over the (run.json, Jobs) of several runs: call before the refresh."""
     book = book or UsageBook()
     wanted = register_usage(source, [j for run, jobs in runs for j in run_jobs(run, jobs)], book)
     return book, wanted
@@ -227,7 +228,7 @@ def usage_round(source: UsageSource, runs: Iterable[tuple[RunRecord, Any]],
 
 def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
     """One row per (run, model, task) plus a '(all jobs)' row per model: the `results --cost`
-    table. `source_factory()` gives a watcher; it is made (and sacct asked, once) only when
+    table. `source_factory()` gives a watcher; it is made (and the scheduler asked, once) only when
     some job's usage is not cached yet."""
     import pandas as pd
 

@@ -1,6 +1,6 @@
 """jobs.json: the chain of jobs (or local processes) that worked on a run, oldest first.
 
-Every submission appends entries, it never rewrites them: the first sbatch, a `resume` (only
+Every submission appends entries, it never rewrites them: the first submission, a `resume` (only
 the unfinished models), the dependent aggregation job. The newest main entry that covers a
 model is the one whose state that model has; older entries stay for `kill` and `info`.
 A filelock beside the file serialises writers (a resume racing a kill); each write is atomic.
@@ -71,7 +71,7 @@ def read_jobs(run_dir: Path) -> Jobs:
 
 
 def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
-    """Auto-resume: a job stopped by the walltime sbatch'es its successor itself and appends
+    """Auto-resume: a job stopped by the walltime submits its successor itself and appends
     "<id> [model key]" to jobs.chain (the run's, or its model's); those jobs join the chain
     here, in file order, after the submissions hpceval made."""
     if not jobs.chain:
@@ -89,7 +89,7 @@ def _with_successors(run_dir: Path, jobs: Jobs) -> Jobs:
     # for the judge it ends
     judges = [(aux_dir(run_dir, n) / SUCCESSORS_FILE, n) for n in judge_names]
     known = {e.id for e in jobs.chain}
-    # Successors start after the first submission: its time is a safe sacct -S bound.
+    # Successors start after the first submission: its time is a safe -S bound.
     at = jobs.chain[0].submitted_at
     added: list[JobEntry] = []
     for path, owner in files:

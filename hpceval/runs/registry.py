@@ -8,7 +8,7 @@ no lock) sees whole lines only, except a torn last line of a crashed writer, whi
 Anyone who can write the registry can append to it, so a line is a claim, not a fact: readers
 skip malformed lines (one warning per read) and `trusted_entries` keeps only the lines whose
 run directory is the reader's own directory directly under this output directory. The registry
-is opened without following symlinks. `check_writable` runs before sbatch: a job must never run
+is opened without following symlinks. `check_writable` runs before submitting: a job must never run
 without an entry.
 """
 

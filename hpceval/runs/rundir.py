@@ -97,7 +97,7 @@ class PreparedRun:
     run_dir: Path
     models: tuple[ModelPlan, ...]
     scripts: dict[str, str]  # relative path -> text: everything that runs, as written
-    entry: str  # the script handed to sbatch (or to bash, for local runs)
+    entry: str  # the script handed to the scheduler (or to bash, for local runs)
     aggregate: str | None = None  # a sweep whose backend runs aggregation as a job: its script
     export: str | None = None  # export.destinations, where the backend runs it as a job
     judges: dict[str, str] = dataclasses.field(default_factory=dict)  # scope sweep: name -> script
@@ -279,7 +279,7 @@ _umask_saved = 0
 @contextlib.contextmanager
 def run_umask(value: str | None) -> Iterator[None]:
     """execution.umask for everything written meanwhile, and for the jobs started meanwhile:
-    sbatch passes the submitting umask to the job (SLURM_UMASK), a local runner inherits it.
+    Slurm passes the submitting umask to the job (SLURM_UMASK), a local runner inherits it.
 
     The umask belongs to the process: submits in several threads share it, and the one that
     was there before is restored when the last of them ends (restoring per call would leave

@@ -1,11 +1,11 @@
 """What users mean by a run's state: Slurm's answer merged with what the job left on disk.
 
-Markers beat the scheduler: a task with `done` is done whatever sacct says (it lags, or forgot
-an old job); `failed.json` says why a task failed; the model's `job-failure` says why the job
-itself failed (a server died, the results directory is not writable). The scheduler says the
-rest: queued, running, resuming, or how the job ended. One `Tracker` serves any number of
-runs through their execution backends (hpceval.backends), each asked once per refresh: on
-Slurm one sacct call for every job, rate limited, and finished jobs remembered in the user's
+Markers beat the scheduler: a task with `done` is done whatever the scheduler says (it lags, or
+forgot an old job); `failed.json` says why a task failed; the model's `job-failure` says why the
+job itself failed (a server died, the results directory is not writable). The scheduler says the
+rest: queued, running, resuming, or how the job ended. One `Tracker` serves any number of runs
+through their execution backends (hpceval.backends), each asked once per refresh: on Slurm one
+accounting call for every job, rate limited, and finished jobs remembered in the user's
 cache so later `status` calls never ask about them again.
 """
 
@@ -97,7 +97,7 @@ class Tracker:
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:
-        # read by the Slurm backend only (a fake client in tests, the sacct rate limit)
+        # read by the Slurm backend only (a fake client in tests, the scheduler rate limit)
         self._client, self._watcher, self._min_interval_s = client, watcher, min_interval_s
         self._backends: dict[str, Backend] = {}
         self._runs: dict[Path, RunRef] = {}
@@ -111,7 +111,7 @@ class Tracker:
 
     @property
     def watcher(self) -> JobWatcher:
-        """The Slurm backend's shared watcher (its sacct call count, for benchmarks)."""
+        """The Slurm backend's shared watcher (its scheduler call count, for benchmarks)."""
         from hpceval.backends.slurm.backend import SlurmBackend
 
         slurm = self.backend("slurm")

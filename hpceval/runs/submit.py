@@ -72,7 +72,7 @@ def submit_prepared(run: PreparedRun, client: SlurmClient | None = None, *,
 
 def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate: bool,
                      written: bool) -> Submitted:
-    check_writable(run.run_dir.parent)  # before sbatch: never a job without a registry entry
+    check_writable(run.run_dir.parent)  # before submitting: never a job without a registry entry
     if not written:
         write_run(run)
     backend = backend_for(run.kind, client=client)

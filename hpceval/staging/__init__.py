@@ -1,4 +1,4 @@
-"""Staging for offline compute nodes, and the preflight that submit runs before sbatch.
+"""Staging for offline compute nodes, and the preflight that submit runs before submitting.
 
     from hpceval.staging import preflight, check_preflight, stage
 

@@ -1,4 +1,4 @@
-"""Preflight: what would make a job fail after it waited in the queue, checked before sbatch.
+"""Preflight: what would make a job fail after it waited in the queue, checked before submitting.
 
 Each problem is a ConfigIssue naming the key and the command that fixes it, so ``submit`` can
 raise ConfigError (exit 2) and queue nothing. Everything is checked from the login node, which
@@ -176,7 +176,7 @@ def _data_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
 
 
 def _env_issues(resolved: ResolvedConfig, env: Mapping[str, str]) -> list[ConfigIssue]:
-    """A harness's required variables: set here (sbatch exports the submitting environment),
+    """A harness's required variables: set here (the scheduler exports the submitting environment),
     or given in env_vars (whose host:NAME references config validation already checked)."""
     spec = resolved.spec
     issues: list[ConfigIssue] = []

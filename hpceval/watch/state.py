@@ -23,7 +23,7 @@ from hpceval.watch.spec import WatchError
 
 STATE_SCHEMA = 1
 BACKUP_SUFFIX = ".bak"
-LOCK_TIMEOUT_S = 300.0  # a tick holds the lock while it submits; a few sbatch calls at most
+LOCK_TIMEOUT_S = 300.0  # a tick holds the lock while it submits; a few submissions at most
 
 # the watch
 WATCHING, STOPPED, ENDED = "watching", "stopped", "ended"

@@ -1,5 +1,5 @@
 """`hpceval status WATCH`: checkpoints seen / evaluated / pending / failed, the tick job, and
-each checkpoint's run, from ONE sacct call (the runs' jobs, the tick and the training job
+each checkpoint's run, from ONE scheduler call (the runs' jobs, the tick and the training job
 are asked together through the shared watcher, as `hpceval status` does for runs).
 """
 
@@ -48,7 +48,7 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     for job_id, since in extra:
         watcher.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
     before = watcher.sacct_calls
-    states = tracker.refresh(force=True)  # ONE sacct for the runs and the jobs above
+    states = tracker.refresh(force=True)  # ONE scheduler call for the runs and the jobs above
     if extra and watcher.sacct_calls == before:
         watcher.refresh(force=True)  # no run had a job to ask about: ask for these alone
     runs = {str(s.ref.run_dir): s for s in states}

@@ -21,6 +21,11 @@ from hpceval.render.quoting import render_template
 PACKAGE = Path(__file__).parents[2] / "hpceval"
 # A test of an execution type written as a string comparison, e.g. `kind == "local"`.
 _KIND_TEST = re.compile(r"""(kind|type)\s*[!=]=\s*["'](local|slurm)["']""")
+# A Slurm command named as a word: not a file's suffix (job.sbatch), not part of a longer name
+# (sbatch_extra_flags, squeue_calls, sacctmgr). Messages that must name one get the text from
+# the backend (hpceval/backends/slurm/commands.py). Python only: the Slurm-only template
+# partials are checked with the templates.
+_SLURM_COMMAND = re.compile(r"(?<![\w.-])(sbatch|sacct|scontrol|squeue)(?![\w-])")
 
 
 def test_no_execution_type_test_outside_the_backends() -> None:
@@ -29,6 +34,19 @@ def test_no_execution_type_test_outside_the_backends() -> None:
                  if "backends" not in path.parts
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if _KIND_TEST.search(line)]
+    assert offenders == []
+
+
+def test_no_slurm_command_named_outside_the_backends() -> None:
+    words = ["one sacct call", "(squeue --me)", "sbatch's", "`scontrol show hostnames`"]
+    others = ["job.sbatch", "sbatch_extra_flags", "fake.squeue_calls", "sacctmgr", "--sbatch-x"]
+    assert [bool(_SLURM_COMMAND.search(w)) for w in words + others] == \
+        [True] * len(words) + [False] * len(others)
+    offenders = [f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 if "backends" not in path.relative_to(PACKAGE).parts
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if _SLURM_COMMAND.search(line)]
     assert offenders == []
 
 

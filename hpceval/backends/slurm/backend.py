@@ -23,6 +23,7 @@ from hpceval.backends.base import (
     RunLayout,
 )
 from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
@@ -47,7 +48,7 @@ class SlurmBackend:
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
-    own_jobs_command: ClassVar[str] = "squeue --me"
+    own_jobs_command: ClassVar[str] = OWN_JOBS
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:

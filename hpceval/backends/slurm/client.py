@@ -196,3 +196,17 @@ class CommandSlurmClient:
 def _only_gone(stderr: str) -> bool:
     lines = [line for line in stderr.splitlines() if line.strip()]
     return bool(lines) and all(any(m in line for m in _GONE_MARKERS) for line in lines)
+
+
+def queue_state(job_id: str) -> str | None:
+    """One job's state from squeue, for code inside a job that holds no client (a cache
+    compaction judging another job's lease); "" when Slurm no longer knows the job, None
+    when Slurm can't say."""
+    try:
+        done = subprocess.run(["squeue", "--noheader", "--format=%T", "--jobs", job_id],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return "" if "Invalid job id" in done.stderr else None
+    return done.stdout.strip().split("\n")[0].strip()

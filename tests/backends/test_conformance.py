@@ -1,0 +1,144 @@
+"""One set of tests every execution backend passes: the Slurm backend on the strict fake client
+(tests/runs/run_helpers.FakeSlurm) and on the real dev cluster, and the local backend on this
+machine. A new backend joins by adding a rig below.
+
+Each rig starts a trivial job that would run for a minute; the tests submit it, ask for it
+with `query`, cancel it and ask again. On the dev cluster that takes ~2-4 s (sacct lags the
+controller by up to a second).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runs"))
+from run_helpers import FakeSlurm
+
+from hpceval.backends import BACKENDS, Backend, JobEntry, JobInfo, JobRequest
+from hpceval.backends.local import LocalBackend
+from hpceval.backends.slurm.backend import SlurmBackend
+from hpceval.contract import LOCAL_RUNNER, LOCAL_RUNNER_LOG
+from hpceval.errors import HpcevalError
+from hpceval.phases import Phase
+
+LIVE = {Phase.QUEUED, Phase.RUNNING}
+FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "schedules_later",
+         "side_by_side", "partitions")
+
+
+@dataclass
+class Rig:
+    backend: Backend
+    run_dir: Path
+    request: JobRequest
+    # what the scheduler does by itself once a job is queued: the fake's test sets the state
+    started: Callable[[JobEntry], None] = lambda entry: None
+    wait_s: float = 0.0  # how long query may take to list a fresh or cancelled job
+    fake: FakeSlurm | None = field(default=None)
+
+
+def _fake_slurm(tmp_path: Path) -> Rig:
+    fake = FakeSlurm()
+
+    def started(entry: JobEntry) -> None:
+        fake.states[entry.id] = "RUNNING"
+
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\nsleep 60\n")
+    return Rig(SlurmBackend(fake), tmp_path, JobRequest("job.sbatch"), started, fake=fake)
+
+
+def _real_slurm(tmp_path: Path, client: object) -> Rig:
+    (tmp_path / "job.sbatch").write_text(
+        "#!/bin/bash\n#SBATCH --job-name=hpceval-conformance\n#SBATCH --time=1\n"
+        f"#SBATCH --output={tmp_path}/slurm-%j.log\nsleep 60\n")
+    return Rig(SlurmBackend(client), tmp_path, JobRequest("job.sbatch"),  # type: ignore[arg-type]
+               wait_s=20.0)
+
+
+def _local(tmp_path: Path) -> Rig:
+    (tmp_path / LOCAL_RUNNER).write_text("sleep 60\n")
+    (tmp_path / LOCAL_RUNNER_LOG).parent.mkdir(parents=True)  # a run directory's logs/
+    return Rig(LocalBackend(), tmp_path, JobRequest(LOCAL_RUNNER))
+
+
+@pytest.fixture(params=["slurm-fake", "local", pytest.param("slurm-cluster",
+                                                             marks=pytest.mark.slurm)])
+def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
+    if request.param == "slurm-fake":
+        return _fake_slurm(tmp_path)
+    if request.param == "local":
+        return _local(tmp_path)
+    return _real_slurm(tmp_path, request.getfixturevalue("slurm_cluster"))
+
+
+def _until(rig: Rig, check: Callable[[], JobInfo | bool | None]) -> JobInfo | bool | None:
+    deadline = time.monotonic() + rig.wait_s
+    while True:
+        answer = check()
+        if answer or time.monotonic() >= deadline:
+            return answer
+        time.sleep(0.5)
+
+
+def test_a_backend_declares_its_name_capabilities_and_words(rig: Rig) -> None:
+    backend = rig.backend
+    assert backend.name in BACKENDS
+    assert all(isinstance(getattr(backend, flag), bool) for flag in FLAGS)
+    assert isinstance(backend.own_jobs_command, str) and backend.own_jobs_command
+
+
+def test_submit_query_cancel_query(rig: Rig) -> None:
+    backend = rig.backend
+    entry = backend.submit(rig.run_dir, rig.request)
+    assert (entry.kind, entry.role, entry.reason) == (backend.name, "main", "submit")
+    try:
+        rig.started(entry)
+        live = _until(rig, lambda: backend.query([entry.id], queue=True).get(entry.id))
+        assert isinstance(live, JobInfo) and live.status.phase in LIVE, live
+        assert live.ended_at is None
+        assert backend.describe(entry, 1)
+    finally:
+        marked: list[str] = []
+        report = backend.cancel(rig.run_dir, [entry], mark=marked.extend, verify_s=15.0,
+                                sleep=time.sleep)
+    assert marked == [entry.id] == report.cancelled  # recorded before any signal
+    assert report.still_active == []
+
+    def ended() -> bool:
+        info = backend.query([entry.id]).get(entry.id)
+        # a scheduler keeps the record (cancelled, with its end); the local backend keeps
+        # none: its runner is gone, and the models' status is on disk
+        return info is None if not backend.accounted else (
+            info is not None and info.status.phase is Phase.CANCELLED
+            and (rig.fake is not None or info.ended_at is not None))  # the fake keeps no times
+
+    assert _until(rig, ended)
+
+
+def test_a_job_the_backend_never_ran_is_not_listed(rig: Rig) -> None:
+    unknown = "local-999999999" if rig.backend.name == "local" else "999999"
+    assert rig.backend.query([unknown]) == {}
+    assert rig.backend.query([]) == {}
+
+
+def test_resubmit_after_queues_a_dependent_job_where_jobs_resubmit_themselves(
+        rig: Rig) -> None:
+    if rig.fake is None and rig.backend.resubmits_itself:
+        pytest.skip("on the dev cluster the fake's test covers it: no job to wait for here")
+    script = rig.run_dir / rig.request.script
+    if not rig.backend.resubmits_itself:  # no successors to wait for: refused, named
+        with pytest.raises(HpcevalError, match="queues no job after another"):
+            rig.backend.resubmit_after(rig.run_dir, script, ["a", "b"], role="export")
+        return
+    entry = rig.backend.resubmit_after(rig.run_dir, script, ["11", "12"], role="export")
+    assert (entry.kind, entry.role, entry.reason, entry.models) == (
+        rig.backend.name, "export", "auto-resume", ())
+    assert rig.fake is not None
+    assert rig.fake.submits[-1]["dependency"] == "afterany:11:12"
+    assert rig.fake.submits[-1]["id"] == entry.id
