@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hpceval.backends import backend_for
+from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.backends.slurm.formats import SBATCH_FLAG, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
@@ -76,13 +77,14 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         limit = partition_max_minutes(ex.partition)
         if limit is not None and wall > limit:
             yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than the "
-                              f"partition's MaxTime ({limit} minutes): Slurm would refuse the "
+                              f"partition's MaxTime ({limit} minutes): {SUBMIT} would refuse the "
                               "job or leave it pending for ever",
                               f"set execution.walltime to {limit} minutes or less (auto-resume "
                               "continues in a new allocation)")
     for flag in ex.sbatch_extra_flags:
         if not SBATCH_FLAG.match(flag):
-            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}", "is not a Slurm option name",
+            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
+                              f"is not an {SUBMIT} flag name",
                               "write the long name without dashes, e.g. mail-type")
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:
         # The URL is written into the job script and its logs; a password there is stored.
@@ -205,7 +207,7 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
         # NeMo Evaluator ssh'es there to submit; hpceval submits where it runs, so
         # submitting here would put the jobs on another cluster than the file names.
         yield ConfigIssue("execution.hostname", f"names {host!r}, which is not this machine; "
-                          "hpceval submits to the scheduler here (no ssh hop)",
+                          f"hpceval submits with {SUBMIT} here (no ssh hop)",
                           f"run hpceval on {host}, or remove execution.hostname")
     name = spec.target.api_endpoint.api_key_name
     if name is not None:
