@@ -58,7 +58,7 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
 
 def _usage_source(client: SlurmClient | None) -> Callable[[], JobWatcher]:
     """The scheduler's watcher, made only when some job's usage is not cached yet (the same
-    one `status` asks: one sacct call for every job)."""
+    one `status` asks: one scheduler call for every job)."""
     def make() -> JobWatcher:
         from hpceval.runs.state import Tracker
 
@@ -69,7 +69,7 @@ def _usage_source(client: SlurmClient | None) -> Callable[[], JobWatcher]:
 
 def cost_of(dirs: Iterable[Path], *, client: SlurmClient | None = None) -> pd.DataFrame:
     """GPU-hours and node-hours of these run directories: one row per (run, model, task) plus
-    an '(all jobs)' row per model (every attempt of its jobs, sacct AllocTRES x Elapsed)."""
+    an '(all jobs)' row per model (every attempt of its jobs, GPUs x elapsed)."""
     from hpceval.runs.cost import cost_frame
 
     return cost_frame(list(dirs), _usage_source(client))
