@@ -38,7 +38,7 @@ class Reason(str, Enum):
 
     SUBMIT = "submit"
     RESUME = "resume"
-    AUTO_RESUME = "auto-resume"  # a job stopped at its walltime sbatch'ed its successor
+    AUTO_RESUME = "auto-resume"  # a job stopped at its walltime submitted its successor
     TICK = "tick"  # a watch's next tick
 
     def __str__(self) -> str:
