@@ -145,6 +145,11 @@ class Backend(Protocol):
     partitions: ClassVar[bool]
     # the command that lists the user's own jobs with their ids, for messages that ask for one
     own_jobs_command: ClassVar[str]
+    # its in-job dialect: a folder of templates/ with the partials every job script includes
+    # by this name (env.j2: the job id, node list, array index and restart count under
+    # hpceval's names; discover.j2: the NODES array; launch.j2: a server's step; successor.j2:
+    # submit_after; preempted.j2: preempted; detach.j2: leave the allocation's environment)
+    partials: ClassVar[str]
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""

@@ -55,6 +55,7 @@ class LocalBackend:
     side_by_side: ClassVar[bool] = False
     partitions: ClassVar[bool] = False
     own_jobs_command: ClassVar[str] = "ps -u $USER"
+    partials: ClassVar[str] = "backends/local"  # templates/backends/local/: plain processes
 
     def scripts(self, layout: RunLayout) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(layout)}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from hpceval.backends import backend_for
+
 
 @dataclass(frozen=True)
 class ArraySpec:
@@ -37,3 +39,11 @@ class JobContext:
     @property
     def run_dir_text(self) -> str:
         return str(self.run_dir)
+
+
+def backend_view(kind: str) -> dict[str, str]:
+    """The `backend` every template gets: the folder of templates/ with the in-job dialect of
+    the execution type `kind` (Backend.partials). The neutral templates include its env,
+    discover, launch, successor, preempted and detach partials by that name and read only
+    the variables env.j2 sets (HPCEVAL_JOB_ID, HPCEVAL_NODELIST, ...), never the scheduler's."""
+    return {"partials": backend_for(kind).partials}

@@ -20,7 +20,7 @@ from hpceval.engines import engine_for
 from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
 from hpceval.interceptors import Interceptor, chain_json, routes_json
 from hpceval.render.aux_job import proxy_views
-from hpceval.render.context import JobContext
+from hpceval.render.context import JobContext, backend_view
 from hpceval.render.deployments import deployment_view
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
@@ -73,6 +73,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
     aux_views = proxy_views(resolved, ports)
     return {
+        "backend": backend_view(ex.type),
         "header": [ShellCode(line.text())
                    for line in header_lines(spec, ctx, model_dir(run_dir, ctx.model_key),
                                              job_nodes(spec))],

@@ -106,7 +106,7 @@ def _launches(served: Served, nodes: list[int], first: int, count: int) -> list[
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
             "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
             "ray", "start", "--head", "--block", "--port", COORD_PORT,
-            "--temp-dir", ShellCode('"/tmp/ray-${SLURM_JOB_ID}"'), "--include-dashboard=false",
+            "--temp-dir", ShellCode('"/tmp/ray-${HPCEVAL_JOB_ID}"'), "--include-dashboard=false",
             "--ray-client-server-port", var("RAY_CLIENT_PORT")])]
         ray += [Launch(f"ray-worker-{r}", node, 0, 0, [
             "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",

@@ -1,11 +1,12 @@
 """Sweeps: N models, ONE Slurm array job. Pure, like render_job.
 
 The array's script is a short dispatcher (templates/sweep.sbatch.j2): the `#SBATCH` header
-every model's own job would carry, plus a `case "$SLURM_ARRAY_TASK_ID"` that execs
-``models/<key>/job.sh``, the full per-model script from ``render_job``. Element scripts carry
-their own (single-job) header too: under the dispatcher it is only comments, and it lets an
-admin submit one element by hand. A small CPU-only aggregation script, submitted with
-``--dependency=afterany:<array>``, writes the sweep's results table when every element ended.
+every model's own job would carry, plus a `case "$HPCEVAL_ARRAY_INDEX"` (the backend's env.j2)
+that execs ``models/<key>/job.sh``, the full per-model script from ``render_job``. Element
+scripts carry their own (single-job) header too: under the dispatcher it is only comments, and
+it lets an admin submit one element by hand. A small CPU-only aggregation script, submitted
+with ``--dependency=afterany:<array>``, writes the sweep's results table when every element
+ended.
 An auxiliary deployment with ``scope: sweep`` (a judge) is one job of its own that the array
 starts after (render/judge.py); the aggregation script ends it.
 """
@@ -22,7 +23,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
 from hpceval.contract import JOB_FILES, LOG_DIR, element_script
-from hpceval.render.context import ArraySpec, JobContext
+from hpceval.render.context import ArraySpec, JobContext, backend_view
 from hpceval.render.job import render_job
 from hpceval.render.judge import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
@@ -79,6 +80,7 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) 
     version = ctx.hpceval_version or __version__
     dispatcher = shipped_environment().get_template(SWEEP_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in header], models=views,
+        backend=backend_view(ex.type),
         job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version},
         files=JOB_FILES)
     judges = {name: render_judge_job(models[0][1], name, ctx) for name in sweep_judges(models)}

@@ -10,6 +10,7 @@ from hpceval.backends.slurm.formats import slurm_filename
 from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, sbatch_value
 from hpceval.config import ResolvedConfig
 from hpceval.contract import WATCH_LOG_DIR
+from hpceval.render.context import backend_view
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 TICK_TEMPLATE = "watch-tick.sbatch.j2"
@@ -30,4 +31,5 @@ def render_tick(resolved: ResolvedConfig, *, watch_dir: str, watch_id: str, pyth
                           TICK_MINUTES, "lists folders, submits a few jobs", "no GPU")
     return shipped_environment().get_template(TICK_TEMPLATE).render(
         header=[ShellCode(line.text()) for line in lines], watch_id=watch_id,
+        backend=backend_view(resolved.spec.execution.type),
         checkpoints=checkpoints, interval_s=interval_s, python=python, watch_dir=watch_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from render_helpers import context, resolve
+from render_helpers import backend_env, context, resolve
 from test_golden import GOLDEN, MODEL, TASKS, refuse_update_in_ci
 
 from hpceval.config import ResolvedConfig
@@ -163,7 +163,7 @@ def test_endpoint_json_written_by_the_script_is_json(tmp_path: Path) -> None:
     start = text.index("publish_endpoint() {")
     body = text[start:text.index("\n}\n", start) + 3]
     script = (f"MODEL_DIR={tmp_path}\nHPCEVAL_JOB_TOKEN=abc\nSLURM_JOB_ID=77\n"
-              "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body + "publish_endpoint\n")
+              + backend_env(text) + "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body + "publish_endpoint\n")
     subprocess.run(["bash", "-c", script], check=True)
     data = json.loads((tmp_path / "endpoint.json").read_text())
     assert data == {"urls": ["http://n1:8000", "http://n1:8001"],
@@ -195,8 +195,9 @@ def successor_call(text: str, tmp_path: Path, *, stop: bool, allocations: int = 
     (bin_dir / "sbatch").write_text(f'#!/bin/bash\necho "$*" >> {calls}\necho 901\n')
     (bin_dir / "sbatch").chmod(0o755)
     max_allocations = text.split("\nMAX_ALLOCATIONS=", 1)[1].split("\n", 1)[0]
-    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + function("job_failure")
-            + function("submit_successor") + f"SERVERS_HEALTHY=1 MAX_ALLOCATIONS="
+    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + backend_env(text)
+            + function("job_failure") + function("submit_after") + function("submit_successor")
+            + f"SERVERS_HEALTHY=1 MAX_ALLOCATIONS="
             f"{max_allocations} JOB_SCRIPT=/run/auxiliary/judge/judge.sbatch\nsubmit_successor\n")
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_DIR": str(folder),
            "RUN_DIR": str(tmp_path / "run"), "MODEL_KEY": "judge-judge",

@@ -35,10 +35,12 @@ def pin_gpus(script: str) -> str:
     return match.group(1)
 
 
-def step_env(script: str, first: int, count: int, **env: str) -> dict[str, str]:
-    """The environment the server command gets from the rendered step wrapper."""
-    out = subprocess.run(["bash", "-c", pin_gpus(script), "pin-gpus", str(first), str(count),
-                          "env", "-0"], capture_output=True, timeout=60, check=False,
+def step_env(script: str, first: int, count: int, node: str = "localhost",
+             **env: str) -> dict[str, str]:
+    """The environment the server command gets from the rendered step wrapper, started for
+    NODE (launch_server passes the node it starts the step on)."""
+    out = subprocess.run(["bash", "-c", pin_gpus(script), "pin-gpus", node, str(first),
+                          str(count), "env", "-0"], capture_output=True, timeout=60, check=False,
                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env})
     assert out.returncode == 0, out.stderr.decode()
     return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if item)
@@ -46,8 +48,8 @@ def step_env(script: str, first: int, count: int, **env: str) -> dict[str, str]:
 
 def test_each_server_step_advertises_its_own_nodes_address(render: RenderFn) -> None:
     script = render("slurm", MULTI, TWO_NODES)  # apptainer --cleanenv
-    got = step_env(script, 0, 0, SLURMD_NODENAME="localhost", VLLM_HOST_IP="10.9.9.9")
-    # the name Slurm gives the node, resolved on it; never a value inherited from the batch node
+    got = step_env(script, 0, 0, VLLM_HOST_IP="10.9.9.9")
+    # the node's name (the scheduler's), resolved on it; never a value inherited from the batch node
     assert got["VLLM_HOST_IP"] == "127.0.0.1", got
     assert got["APPTAINERENV_VLLM_HOST_IP"] == got["SINGULARITYENV_VLLM_HOST_IP"] == "127.0.0.1"
     assert "GLOO_SOCKET_IFNAME" not in got  # no interface named by the site: vLLM/gloo choose
@@ -57,26 +59,24 @@ def test_the_sites_nccl_interface_gives_the_address_and_gloos_interface(
         render: RenderFn) -> None:
     script = render("slurm", MULTI, TWO_NODES)
     # apptainer: the profile's NCCL_SOCKET_IFNAME reaches the step as APPTAINERENV_ only
-    got = step_env(script, 0, 0, SLURMD_NODENAME="localhost",
-                   APPTAINERENV_NCCL_SOCKET_IFNAME="lo")
+    got = step_env(script, 0, 0, APPTAINERENV_NCCL_SOCKET_IFNAME="lo")
     assert got["VLLM_HOST_IP"] == "127.0.0.1" and got["GLOO_SOCKET_IFNAME"] == "lo", got
     assert got["APPTAINERENV_GLOO_SOCKET_IFNAME"] == "lo", got
     # NCCL's prefix form ("lo" matches "lo", "=lo" only exactly) and its exclusion form "^..."
     # (no interface to take an address from: the node name's)
-    assert step_env(script, 0, 0, SLURMD_NODENAME="localhost",
-                    NCCL_SOCKET_IFNAME="=lo")["GLOO_SOCKET_IFNAME"] == "lo"
-    excluded = step_env(script, 0, 0, SLURMD_NODENAME="localhost", NCCL_SOCKET_IFNAME="^docker")
+    assert step_env(script, 0, 0, NCCL_SOCKET_IFNAME="=lo")["GLOO_SOCKET_IFNAME"] == "lo"
+    excluded = step_env(script, 0, 0, NCCL_SOCKET_IFNAME="^docker")
     assert excluded["VLLM_HOST_IP"] == "127.0.0.1" and "GLOO_SOCKET_IFNAME" not in excluded
 
 
 def test_apptainer_gets_the_steps_devices_also_when_nothing_is_sliced(render: RenderFn) -> None:
     script = render("slurm", MULTI, TWO_NODES)
-    got = step_env(script, 0, 0, SLURMD_NODENAME="localhost", CUDA_VISIBLE_DEVICES="4,5,6,7")
+    got = step_env(script, 0, 0, CUDA_VISIBLE_DEVICES="4,5,6,7")
     assert got["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "4,5,6,7", got
     assert got["SINGULARITYENV_CUDA_VISIBLE_DEVICES"] == "4,5,6,7", got
-    sliced = step_env(script, 1, 2, SLURMD_NODENAME="localhost", CUDA_VISIBLE_DEVICES="4,5,6,7")
+    sliced = step_env(script, 1, 2, CUDA_VISIBLE_DEVICES="4,5,6,7")
     assert sliced["CUDA_VISIBLE_DEVICES"] == sliced["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "5,6"
-    none = step_env(script, 0, 0, SLURMD_NODENAME="localhost")
+    none = step_env(script, 0, 0)
     assert "APPTAINERENV_CUDA_VISIBLE_DEVICES" not in none  # no GPUs: nothing to forward
 
 
@@ -90,7 +90,7 @@ def test_ray_is_per_job_and_every_node_starts_with_its_own_address(render: Rende
         # the address the step resolved on its own node (VLLM_HOST_IP: the same vLLM checks)
         assert '"$RAY_NODE" ray-node' in words, words
         if role == "ray-head":
-            assert '--temp-dir "/tmp/ray-${SLURM_JOB_ID}"' in words, words
+            assert '--temp-dir "/tmp/ray-${HPCEVAL_JOB_ID}"' in words, words
             assert "--include-dashboard=false" in words, words
             assert '--ray-client-server-port "${RAY_CLIENT_PORT}"' in words, words
     ray_node = re.search(r"^RAY_NODE='(.*?)'$", script, re.S | re.M)
@@ -166,7 +166,7 @@ def test_launch_server_records_where_this_jobs_part_of_the_log_starts(
     log.write_text("an earlier job's output\n")
     code = function(script, "launch_server") + f"""
 log() {{ :; }}
-SERVER_DIR={tmp_path} SERVER_ENV=true SERVER_WHAT=model PIN_GPUS='shift 2; exec "$@"'
+SERVER_DIR={tmp_path} SERVER_ENV=true SERVER_WHAT=model PIN_GPUS='shift 3; exec "$@"'
 launch_server 0 head n1 0 0 echo new
 wait
 echo "from=$HEAD_LOG_FROM"

@@ -17,7 +17,9 @@ from render_helpers import RenderFn
 RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m",
                                       "served_model_name": "m", "tensor_parallel_size": 8},
                        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
-RERUN = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then'
+RERUN = 'if [ "$HPCEVAL_RESTART_COUNT" -gt 0 ]; then'
+# the backend's env.j2: Slurm's variables under hpceval's names
+ENV_BLOCK = "\n{\n  HPCEVAL_JOB_ID="
 
 
 @pytest.mark.parametrize(("overrides", "requeue"), [
@@ -41,14 +43,17 @@ def test_a_site_requeue_flag_is_written_once(render: RenderFn) -> None:
 
 def rerun(script: str, tmp_path: Path, restart: int, allocations: int) -> tuple[int, str, str]:
     """The rendered rerun check with SLURM_RESTART_COUNT=restart after `allocations` lines in
-    $MODEL_DIR/allocations: (exit status, log, job-failure)."""
+    $MODEL_DIR/allocations, read through the Slurm backend's env block as the job reads it:
+    (exit status, log, job-failure)."""
     model_dir = tmp_path / f"model-{restart}-{allocations}"
     model_dir.mkdir()
     (model_dir / "allocations").write_text("".join(f"{100 + i} 0\n" for i in range(allocations)))
     start = script.index(RERUN)
     block = script[start:script.index("\nfi\n", start) + 4]
     start_fn = script.index("\njob_failure() {") + 1
+    start_env = script.index(ENV_BLOCK) + 1
     body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n"
+            + script[start_env:script.index("\n}\n", start_env) + 3]
             + script[start_fn:script.index("\n}\n", start_fn) + 3]
             + "MAX_ALLOCATIONS=3\n" + block + "echo continued\n")
     env = {"PATH": os.environ["PATH"], "MODEL_DIR": str(model_dir), "HPCEVAL_INVOCATION_ID": "inv",

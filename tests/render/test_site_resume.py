@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from render_helpers import RenderFn, resolve
+from render_helpers import RenderFn, backend_env, resolve
 
 from hpceval.runs.state import read_loads
 
@@ -48,7 +48,8 @@ def successor_attempt(script: str, tmp_path: Path, healthy: int, allocations: li
     (bin_dir / "sbatch").chmod(0o755)
     calls = tmp_path / "sbatch.calls"
     calls.unlink(missing_ok=True)
-    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + _function(script, "job_failure")
+    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + backend_env(script)
+            + _function(script, "job_failure") + _function(script, "submit_after")
             + _function(script, "submit_successor")
             + f"SERVERS_HEALTHY={healthy} MAX_ALLOCATIONS=10 JOB_SCRIPT=/x.sbatch\n"
             "submit_successor\n")
@@ -79,7 +80,7 @@ def test_no_third_load_after_two_allocations_that_never_became_healthy(
 def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
     script = render("slurm", RUN)
     wait = script.index("bring_up_servers || exit")
-    record = script.index('echo "${SLURM_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"')
+    record = script.index('echo "${HPCEVAL_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"')
     assert wait < record < script.index("start_proxy ")
     (tmp_path / "loads").write_text("101 312\nbroken line\n102 95\n")
     assert read_loads(tmp_path) == (("101", 312), ("102", 95))

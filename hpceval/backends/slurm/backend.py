@@ -49,6 +49,7 @@ class SlurmBackend:
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
     own_jobs_command: ClassVar[str] = OWN_JOBS
+    partials: ClassVar[str] = "backends/slurm"  # templates/backends/slurm/: srun, sbatch, ...
 
     def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
                  min_interval_s: float = 2.0) -> None:

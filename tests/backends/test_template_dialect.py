@@ -1,0 +1,71 @@
+"""The scheduler's in-job dialect lives in the backend's template partials (issue 20, item 1).
+
+The rule enforced here, for every file under templates/ outside templates/backends/slurm/:
+- no Slurm command as a word, in any case (sbatch, sacct, scontrol, squeue, scancel, srun):
+  a match preceded by "." is a file name's suffix (job.sbatch, sweep.sbatch.j2) and allowed,
+  one inside a longer identifier (any_srun, SERVER_SRUN) is not a word and allowed;
+- no Slurm variable: nothing that starts with SLURM_ or SLURMD_.
+The neutral templates include the backend's partials by the name the render context gets from
+the backend (`backend.partials`), and read only the variables its env.j2 sets (HPCEVAL_JOB_ID,
+HPCEVAL_NODELIST, HPCEVAL_ARRAY_INDEX, HPCEVAL_RESTART_COUNT).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hpceval.backends import BACKENDS, backend_for
+from hpceval.resources import templates_dir
+
+TEMPLATES = templates_dir()
+GOLDEN = Path(__file__).parents[1] / "golden"
+SLURM_COMMAND = re.compile(r"(?<![\w.])(sbatch|sacct|scontrol|squeue|scancel|srun)(?!\w)",
+                           re.IGNORECASE)
+SLURM_VARIABLE = re.compile(r"(?<!\w)SLURMD?_")
+INCLUDED = re.compile(r"""\{%-?\s*include\s+backend\.partials\s*~\s*["']/([\w.]+)["']""")
+
+
+def offenders(text: str) -> list[str]:
+    return [f"{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+            if SLURM_COMMAND.search(line) or SLURM_VARIABLE.search(line)]
+
+
+def test_the_rule_catches_what_it_should() -> None:
+    # the patterns themselves: a test of the rule that could pass on an empty tree otherwise
+    assert offenders('x=$(sbatch --parsable "$s")') and offenders("exec srun -w n1 true")
+    assert offenders("# #SBATCH --signal") and offenders('echo "${SLURM_JOB_ID:-}"')
+    assert offenders('getent ahostsv4 "$SLURMD_NODENAME"') and offenders("SCONTROL show")
+    assert not offenders("from templates/job.sbatch.j2; JOB_SCRIPT=/r/job.sbatch")
+    assert not offenders('{% if any_srun %}SERVER_SRUN=(a b){% endif %}')
+
+
+def test_no_template_names_slurm_outside_the_slurm_partials() -> None:
+    slurm = TEMPLATES / backend_for("slurm").partials
+    found = {str(path.relative_to(TEMPLATES)): bad
+             for path in sorted(TEMPLATES.rglob("*.j2"))
+             if slurm not in path.parents and (bad := offenders(path.read_text()))}
+    assert found == {}
+
+
+def test_every_backend_has_every_partial_the_templates_include() -> None:
+    included = {name for path in TEMPLATES.rglob("*.j2")
+                for name in INCLUDED.findall(path.read_text())}
+    assert {"env.j2", "discover.j2", "launch.j2", "successor.j2", "preempted.j2",
+            "detach.j2"} <= included, included
+    for kind in BACKENDS:
+        folder = TEMPLATES / backend_for(kind).partials
+        assert {p.name for p in folder.glob("*.j2")} == included, kind
+
+
+@pytest.mark.parametrize("golden", sorted(GOLDEN.glob("local__*.sbatch")), ids=lambda p: p.stem)
+def test_a_local_job_script_runs_no_slurm_command(golden: Path) -> None:
+    """The golden local job scripts (tests/render/test_golden.py checks them against the
+    renderer byte for byte): below the header, nothing of Slurm's, so a local run started
+    inside an allocation does not start its servers with srun."""
+    text = golden.read_text()
+    body = text[text.index("\n\n"):]
+    assert offenders(body) == [], golden.name
+    assert "HPCEVAL_JOB_ID=\n" in body  # the local env.j2: no job id
