@@ -163,7 +163,8 @@ def test_endpoint_json_written_by_the_script_is_json(tmp_path: Path) -> None:
     start = text.index("publish_endpoint() {")
     body = text[start:text.index("\n}\n", start) + 3]
     script = (f"MODEL_DIR={tmp_path}\nHPCEVAL_JOB_TOKEN=abc\nSLURM_JOB_ID=77\n"
-              + backend_env(text) + "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body + "publish_endpoint\n")
+              + backend_env(text) + "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body
+              + "publish_endpoint\n")
     subprocess.run(["bash", "-c", script], check=True)
     data = json.loads((tmp_path / "endpoint.json").read_text())
     assert data == {"urls": ["http://n1:8000", "http://n1:8001"],

@@ -136,7 +136,8 @@ def test_an_unstaged_server_image_is_pulled_once_for_the_run(
     (fake_bin / tool).chmod(0o755)
     file = run_dir / "images" / Path(pulled).name
     body = ("log() { echo \"$*\"; }\njob_failure() { echo \"FAILED $*\"; }\n"
-            + backend_env(script) + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M) + "echo ok\n")
+            + backend_env(script)
+            + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M) + "echo ok\n")
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir)}
     jobs = [subprocess.Popen(["bash", "-c", body], env={**env, "SLURM_JOB_ID": str(j)},
                              stdout=subprocess.PIPE, text=True) for j in (11, 12)]
