@@ -105,6 +105,9 @@ class CancelReport:
     final: dict[str, str]  # job id -> state seen by the last check
     # job id -> its owner's uid: left alone, as it is another user's (a planted jobs.json)
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    # job id -> its comment: the user's own job, but not one of this run's (its comment does
+    # not carry the run's id): left alone, as a jobs.json may name any job of the user's
+    foreign: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,9 +169,11 @@ class Backend(Protocol):
 
     def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
                mark: Callable[[list[str]], None], verify_s: float,
-               sleep: Callable[[float], None]) -> CancelReport:
+               sleep: Callable[[float], None], run_id: str | None = None) -> CancelReport:
         """Stop every job of `entries` that still runs; `mark(ids)` records the cancellation
-        before any signal, so status reads "cancelled" even if we are stopped mid-way."""
+        before any signal, so status reads "cancelled" even if we are stopped mid-way. With
+        `run_id` (the run's invocation id), a job the backend can tell is not that run's is
+        left alone (CancelReport.foreign)."""
         ...
 
     def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:

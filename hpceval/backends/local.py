@@ -81,7 +81,8 @@ class LocalBackend:
 
     def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
                mark: Callable[[list[str]], None], verify_s: float,
-               sleep: Callable[[float], None]) -> CancelReport:
+               sleep: Callable[[float], None], run_id: str | None = None) -> CancelReport:
+        # a runner is this run's when its pid's start time matches (local_alive): no comment
         live = [e for e in entries if local_alive(e)]
         mark([e.id for e in live])
         left = [e.id for e in live if not kill_local(e)]

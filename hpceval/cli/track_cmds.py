@@ -196,7 +196,7 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
         return
     ref = find(run, output_dirs)
     report: CancelReport = api.kill(ref)
-    _say_skipped(ref.invocation_id, report.skipped)
+    _say_skipped(ref.invocation_id, report)
     if not report.cancelled:
         click.echo(f"{ref.invocation_id}: no job to cancel")
         return
@@ -207,12 +207,16 @@ def kill(run: str, output_dirs: tuple[str, ...]) -> None:
     click.echo("verified: nothing of this run is queued or running")
 
 
-def _say_skipped(what: str, skipped: dict[str, int]) -> None:
+def _say_skipped(what: str, report: CancelReport) -> None:
     from hpceval.trust import owner_name
 
-    for job_id, uid in sorted(skipped.items()):
+    for job_id, uid in sorted(report.skipped.items()):
         click.echo(f"{what}: skipped job {job_id}: owned by {owner_name(uid)}, not by you "
                    "(not cancelled)", err=True)
+    for job_id, comment in sorted(report.foreign.items()):
+        click.echo(f"{what}: skipped job {job_id}: its comment {comment!r} does not carry this "
+                   "run's id, so it is not one of this run's jobs (not cancelled; if it is, "
+                   "cancel it with the scheduler's own command)", err=True)
 
 
 def _say_watch_killed(done: WatchKill) -> None:
@@ -220,7 +224,7 @@ def _say_watch_killed(done: WatchKill) -> None:
     click.echo(f"{done.watch_dir.name}: stopped" + (f"; cancelled tick job(s) {', '.join(ticks)}"
                                                     if ticks else ""))
     for run_dir, report in done.runs:
-        _say_skipped(run_dir.name, report.skipped)
+        _say_skipped(run_dir.name, report)
         if report.cancelled:
             click.echo(f"{run_dir.name}: cancelled {', '.join(report.cancelled)}")
     if done.still_active:

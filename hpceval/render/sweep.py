@@ -131,7 +131,7 @@ def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes
                                                "execution.job_name"))
     log = f"{slurm_filename(ctx.run_dir_text)}/{LOG_DIR}/{role}-%j.log"
     lines = cpu_job_lines(resolved.spec.execution, name, log, minutes, why,
-                          "no GPU: only result files are read")
+                          "no GPU: only result files are read", ctx.invocation_id)
     return [ShellCode(line.text()) for line in lines]
 
 

@@ -57,7 +57,7 @@ def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float 
     backend = backend_for(jobs.kind, client=client)
     return backend.cancel(ref.run_dir, jobs.chain,
                           mark=lambda ids: _mark(ref.run_dir, ids),
-                          verify_s=verify_s, sleep=sleep)
+                          verify_s=verify_s, sleep=sleep, run_id=ref.invocation_id)
 
 
 def _mark(run_dir: Path, ids: list[str]) -> None:

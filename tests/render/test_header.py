@@ -41,9 +41,10 @@ def test_site_keys_and_extra_flags(render: RenderFn) -> None:
         assert want in text, want
     assert "--no-requeue" not in text  # the site asked for requeue itself
     assert "--hint" not in text
-    # The reaper-exemption JSON keeps its quotes (sbatch strips bare double quotes).
-    assert ('--comment="{\\"OccupiedIdleGPUsJobReaper\\":{\\"exemptIdleTimeMins\\":\\"60\\"}}"'
-            in text)
+    # The reaper-exemption JSON keeps its quotes (sbatch strips bare double quotes), with the
+    # run's id as one more key of it (hpceval kill cancels only jobs that carry it).
+    assert ('--comment="{\\"OccupiedIdleGPUsJobReaper\\":{\\"exemptIdleTimeMins\\":\\"60\\"},'
+            '\\"hpceval\\":\\"inv-0123456789abcdef\\"}"' in text)
 
 
 def test_array_variant(render: RenderFn) -> None:

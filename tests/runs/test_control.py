@@ -222,6 +222,38 @@ def test_resume_refuses_while_a_variable_the_job_reads_is_unset(
     assert len(fake.submits) > before
 
 
+def test_kill_leaves_alone_a_job_of_yours_that_is_not_this_runs(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, finding 6: a jobs.json (planted, or copied from another run) naming one of
+    the user's own jobs, a training job, must not cancel it: every job of a run carries the
+    run's id in its --comment (the rendered header), and kill checks it (one squeue call)."""
+    result = submit_configs(configs(tmp_path, 3), fake)
+    array, aggregate = result.job_ids
+    # what submit gave the fake: the rendered headers' comments, the run's id in both
+    assert fake.comments == {array: f"hpceval:{result.invocation_id}",
+                             aggregate: f"hpceval:{result.invocation_id}"}
+    fake.states.update({f"{array}_0": "RUNNING", aggregate: "PENDING"})
+    fake.comments[aggregate] = "training run 7"  # the user's own job, named by a jobs.json
+    report = kill_run(find_run(result.invocation_id), fake, sleep=lambda _: None)
+    assert fake.cancels == [[array]]
+    assert report.cancelled == [array] and report.foreign == {aggregate: "training run 7"}
+    assert report.skipped == {} and fake.states[aggregate] == "PENDING"
+    assert fake.squeue_calls[0] == [array, aggregate]  # ONE look-up for owners and comments
+    chain = {e.id: e for e in read_jobs(result.run_dir).chain}
+    assert not chain[aggregate].cancelled_at
+    # a comment that names another run of hpceval is not this run's either
+    fake.comments[array] = "hpceval:20990101-000000-abcdef"
+    fake.states[f"{array}_0"] = "RUNNING"
+    from hpceval.cli.main import cli
+
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
+    out = CliRunner().invoke(cli, ["kill", result.invocation_id])
+    assert out.exit_code == 0, out.output
+    assert f"skipped job {array}: its comment 'hpceval:20990101-000000-abcdef' does not " \
+           "carry this run's id" in out.stderr
+    assert "no job to cancel" in out.stdout and len(fake.cancels) == 1
+
+
 def test_kill_leaves_alone_a_job_squeue_shows_owned_by_another_user(
         tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
     # review F6: a jobs.json naming someone else's job (planted, or copied) must not make a

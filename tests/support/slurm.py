@@ -1,5 +1,5 @@
 """The one recording SlurmClient double of the tests: counts every call; job states, exit
-codes and owners are set by the test."""
+codes and owners are set by the test; a job's comment is its script's, as sbatch reads it."""
 
 from __future__ import annotations
 
@@ -27,12 +27,17 @@ class FakeSlurm:
         self.states: dict[str, str] = {}  # job or array-task id -> Slurm state
         self.exit_codes: dict[str, int] = {}
         self.owners: dict[str, int] = {}  # base job id -> uid (squeue %U); default: ours
+        # base job id -> its --comment (squeue %k): the submitted script's #SBATCH --comment,
+        # read as sbatch reads it ("" without one); a job the test made up has none known
+        self.comments: dict[str, str] = {}
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
                dependency: str | None = None) -> str:
         job_id = str(next(self._ids))
         self.submits.append({"script": Path(script_path), "extra_args": list(extra_args),
                              "dependency": dependency, "id": job_id})
+        if Path(script_path).is_file():
+            self.comments[job_id] = header_comment(Path(script_path).read_text())
         return job_id
 
     def _record(self, job_id: str, state: str) -> JobRecord:
@@ -57,5 +62,28 @@ class FakeSlurm:
         self.squeue_calls.append(list(job_ids))
         bases = {base_job_id(j) for j in job_ids}
         return {j: QueueEntry(j, s.split()[0], "None", "node1",
-                              self.owners.get(base_job_id(j), os.getuid()))
+                              self.owners.get(base_job_id(j), os.getuid()),
+                              self.comments.get(base_job_id(j)))
                 for j, s in self.states.items() if base_job_id(j) in bases}
+
+
+def header_comment(script: str) -> str:
+    """The --comment of a script's #SBATCH header as sbatch reads it: up to the first unquoted
+    whitespace or '#', double quotes grouping, a backslash escaping the next character."""
+    comment = ""
+    for line in script.splitlines():
+        if not line.startswith("#SBATCH --comment="):
+            continue
+        text, value, quoted, i = line[len("#SBATCH --comment="):], [], False, 0
+        while i < len(text) and (quoted or text[i] not in " \t#"):
+            if text[i] == "\\" and i + 1 < len(text):
+                value.append(text[i + 1])
+                i += 2
+                continue
+            if text[i] == '"':
+                quoted = not quoted
+            else:
+                value.append(text[i])
+            i += 1
+        comment = "".join(value)  # the last one wins, as with sbatch
+    return comment

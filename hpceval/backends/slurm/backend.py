@@ -26,6 +26,7 @@ from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
+from hpceval.backends.slurm.formats import carries_run
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
 from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
@@ -120,14 +121,14 @@ class SlurmBackend:
 
     def cancel(self, run_dir: Path, entries: Sequence[JobEntry], *,
                mark: Callable[[list[str]], None], verify_s: float,
-               sleep: Callable[[float], None]) -> CancelReport:
+               sleep: Callable[[float], None], run_id: str | None = None) -> CancelReport:
         ids = [e.id for e in entries]
         if not ids:
             return CancelReport([], [], {})
-        skipped = self._not_mine(ids)
-        ids = [i for i in ids if i not in skipped]
+        skipped, foreign = self._not_ours(ids, run_id)
+        ids = [i for i in ids if i not in skipped and i not in foreign]
         if not ids:
-            return CancelReport([], [], {}, skipped)
+            return CancelReport([], [], {}, skipped, foreign)
         mark(ids)
         self.client.cancel(ids)  # base ids: scancel takes every task of an array with them
         deadline = time.monotonic() + verify_s
@@ -144,22 +145,31 @@ class SlurmBackend:
             final.update({j: r.state for j, r in records.items()})
             active = sorted(j for j, r in records.items()
                             if r.state in ACTIVE_STATES - {"COMPLETING"})
-        return CancelReport(ids, active, final, skipped)
+        return CancelReport(ids, active, final, skipped, foreign)
 
-    def _not_mine(self, ids: Sequence[str]) -> dict[str, int]:
-        """The ids squeue shows owned by another uid (ONE squeue call): a jobs.json (or a
-        watch's tick list) may name anyone's job, and a user who may cancel others' jobs
-        (root, an operator) must not cancel them through it. A job squeue no longer shows
-        has ended: cancelling it is harmless."""
+    def _not_ours(self, ids: Sequence[str], run_id: str | None
+                  ) -> tuple[dict[str, int], dict[str, str]]:
+        """From ONE squeue call: the ids owned by another uid (id -> uid), and, with `run_id`,
+        the user's own jobs whose comment does not carry that run's id (id -> comment; the
+        header writes it, formats.run_comment). A jobs.json (or a watch's tick list) may name
+        anyone's job, and any job of the user's: a user who may cancel others' jobs (root, an
+        operator) must not cancel them through it, and nobody their own training job. A job
+        squeue no longer shows has ended: cancelling it is harmless."""
         import os
 
         me = os.getuid()
         owners: dict[str, int] = {}
+        foreign: dict[str, str] = {}
         for job_id, entry in self.client.squeue(ids).items():
             base = base_job_id(job_id)
+            named = base if base in ids else job_id
             if entry.user_id is not None and entry.user_id != me:
-                owners.setdefault(base if base in ids else job_id, entry.user_id)
-        return {j: uid for j, uid in owners.items() if j in ids}
+                owners.setdefault(named, entry.user_id)
+            elif (run_id is not None and entry.comment is not None
+                  and not carries_run(entry.comment, run_id)):
+                foreign.setdefault(named, entry.comment)
+        return ({j: uid for j, uid in owners.items() if j in ids},
+                {j: c for j, c in foreign.items() if j in ids and j not in owners})
 
     def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
         ids = list(job_ids)

@@ -6,6 +6,7 @@ read by validation, the render (resume caps) and the local backend's runner.
 
 from __future__ import annotations
 
+import json
 import re
 
 # A long sbatch option name without its dashes ("mail-type"): validation and the header.
@@ -41,3 +42,27 @@ def walltime_minutes(text: str) -> int | None:
 def slurm_filename(path: str) -> str:
     """A path for --output / --error: Slurm expands %j, %A, %a ..., so a literal % is %%."""
     return path.replace("%", "%%")
+
+
+def run_comment(comment: str | None, invocation_id: str) -> str:
+    """A run's jobs' --comment: it carries the run's invocation id, and `hpceval kill` cancels
+    only jobs whose comment does (a jobs.json can name any job of the user's, a training job
+    among them). After execution.sbatch_comment when one is set, or inside it, as the key
+    "hpceval", when it is a JSON object (a site's reaper parses it: NeMo's idle-GPU reaper).
+    A character no #SBATCH line can hold becomes "_" (hpceval's own ids have none)."""
+    invocation_id = SBATCH_UNWRITABLE.sub("_", invocation_id)
+    if not comment:
+        return f"hpceval:{invocation_id}"
+    try:
+        data = json.loads(comment)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        return json.dumps({**data, "hpceval": invocation_id}, separators=(",", ":"))
+    return f"{comment} hpceval:{invocation_id}"
+
+
+def carries_run(comment: str, invocation_id: str) -> bool:
+    """Whether a job's comment (squeue %k) is one `run_comment` wrote for this run."""
+    return (f"hpceval:{invocation_id}" in comment.split()
+            or f'"hpceval":"{invocation_id}"' in comment)

@@ -16,7 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpceval.backends.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, slurm_filename
+from hpceval.backends.slurm.formats import (
+    SBATCH_FLAG,
+    SBATCH_UNWRITABLE,
+    run_comment,
+    slurm_filename,
+)
 from hpceval.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
@@ -72,10 +77,11 @@ def _requeue_line(ex: ExecutionSpec) -> HeaderLine:
 
 
 def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
-                  cpu_why: str) -> list[HeaderLine]:
+                  cpu_why: str, invocation_id: str | None = None) -> list[HeaderLine]:
     """The header of a small CPU job beside a run (aggregation, export, a watch's tick): the
     run's account, QOS and reservation, its cpu_partition (default: its partition); one CPU,
-    no GPU; never requeued."""
+    no GPU; never requeued. A run's own (`invocation_id`) carries its id in the comment, as
+    its model jobs do: `hpceval kill` cancels it too."""
     lines = [name]
     partition, partition_key = (ex.cpu_partition, "execution.cpu_partition") \
         if ex.cpu_partition is not None else (ex.partition, "execution.partition")
@@ -89,7 +95,10 @@ def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: i
             HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
             HeaderLine("cpus-per-task", "1", cpu_why),
             HeaderLine("output", sbatch_value(log_file, "execution.output_dir")),
-            HeaderLine("no-requeue", None)]
+            HeaderLine("no-requeue", None),
+            *([HeaderLine("comment", sbatch_value(run_comment(None, invocation_id),
+                                                  "execution.sbatch_comment"))]
+              if invocation_id else [])]
 
 
 GPU_FLAGS = ("gpus-per-node", "gres")  # the gpu_request styles that put GPUs in the header
@@ -150,7 +159,8 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> li
     lines += _per_gpu_defaults(ex, requested_gpus=gpus > 0 and ex.gpu_request in GPU_FLAGS)
     if ex.exclusive:
         lines.append(HeaderLine("exclusive", None, "whole nodes: no other job shares them"))
-    add("comment", ex.sbatch_comment, "execution.sbatch_comment")
+    add("comment", run_comment(ex.sbatch_comment, ctx.invocation_id), "execution.sbatch_comment",
+        "the run's id: hpceval kill cancels only jobs that carry it")
     if ctx.array is not None:
         limit = ctx.array.parallelism or ex.array_parallelism
         spec_text = f"0-{ctx.array.size - 1}" + (f"%{limit}" if limit else "")

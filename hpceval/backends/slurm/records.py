@@ -32,7 +32,9 @@ _STATE_FIELDS: tuple[str, ...] = (
 )
 USAGE_FIELDS: tuple[str, ...] = ("AllocTRES", "NNodes")
 SACCT_FIELDS: tuple[str, ...] = _STATE_FIELDS + USAGE_FIELDS
-SQUEUE_FORMAT = "%i|%T|%r|%N|%U"  # %U: the owner's numeric uid (kill checks it)
+# %U: the owner's numeric uid; %k: the job's comment, which carries the run's id (kill checks
+# both). The comment is last: it may hold "|" itself.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%U|%k"
 
 # Largest array range we expand. Slurm's own MaxArraySize default is 1001; a bigger range in the
 # output is almost certainly garbage and must not make us allocate millions of records.
@@ -88,6 +90,7 @@ class QueueEntry:
     reason: str
     node_list: str
     user_id: int | None = None  # the owner's uid; None in output recorded without %U
+    comment: str | None = None  # the job's --comment ("" for none); None: recorded without %k
 
 
 def base_job_id(job_id: str) -> str:
@@ -271,17 +274,19 @@ def parse_sacct(text: str) -> dict[str, JobRecord]:
 
 def parse_squeue(text: str) -> dict[str, QueueEntry]:
     """Parse `squeue --noheader --array --format=SQUEUE_FORMAT` output (ranges expanded too);
-    lines without the owner column (recorded before it was asked for) still parse."""
+    lines without the owner or comment column (recorded before they were asked for) still
+    parse. The comment is everything after the sixth field's "|", as it was given."""
     entries: dict[str, QueueEntry] = {}
     for line in _nonblank(text):
-        fields = [field.strip() for field in line.split("|")]
-        if len(fields) not in (4, 5) or (len(fields) == 5 and not fields[4].isdigit()):
+        fields = [field.strip() for field in line.split("|", 5)]
+        if len(fields) not in (4, 5, 6) or (len(fields) >= 5 and not fields[4].isdigit()):
             raise SlurmParseError(f"unexpected squeue line: {line!r}")
         job_id, state, reason, nodes = fields[:4]
-        user_id = int(fields[4]) if len(fields) == 5 else None
+        user_id = int(fields[4]) if len(fields) >= 5 else None
+        comment = None if len(fields) < 6 else "" if fields[5] == "(null)" else fields[5]
         for task_id in expand_array_ids(job_id):
             entry = QueueEntry(task_id, normalize_state(state), reason, _node_list(nodes),
-                               user_id)
+                               user_id, comment)
             entries.setdefault(task_id, entry)
     return entries
 

@@ -119,7 +119,7 @@ def test_squeue_command_and_invalid_id() -> None:
     runner = FakeRunner("7_[1-2]|PENDING|JobArrayTaskLimit||1000\n7_0|RUNNING|None|node1|1000\n")
     entries = CommandSlurmClient(runner=runner).squeue(["7"])
     assert set(entries) == {"7_0", "7_1", "7_2"}
-    assert "--array" in runner.calls[0] and runner.calls[0][-3].endswith("|%U")
+    assert "--array" in runner.calls[0] and runner.calls[0][-3].endswith("|%U|%k")
     assert entries["7_0"].user_id == 1000  # the owner, which kill checks before scancel
     invalid = "slurm_load_jobs error: Invalid job id specified\n"
     assert CommandSlurmClient(runner=FakeRunner(stderr=invalid, returncode=1)).squeue(["9"]) == {}

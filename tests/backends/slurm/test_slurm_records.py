@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -238,3 +239,28 @@ def test_squeue_owner_column() -> None:
     assert entries["19"].user_id is None
     with pytest.raises(SlurmParseError):
         parse_squeue("20|RUNNING|None|node1|alice\n")  # a name where the uid belongs
+
+
+def test_squeue_comment_column_keeps_what_the_job_was_given() -> None:
+    # %k last: a comment with "|" in it stays whole; "(null)" is squeue's word for none
+    entries = parse_squeue("30|RUNNING|None|node1|0|hpceval:20261202-050000-abc123\n"
+                           "31|PENDING|Priority||0|(null)\n"
+                           '32|PENDING|Priority||0|{"a":"x|y","hpceval":"r"}\n'
+                           "33|RUNNING|None|node1|0\n")
+    assert entries["30"].comment == "hpceval:20261202-050000-abc123"
+    assert entries["31"].comment == "" and entries["33"].comment is None
+    assert entries["32"].comment == '{"a":"x|y","hpceval":"r"}'
+
+
+def test_a_run_comment_carries_its_run_and_keeps_a_sites_json() -> None:
+    from hpceval.backends.slurm.formats import carries_run, run_comment
+
+    run = "20261202-050000-abc123"
+    assert run_comment(None, run) == f"hpceval:{run}"
+    assert run_comment("reaper exempt", run) == f"reaper exempt hpceval:{run}"
+    site = '{"OccupiedIdleGPUsJobReaper":{"exemptIdleTimeMins":"60"}}'
+    assert json.loads(run_comment(site, run)) == {**json.loads(site), "hpceval": run}
+    for comment in (None, "reaper exempt", site, '["a list"]'):
+        assert carries_run(run_comment(comment, run), run), comment
+        assert not carries_run(run_comment(comment, run), "20261202-050000-abc124"), comment
+    assert not carries_run("", run) and not carries_run(f"xhpceval:{run}x", run)
