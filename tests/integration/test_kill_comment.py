@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from hpceval.backends.base import JobEntry
-from hpceval.backends.slurm import SlurmBackend
+from hpceval.backends.slurm.backend import SlurmBackend
 from hpceval.backends.slurm.formats import run_comment
 
 if TYPE_CHECKING:

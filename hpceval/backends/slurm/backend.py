@@ -24,9 +24,9 @@ from hpceval.backends.base import (
 )
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
+from hpceval.backends.slurm.formats import carries_run
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
-from hpceval.backends.slurm.formats import carries_run
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
 from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
