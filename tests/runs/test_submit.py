@@ -57,6 +57,23 @@ def test_a_20_model_sweep_is_one_sbatch_plus_aggregation(tmp_path: Path,
     assert jobs.current(7) is not None and jobs.current(7).watch_id(7) == f"{array['id']}_7"
 
 
+def test_the_dispatcher_runs_the_element_slurm_names(tmp_path: Path, fake: FakeSlurm) -> None:
+    """The dispatcher reads its array element through the Slurm backend's env partial
+    (SLURM_ARRAY_TASK_ID as HPCEVAL_ARRAY_INDEX) and execs that model's job.sh."""
+    result = submit_configs(configs(tmp_path, 3), fake)
+    for key in ("model-00", "model-01", "model-02"):
+        (result.run_dir / "models" / key / "job.sh").write_text(f"echo ran {key}\n")
+    dispatcher = str(result.run_dir / "sweep.sbatch")
+    env = {"PATH": os.environ["PATH"], "SLURM_ARRAY_TASK_ID": "1"}
+    ran = subprocess.run(["bash", dispatcher], env=env, capture_output=True, text=True,
+                         check=False, timeout=30)
+    assert (ran.returncode, ran.stdout) == (0, "ran model-01\n"), ran.stderr
+    env["SLURM_ARRAY_TASK_ID"] = "7"
+    bad = subprocess.run(["bash", dispatcher], env=env, capture_output=True, text=True,
+                         check=False, timeout=30)
+    assert bad.returncode == 2 and "array element '7' is not one of 0-2" in bad.stderr
+
+
 def test_sweep_without_aggregation(tmp_path: Path, fake: FakeSlurm) -> None:
     submit_configs(configs(tmp_path, 3), fake, aggregate=False)
     assert len(fake.submits) == 1
