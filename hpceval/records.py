@@ -96,6 +96,9 @@ class RunRecord:
     # script name -> sha256 as submitted: resume refuses one that changed (none: an old run)
     scripts_sha256: dict[str, str] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # its jobs carry the run's id in their comment (the header); False in a run.json from
+    # before: kill then checks only the jobs' owner
+    jobs_tagged: bool = False
 
     @property
     def judge_names(self) -> list[str]:
@@ -125,7 +128,8 @@ class RunRecord:
                        str(data.get("entry") or ""), float(data.get("created_at") or 0.0),
                        str(data.get("user") or ""), str(data.get("hpceval_version") or ""),
                        None if umask is None else str(umask),
-                       None if parallel is None else int(parallel), aux, digests, data)
+                       None if parallel is None else int(parallel), aux, digests, data,
+                       jobs_tagged=bool(data.get("jobs_tagged")))
         except KeyError as exc:
             raise RunFileError(path, f"no {exc.args[0]!r} where submit writes one") from exc
         except (TypeError, ValueError, AttributeError) as exc:

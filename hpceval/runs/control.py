@@ -22,7 +22,7 @@ from hpceval.contract import (
     element_script,
 )
 from hpceval.errors import HpcevalError
-from hpceval.records import ModelRecord, Reason, RunRecord, read_run
+from hpceval.records import ModelRecord, Reason, RunFileError, RunRecord, read_run
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
@@ -55,9 +55,13 @@ def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float 
     if not jobs.chain:
         return KillReport([], [], {})
     backend = backend_for(jobs.kind, client=client)
+    try:
+        tagged = read_run(ref.run_dir).jobs_tagged
+    except RunFileError:
+        tagged = True  # nothing says its jobs predate the tag: the strict check
     return backend.cancel(ref.run_dir, jobs.chain,
-                          mark=lambda ids: _mark(ref.run_dir, ids),
-                          verify_s=verify_s, sleep=sleep, run_id=ref.invocation_id)
+                          mark=lambda ids: _mark(ref.run_dir, ids), verify_s=verify_s,
+                          sleep=sleep, run_id=ref.invocation_id if tagged else None)
 
 
 def _mark(run_dir: Path, ids: list[str]) -> None:

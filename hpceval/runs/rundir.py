@@ -230,6 +230,7 @@ def run_manifest(run: PreparedRun) -> dict[str, Any]:
         # resume resubmits these files: it refuses one that changed since submit
         "scripts_sha256": {name: _sha256(text.encode()) for name, text in run.scripts.items()},
         "array_parallelism": run.resolved.spec.execution.array_parallelism,
+        "jobs_tagged": True,  # every job's header carries the run's id (kill checks it)
         # a sweep's judge jobs (scope: sweep): resume resubmits one that no longer runs
         "auxiliary": [{"name": name, "script": script} for name, script in run.judges.items()],
         "models": [{"key": m.key, "index": m.index, "script": m.script_name,

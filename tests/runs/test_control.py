@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -252,6 +253,22 @@ def test_kill_leaves_alone_a_job_of_yours_that_is_not_this_runs(
     assert f"skipped job {array}: its comment 'hpceval:20990101-000000-abcdef' does not " \
            "carry this run's id" in out.stderr
     assert "no job to cancel" in out.stdout and len(fake.cancels) == 1
+
+
+def test_kill_of_a_run_submitted_before_job_comments_still_cancels_its_jobs(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """A run submitted by an hpceval that did not tag its jobs (run.json without jobs_tagged)
+    must stay killable after the upgrade: its jobs carry no comment, so only owners count."""
+    result = submit_configs(configs(tmp_path, 3), fake)
+    array, aggregate = result.job_ids
+    run_file = result.run_dir / "run.json"
+    data = json.loads(run_file.read_text())
+    assert data.pop("jobs_tagged") is True  # what today's submit records
+    run_file.write_text(json.dumps(data))
+    fake.states.update({f"{array}_0": "RUNNING", aggregate: "PENDING"})
+    fake.comments.update({array: "", aggregate: ""})  # what squeue shows for such jobs
+    report = kill_run(find_run(result.invocation_id), fake, sleep=lambda _: None)
+    assert report.foreign == {} and sorted(report.cancelled) == sorted([array, aggregate])
 
 
 def test_kill_leaves_alone_a_job_squeue_shows_owned_by_another_user(
