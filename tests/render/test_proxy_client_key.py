@@ -75,6 +75,23 @@ BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "What 
 ASK = ("ASK=(-s -o /dev/null -w '%{http_code}\\n' -H 'Content-Type: application/json' "
        f"-d '{BODY}' \"$HPCEVAL_ENDPOINT_URL\")")
 KEY = '-H @<(echo "Authorization: Bearer $OPENAI_API_KEY")'
+PREAMBLE = 'log() { echo "$*"; }\njob_failure() { echo "job_failure: $*"; }'
+
+
+def stranger_curl() -> str:
+    """What another uid on the node runs (root runs the tests here): the same curl, without
+    the key, as nobody; "echo skipped" where runuser cannot."""
+    runuser = shutil.which("runuser")
+    return f'{runuser} -u nobody -- curl "${{ASK[@]}}"' \
+        if os.geteuid() == 0 and runuser else "echo skipped"
+
+
+def run_lines(code: str) -> tuple[dict[str, str], str]:
+    """Run `code` in bash with a bare PATH: its "name: value" stdout lines, and all it printed."""
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=90,
+                         check=False, env={"PATH": "/usr/bin:/bin"})
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    return lines, out.stdout + out.stderr
 
 
 def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
@@ -88,12 +105,9 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     port = 20000 + os.getpid() % 5000
-    # another uid on the node (root runs the tests here), without the key
-    runuser = shutil.which("runuser")
-    stranger = f'{runuser} -u nobody -- curl "${{ASK[@]}}"' \
-        if os.geteuid() == 0 and runuser else "echo skipped"
+    stranger = stranger_curl()
     code = "\n".join([
-        'log() { echo "$*"; }', 'job_failure() { echo "job_failure: $*"; }', functions,
+        PREAMBLE, functions,
         "HPCEVAL_JOB_TOKEN=tok-0123456789abcdef  # a plain variable of the job, as in the script",
         f"HPCEVAL_PYTHON={sys.executable} MODEL_DIR={model_dir} PROXY_PORT={port}",
         f"PROXY_PIDS=() PROXY_DIRS=() PROXY_ARGS=(--upstream {url})",
@@ -106,12 +120,10 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
         'echo "argv: $(tr "\\0" " " < /proc/${PROXY_PIDS[0]}/cmdline)"',
         'kill -TERM "${PROXY_PIDS[0]}"; wait "${PROXY_PIDS[0]}"',
     ])
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=90,
-                         check=False, env={"PATH": "/usr/bin:/bin"})
-    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
-    assert lines.get("no key") == "401", out.stdout + out.stderr
-    assert lines.get("stranger") in ("401", "skipped"), out.stdout
-    assert lines.get("harness") == "200", out.stdout + out.stderr
+    lines, output = run_lines(code)
+    assert lines.get("no key") == "401", output
+    assert lines.get("stranger") in ("401", "skipped"), output
+    assert lines.get("harness") == "200", output
     assert seen == ["/v1/chat/completions"]  # only the harness's request reached the server
     # the key by name: never on the proxy's command line (ps shows it to every user)
     assert "--api-key-env HPCEVAL_JOB_TOKEN" in lines["argv"]
@@ -155,12 +167,10 @@ def test_a_judges_proxy_asks_for_the_key_and_keeps_the_token_from_its_upstream(
         "answers", "start_proxy", "upstream_args", "task_environment_1"))
     model_dir = tmp_path / "model"
     port = 20000 + (os.getpid() + 7) % 5000
-    runuser = shutil.which("runuser")
-    stranger = f'{runuser} -u nobody -- curl "${{ASK[@]}}"' \
-        if os.geteuid() == 0 and runuser else "echo skipped"
+    stranger = stranger_curl()
     judge_key = '-H @<(echo "Authorization: Bearer $JUDGE_API_KEY")'
     code = "\n".join([
-        'log() { echo "$*"; }', 'job_failure() { echo "job_failure: $*"; }', functions,
+        PREAMBLE, functions,
         "HPCEVAL_JOB_TOKEN=tok-0123456789abcdef",
         f"HPCEVAL_PYTHON={sys.executable} MODEL_DIR={model_dir} PORT_BASE={port}",
         "PROXY_PIDS=() PROXY_DIRS=()", section.group(0), f"TASK_DIR={tmp_path}",
@@ -171,11 +181,9 @@ def test_a_judges_proxy_asks_for_the_key_and_keeps_the_token_from_its_upstream(
         f'echo "task: $(task_environment_1; curl "${{ASK[@]}}" {judge_key})"',
         'kill -TERM "${PROXY_PIDS[0]}"; wait "${PROXY_PIDS[0]}"',
     ])
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=90,
-                         check=False, env={"PATH": "/usr/bin:/bin"})
-    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
-    assert lines.get("no key") == "401", out.stdout + out.stderr
-    assert lines.get("stranger") in ("401", "skipped"), out.stdout
-    assert lines.get("task") == "200", out.stdout + out.stderr
+    lines, output = run_lines(code)
+    assert lines.get("no key") == "401", output
+    assert lines.get("stranger") in ("401", "skipped"), output
+    assert lines.get("task") == "200", output
     assert seen == ["/v1/chat/completions"]  # only the task's request reached the judge
     assert AUTH == [None]  # the job's token is not passed on to an external judge
