@@ -203,8 +203,10 @@ def test_cancelled_while_queued(slurm_cluster: CommandSlurmClient, work: Path,
                                 runs: list[Submitted]) -> None:
     run = submit_run(HoldingClient(), run_file(work, ["quick"]))
     runs.append(run)
-    wait_for(lambda: status(run.run_dir)["state"] == "queued", 30, "sacct to list it queued",
-             interval=1.0)
+    # slurmdbd learns the pending reason after the job itself: sacct lists a fresh held job as
+    # PENDING with reason None for a moment, so wait for the reason, not only the state
+    wait_for(lambda: status(run.run_dir)["reason"] == "held by user", 30,
+             "sacct to list it held", interval=1.0)
     assert_status(run, "queued", "held by user")
     slurm_cluster.cancel([run.first_job])
     assert wait_done(slurm_cluster, run.first_job, 30) == "CANCELLED"
