@@ -23,6 +23,7 @@ from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
 from hpceval.engines import engine_for
 from hpceval.render.ports import EPHEMERAL_FIRST
+from hpceval.render.quoting import listening_ports_function
 from hpceval.runtimes import runtime_for
 from hpceval.shell import quote
 
@@ -32,7 +33,7 @@ SCRIPT_FILE = "doctor-job.sh"
 NODE_WALLTIME = "00:05:00"
 PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
 
-_BODY = r'''
+_HELPERS = r'''
 FACTS="$REPORT.facts"
 : > "$FACTS"
 json() {  # json TEXT: one JSON string (other control characters dropped)
@@ -52,12 +53,10 @@ probe() {  # probe NAME COMMAND...: its exit status and output, bounded in time
   out=$(timeout 60 "${@:2}" 2>&1 < /dev/null); rc=$?
   fact "$1" "$rc" "$out"
 }
-listening_ports() {  # TCP ports anybody listens on here (/proc/net/tcp{,6}, state 0A)
-  local _sl address _remote state _rest
-  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | while read -r _sl address _remote state _rest; do
-    [ "$state" = 0A ] && echo $((16#${address##*:}))
-  done
-}
+'''
+
+# The probes, after listening_ports (templates/listening_ports.j2, the job preamble's too).
+_BODY = r'''
 fact node 0 "$(hostname) $(uname -m)"
 probe hpceval "$PY" -c 'import platform, hpceval; print(hpceval.__version__, platform.machine())'
 # Loaded in this shell, as the job does, so a module's PATH counts for the programs below.
@@ -139,7 +138,8 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
     head.append(f"PROGRAMS=({quote(list(PROGRAMS))})")
     # execution.module_init is shell code by definition (the job runs it verbatim too)
     head += list(ex.module_init)
-    return "\n".join(head) + "\n" + _BODY.lstrip("\n")
+    return "\n".join([*head, _HELPERS.strip("\n"), listening_ports_function().rstrip("\n"),
+                      _BODY.lstrip("\n")])
 
 
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:

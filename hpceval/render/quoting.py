@@ -132,3 +132,9 @@ def make_environment(template_dir: Path) -> jinja2.Environment:
         command_lines=command_lines, joined=joined,
     )
     return env
+
+
+def listening_ports_function() -> str:
+    """The shell function `listening_ports` (templates/listening_ports.j2), as the job's
+    preamble includes it: for a script that is not rendered (hpceval doctor's node job)."""
+    return render_template("listening_ports.j2", {})

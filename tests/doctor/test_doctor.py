@@ -296,6 +296,20 @@ def test_the_job_script_quotes_every_value_and_runs(tmp_path: Path) -> None:
     assert "module:a b; touch pwned2" in facts  # one module name, never split or run
 
 
+def _shell_function(script: str, name: str) -> str:
+    start = script.index(f"{name}() {{")
+    return script[start:script.index("\n}\n", start) + 3]
+
+
+def test_the_job_script_counts_listening_ports_as_a_model_job_does(tmp_path: Path) -> None:
+    """Whether a port is free is the job preamble's rule: the doctor runs the same function,
+    not a copy that could drift from it."""
+    ex = _spec(tmp_path).execution
+    script = node.job_script(ex, sys.executable, tmp_path / node.REPORT_FILE, None)
+    job = (Path(__file__).parents[1] / "golden" / "slurm__single-tp.sbatch").read_text()
+    assert _shell_function(script, "listening_ports") == _shell_function(job, "listening_ports")
+
+
 def test_a_job_that_ends_without_a_report_or_never_reports(tmp_path: Path) -> None:
     ex = _spec(tmp_path).execution
     client = FakeClient()  # squeue forgets the job: it ended, and wrote nothing
