@@ -142,7 +142,7 @@ def submit_runs(folder: Path, count: int, client: HeldClient) -> None:
         submit_prepared(create_run(configs), client, written=True)
 
 
-def watch_ids(run_dirs: list[Path]) -> list[str]:
+def scheduler_ids(run_dirs: list[Path]) -> list[str]:
     ids = []
     for run_dir in run_dirs:
         jobs = read_jobs(run_dir)
@@ -150,7 +150,7 @@ def watch_ids(run_dirs: list[Path]) -> list[str]:
         for model in manifest["models"]:
             entry = jobs.current(model["index"])
             if entry is not None:
-                ids.append(entry.watch_id(model["index"]))
+                ids.append(entry.scheduler_id(model["index"]))
     return ids
 
 
@@ -231,7 +231,7 @@ def wait_visible(ids: list[str], timeout_s: float = 60.0) -> None:
 
 def measure(layout: str, size: int, run_dirs: list[Path], status_args: list[str],
             counter: Counter, sacct: str, repeat: int, cap: int) -> Measured:
-    ids = watch_ids(run_dirs)
+    ids = scheduler_ids(run_dirs)
     wait_visible(ids)
     status_ms, status_calls, states = status_process(status_args, counter, repeat)
     refresh_ms, refresh_calls, limited = in_process(run_dirs, repeat)

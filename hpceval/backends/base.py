@@ -36,7 +36,7 @@ class JobEntry:
     cancelled_at: float | None = None
     aux: str | None = None  # role judge: the auxiliary deployment it serves
 
-    def watch_id(self, model_index: int) -> str:
+    def scheduler_id(self, model_index: int) -> str:
         return f"{self.id}_{model_index}" if self.array else self.id
 
     def to_json(self) -> dict[str, Any]:

@@ -67,13 +67,13 @@ class RunJob:
     """One Slurm job (or array task) that worked on one model of a run."""
 
     model: str
-    watch_id: str
+    scheduler_id: str
     submitted_at: float
 
     @property
     def key(self) -> str:
         # The submit time tells two jobs apart that got the same id (ids restart after a wipe).
-        return f"{self.watch_id}@{int(self.submitted_at)}"
+        return f"{self.scheduler_id}@{int(self.submitted_at)}"
 
 
 def run_jobs(run: RunRecord, jobs: Any) -> list[RunJob]:
@@ -84,7 +84,7 @@ def run_jobs(run: RunRecord, jobs: Any) -> list[RunJob]:
     for model in run.models:
         for entry in jobs.main_for(model.index):
             if _accounted(entry.kind):
-                out.append(RunJob(model.key, entry.watch_id(model.index), entry.submitted_at))
+                out.append(RunJob(model.key, entry.scheduler_id(model.index), entry.submitted_at))
     # a sweep's judge jobs (scope: sweep) held GPUs for every model: charged as their own row
     for name in run.judge_names:
         out += [RunJob(aux_folder(name), e.id, e.submitted_at) for e in jobs.chain
@@ -113,8 +113,8 @@ class UsageBook:
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             data = json.loads(_cache_path().read_text(encoding="utf-8"))
             for key, (elapsed, gpus, nodes) in data.items():
-                watch_id = key.rsplit("@", 1)[0]
-                self._known[key] = JobUsage(watch_id, int(elapsed), int(gpus), int(nodes), True)
+                scheduler_id = key.rsplit("@", 1)[0]
+                self._known[key] = JobUsage(scheduler_id, int(elapsed), int(gpus), int(nodes), True)
 
     def get(self, job: RunJob) -> JobUsage | None:
         return self._known.get(job.key)
@@ -126,7 +126,7 @@ class UsageBook:
         """Usage from a JobRecord (hpceval.backends.slurm.records); one without usage is skipped."""
         if record is None or record.alloc_gpus is None or record.elapsed_s is None:
             return
-        usage = JobUsage(job.watch_id, record.elapsed_s, record.alloc_gpus,
+        usage = JobUsage(job.scheduler_id, record.elapsed_s, record.alloc_gpus,
                          record.alloc_nodes or 0, ended)
         self._known[job.key] = usage
         self._dirty = self._dirty or ended
@@ -145,14 +145,15 @@ def register_usage(source: UsageSource, jobs: Iterable[RunJob], book: UsageBook)
     """Watch the jobs whose usage is unknown or still growing; returns them for collect_usage."""
     wanted = book.missing(jobs)
     for job in wanted:
-        source.register(job.watch_id,
+        source.register(job.scheduler_id,
                         submitted_at=datetime.fromtimestamp(job.submitted_at).astimezone())
     return wanted
 
 
 def collect_usage(source: UsageSource, wanted: Iterable[RunJob], book: UsageBook) -> None:
     for job in wanted:
-        book.put(job, source.record(job.watch_id), ended=bool(source.status(job.watch_id).terminal))
+        record = source.record(job.scheduler_id)
+        book.put(job, record, ended=bool(source.status(job.scheduler_id).terminal))
     book.save()
 
 
@@ -176,9 +177,9 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
     models: list[dict[str, Any]] = []
     for model in run.models:
         mine = [j for j in attempts if j.model == model.key]
-        usages = {j.watch_id: u for j in mine if (u := book.get(j)) is not None}
+        usages = {j.scheduler_id: u for j in mine if (u := book.get(j)) is not None}
         known = list(usages.values())
-        newest = next((u for j in reversed(mine) if (u := usages.get(j.watch_id))), None)
+        newest = next((u for j in reversed(mine) if (u := usages.get(j.scheduler_id))), None)
         tasks = []
         for task in model.tasks:
             here = task_dir(str(run_dir), model.key, task.key)

@@ -174,7 +174,7 @@ class Tracker:
         cause = job_failure(folder, entry.submitted_at) if entry is not None else ""
         if phase is Phase.FAILED and cause:  # the likely cause first, then its effects
             reason = f"{cause}; {reason}" if reason else cause
-        job_id = None if entry is None else entry.watch_id(index)
+        job_id = None if entry is None else entry.scheduler_id(index)
         progress = read_progress(folder) if phase is Phase.RUNNING else None
         return ModelState(key, index, phase, reason, job_id, attempts, tasks, progress,
                           read_loads(folder))

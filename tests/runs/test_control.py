@@ -63,7 +63,7 @@ def test_resume_resubmits_only_unfinished_array_elements(tmp_path: Path,
     assert aggregate["dependency"] == f"afterany:{resubmit['id']}"
     jobs = read_jobs(result.run_dir)
     assert jobs.ids == [array, result.job_ids[1], resubmit["id"], aggregate["id"]]
-    assert jobs.current(1).watch_id(1) == f"{resubmit['id']}_1"  # type: ignore[union-attr]
+    assert jobs.current(1).scheduler_id(1) == f"{resubmit['id']}_1"  # type: ignore[union-attr]
     assert jobs.current(0).id == array  # type: ignore[union-attr]
     assert entries[0].reason == "resume"
 

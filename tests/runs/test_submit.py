@@ -54,7 +54,7 @@ def test_a_20_model_sweep_is_one_sbatch_plus_aggregation(tmp_path: Path,
         element = (result.run_dir / "models" / key / "job.sh").read_text()
         assert f"MODEL_KEY={key}\n" in element
     jobs = read_jobs(result.run_dir)
-    assert jobs.current(7) is not None and jobs.current(7).watch_id(7) == f"{array['id']}_7"
+    assert jobs.current(7) is not None and jobs.current(7).scheduler_id(7) == f"{array['id']}_7"
 
 
 def test_the_dispatcher_runs_the_element_slurm_names(tmp_path: Path, fake: FakeSlurm) -> None:

@@ -222,7 +222,7 @@ class SlurmBackend:
         cached = self._cached(entry, index)
         if cached is not None:
             return cached
-        status = self.watcher.status(entry.watch_id(index))
+        status = self.watcher.status(entry.scheduler_id(index))
         # PREEMPTED / NODE_FAIL jobs may be requeued by Slurm under the same id: not cached.
         if status.terminal and not status.raw_state.startswith(("PREEMPTED", "NODE_FAIL")):
             self._states_cache()[_cache_key(entry, index)] = [
@@ -254,4 +254,4 @@ def _dt(ts: float) -> datetime:
 
 def _cache_key(entry: JobEntry, index: int) -> str:
     # The submit time tells two jobs apart that got the same id (ids restart after a wipe).
-    return f"{entry.watch_id(index)}@{int(entry.submitted_at)}"
+    return f"{entry.scheduler_id(index)}@{int(entry.submitted_at)}"

@@ -152,7 +152,7 @@ def read_run_info(run_dir: Path) -> RunInfo | None:
         except yaml.YAMLError:
             config = {}
         dep = config.get("deployment") or {}
-        entry_ids = [e.watch_id(model.index) for e in jobs.main_for(model.index)]
+        entry_ids = [e.scheduler_id(model.index) for e in jobs.main_for(model.index)]
         image = dep.get("image") or ""
         info.models.append(ModelInfo(
             key=model.key, model_id=model.model_id,
