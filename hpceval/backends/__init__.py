@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from hpceval.backends.base import (
     Backend,
+    BackendFiles,
     CancelReport,
     JobEntry,
     JobInfo,
     JobQuery,
     JobRequest,
-    RunLayout,
 )
 
 if TYPE_CHECKING:
@@ -43,5 +43,5 @@ def backend_for(kind: str, *, client: SlurmClient | None = None,
     raise ValueError(f"unknown execution type {kind!r}; known: {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "Backend", "CancelReport", "JobEntry", "JobInfo", "JobQuery", "JobRequest",
-           "RunLayout", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "BackendFiles", "CancelReport", "JobEntry", "JobInfo", "JobQuery",
+           "JobRequest", "backend_for"]

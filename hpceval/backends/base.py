@@ -111,7 +111,7 @@ class CancelReport:
 
 
 @dataclass(frozen=True)
-class RunLayout:
+class BackendFiles:
     """What a backend needs to add its own scripts to a new run directory."""
 
     run_dir: Path
@@ -154,7 +154,7 @@ class Backend(Protocol):
     # submit_after; preempted.j2: preempted; detach.j2: leave the allocation's environment)
     partials: ClassVar[str]
 
-    def scripts(self, layout: RunLayout) -> dict[str, str]:
+    def scripts(self, files: BackendFiles) -> dict[str, str]:
         """Scripts this backend adds to a new run directory (relative path -> text)."""
         ...
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import ClassVar
 
 from hpceval.backends.base import (
+    BackendFiles,
     CancelReport,
     JobEntry,
     JobInfo,
     JobQuery,
     JobRequest,
-    RunLayout,
 )
 from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.contract import (
@@ -57,8 +57,8 @@ class LocalBackend:
     own_jobs_command: ClassVar[str] = "ps -u $USER"
     partials: ClassVar[str] = "backends/local"  # templates/backends/local/: plain processes
 
-    def scripts(self, layout: RunLayout) -> dict[str, str]:
-        return {LOCAL_RUNNER: runner_script(layout)}
+    def scripts(self, files: BackendFiles) -> dict[str, str]:
+        return {LOCAL_RUNNER: runner_script(files)}
 
     def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
         """Start local.sh in the background, in its own session (the runner runs the request's
@@ -111,18 +111,18 @@ class LocalBackend:
         return f"local runner {entry.id} (this machine)"
 
 
-def runner_script(layout: RunLayout) -> str:
+def runner_script(files: BackendFiles) -> str:
     """local.sh, from templates/local.sh.j2 (every value shell-quoted by the renderer)."""
-    if layout.render is None:
-        raise ValueError("the local runner is rendered from templates/: RunLayout.render is "
+    if files.render is None:
+        raise ValueError("the local runner is rendered from templates/: BackendFiles.render is "
                          "required")
-    total = walltime_seconds(layout.walltime)
-    warn = layout.signal_seconds if total > layout.signal_seconds else 0
-    return layout.render(RUNNER_TEMPLATE, {
-        "walltime": layout.walltime, "warn": warn, "total": total,
-        "run_dir": str(layout.run_dir), "models": list(layout.models),
-        "keys": [key for key, _ in layout.models], "python": layout.python,
-        "files": JOB_FILES, "export_args": list(layout.export_args)})
+    total = walltime_seconds(files.walltime)
+    warn = files.signal_seconds if total > files.signal_seconds else 0
+    return files.render(RUNNER_TEMPLATE, {
+        "walltime": files.walltime, "warn": warn, "total": total,
+        "run_dir": str(files.run_dir), "models": list(files.models),
+        "keys": [key for key, _ in files.models], "python": files.python,
+        "files": JOB_FILES, "export_args": list(files.export_args)})
 
 
 def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from hpceval._version import __version__
-from hpceval.backends import RunLayout, backend_for
+from hpceval.backends import BackendFiles, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
@@ -160,7 +160,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     destinations = runs[0].spec.export
     export = render_export(runs[0], ctx) if destinations.destinations else None
     export_args = tuple(export_arguments(destinations, ctx.run_dir_text)) if export else ()
-    scripts.update(backend_for(ex.type).scripts(RunLayout(
+    scripts.update(backend_for(ex.type).scripts(BackendFiles(
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
         ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template)))
     return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support.slurm import FakeSlurm
 
-from hpceval.backends import JobQuery, JobRequest, RunLayout, backend_for
+from hpceval.backends import BackendFiles, JobQuery, JobRequest, backend_for
 from hpceval.backends.base import JobEntry
 from hpceval.backends.local import LocalBackend
 from hpceval.backends.slurm.backend import SlurmBackend
@@ -89,11 +89,11 @@ def test_slurm_states_of_many_jobs_cost_one_sacct(tmp_path: Path) -> None:
 
 
 def test_only_the_slurm_backend_adds_an_aggregation_job(tmp_path: Path) -> None:
-    layout = RunLayout(tmp_path, (("a", "models/a/job.sh"), ("b", "models/b/job.sh")),
+    files = BackendFiles(tmp_path, (("a", "models/a/job.sh"), ("b", "models/b/job.sh")),
                        "00:10:00", 60, "/usr/bin/python3", aggregate="#!/bin/bash\n",
                        render=render_template)
-    assert backend_for("slurm").scripts(layout) == {"aggregate.sbatch": "#!/bin/bash\n"}
-    local = backend_for("local").scripts(layout)
+    assert backend_for("slurm").scripts(files) == {"aggregate.sbatch": "#!/bin/bash\n"}
+    local = backend_for("local").scripts(files)
     assert list(local) == ["local.sh"]
     assert "-m hpceval.results.table aggregate" in local["local.sh"]  # the runner aggregates
 

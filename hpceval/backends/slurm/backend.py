@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import (
+    BackendFiles,
     CancelReport,
     JobEntry,
     JobInfo,
     JobQuery,
     JobRequest,
-    RunLayout,
 )
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
@@ -80,12 +80,12 @@ class SlurmBackend:
 
     # -- Backend ----------------------------------------------------------------------------
 
-    def scripts(self, layout: RunLayout) -> dict[str, str]:
+    def scripts(self, files: BackendFiles) -> dict[str, str]:
         # A sweep's table is written by a dependent CPU job once every element has ended;
         # export.destinations are sent by another (hpceval.results.autoexport).
-        scripts = {AGGREGATE_SCRIPT: layout.aggregate} if layout.aggregate is not None else {}
-        if layout.export is not None:
-            scripts[EXPORT_SCRIPT] = layout.export
+        scripts = {AGGREGATE_SCRIPT: files.aggregate} if files.aggregate is not None else {}
+        if files.export is not None:
+            scripts[EXPORT_SCRIPT] = files.export
         return scripts
 
     def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
