@@ -43,8 +43,8 @@ from report_json import (
     write_result,
 )
 
+from hpceval.results.checkpoints import step_table
 from hpceval.results.report import html_report, step_report_html
-from hpceval.results.steps import step_table
 from hpceval.results.table import results_frame
 
 SAMPLE_TASKS = 100  # 10 models x 10 tasks

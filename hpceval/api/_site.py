@@ -128,8 +128,8 @@ def watch_status(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (
 
 
 def watch_steps(watch_ref: str | Path) -> pd.DataFrame:
-    """A watch's results with a `step` column (hpceval.results.steps.step_table)."""
-    from hpceval.results.steps import step_table
+    """A watch's results with a `step` column (hpceval.results.checkpoints.step_table)."""
+    from hpceval.results.checkpoints import step_table
     from hpceval.watch.control import submitted_points
 
     return step_table(submitted_points(find_watch(watch_ref)))

@@ -87,7 +87,7 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         if len(runs) > 1 or board or cost or models or tasks:
             raise click.UsageError("a WATCH is shown alone: no other RUN, --leaderboard, "
                                    "--cost, --model or --task")
-        from hpceval.cli.step_output import echo_step_results
+        from hpceval.cli.checkpoint_output import echo_step_results
 
         watch_dir = _watch_dir(runs[0], output_dirs)
         echo_step_results(_watch_points(watch_dir), fmt=fmt, as_json=as_json, output=output,

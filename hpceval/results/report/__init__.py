@@ -22,6 +22,7 @@ from typing import Any
 
 from hpceval import contract
 from hpceval.results.report.charts import task_chart
+from hpceval.results.report.checkpoints import steps_section
 from hpceval.results.report.compare import comparisons
 from hpceval.results.report.runinfo import RunInfo, read_run_info
 from hpceval.results.report.samples import SampleCollector, TaskSamples, read_task_samples
@@ -31,7 +32,6 @@ from hpceval.results.report.sections import (
     runs_section,
     samples_section,
 )
-from hpceval.results.report.steps import steps_section
 from hpceval.results.table import leaderboard
 from hpceval.storage import atomic_write_text
 
@@ -191,7 +191,7 @@ def build_step_report(points: Sequence[tuple[int, Path]], out_path: Path,
                       title: str = "hpceval: score vs training step", *,
                       metric: str | None = None, cost: Any = None) -> Any:
     """Write the score-vs-step page for (step, run_dir) pairs; returns the step_table."""
-    from hpceval.results.steps import step_table
+    from hpceval.results.checkpoints import step_table
 
     table = step_table(points)
     write_step_report(table, out_path, title, metric=metric, cost=cost)

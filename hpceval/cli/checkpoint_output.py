@@ -21,7 +21,7 @@ def echo_step_results(points: Sequence[tuple[int, Path]], *, fmt: str = "table",
     `html_file`: also write the score-vs-step report there, with each run's GPU-hours unless
     `cost` is False (one scheduler call for jobs not seen ended before, as `results --html`)."""
     from hpceval import api
-    from hpceval.results.steps import render_steps, step_pivot, step_table
+    from hpceval.results.checkpoints import render_steps, step_pivot, step_table
 
     fmt = output_format(fmt, as_json)
     table = step_table(points)

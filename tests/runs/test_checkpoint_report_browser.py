@@ -8,12 +8,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import PARTIAL, SCORES, step_runs
 from report_helpers import ONE, TWO
-from step_helpers import PARTIAL, SCORES, step_runs
 from test_cost import RecordedSlurm
 from test_report_browser import dump_dom
 
-from hpceval.cli.step_output import echo_step_results
+from hpceval.cli.checkpoint_output import echo_step_results
 
 
 class Charts(HTMLParser):

@@ -1,7 +1,7 @@
 """The "Score vs training step" section: per task, an inline SVG line chart of its primary
 metric against the step (95% interval whiskers where the harness gave a stderr), and the table.
 
-Built from ``hpceval.results.steps.step_table`` by pure functions: no files, no clock. The x
+Built from ``hpceval.results.checkpoints.step_table`` by pure functions: no files, no clock. The x
 axis is linear in the step (checkpoints saved at uneven intervals keep their spacing). The y
 axis spans the data and its intervals with a margin, not 0..1: progress between checkpoints is
 often a few points, which a 0..1 axis would flatten. Each point carries data-step/data-value
@@ -147,7 +147,7 @@ def chart_series(points: Any) -> list[tuple[str, str, list[tuple[str, list[StepP
 
 def steps_section(table: Any, metric: str | None = None) -> str:
     """The section for a step_table: a chart per task, then one row per step."""
-    from hpceval.results.steps import is_partial, primary_points, step_pivot
+    from hpceval.results.checkpoints import is_partial, primary_points, step_pivot
 
     out = ['<section id="steps"><h2>Score vs training step</h2>',
            '<p class="meta">One evaluation run per checkpoint. Primary metric per task'

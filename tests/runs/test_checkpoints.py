@@ -10,13 +10,13 @@ from pathlib import Path
 import click
 import pandas as pd
 import pytest
+from checkpoint_helpers import PARTIAL, PENDING, SCORES, STALE, step_runs
 from report_helpers import ONE, TWO
-from step_helpers import PARTIAL, PENDING, SCORES, STALE, step_runs
 
-from hpceval.cli.step_output import echo_step_results
+from hpceval.cli.checkpoint_output import echo_step_results
+from hpceval.results.checkpoints import render_steps, step_pivot, step_table
 from hpceval.results.report import build_step_report, step_report_html
-from hpceval.results.report.steps import StepPoint, step_chart, y_range
-from hpceval.results.steps import render_steps, step_pivot, step_table
+from hpceval.results.report.checkpoints import StepPoint, step_chart, y_range
 from hpceval.results.table import COLUMNS, run_rows
 
 
