@@ -86,6 +86,23 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
         time.sleep(interval)
 
 
+def leftovers(marker: str) -> list[str]:
+    """Processes on this machine (every node of the dev cluster) whose command line has
+    `marker`, as `pgrep -af` lists them."""
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+def assert_none_left(marker: str, timeout: float = 30) -> None:
+    """No process with `marker` survives the end of its job. Slurm sends SIGKILL KillWait
+    (2 s on the dev cluster) after a cancel's SIGTERM, and a loaded machine takes longer to
+    reap: wait for the processes to go, failing with those left after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while left := leftovers(marker):
+        assert time.monotonic() < deadline, f"processes left {timeout} s after the job: {left}"
+        time.sleep(0.5)
+
+
 # --- the oracle server -------------------------------------------------------------------------
 
 def oracle_command(model: str, request_log: Path, *, delay: float = 0.0,

@@ -26,6 +26,7 @@ from hpceval.backends.slurm.states import Phase
 from hpceval.runs.control import kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
+from tests.integration.drill_support import assert_none_left
 
 pytestmark = pytest.mark.slurm
 
@@ -196,7 +197,4 @@ def test_kill_during_a_running_sweep_leaves_nothing(slurm_cluster: CommandSlurmC
     assert [m.phase for m in state.models] == [Phase.CANCELLED, Phase.CANCELLED]
     records = client.sacct(ids)
     assert {r.state for j, r in records.items() if j.startswith(f"{ids[0]}_")} == {"CANCELLED"}
-    time.sleep(3)  # KillWait=2 on the dev cluster, then SIGKILL
-    left = subprocess.run(["pgrep", "-af", f"sleep {marker}"], capture_output=True,
-                          text=True, check=False).stdout
-    assert not [line for line in left.splitlines() if "pgrep" not in line], left
+    assert_none_left(f"sleep {marker}")

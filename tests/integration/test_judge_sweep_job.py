@@ -34,7 +34,12 @@ from hpceval.runs.control import kill_run
 from hpceval.runs.index import find_run
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
-from tests.integration.drill_support import answered, oracle_command, own_catalogue
+from tests.integration.drill_support import (
+    answered,
+    assert_none_left,
+    oracle_command,
+    own_catalogue,
+)
 from tests.integration.test_judge_job import CATALOGUE
 
 pytestmark = pytest.mark.slurm
@@ -192,7 +197,4 @@ def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, work: Pat
         assert time.monotonic() < deadline, state.judges
         time.sleep(1.0)
         (state,) = tracker.refresh(force=True)
-    time.sleep(3)  # KillWait=2 on the dev cluster, then SIGKILL
-    left = subprocess.run(["pgrep", "-af", f"sleep {marker}"], capture_output=True,
-                          text=True, check=False).stdout
-    assert not [line for line in left.splitlines() if "pgrep" not in line], left
+    assert_none_left(f"sleep {marker}")

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.backends.slurm.states import Phase
@@ -44,7 +45,6 @@ from tests.integration.vllm_support import (
     Served,
     find_model_dir,
     find_vllm_bin,
-    free_port,
     hpceval,
     preset_env,
     submit,

@@ -9,7 +9,6 @@ user catalogue in HPCEVAL_TASKS_PATH.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,11 +19,12 @@ from typing import Any
 
 import pytest
 import yaml
+from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.render import JobContext, render_job
-from tests.integration.drill_support import own_catalogue
+from tests.integration.drill_support import assert_none_left, leftovers, own_catalogue
 
 pytestmark = pytest.mark.slurm
 
@@ -134,11 +134,6 @@ def unique_duration() -> str:
     return f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
 
 
-def leftovers(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False)
-    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
-
-
 def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
                                             workdir: Path) -> None:
     job_id, model_dir, _ = submit(slurm_cluster, workdir, "ok")
@@ -212,9 +207,7 @@ def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlu
                                                        workdir: Path) -> None:
     """deployment.type none with evaluation.interceptors: the job starts the proxy in front of
     the outside server, so the same changes apply (and requests are cached and counted)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--model",
                                "ref-model"], stderr=subprocess.DEVNULL)
     try:
@@ -279,9 +272,8 @@ def test_scancel_leaves_no_process_behind(slurm_cluster: CommandSlurmClient,
     wait_for(lambda: bool(leftovers(f"sleep {marker}")), 20, "the harness process")
     slurm_cluster.cancel([job_id])
     assert wait_done(slurm_cluster, job_id) == "CANCELLED"
-    time.sleep(3)  # KillWait=2 on the dev cluster, then SIGKILL
-    assert not leftovers(f"sleep {marker}")
-    assert not leftovers(str(SERVER))
+    assert_none_left(f"sleep {marker}")
+    assert_none_left(str(SERVER))
 
 
 def test_walltime_signal_stops_tasks_cleanly(slurm_cluster: CommandSlurmClient,
@@ -319,5 +311,5 @@ def test_walltime_signal_stops_tasks_cleanly(slurm_cluster: CommandSlurmClient,
     assert successor and f"successor job {successor[0]}" in log, log
     slurm_cluster.cancel(successor)
     assert wait_done(slurm_cluster, successor[0]) == "CANCELLED"
-    time.sleep(3)
-    assert not any(leftovers(f"sleep {marker}") for marker in markers.values())
+    for marker in markers.values():
+        assert_none_left(f"sleep {marker}")

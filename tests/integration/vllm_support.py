@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 
@@ -100,12 +100,6 @@ def preset_env() -> dict[str, str]:
     """The server environment the vllm-cpu preset gives jobs: the tests serve the same way."""
     env = yaml.safe_load(PRESET.read_text())["env_vars"]
     return {str(k): str(v) for k, v in env.items()}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

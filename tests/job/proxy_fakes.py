@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+from support.ports import free_port
 
 from hpceval.job.proxy import ProxyServer
 from hpceval.job.proxy_config import ProxyConfig
@@ -19,12 +19,6 @@ from hpceval.job.proxy_config import ProxyConfig
 
 def chat(content: str = "hi", **params: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": content}], **params}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def dead_url() -> str:

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Callable
 
 import aiohttp
-from proxy_fakes import chat, free_port, running_proxy
+from proxy_fakes import chat, running_proxy
+from support.ports import free_port
 
 from hpceval.job.proxy_config import ProxyConfig
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from proxy_fakes import FakeUpstream, chat, free_port, running_upstreams
+from proxy_fakes import FakeUpstream, chat, running_upstreams
+from support.ports import free_port
 
 from hpceval.job.proxy_cli import build_parser, config_from_args, main
 

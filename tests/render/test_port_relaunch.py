@@ -63,23 +63,36 @@ FUNCTIONS = ("wait_pid", "stop_processes", "forget_servers", "launch_server",
 def squatted() -> Iterator[int]:
     """A port block's first port, held by another uid (nobody where the tests run as root)."""
     first, block = 8000, 64
-    base = first + (200 + os.getpid() % 150) * block
     runuser = shutil.which("runuser")
     code = ("import socket, sys, time; s = socket.socket(); "
             "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('ok', flush=True); "
             "time.sleep(120)")
-    if os.geteuid() == 0 and runuser:
-        holder = subprocess.Popen([runuser, "-u", "nobody", "--", "/usr/bin/python3", "-c", code,
-                                   str(base)], stdout=subprocess.PIPE, text=True)
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+    # A block of its own, away from the low ones; a job of the dev cluster may hold a port of
+    # any block (by its job id), so one whose first port is taken already is passed over.
+    for n in range(150):
+        base = first + (200 + (os.getpid() + n) % 150) * block
+        if os.geteuid() == 0 and runuser:
+            holder = subprocess.Popen([runuser, "-u", "nobody", "--", "/usr/bin/python3", "-c",
+                                       code, str(base)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+            assert holder.stdout is not None
+            if holder.stdout.readline().strip() != "ok":  # bind failed: the port is taken
+                holder.wait()
+                continue
+            try:
+                yield base
+            finally:
+                holder.kill()
+                holder.wait()
+            return
         try:
+            server = socket.create_server(("127.0.0.1", base))
+        except OSError:
+            continue
+        with server:
             yield base
-        finally:
-            holder.kill()
-            holder.wait()
-    else:
-        with socket.create_server(("127.0.0.1", base)):
-            yield base
+        return
+    pytest.fail("no block from 20800 to 30335 has its first port free")
 
 
 def _bring_up(render: RenderFn, tmp_path: Path, port_base: int,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from render_helpers import RenderFn
+from support.ports import free_port
 from test_job_trust import VLLM_RUN, function
 
 RUN = {"deployment": {**VLLM_RUN["deployment"], "runtime": "host"},
@@ -104,7 +105,7 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
         "answers", "start_proxy", "task_environment_1"))
     model_dir = tmp_path / "model"
     model_dir.mkdir()
-    port = 20000 + os.getpid() % 5000
+    port = free_port()
     stranger = stranger_curl()
     code = "\n".join([
         PREAMBLE, functions,
@@ -166,7 +167,7 @@ def test_a_judges_proxy_asks_for_the_key_and_keeps_the_token_from_its_upstream(
     functions = "\n".join(function(script, name) for name in (
         "answers", "start_proxy", "upstream_args", "task_environment_1"))
     model_dir = tmp_path / "model"
-    port = 20000 + (os.getpid() + 7) % 5000
+    port = free_port()
     stranger = stranger_curl()
     judge_key = '-H @<(echo "Authorization: Bearer $JUDGE_API_KEY")'
     code = "\n".join([
