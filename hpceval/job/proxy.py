@@ -22,20 +22,18 @@ request body is parsed once and hashed once, in a worker thread when it is large
 answer is parsed once (the cache stores only answers that parse and carry choices, see
 `cache.usable_answer`); file writes are one `write` per cached answer, and everything slow on
 shared storage (fsync, progress file, cache lease) runs in a thread off the event loop.
+
+The process around the server (signals, the ready file): proxy_process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import json
 import logging
-import os
-import signal
 import time
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -371,44 +369,3 @@ class ProxyServer:
             self.progress.record_no_upstream(exc.reason)
         log.error("request failed: %s", exc.reason)
         return error_response(exc.status, exc.reason, "upstream_unavailable")
-
-
-async def serve(config: ProxyConfig) -> None:
-    """Run until SIGTERM/SIGINT; SIGUSR1 flushes cache and progress and keeps serving."""
-    server = ProxyServer(config)
-    await server.start()
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    flushes: set[asyncio.Task[None]] = set()
-
-    def on_usr1() -> None:
-        task = loop.create_task(server.flush())
-        flushes.add(task)
-        task.add_done_callback(flushes.discard)
-
-    loop.add_signal_handler(signal.SIGUSR1, on_usr1)
-    entries = len(server.cache) if server.cache is not None else 0
-    if config.ready_file is not None:  # the port is ours now: say so where only we can write
-        await asyncio.to_thread(write_ready_file, config.ready_file)
-    log.info("hpceval proxy on http://%s:%d -> %d upstream(s); cache: %s (%d entries)",
-                config.host, server.port, len(config.upstreams), config.cache_dir, entries)
-    try:
-        await stop.wait()
-    finally:
-        log.info("hpceval proxy stopping")
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*flushes)
-        await server.stop()
-
-
-def write_ready_file(path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
-    os.replace(tmp, path)
-
-
-def run_proxy(config: ProxyConfig) -> None:
-    guard.raise_open_file_limit()
-    asyncio.run(serve(config))

@@ -144,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    from hpceval.job.proxy import run_proxy  # aiohttp only once the arguments are known good
+    # aiohttp only once the arguments are known good
+    from hpceval.job.proxy_process import run_proxy
 
     run_proxy(config)
     return 0
