@@ -1,7 +1,7 @@
 """A sweep's judge job (an auxiliary deployment with ``scope: sweep``): its config and its rules.
 
 One place for both: the loader checks a run with them (``load_run``: nothing is submitted when
-they fail), and render/judge.py builds the judge job's config with them. The judge job is a
+they fail), and render/judge_job.py builds the judge job's config with them. The judge job is a
 RunSpec whose deployment is the judge's, on ``num_nodes`` nodes of its own, with no tasks; its
 walltime is ``execution.max_walltime``, at most the partition's MaxTime (it must outlive every
 element, which may run in waves or be resumed; the aggregation job's stop file ends it as soon
@@ -35,7 +35,7 @@ _DEPLOYMENT_FIELDS = tuple(f.name for f in dataclasses.fields(DeploymentSpec))
 
 def sweep_scoped(spec: RunSpec) -> dict[str, AuxiliaryDeploymentSpec]:
     """The judges served by a judge job of their own (type none is an external endpoint,
-    whatever its scope: nothing to serve, as render/aux_job.py reads it)."""
+    whatever its scope: nothing to serve, as render/judge_in_job.py reads it)."""
     return {n: a for n, a in spec.auxiliary_deployments.items()
             if a.scope == "sweep" and engine_for(a.type).serves}
 

@@ -15,7 +15,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.contract import SERVER_DIR, aux_folder
 from hpceval.engines import engine_for
 from hpceval.images import sif_name
-from hpceval.render.aux_job import urls_var
+from hpceval.render.judge_in_job import urls_var
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
 from hpceval.render.servers import Instance, Served, build_instances

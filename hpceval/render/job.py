@@ -19,9 +19,9 @@ from hpceval.engines import engine_for
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
 from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
 from hpceval.interceptors import Interceptor, chain_json, routes_json
-from hpceval.render.aux_job import proxy_views
 from hpceval.render.context import JobContext, backend_view
 from hpceval.render.deployments import deployment_view
+from hpceval.render.judge_in_job import proxy_views
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served
@@ -128,7 +128,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
-        "judge": None,  # a sweep's judge job sets it (render.judge)
+        "judge": None,  # a sweep's judge job sets it (render.judge_job)
     }
 
 

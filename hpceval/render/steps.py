@@ -19,7 +19,7 @@ from hpceval.config.script_checks import bind_issue, extra_bind_issue
 from hpceval.config.tasks import stale
 from hpceval.contract import TASK_ROUTE, TASKS_DIR
 from hpceval.engines import engine_for
-from hpceval.render import aux_job
+from hpceval.render import judge_in_job
 from hpceval.render.quoting import ShellCode, passed_env, var
 from hpceval.runtimes import runtime_for
 from hpceval.runtimes.base import SiteOptions
@@ -143,9 +143,9 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
         env += [("HPCEVAL_DATASET_DIR", ex.dataset_dir),
                 ("NEMO_EVALUATOR_DATASET_DIR", ex.dataset_dir)]
     if in_container:  # the judges' URLs and names (config/auxiliary.py), exported by the job
-        env += aux_job.container_env(resolved)
+        env += judge_in_job.container_env(resolved)
     for name, value in {**spec.evaluation.env_vars, **task_spec.env_vars}.items():
-        env.append((name, aux_job.env_value(value, resolved) if has_reference(value)
+        env.append((name, judge_in_job.env_value(value, resolved) if has_reference(value)
                     else env_value(value)))
     # Secrets: passed by NAME from the job's environment; their values never reach this file.
     names = [*task.required_env, *([ep.api_key_name] if ep.api_key_name else [])]

@@ -8,7 +8,7 @@ it lets an admin submit one element by hand. A small CPU-only aggregation script
 with ``--dependency=afterany:<array>``, writes the sweep's results table when every element
 ended.
 An auxiliary deployment with ``scope: sweep`` (a judge) is one job of its own that the array
-starts after (render/judge.py); the aggregation script ends it.
+starts after (render/judge_job.py); the aggregation script ends it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hpceval.config.errors import ConfigError
 from hpceval.contract import JOB_FILES, LOG_DIR, element_script
 from hpceval.render.context import ArraySpec, JobContext, backend_view
 from hpceval.render.job import render_job
-from hpceval.render.judge import render_judge_job, sweep_judges
+from hpceval.render.judge_job import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 SWEEP_TEMPLATE = "sweep.sbatch.j2"

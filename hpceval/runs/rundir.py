@@ -124,7 +124,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     """Render every script of a new invocation; pure apart from reading templates."""
     from hpceval.render import JobContext, render_job
     from hpceval.render.export_args import export_arguments
-    from hpceval.render.judge import judge_script
+    from hpceval.render.judge_job import judge_script
     from hpceval.render.quoting import render_template
     from hpceval.render.sweep import render_export, render_sweep
 

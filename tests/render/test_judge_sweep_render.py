@@ -21,7 +21,7 @@ from test_golden import GOLDEN, MODEL, TASKS, refuse_update_in_ci
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import AuxiliaryDeploymentSpec
-from hpceval.render.judge import judge_config, render_judge_job, sweep_judges
+from hpceval.render.judge_job import judge_config, render_judge_job, sweep_judges
 from hpceval.render.sweep import render_sweep
 
 JUDGE = AuxiliaryDeploymentSpec(

@@ -78,8 +78,8 @@ UNREACHABLE = {
     # a sweep's judge job: load_run refuses with the same rules first (config/judges.py,
     # tests/config/test_judges.py); config show refuses every auxiliary_deployments section
     # until the loader's side lands (branch aux-job), so no run file reaches render with one
-    "judge:sweep_judges",
-    "judge:render_judge_job",
+    "judge_job:sweep_judges",
+    "judge_job:render_judge_job",
 }
 
 
