@@ -87,9 +87,9 @@ def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
     """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as the dicts
     of ``hpceval status --json`` (without cost and flags). One scheduler call whatever the number
     of runs and jobs."""
+    from hpceval.runs.display import state_to_dict
     from hpceval.runs.index import list_runs
     from hpceval.runs.state import Tracker
-    from hpceval.runs.views import state_to_dict
 
     dirs = list(output_dirs)
     refs = ([find(r, dirs) for r in runs] if runs

@@ -58,7 +58,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
     the jobs held (the scheduler's accounting: GPUs x elapsed), every attempt of a model included.
     """
     from hpceval import api
-    from hpceval.runs.views import format_states, rich_states, state_to_dict
+    from hpceval.runs.display import format_states, rich_states, state_to_dict
 
     if len(runs) == 1 and api.is_watch(runs[0]) and not watch:
         from hpceval.cli.watch_cmds import show_watch

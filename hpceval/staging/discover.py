@@ -29,7 +29,12 @@ from hpceval.staging.container import (
     read_frameworks,
     read_installed_frameworks,
 )
-from hpceval.tasks.models import ENDPOINT_TYPES, CatalogueError, HarnessDef, UnknownHarnessError
+from hpceval.tasks.definitions import (
+    ENDPOINT_TYPES,
+    CatalogueError,
+    HarnessDef,
+    UnknownHarnessError,
+)
 
 __all__ = ["FIND", "MARKER", "DiscoverError", "Discovered", "discover", "parse_framework"]
 

@@ -14,7 +14,7 @@ JSON index has to be rebuilt.
 from __future__ import annotations
 
 from hpceval.tasks.catalogue import Catalogue
-from hpceval.tasks.models import (
+from hpceval.tasks.definitions import (
     ENDPOINT_TYPES,
     GENERIC_PARAMS,
     AmbiguousTaskError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpceval.tasks.models import CatalogueError
+from hpceval.tasks.definitions import CatalogueError
 from hpceval.tasks.schema import validate_file
 
 Record = dict[str, Any]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from hpceval.tasks.models import (
+from hpceval.tasks.definitions import (
     AmbiguousTaskError,
     HarnessDef,
     Resolution,

@@ -20,7 +20,7 @@ import jinja2
 
 from hpceval.errors import HpcevalError
 from hpceval.resources import lm_eval_tasks_dir
-from hpceval.tasks.models import HarnessDef, TaskDef
+from hpceval.tasks.definitions import HarnessDef, TaskDef
 
 # template variable -> environment variable set by the job script before the harness runs
 RUNTIME_VALUES = {

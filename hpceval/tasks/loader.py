@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.storage import cache_dir
-from hpceval.tasks.models import CatalogueError
+from hpceval.tasks.definitions import CatalogueError
 
 INDEX_FORMAT = 1
 _CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
 _SUFFIXES = (".yaml", ".yml")
 _MEMORY: dict[str, dict[str, Any]] = {}
-_NORMALISING_MODULES = ("schema.py", "assemble.py", "loader.py", "models.py")
+_NORMALISING_MODULES = ("schema.py", "assemble.py", "loader.py", "definitions.py")
 
 
 def package_catalogue_dir() -> Path:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from hpceval.tasks.models import TaskDef
+from hpceval.tasks.definitions import TaskDef
 
 JSON_FIELDS: tuple[str, ...] = (
     "qualified_name",

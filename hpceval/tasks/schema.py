@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hpceval.tasks.models import ENDPOINT_TYPES, GENERIC_PARAMS, CatalogueError
+from hpceval.tasks.definitions import ENDPOINT_TYPES, GENERIC_PARAMS, CatalogueError
 
 SCHEMA_VERSION = 1
 

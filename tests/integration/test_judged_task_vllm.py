@@ -38,7 +38,7 @@ from hpceval.backends.slurm.states import Phase
 from hpceval.runs.state import Tracker
 from hpceval.tasks import load_catalogue
 from hpceval.tasks.command import render_command
-from hpceval.tasks.models import GENERIC_PARAMS
+from hpceval.tasks.definitions import GENERIC_PARAMS
 from tests.integration.vllm_support import (
     SHARED_NAME,
     Launched,

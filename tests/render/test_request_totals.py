@@ -14,8 +14,8 @@ from render_helpers import DATA, bash_syntax, context, resolve, shellcheck
 
 from hpceval.render import render_job
 from hpceval.tasks import Catalogue
+from hpceval.tasks.definitions import TaskDef
 from hpceval.tasks.loader import build_index
-from hpceval.tasks.models import TaskDef
 
 COUNTED = """\
 schema: 1
@@ -101,7 +101,7 @@ def test_one_unknown_count_means_no_total(counted: Catalogue, tmp_path: Path,
 
 @pytest.mark.parametrize("value", [0, -1, "10", 1.5, True])
 def test_counts_in_the_catalogue_are_whole_numbers(tmp_path: Path, value: Any) -> None:
-    from hpceval.tasks.models import CatalogueError
+    from hpceval.tasks.definitions import CatalogueError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(COUNTED.replace("samples: 100", f"samples: {value!r}"))

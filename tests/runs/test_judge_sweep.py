@@ -14,11 +14,11 @@ from hpceval.backends.slurm.states import Phase
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.runs.control import kill_run, resume_run
+from hpceval.runs.display import format_states, rich_states, state_to_dict
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
-from hpceval.runs.views import format_states, rich_states, state_to_dict
 
 JUDGE = AuxiliaryDeploymentSpec(type="command", command="exec judge-server --port $PORT",
                                 served_model_name="judge-m", runtime="host",

@@ -29,7 +29,7 @@ def _plain(renderable: object, width: int = 160) -> str:
 
 def _watch_table(tmp_path: Path, fake: FakeSlurm, progress: dict[str, object],
                  tasks: int = 2) -> object:
-    from hpceval.runs.views import rich_states
+    from hpceval.runs.display import rich_states
 
     result = submit_configs(configs(tmp_path, tasks=tasks), fake)
     model_dir = result.run_dir / "models" / "solo"
@@ -60,7 +60,7 @@ def test_watch_table_request_count_sits_under_requests(tmp_path: Path, fake: Fak
 
 
 def test_task_bar_of_nothing_done_is_empty(tmp_path: Path) -> None:
-    from hpceval.runs.views import bar
+    from hpceval.runs.display import bar
 
     none, half, full = (_plain(bar(done, total, width=12)) for done, total in
                         ((0, 1, ), (1, 2), (1, 1)))

@@ -101,7 +101,7 @@ def test_running_task_and_live_progress(tmp_path: Path, fake: FakeSlurm) -> None
     model = state.models[0]
     assert [t.phase for t in model.tasks] == [Phase.RUNNING, Phase.QUEUED]
     assert model.progress is not None and model.progress.done == 120
-    from hpceval.runs.views import format_states
+    from hpceval.runs.display import format_states
 
     assert "120/500, 4.0/s, ETA 1m35s" in format_states([state])
 

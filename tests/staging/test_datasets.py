@@ -13,7 +13,7 @@ from staging_helpers import Site
 from hpceval.staging import data as hub
 from hpceval.staging import preflight, stage
 from hpceval.tasks import load_catalogue
-from hpceval.tasks.models import CatalogueError
+from hpceval.tasks.definitions import CatalogueError
 
 HUMANEVAL = [{"name": "simple_evals.humaneval"}]
 NO_IMAGES = {"container_runtime": "none", "image_dir": None}
