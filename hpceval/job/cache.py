@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.job.cache_index import DigestMap
+from hpceval.jobenv import JobEnv
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +317,7 @@ class ResponseCache:
     def _take_lease(self) -> None:
         try:
             owner = {"host": socket.gethostname(), "pid": os.getpid(),
-                     "job": os.environ.get("SLURM_JOB_ID")}
+                     "job": JobEnv.read().job_id}
             self._lease.write_text(json.dumps(owner) + "\n")
             self._lease_touched = time.monotonic()
         except OSError as exc:  # a read-only cache still answers; compaction then may not wait

@@ -55,8 +55,9 @@ JobState = Callable[[str], "str | None"]  # Slurm job id -> state (see slurm_job
 
 
 def slurm_job_state(job_id: str) -> str | None:
-    """The Slurm state of the job a lease names (a lease records $SLURM_JOB_ID): the Slurm
-    backend asks its queue; "" when Slurm no longer knows it, None when it can't say."""
+    """The Slurm state of the job a lease names (a lease records the job's id, JobEnv.job_id):
+    the Slurm backend asks its queue; "" when Slurm no longer knows it, None when it can't
+    say."""
     from hpceval.backends.slurm.client import queue_state
 
     return queue_state(job_id)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpceval import jobenv
 from hpceval.contract import FAILED_FILE, HARNESS_LOG, is_done
 from hpceval.job import manifest as mf
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
@@ -55,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--started-at", metavar="TIME",
                    help="harness start, epoch seconds or ISO 8601 (default: mtime of "
                         "DIR/command.sh, written just before the harness starts)")
-    p.add_argument("--slurm-job-id", help="default: $SLURM_JOB_ID")
-    p.add_argument("--node-list", help="default: $SLURM_JOB_NODELIST")
+    p.add_argument("--job-id", "--slurm-job-id", dest="job_id",
+                   help=f"the scheduler's job id (default: ${jobenv.JOB_ID})")
+    p.add_argument("--node-list", help=f"the job's nodes (default: ${jobenv.NODELIST})")
     return p
 
 
@@ -129,7 +131,7 @@ class Collector:
             self.start = mf.started_at(self.task_dir, args.started_at)
         except ValueError:
             print(f"collect: ignoring unreadable --started-at {args.started_at!r}")
-        self.slurm = mf.slurm_facts(args.slurm_job_id, args.node_list)
+        self.slurm = mf.scheduler_facts(args.job_id, args.node_list)
         self.previous = read_json_object(self.task_dir / FAILED_FILE)
 
     def fail(self, target: Target, stage: str, reason: str) -> int:

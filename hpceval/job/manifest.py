@@ -2,9 +2,10 @@
 
 Both are plain dicts built here and written by ``hpceval.job.collect``. They answer, long after
 the job is gone: which task and harness ran (as the catalogue resolved them), in which image,
-with which hpceval, when, on which nodes, under which Slurm job, and how it ended. Facts come
-from the command line first and the job environment second (``SLURM_*`` and the ``HPCEVAL_*``
-variables the job script exports), so a collect run by hand outside Slurm still works.
+with which hpceval, when, on which nodes, under which scheduler job, and how it ended. Facts
+come from the command line first and the job environment second (the ``HPCEVAL_*`` variables
+the job script exports: the backend's env.j2 names its scheduler's facts as hpceval.jobenv
+lists them), so a collect run by hand outside a job still works.
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from hpceval._version import __version__
 from hpceval.contract import COMMAND_FILE, CONFIG_FILE, HARNESS_LOG, RESULTS_FILE, run_dir_of_task
+from hpceval.jobenv import JobEnv
 from hpceval.tasks import HarnessDef, TaskDef, task_to_dict
 
 MANIFEST_VERSION = 1
 LOG_TAIL_LINES = 40
-# Slurm facts worth keeping; the job id and node list have their own options.
-SLURM_ENV = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
-             "SLURM_CLUSTER_NAME", "SLURM_JOB_PARTITION")
 JOB_ENV = {"invocation_id": "HPCEVAL_INVOCATION_ID", "model_key": "HPCEVAL_MODEL_KEY",
            "model_id": "HPCEVAL_MODEL_ID", "endpoint_url": "HPCEVAL_ENDPOINT_URL"}
 
@@ -69,14 +68,18 @@ def _no_credentials(url: str | None) -> str | None:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def slurm_facts(job_id: str | None, node_list: str | None) -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "job_id": job_id or os.environ.get("SLURM_JOB_ID"),
-        "node_list": node_list or os.environ.get("SLURM_JOB_NODELIST"),
-    }
-    for name in SLURM_ENV:
-        if os.environ.get(name):
-            facts[name.removeprefix("SLURM_").lower()] = os.environ[name]
+def scheduler_facts(job_id: str | None, node_list: str | None,
+                    env: JobEnv | None = None) -> dict[str, Any]:
+    """The manifest's "slurm" record (its key and field names kept from when only Slurm ran
+    jobs: cost accounting and the report read them from older run directories too)."""
+    env = JobEnv.read() if env is None else env
+    facts: dict[str, Any] = {"job_id": job_id or env.job_id,
+                             "node_list": node_list or env.node_list}
+    # what Slurm leaves unset is left out (a restart count of 0: never requeued)
+    optional = {"array_job_id": env.array_job_id, "array_task_id": env.array_index,
+                "restart_count": None if env.restart_count == "0" else env.restart_count,
+                "cluster_name": env.cluster, "job_partition": env.partition}
+    facts.update({key: value for key, value in optional.items() if value})
     return facts
 
 

@@ -280,7 +280,8 @@ _umask_saved = 0
 @contextlib.contextmanager
 def run_umask(value: str | None) -> Iterator[None]:
     """execution.umask for everything written meanwhile, and for the jobs started meanwhile:
-    Slurm passes the submitting umask to the job (SLURM_UMASK), a local runner inherits it.
+    Slurm passes the submitting umask to the job (as its own umask variable), a local runner
+    inherits it.
 
     The umask belongs to the process: submits in several threads share it, and the one that
     was there before is restored when the last of them ends (restoring per call would leave

@@ -50,6 +50,27 @@ def test_no_slurm_command_named_outside_the_backends() -> None:
     assert offenders == []
 
 
+# A scheduler's own environment variable (SLURM_JOB_ID, SLURMD_NODENAME): the in-job code reads
+# hpceval's names instead (hpceval.jobenv), which each backend's env.j2 exports.
+_SLURM_VARIABLE = re.compile(r"(?<!\w)SLURMD?_")
+# Not yet behind the backend: pyxis is srun's plugin and its runtime still writes srun's
+# harness step itself (issue 20, item 5: the backend's launch partial is to write it).
+_SLURM_VARIABLE_PENDING = {Path("runtimes/pyxis.py")}
+
+
+def test_no_slurm_variable_named_outside_the_backends() -> None:
+    assert _SLURM_VARIABLE.search('os.environ.get("SLURM_JOB_ID")')
+    assert _SLURM_VARIABLE.search('"$SLURMD_NODENAME"')
+    assert not _SLURM_VARIABLE.search("HPCEVAL_SLURM_X") and not _SLURM_VARIABLE.search("SLURM")
+    offenders = [f"{rel}:{n}: {line.strip()}"
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 if "backends" not in (rel := path.relative_to(PACKAGE)).parts
+                 and rel not in _SLURM_VARIABLE_PENDING
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if _SLURM_VARIABLE.search(line)]
+    assert offenders == []
+
+
 def test_backend_for_knows_both_execution_types_and_refuses_others() -> None:
     assert isinstance(backend_for("slurm"), SlurmBackend)
     assert isinstance(backend_for("local"), LocalBackend)

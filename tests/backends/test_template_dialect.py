@@ -12,12 +12,17 @@ HPCEVAL_NODELIST, HPCEVAL_ARRAY_INDEX, HPCEVAL_RESTART_COUNT).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from hpceval import jobenv
 from hpceval.backends import BACKENDS, backend_for
+from hpceval.jobenv import JobEnv
+from hpceval.render.quoting import render_template
 from hpceval.resources import templates_dir
 
 TEMPLATES = templates_dir()
@@ -68,4 +73,25 @@ def test_a_local_job_script_runs_no_slurm_command(golden: Path) -> None:
     text = golden.read_text()
     body = text[text.index("\n\n"):]
     assert offenders(body) == [], golden.name
-    assert "HPCEVAL_JOB_ID=\n" in body  # the local env.j2: no job id
+    assert "export HPCEVAL_JOB_ID=\n" in body  # the local env.j2: no job id
+
+
+SLURM_SETS = {"SLURM_JOB_ID": "17", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_ARRAY_JOB_ID": "16",
+              "SLURM_ARRAY_TASK_ID": "1", "SLURM_RESTART_COUNT": "2",
+              "SLURM_CLUSTER_NAME": "dev", "SLURM_JOB_PARTITION": "gpu"}
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("slurm", JobEnv("17", "n[1-2]", "16", "1", "2", "dev", "gpu")),
+    ("local", JobEnv(restart_count="0")),  # inside an allocation, still none of its facts
+])
+def test_each_env_partial_exports_the_names_the_job_reads(kind: str, expected: JobEnv) -> None:
+    """env.j2 and hpceval.jobenv name the same variables: every backend's partial exports
+    exactly jobenv.NAMES (so the in-job Python sees them), from its scheduler's variables."""
+    text = render_template(f"{backend_for(kind).partials}/env.j2", {})
+    assert re.findall(r"^\s*export (\w+)=", text, re.MULTILINE) == list(jobenv.NAMES)
+    env = {"PATH": os.environ["PATH"], **SLURM_SETS}
+    out = subprocess.run(["bash", "-c", text + "\nenv -0"], env=env, capture_output=True,
+                         check=True).stdout.decode()
+    seen = dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+    assert JobEnv.read(seen) == expected

@@ -58,9 +58,12 @@ def collect(path: Path, exit_code: int = 0, *extra: str) -> int:
 
 def test_success_writes_results_manifest_then_done(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-02]")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    # the backend's env.j2 exports these (hpceval.jobenv); Slurm's own names are not read
+    monkeypatch.setenv("HPCEVAL_JOB_ID", "4242")
+    monkeypatch.setenv("HPCEVAL_NODELIST", "gpu[01-02]")
+    monkeypatch.setenv("HPCEVAL_RESTART_COUNT", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "other")
     monkeypatch.setenv("HPCEVAL_MODEL_ID", "served-name")
     monkeypatch.setenv("HPCEVAL_ENDPOINT_URL", "http://user:secret@node01:8000/v1/completions")
     path = task_dir(tmp_path)
@@ -100,11 +103,30 @@ def test_success_writes_results_manifest_then_done(tmp_path: Path,
     assert manifest["previous_failure"] is None
 
 
-def test_options_win_over_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLURM_JOB_ID", "1")
+def test_an_array_element_records_its_array_and_place(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An array element's facts under the manifest's field names (cost accounting asks the
+    scheduler for "<array_job_id>_<array_task_id>"); a restart count of 0 is left out, as
+    Slurm leaves its variable unset for a job never requeued."""
+    for name, value in {"HPCEVAL_JOB_ID": "17", "HPCEVAL_NODELIST": "n1",
+                        "HPCEVAL_ARRAY_JOB_ID": "16", "HPCEVAL_ARRAY_INDEX": "1",
+                        "HPCEVAL_RESTART_COUNT": "0", "HPCEVAL_CLUSTER": "dev",
+                        "HPCEVAL_PARTITION": "gpu"}.items():
+        monkeypatch.setenv(name, value)
     path = task_dir(tmp_path)
     lm_eval_output(path)
-    assert collect(path, 0, "--slurm-job-id", "77", "--node-list", "n[1-4]",
+    assert collect(path) == 0
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["slurm"] == {"job_id": "17", "node_list": "n1", "array_job_id": "16",
+                                 "array_task_id": "1", "cluster_name": "dev",
+                                 "job_partition": "gpu"}
+
+
+def test_options_win_over_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCEVAL_JOB_ID", "1")
+    path = task_dir(tmp_path)
+    lm_eval_output(path)
+    assert collect(path, 0, "--job-id", "77", "--node-list", "n[1-4]",
                    "--started-at", "2026-11-30T10:00:00Z") == 0
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["slurm"] == {"job_id": "77", "node_list": "n[1-4]"}

@@ -172,7 +172,7 @@ def job_env(work: Path, task_dir: Path, endpoint_url: str, catalogue: Path) -> d
         "HPCEVAL_ENDPOINT_URL": endpoint_url, "HPCEVAL_OUTPUT_DIR": str(task_dir / "harness"),
         "HPCEVAL_TASK_DIR": str(task_dir), "HPCEVAL_MODEL_ID": MODEL,
         "HPCEVAL_TASKS_PATH": str(catalogue), "XDG_CACHE_HOME": str(work / "cache"),
-        "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-02]"})
+        "HPCEVAL_JOB_ID": "4242", "HPCEVAL_NODELIST": "gpu[01-02]"})
 
 
 @pytest.fixture(scope="module")

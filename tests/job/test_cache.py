@@ -168,6 +168,23 @@ def test_lease_held_while_open(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("live-*"))
 
 
+def test_a_lease_names_the_job_by_its_neutral_id(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease records the id the backend's env.j2 exports (HPCEVAL_JOB_ID), never a
+    scheduler's own variable: compaction asks the backend whether that job still runs."""
+    monkeypatch.setenv("HPCEVAL_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    cache = ResponseCache(tmp_path)
+    (lease,) = tmp_path.glob("live-*")
+    assert json.loads(lease.read_text())["job"] == "4242"
+    cache.close()
+    monkeypatch.setenv("HPCEVAL_JOB_ID", "")  # the local backend's env.j2: no job id
+    cache = ResponseCache(tmp_path)
+    (lease,) = tmp_path.glob("live-*")
+    assert json.loads(lease.read_text())["job"] is None
+    cache.close()
+
+
 def test_a_stored_answer_that_is_not_usable_is_never_replayed(tmp_path: Path) -> None:
     """Lines written before answers were checked at store time: intact (CRC), but truncated,
     an error, or without choices. A hit on one is a miss; compaction drops it and keeps a

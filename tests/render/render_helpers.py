@@ -56,5 +56,5 @@ def backend_env(script: str) -> str:
     """The rendered script's env partial (templates/backends/<kind>/env.j2): the block that
     sets HPCEVAL_JOB_ID and the other neutral names, for a test that runs a piece of the
     script with the scheduler's variables in its environment."""
-    start = script.index("\n{\n  HPCEVAL_JOB_ID=") + 1
+    start = script.index("\n{\n  export HPCEVAL_JOB_ID=") + 1
     return script[start:script.index("\n}\n", start) + 3]

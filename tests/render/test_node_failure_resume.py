@@ -19,7 +19,7 @@ RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/model
                        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
 RERUN = 'if [ "$HPCEVAL_RESTART_COUNT" -gt 0 ]; then'
 # the backend's env.j2: Slurm's variables under hpceval's names
-ENV_BLOCK = "\n{\n  HPCEVAL_JOB_ID="
+ENV_BLOCK = "\n{\n  export HPCEVAL_JOB_ID="
 
 
 @pytest.mark.parametrize(("overrides", "requeue"), [

@@ -22,7 +22,7 @@ def record_load(script: str, model_dir: Path, job_id: str, seconds: int) -> None
     the backend's env block (Slurm's job id under hpceval's name)."""
     (line,) = [x for x in script.splitlines() if f'"$MODEL_DIR/{LOADS_FILE}"' in x
                and x.startswith("echo ")]
-    start = script.index("\n{\n  HPCEVAL_JOB_ID=") + 1
+    start = script.index("\n{\n  export HPCEVAL_JOB_ID=") + 1
     env_block = script[start:script.index("\n}\n", start) + 3]
     subprocess.run(["bash", "-c", f"{env_block}SECONDS={seconds}; {line}"], check=True,
                    env={**os.environ, "MODEL_DIR": str(model_dir), "SLURM_JOB_ID": job_id})
