@@ -19,7 +19,7 @@ from hpceval.storage import cache_dir
 from hpceval.tasks.definitions import CatalogueError
 
 INDEX_FORMAT = 1
-_CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue"
+_CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue_data"
 _SUFFIXES = (".yaml", ".yml")
 _MEMORY: dict[str, dict[str, Any]] = {}
 _NORMALISING_MODULES = ("schema.py", "assemble.py", "loader.py", "definitions.py")
