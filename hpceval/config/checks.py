@@ -9,7 +9,7 @@ from typing import Any
 
 from hpceval.backends import backend_for
 from hpceval.backends.slurm.commands import SUBMIT
-from hpceval.backends.slurm.formats import SBATCH_FLAG, walltime_minutes
+from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.engines import engine_for, engine_names
@@ -81,11 +81,19 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                               "job or leave it pending for ever",
                               f"set execution.walltime to {limit} minutes or less (auto-resume "
                               "continues in a new allocation)")
-    for flag in ex.sbatch_extra_flags:
+    for flag, value in ex.sbatch_extra_flags.items():
         if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
                               f"is not an {SUBMIT} flag name",
                               "write the long name without dashes, e.g. mail-type")
+        elif sets_comment(flag) and value is not None and value is not False:
+            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
+                              "sets --comment, which would replace the hpceval:<id> tag "
+                              "hpceval kill looks for (kill would then leave the run's jobs "
+                              "running)",
+                              "move the value to execution.sbatch_comment: hpceval adds its tag "
+                              "after it (or inside it, as the key hpceval, when it is a JSON "
+                              "object)")
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:
         # The URL is written into the job script and its logs; a password there is stored.
         yield ConfigIssue("target.api_endpoint.url", "carries a user:password@ part",

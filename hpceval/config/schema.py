@@ -86,7 +86,8 @@ class ExecutionSpec:
     job_name: str | None = key(None, "job name; default hpceval-<model>")
     sbatch_comment: str | None = key(None, "--comment, e.g. to exempt long loads from reapers")
     sbatch_extra_flags: dict[str, Any] = key(
-        {}, "more #SBATCH flags: {flag: value}; true gives a bare flag, false/null omits it"
+        {}, "more #SBATCH flags: {flag: value}; true gives a bare flag, false/null omits it "
+        "(not comment: see sbatch_comment)"
     )
     output_dir: str = key(REQUIRED, "run directories go here; must be on storage the nodes share")
     container_runtime: ContainerRuntime = key(

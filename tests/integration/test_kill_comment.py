@@ -45,3 +45,21 @@ def test_kill_cancels_the_runs_job_and_leaves_the_users_other_job(
         assert ours not in queue or queue[ours].state == "CANCELLED", queue
     finally:
         slurm_jobs.client.cancel([ours, theirs])
+
+
+@pytest.mark.parametrize("flag", ["comment", "comm", "com"])
+def test_a_later_comment_flag_replaces_the_runs_tag_so_config_refuses_it(
+        slurm_jobs: SlurmJobs, flag: str) -> None:
+    """Why execution.sbatch_extra_flags may not set the comment (formats.sets_comment, refused
+    by config validation): the real sbatch takes every prefix of --comment from 'com' on, and
+    the last one replaces the header's tag, so kill would find no job of the run."""
+    from hpceval.backends.slurm.formats import carries_run, sets_comment
+
+    assert sets_comment(flag)
+    job = slurm_jobs.submit(f"kill-tag-{flag}", "true", "--hold",
+                            f"--comment={run_comment(None, RUN)}", f"--{flag}=site-note")
+    try:
+        comment = slurm_jobs.client.squeue([job])[job].comment
+        assert comment == "site-note" and not carries_run(comment, RUN)
+    finally:
+        slurm_jobs.client.cancel([job])

@@ -13,6 +13,7 @@ import re
 SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 # What cannot be written on one #SBATCH line (tabs are fine inside quotes; newlines are not).
 SBATCH_UNWRITABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_COMMENT_PREFIX = "com"  # the shortest prefix of "comment" no other sbatch option shares
 _WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
 
 
@@ -60,6 +61,14 @@ def run_comment(comment: str | None, invocation_id: str) -> str:
     if isinstance(data, dict):
         return json.dumps({**data, "hpceval": invocation_id}, separators=(",", ":"))
     return f"{comment} hpceval:{invocation_id}"
+
+
+def sets_comment(flag: str) -> bool:
+    """Whether an #SBATCH flag name sets the job's comment: sbatch takes any unambiguous
+    prefix of a long option ("comm" is --comment), and the last --comment wins, so such a
+    flag would replace the one `run_comment` wrote and `hpceval kill` would leave the run's
+    jobs alone. Config validation refuses it (execution.sbatch_comment is the way in)."""
+    return len(flag) >= len(_COMMENT_PREFIX) and "comment".startswith(flag)
 
 
 def carries_run(comment: str, invocation_id: str) -> bool:

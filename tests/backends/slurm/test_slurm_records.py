@@ -264,3 +264,11 @@ def test_a_run_comment_carries_its_run_and_keeps_a_sites_json() -> None:
         assert carries_run(run_comment(comment, run), run), comment
         assert not carries_run(run_comment(comment, run), "20261202-050000-abc124"), comment
     assert not carries_run("", run) and not carries_run(f"xhpceval:{run}x", run)
+
+
+def test_only_flags_sbatch_reads_as_comment_set_it() -> None:
+    from hpceval.backends.slurm.formats import sets_comment
+
+    assert [f for f in ("comment", "comme", "comm", "com", "co", "c", "container",
+                        "constraint", "contiguous", "core-spec", "comments")
+            if sets_comment(f)] == ["comment", "comme", "comm", "com"]
