@@ -17,6 +17,7 @@ from typing import Any
 
 from hpceval.storage import cache_dir
 from hpceval.tasks.definitions import CatalogueError
+from hpceval.trust import untrusted
 
 INDEX_FORMAT = 1
 _CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue_data"
@@ -41,11 +42,28 @@ def user_catalogue_paths() -> list[Path]:
 
 
 def catalogue_files(user_paths: list[Path] | None = None) -> list[Path]:
-    """Package files (sorted), then each user path's files (sorted); a path may name one file."""
+    """Package files (sorted), then each user path's files (sorted); a path may name one file.
+    A user file must pass hpceval.trust's rule (see check_trusted)."""
     files = _yaml_files(_CATALOGUE_DIR)
     for path in user_catalogue_paths() if user_paths is None else user_paths:
-        files.extend(_yaml_files(path))
+        files.extend(check_trusted(f) for f in _yaml_files(path))
     return files
+
+
+def check_trusted(path: Path) -> Path:
+    """`path`, a user catalogue file, or CatalogueError naming it and its owner. Its harness
+    and task command templates run as the user in the job, so it is trusted as a profile is:
+    owned by the user or root, not writable by group or other, no folder above writable by
+    others (a 1777 or group-writable $HPCEVAL_TASKS_PATH entry would let anyone plant one).
+    Checked on every load, the cached index too: a chmod changes no mtime."""
+    problem = untrusted(path, root=True, folders=True)
+    if problem is not None:
+        raise CatalogueError(str(path), "", f"refusing this task catalogue: {problem} (its "
+                             "command templates run as you in the job); fix: if it is yours, "
+                             "chmod go-w it and its folders, else copy it into a folder of your "
+                             "own (~/.config/hpceval/tasks) and drop the other from "
+                             "$HPCEVAL_TASKS_PATH")
+    return path
 
 
 def _yaml_files(path: Path) -> list[Path]:
@@ -133,6 +151,10 @@ def _parse_yaml(path: Path) -> object:
 
 
 def _read_cache(path: Path, key: str) -> dict[str, Any] | None:
+    if untrusted(path, folders=True) is not None:
+        # an index another user could have written (a shared $HPCEVAL_CACHE_DIR) could hold
+        # any command template under a key anyone can compute from stat(): rebuild instead
+        return None
     try:
         with path.open("rb") as fh:
             data = json.load(fh)

@@ -1,0 +1,102 @@
+"""User task catalogues get hpceval.trust's rule (issue 24): a catalogue's harness and task
+command templates run as the user in the job, so a file on $HPCEVAL_TASKS_PATH (or in
+~/.config/hpceval/tasks) that another uid (`runuser -u nobody`) planted, or a folder others can
+write, is refused naming the file and its owner; the catalogue's JSON index is not read from a
+cache folder others can write (its key is computable from stat(), so anyone could plant one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from second_user import as_nobody, shared_scratch
+
+from hpceval.tasks import CatalogueError, load_catalogue, loader
+
+PLANTED = """\
+harness: lm-eval-upstream
+tasks:
+  - name: planted_task
+    endpoint_type: completions
+    description: planted by another uid
+"""
+
+
+@pytest.fixture
+def shared(home: Path) -> Iterator[Path]:
+    """A 1777 folder (a shared scratch area) that nobody can write into."""
+    with shared_scratch("hpceval-catalogues-") as base:
+        (base / "shared").mkdir()
+        (base / "shared").chmod(0o1777)
+        yield base / "shared"
+
+
+def _plant(path: Path, text: str) -> Path:
+    staging = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        staging.chmod(0o755)
+        (staging / "f").write_text(text)
+        (staging / "f").chmod(0o644)
+        as_nobody("cp", str(staging / "f"), str(path))
+    finally:
+        shutil.rmtree(staging)
+    assert path.stat().st_uid == 65534
+    return path
+
+
+def test_a_catalogue_another_uid_planted_on_the_tasks_path_is_refused(
+        shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = _plant(shared / "site.yaml", PLANTED)
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(planted))  # a path may name one file
+    with pytest.raises(CatalogueError) as err:
+        load_catalogue()
+    assert (f"{planted}: refusing this task catalogue: it is owned by nobody (uid 65534), not "
+            "by you or root") in str(err.value)
+    assert "planted_task" not in str(err.value)
+
+
+def test_the_users_own_catalogue_in_a_folder_others_can_write_is_refused(
+        shared: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ours = shared / "ours.yaml"
+    ours.write_text(PLANTED)  # the user's own file, but anyone may swap it: 1777, not sticky-safe
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(shared))
+    with pytest.raises(CatalogueError, match=rf"{ours}: refusing this task catalogue: its "
+                                             rf"folder {shared} is writable by other users"):
+        load_catalogue()
+    private = home / "site-tasks"
+    private.mkdir(mode=0o755)
+    (private / "ours.yaml").write_text(PLANTED)
+    (private / "ours.yaml").chmod(0o664)  # group-writable file
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(private))
+    loader.clear_memory_cache()
+    with pytest.raises(CatalogueError, match="is writable by other users \\(mode 664\\)"):
+        load_catalogue()
+    (private / "ours.yaml").chmod(0o644)
+    loader.clear_memory_cache()
+    assert load_catalogue().resolve("planted_task").task.source == str(private / "ours.yaml")
+
+
+def test_an_index_another_uid_planted_in_a_shared_cache_folder_is_not_read(
+        shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(shared))
+    user_paths = loader.user_catalogue_paths()
+    files = loader.catalogue_files(user_paths)
+    index = loader.build_index(files)
+    index["tasks"][0]["description"] = "PLANTED BY NOBODY"
+    index["key"] = loader.index_key(files, user_paths)  # anyone can compute it
+    _plant(shared / "tasks-index.json", json.dumps(index))
+    loader.clear_memory_cache()
+    assert all(t.description != "PLANTED BY NOBODY" for t in load_catalogue().tasks)
+    # the same index, the user's own in a private cache folder, is read (the cache works)
+    private = shared.parent / "cache"
+    private.mkdir(mode=0o700)
+    (private / "tasks-index.json").write_text(json.dumps(index))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(private))
+    loader.clear_memory_cache()
+    assert any(t.description == "PLANTED BY NOBODY" for t in load_catalogue().tasks)
+    os.unlink(private / "tasks-index.json")
