@@ -224,6 +224,29 @@ def _absolute_paths(out: Composed) -> None:
                              f"{os.path.abspath(src)}")
 
 
+INCLUDE_PATH = "include_path"  # params.extra key: the lm-eval task folder (staging checks it)
+
+
+def _absolute_include_paths(out: Composed) -> None:
+    """A relative (or ~) task folder in the run file or -o means the folder submit runs in,
+    as for output_dir: lm-eval would look for it in the task's own new folder of the run
+    directory, where nothing is, and the submit preflight could not check what it names."""
+    evaluation = out.data.get("evaluation")
+    if not isinstance(evaluation, dict):
+        return
+    tasks = evaluation.get("tasks")
+    holders = [("evaluation.params", evaluation.get("params"))] + [
+        (f"evaluation.tasks.{t.get('name', i)}.params", t.get("params"))
+        for i, t in enumerate(tasks if isinstance(tasks, list) else []) if isinstance(t, dict)]
+    for where, params in holders:
+        extra = params.get("extra") if isinstance(params, dict) else None
+        value = extra.get(INCLUDE_PATH) if isinstance(extra, dict) else None
+        if isinstance(value, str) and value and not value.startswith(("/", "$")):
+            extra[INCLUDE_PATH] = os.path.abspath(os.path.expanduser(value))  # type: ignore[index]
+            out.notes.append(f"{where}.extra.{INCLUDE_PATH} {value!r} is relative: using "
+                             f"{extra[INCLUDE_PATH]} (the folder this command runs in)")  # type: ignore[index]
+
+
 def _relative(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and not value.startswith(("/", "~", "$"))
 
@@ -301,5 +324,6 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         raise ConfigError(refused)
     out.notes += translate_merged(out.data)
     _absolute_paths(out)
+    _absolute_include_paths(out)
     _normalize_durations(out.data)
     return out

@@ -147,11 +147,19 @@ def _data_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                                       f"mkdir -p {folder}, or fix the path; {_SHARED}"))
     for where, extra in hub.task_extras(resolved):
         # Local files a harness reads: a custom lm-eval task folder, a tokenizer folder.
-        for name in ("include_path", "tokenizer"):
+        for name in (INCLUDE_PATH, "tokenizer"):
             value = extra.get(name)
+            key = f"{where}.params.extra.{name}"
+            if name == INCLUDE_PATH and isinstance(value, str) and not value.startswith("/"):
+                # what compose left relative (a catalogue's, a $VAR): nothing here to check
+                issues.append(ConfigIssue(key, f"{value!r} is not an absolute path: lm-eval "
+                                          "would look for it in the task's own new folder of "
+                                          "the run directory, and hpceval cannot check it",
+                                          "give an absolute path (in the run file or -o, a "
+                                          "relative one means the folder submit runs in)"))
+                continue
             if not isinstance(value, str) or not value.startswith("/"):
                 continue
-            key = f"{where}.params.extra.{name}"
             if not Path(value).exists():
                 issues.append(ConfigIssue(key, f"{value} does not exist",
                                           f"check the path; {_SHARED}"))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpceval.config.compose import INCLUDE_PATH as KEY
 from hpceval.config.errors import ConfigIssue
 from hpceval.trust import untrusted
 
-KEY = "include_path"
+__all__ = ["KEY", "include_path_issue"]
 MAX_ENTRIES = 20_000  # a task folder holds tens of files; more is not a task folder
 
 

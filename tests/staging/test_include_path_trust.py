@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from second_user import as_nobody, shared_scratch
 
 from hpceval.cli.main import cli
-from hpceval.config import load_run
+from hpceval.config import ResolvedConfig, load_run
 from hpceval.staging import preflight
 
 NOBODY = 65534
@@ -89,3 +90,56 @@ def test_a_folder_others_can_write_or_holding_another_users_file_is_refused(
         [issue] = _issues(tmp_path, folder)
         assert (f"{folder / 'utils.py'} in it: it is owned by nobody (uid 65534), not by you "
                 "or root") in issue
+
+
+def _resolved(tmp_path: Path, folder: str) -> ResolvedConfig:
+    [resolved] = load_run(None, [
+        f"execution.output_dir={tmp_path / 'runs'}", _task(Path(folder)), "deployment.type=none",
+        "target.api_endpoint.url=http://h/v1", "target.api_endpoint.model_id=m"],
+        profile="local-dev", check_environment=False)
+    return resolved
+
+
+def test_a_relative_include_path_means_the_submit_folder_and_gets_the_same_rule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a relative include_path was not checked at all (and lm-eval looked for it in
+    the task's new folder of the run directory). Now it is the folder submit runs in, made
+    absolute in the run, and checked like an absolute one: a folder another uid made in a
+    shared 1777 folder the user submits from is refused, naming it and its owner."""
+    monkeypatch.chdir(tmp_path)
+    _tasks_dir(tmp_path)
+    resolved = _resolved(tmp_path, "lm_eval_tasks")
+    [task] = resolved.tasks
+    assert task.params["extra"]["include_path"] == str(tmp_path / "lm_eval_tasks")
+    assert f"--include_path {tmp_path / 'lm_eval_tasks'}" in task.command
+    assert [i for i in preflight(resolved, environ={}) if i.path == KEY] == []
+    with shared_scratch("hpceval-include-") as base:
+        shared = base / "shared"
+        shared.mkdir()
+        shared.chmod(0o1777)
+        as_nobody("mkdir", "-m", "755", str(shared / "tasks"))
+        monkeypatch.chdir(shared)
+        [issue] = _issues(tmp_path, Path("tasks"))
+        assert (f"{KEY}: refusing task folder {shared / 'tasks'}: it is owned by nobody (uid "
+                "65534), not by you or root") in issue
+
+
+def test_an_include_path_left_relative_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What compose cannot make absolute ($VAR, which the job would not expand either; a
+    user catalogue's relative one) names nothing preflight could check: refused."""
+    [issue] = _issues(tmp_path, Path("$HOME/tasks"))
+    assert issue.startswith(f"{KEY}: '$HOME/tasks' is not an absolute path")
+    catalogue = tmp_path / "site.yaml"
+    catalogue.write_text("harness: lm-eval-upstream\ntasks:\n  - name: rel_task\n"
+                         "    endpoint_type: completions\n    description: d\n"
+                         "    params: {extra: {include_path: lm_eval_tasks}}\n")
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(catalogue))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    [resolved] = load_run(None, [
+        f"execution.output_dir={tmp_path / 'runs'}", "evaluation.tasks=[rel_task]",
+        "deployment.type=none", "target.api_endpoint.url=http://h/v1",
+        "target.api_endpoint.model_id=m"], profile="local-dev", check_environment=False)
+    [issue] = [str(i) for i in preflight(resolved, environ={})
+               if i.path.endswith(".params.extra.include_path")]
+    assert "'lm_eval_tasks' is not an absolute path" in issue and "fix:" in issue
