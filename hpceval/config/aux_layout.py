@@ -186,7 +186,7 @@ def _container_issues(spec: RunSpec, where: str,
     """A judge served from an image: what script_checks.server_issues asks of the model's."""
     from hpceval.config.script_checks import bind_issue
 
-    if not engine_for(aux.type).serves or aux.runtime != "container":
+    if not aux.serves_from_image:
         return []
     found = []
     if not aux.image:

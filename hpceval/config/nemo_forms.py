@@ -18,6 +18,7 @@ from typing import Any
 from hpceval.config.checks import BARE_NAME
 from hpceval.config.errors import ConfigIssue
 from hpceval.engines import engine_for, engine_names
+from hpceval.runtimes import IMAGE, from_image
 
 
 def nemo_config_extras(node: dict[str, Any], nec: dict[str, Any], where: str,
@@ -201,7 +202,7 @@ def local_runtime(data: dict[str, Any], which: Callable[[str], str | None] | Non
     assert isinstance(dep, dict)
     kind = dep.get("type")
     serves = kind in engine_names() and engine_for(str(kind)).serves
-    if not serves or dep.get("runtime", "container") != "container":
+    if not (serves and from_image(str(dep.get("runtime", IMAGE)))):
         execution["container_runtime"] = "none"
         return [], []
     look = which or find_program

@@ -15,11 +15,10 @@ from hpceval.engines import engine_for, engine_names
 from hpceval.fields import REQUIRED as REQUIRED
 from hpceval.fields import key as key
 from hpceval.interceptors import Interceptor, chain_of, spec_fields
-from hpceval.runtimes import runtime_for, runtime_names
+from hpceval.runtimes import IMAGE, PLACES, from_image, runtime_for, runtime_names
 
 ExecutionType = Literal["slurm", "local"]
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
-ServerRuntime = Literal["container", "host"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 ExportDestination = Literal["local", "mlflow", "wandb"]
@@ -29,12 +28,15 @@ Umask = Literal["0027", "0077", "0007", "0022", "0002"]
 # The choices of deployment.type and execution.container_runtime are the registries' names
 # (hpceval.engines, hpceval.runtimes): a new engine or runtime is a new module there, not an
 # edit here. mypy sees plain strings; the builder sees (and checks) the Literal.
+# deployment.runtime's words are the runtime registry's too (hpceval.runtimes.PLACES).
 if TYPE_CHECKING:
     ContainerRuntime = str
     DeploymentType = str
+    ServerRuntime = str
 else:
     ContainerRuntime = Literal[runtime_names()]
     DeploymentType = Literal[engine_names()]
+    ServerRuntime = Literal[PLACES]
 
 
 # key() and REQUIRED live in the leaf hpceval.fields (the interceptors declare keys too).
@@ -157,12 +159,19 @@ class DeploymentSpec:
     extra_args: list[str] = key([], "more server arguments, one list item per argument")
     env_vars: dict[str, str] = key({}, "environment for the server processes (literal values)")
     image: str | None = key(None, "server image: a .sif path or docker:// reference")
-    runtime: ServerRuntime = key("container", "run the server from the image or from the host")
+    runtime: ServerRuntime = key(IMAGE, "run the server from the image or from the host")
     command: str | None = key(None, "command deployments: the server command ($PORT is set)")
     health_path: str = key("/health", "path polled until the server answers")
     health_timeout: int = key(
         3600, "seconds to wait for servers to load (large checkpoints take 40+ min)", minimum=10
     )
+
+    @property
+    def serves_from_image(self) -> bool:
+        """Whether its servers start from ``image`` in the run's container runtime: an engine
+        that serves something (not an external endpoint) with runtime container. The one
+        reading of deployment.runtime: render, the checks and staging all ask this."""
+        return engine_for(self.type).serves and from_image(self.runtime)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from hpceval.backends.slurm.formats import SBATCH_UNWRITABLE
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.config.tasks import ResolvedTask
-from hpceval.engines import engine_for
 from hpceval.runtimes import runtime_for
 
 # Execution keys whose values the #SBATCH header carries as text.
@@ -43,14 +42,10 @@ def extra_bind_issue(spec: str, where: str) -> ConfigIssue | None:
     return None
 
 
-def server_in_container(spec: RunSpec) -> bool:
-    return engine_for(spec.deployment.type).serves and spec.deployment.runtime == "container"
-
-
 def server_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
     """A server run from an image: a container runtime and an image are needed."""
     ex, dep = spec.execution, spec.deployment
-    if not server_in_container(spec):
+    if not spec.deployment.serves_from_image:
         return
     if not dep.image:
         yield ConfigIssue("deployment.image", f"a {dep.type} server from a container needs an "

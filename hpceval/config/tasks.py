@@ -45,7 +45,7 @@ class ResolvedTask:
     def in_container(self, ex: ExecutionSpec) -> bool:
         """Whether the harness runs in a container image (else host-installed)."""
         return runtime_for(ex.container_runtime).containers and (
-            self.harness.runtime == "container" or self.spec.container is not None)
+            self.harness.from_image or self.spec.container is not None)
 
     def image(self, ex: ExecutionSpec) -> str | None:
         """The image a containerised harness runs from: the task's container, a staged SIF,

@@ -29,7 +29,7 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
     ``pull_dir``: where the job pulls a docker:// image that nothing staged (server_image)."""
     ex, dep = resolved.spec.execution, served.dep
     engine = engine_for(dep.type)
-    prefix = runtime_for(ex.container_runtime).env_prefix if dep.runtime == "container" else ""
+    prefix = runtime_for(ex.container_runtime).env_prefix if dep.serves_from_image else ""
     env = server_env(resolved, served)
     model = key == "model"
     base = ports.first_slot(None if model else key)
@@ -84,7 +84,7 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
                   env_names: list[str] | None = None, pull_dir: str = "") -> list[Any]:
     ex, dep, where = resolved.spec.execution, served.dep, served.where
     runtime = runtime_for(ex.container_runtime)
-    if not engine_for(dep.type).serves or dep.runtime == "host":
+    if not dep.serves_from_image:
         return []
     if not runtime.containers:
         raise ConfigError.at(f"{where}.runtime", "is container, but "
@@ -118,7 +118,7 @@ def server_pull(resolved: ResolvedConfig, served: Served, pull_dir: str
     """The job's one pull of this server's image (None: it runs a file or its runtime's
     store): the file, and the pull command with the file's temporary name as "$tmp"."""
     ex, dep = resolved.spec.execution, served.dep
-    if not dep.image or dep.runtime == "host" or not engine_for(dep.type).serves:
+    if not (dep.image and dep.serves_from_image):
         return None
     runtime = runtime_for(ex.container_runtime)
     staged = runtime.staged_server_image(dep.image, ex.image_dir)
@@ -144,7 +144,7 @@ def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str],
     (pyxis), after server_prefix's checks."""
     ex, dep = resolved.spec.execution, served.dep
     runtime = runtime_for(ex.container_runtime)
-    if not runtime.srun_steps or not engine_for(dep.type).serves or dep.runtime == "host":
+    if not (runtime.srun_steps and dep.serves_from_image):
         return []
     assert dep.image is not None  # server_prefix refused a missing one
     return runtime.server_srun(server_image(resolved, served, pull_dir),
@@ -191,8 +191,8 @@ def server_cache(resolved: ResolvedConfig, served: Served) -> str:
     the job's $TMPDIR where the site sets one. Containers: the deployment's server folder on
     shared storage (created by the batch shell, see _instances.j2), bound in, because a bind's
     source must exist on every node before the container starts."""
-    if served.dep.runtime == "host" or not runtime_for(
-            resolved.spec.execution.container_runtime).containers:
+    if not (served.dep.serves_from_image
+            and runtime_for(resolved.spec.execution.container_runtime).containers):
         return '"${TMPDIR:-$SERVER_DIR}/hpceval-cache"'
     return '"$SERVER_DIR/hpceval-cache"'
 

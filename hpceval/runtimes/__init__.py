@@ -12,7 +12,21 @@ import pkgutil
 
 from hpceval.runtimes.base import Runtime
 
-__all__ = ["Runtime", "register", "runtime_for", "runtime_names"]
+__all__ = ["HOST", "IMAGE", "PLACES", "Runtime", "from_image", "register", "runtime_for",
+           "runtime_names"]
+
+# Where a server (deployment.runtime) or a harness (the catalogue's harness.runtime) runs: from
+# its image, in the run's container runtime, or from tools installed on the host. The words are
+# named here and tested only by from_image (tests/engines/test_registries.py enforces it).
+IMAGE = "container"
+HOST = "host"
+PLACES = (IMAGE, HOST)
+
+
+def from_image(place: str) -> bool:
+    """Whether a deployment's or a harness's ``runtime`` says it runs from its image."""
+    return place == IMAGE
+
 
 _RUNTIMES: dict[str, Runtime] = {}
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import server_deployments
-from hpceval.engines import engine_for
 from hpceval.images import DOCKER, sif_name
 from hpceval.runtimes import runtime_for
 
@@ -82,7 +81,7 @@ def image_needs(resolved: ResolvedConfig,
         return []  # render runs everything from the host then (or refuses the config)
     needs: list[ImageNeed] = []
     for key, served in server_deployments(spec):  # the model's server, and judges'
-        if engine_for(served.type).serves and served.runtime == "container" and served.image:
+        if served.serves_from_image and served.image:
             need = _from_image_value(served.image, f"{key}.image", "server", ex.image_dir,
                                      refs, ex.container_runtime)
             staged = runtime_for(ex.container_runtime).staged_server_image(served.image,

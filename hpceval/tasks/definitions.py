@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from hpceval.errors import HpcevalError
+from hpceval.runtimes import from_image
 
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 ENDPOINT_TYPES: tuple[str, ...] = ("chat", "completions", "vlm", "embedding")
@@ -42,7 +43,7 @@ class HarnessDef:
     description: str
     image: str | None
     sif: str | None
-    runtime: Literal["container", "host"]
+    runtime: str  # hpceval.runtimes.PLACES: from its image, or host-installed
     parser: str
     command: str
     default_endpoint_type: str
@@ -55,6 +56,11 @@ class HarnessDef:
     aliases: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=_empty, hash=False, compare=False)
     source: str = ""
+
+    @property
+    def from_image(self) -> bool:
+        """Whether the catalogue runs it from its image (else from host-installed tools)."""
+        return from_image(self.runtime)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hpceval.runtimes import IMAGE, PLACES, from_image
 from hpceval.tasks.definitions import ENDPOINT_TYPES, GENERIC_PARAMS, CatalogueError
 
 SCHEMA_VERSION = 1
@@ -164,12 +165,12 @@ def _validate_harness(check: _Check, raw: object) -> dict[str, Any]:
     name = check.string(h, "name", "harness", required=True)
     if not _HARNESS_NAME.match(name):
         raise check.fail("harness.name", f"invalid harness name {name!r} (letters, digits, _ -)")
-    runtime = h.get("runtime", "container")
-    if runtime not in ("container", "host"):
-        raise check.fail("harness.runtime", f"expected container or host, got {runtime!r}")
+    runtime = h.get("runtime", IMAGE)
+    if runtime not in PLACES:
+        raise check.fail("harness.runtime", f"expected {' or '.join(PLACES)}, got {runtime!r}")
     image = check.string(h, "image", "harness")
     sif = check.string(h, "sif", "harness")
-    if runtime == "container" and (image is None or sif is None):
+    if from_image(runtime) and (image is None or sif is None):
         raise check.fail("harness.image", "a container harness needs both image and sif")
     if image is not None and ":" not in image.rsplit("/", 1)[-1] and "@" not in image:
         raise check.fail("harness.image", f"pin a tag or digest, got {image!r}")

@@ -25,6 +25,14 @@ _BY_NAME = re.compile(
     rf"""["']({_NAMES})["']|["']({_KEYS})["']\s*:\s*["']""")
 
 
+# A test of where a server or harness runs by its word (deployment.runtime, harness.runtime):
+# `dep.runtime == "host"`, `runtime not in ("container", "host")`, `.get("runtime", "container")`;
+# the words are hpceval.runtimes.PLACES and only from_image reads them.
+_BY_PLACE = re.compile(
+    r"""(==|!=|\bin\b)\s*[(\[{]?\s*["'](container|host)["']|["'](container|host)["']\s*(==|!=)"""
+    r"""|["']runtime["']\s*,\s*["'](container|host)["']""")
+
+
 def _sources() -> list[Path]:
     files = [*(ROOT / "hpceval").rglob("*.py"), *(ROOT / "templates").rglob("*.j2")]
     return [p for p in files if not {"engines", "runtimes"} & set(p.parts)]
@@ -36,6 +44,32 @@ def test_no_engine_or_runtime_is_tested_by_name_outside_its_registry() -> None:
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                  if _BY_NAME.search(line)]
     assert offenders == []
+
+
+def test_where_a_server_or_harness_runs_is_read_in_one_place() -> None:
+    # the rule `runtime == "container"` (and its `!= "host"` forms) was spelt in 7 modules
+    offenders = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+                 for path in _sources()
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if _BY_PLACE.search(line)]
+    assert offenders == []
+    for line in ['if dep.runtime == "host":', "if aux.runtime != 'container':",
+                 'if runtime not in ("container", "host"):', '{% if d.runtime == "host" %}',
+                 'dep.get("runtime", "container")', 'if "host" == runtime:']:
+        assert _BY_PLACE.search(line), line
+    assert not _BY_PLACE.search('facts["host"] = socket.gethostname()')
+
+
+def test_serves_from_image_is_the_engine_and_the_runtime() -> None:
+    from hpceval.runtimes import HOST, IMAGE, PLACES, from_image
+
+    assert PLACES == (IMAGE, HOST) == ("container", "host")  # the words run files carry
+    assert from_image(IMAGE) and not from_image(HOST)
+    assert DeploymentSpec(type="vllm").serves_from_image  # the default runtime: container
+    assert not DeploymentSpec(type="vllm", runtime=HOST).serves_from_image
+    assert not DeploymentSpec(type="none").serves_from_image  # an endpoint: nothing served
+    hints = typing.get_type_hints(DeploymentSpec)
+    assert typing.get_args(hints["runtime"]) == PLACES
 
 
 def test_the_pattern_catches_the_forms_it_forbids() -> None:
