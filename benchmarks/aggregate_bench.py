@@ -42,11 +42,12 @@ from report_json import (
     write_result,
 )
 
+from hpceval.contract import SWEEP_SCRIPT, element_script, task_dir
+from hpceval.records import ModelRecord, RunRecord, TaskRecord, write_run_record
 from hpceval.results.report import html_report
 from hpceval.results.store import finalize_task
 from hpceval.results.table import leaderboard, parquet_available, render, results_frame
 from hpceval.runs.registry import register_run
-from hpceval.storage import atomic_write_json
 from hpceval.tasks.result import Metric, TaskResult
 
 HARNESS = "lm-evaluation-harness"
@@ -98,22 +99,21 @@ def generate_tree(output_dir: Path, files: int, *, metrics: int = 3, models_per_
         invocation = f"20260101-{r // 3600:02d}{r // 60 % 60:02d}{r % 60:02d}-{r:06x}"
         run_dir = output_dir / invocation
         in_run = min(per_run, files - r * per_run)
-        models = []
+        models: list[ModelRecord] = []
         for m in range((in_run + tasks_per_model - 1) // tasks_per_model):
             key = f"model-{m:03d}"
             n_tasks = min(tasks_per_model, in_run - m * tasks_per_model)
             tasks = [f"{HARNESS}.task_{t:02d}" for t in range(n_tasks)]
-            models.append({"key": key, "index": m, "script": f"models/{key}/job.sh",
-                           "deployment": "vllm", "model_id": key,
-                           "tasks": [{"key": t, "task": t} for t in tasks]})
+            models.append(ModelRecord(key, m, tuple(TaskRecord(t, t) for t in tasks),
+                                      element_script(key), "vllm", key))
             for task in tasks:
-                write_task(run_dir / "models" / key / "tasks" / task, task, metrics, rng)
-        atomic_write_json(run_dir / "run.json", {
-            "schema": 1, "invocation_id": invocation, "kind": "slurm", "sweep": True,
-            "entry": "sweep.sbatch", "created_at": 1767225600.0 + r, "user": "bench",
-            "output_dir": str(output_dir), "array_parallelism": 8, "models": models})
+                write_task(task_dir(run_dir, key, task), task, metrics, rng)
+        write_run_record(run_dir, RunRecord(
+            invocation, tuple(models), kind="slurm", sweep=True, entry=SWEEP_SCRIPT,
+            created_at=1767225600.0 + r, user="bench", output_dir=str(output_dir),
+            array_parallelism=8))
         register_run(output_dir, {"invocation_id": invocation, "run_dir": str(run_dir),
-                                  "kind": "slurm", "models": [m["key"] for m in models],
+                                  "kind": "slurm", "models": [m.key for m in models],
                                   "sweep": True, "jobs": [str(1000 + r)], "user": "bench",
                                   "submitted_at": 1767225600.0 + r})
         run_dirs.append(run_dir)

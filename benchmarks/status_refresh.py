@@ -46,6 +46,7 @@ from report_json import (
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.backends.slurm.records import SACCT_FIELDS, unique_base_ids
 from hpceval.config import load_run
+from hpceval.records import read_run
 from hpceval.runs.index import list_runs
 from hpceval.runs.jobs import read_jobs
 from hpceval.runs.rundir import PreparedRun
@@ -146,11 +147,10 @@ def scheduler_ids(run_dirs: list[Path]) -> list[str]:
     ids = []
     for run_dir in run_dirs:
         jobs = read_jobs(run_dir)
-        manifest = json.loads((run_dir / "run.json").read_text())
-        for model in manifest["models"]:
-            entry = jobs.current(model["index"])
+        for model in read_run(run_dir).models:
+            entry = jobs.current(model.index)
             if entry is not None:
-                ids.append(entry.scheduler_id(model["index"]))
+                ids.append(entry.scheduler_id(model.index))
     return ids
 
 

@@ -1,11 +1,11 @@
 """The run directory's records, typed, each with one reader: run.json and the job roles/reasons.
 
 ``hpceval.contract`` names the tree; this module says what its main file holds. run.json is
-written once by submit (hpceval.runs.rundir.run_manifest) and read by status, resume, kill,
-logs, info, cost, results and the report: all of them read it here, through `read_run`, and
-see the same `RunFileError` (naming the file and the fix) for a missing or damaged one.
-It sits just above the bottom layer (it imports contract and errors only), so backends and
-every layer above may use it.
+written once by submit (hpceval.runs.rundir.run_manifest builds the record, `write_run_record`
+writes it, atomically) and read by status, resume, kill, logs, info, cost, results and the
+report: all of them read it here, through `read_run`, and see the same `RunFileError` (naming
+the file and the fix) for a missing or damaged one. It sits just above the bottom layer (it
+imports contract, errors and storage only), so backends and every layer above may use it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from typing import Any
 
 from hpceval.contract import RUN_FILE
 from hpceval.errors import HpcevalError
+from hpceval.storage import atomic_write_json
+
+RUN_SCHEMA = 1  # run.json's "schema": what this module writes
 
 
 class Role(str, Enum):
@@ -71,6 +74,12 @@ class ModelRecord:
     model_id: str = ""  # the served model name
     layout: dict[str, Any] | None = None  # config.layout.Layout as a dict (for the report)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "index": self.index, "script": self.script,
+                "deployment": self.deployment, "model_id": self.model_id,
+                "layout": self.layout,
+                "tasks": [{"key": t.key, "task": t.task} for t in self.tasks]}
+
 
 @dataclass(frozen=True)
 class AuxRecord:
@@ -99,6 +108,8 @@ class RunRecord:
     # its jobs carry the run's id in their comment (the header); False in a run.json from
     # before: kill then checks only the jobs' owner
     jobs_tagged: bool = False
+    output_dir: str = ""  # the folder the run directory was made in, as submit saw it
+    schema: int = RUN_SCHEMA
 
     @property
     def judge_names(self) -> list[str]:
@@ -129,11 +140,32 @@ class RunRecord:
                        str(data.get("user") or ""), str(data.get("hpceval_version") or ""),
                        None if umask is None else str(umask),
                        None if parallel is None else int(parallel), aux, digests, data,
-                       jobs_tagged=bool(data.get("jobs_tagged")))
+                       jobs_tagged=bool(data.get("jobs_tagged")),
+                       output_dir=str(data.get("output_dir") or ""),
+                       schema=int(data.get("schema") or RUN_SCHEMA))
         except KeyError as exc:
             raise RunFileError(path, f"no {exc.args[0]!r} where submit writes one") from exc
         except (TypeError, ValueError, AttributeError) as exc:
             raise RunFileError(path, f"not a run record ({exc})") from exc
+
+
+    def to_json(self) -> dict[str, Any]:
+        """run.json's content: what from_json reads back into an equal record."""
+        return {
+            "schema": self.schema, "invocation_id": self.invocation_id, "kind": self.kind,
+            "sweep": self.sweep, "entry": self.entry, "created_at": self.created_at,
+            "user": self.user, "hpceval_version": self.hpceval_version,
+            "output_dir": self.output_dir, "umask": self.umask,
+            "scripts_sha256": dict(self.scripts_sha256),
+            "array_parallelism": self.array_parallelism, "jobs_tagged": self.jobs_tagged,
+            "auxiliary": [{"name": a.name, "script": a.script} for a in self.auxiliary],
+            "models": [m.to_json() for m in self.models],
+        }
+
+
+def write_run_record(run_dir: Path, run: RunRecord) -> None:
+    """THE writer of run.json: atomic, so a reader sees the whole file or none."""
+    atomic_write_json(Path(run_dir) / RUN_FILE, run.to_json())
 
 
 def read_run(run_dir: Path) -> RunRecord:

@@ -44,16 +44,14 @@ from hpceval.contract import (
     EXPORT_SCRIPT,
     JOB_SCRIPT,
     LOG_DIR,
-    RUN_FILE,
     SWEEP_SCRIPT,
     element_script,
     model_dir,
 )
-from hpceval.records import RunRecord
-from hpceval.storage import atomic_write_json, atomic_write_text
+from hpceval.records import AuxRecord, ModelRecord, RunRecord, TaskRecord, write_run_record
+from hpceval.storage import atomic_write_text
 from hpceval.trust import stat_problem
 
-RUN_SCHEMA = 1
 DEFAULT_UMASK = "0027"  # runs from before execution.umask
 
 
@@ -220,25 +218,25 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
-def run_manifest(run: PreparedRun) -> dict[str, Any]:
-    return {
-        "schema": RUN_SCHEMA, "invocation_id": run.invocation_id, "kind": run.kind,
-        "sweep": run.sweep, "entry": run.entry, "created_at": time.time(),
-        "user": current_user(), "hpceval_version": __version__,
-        "output_dir": str(run.run_dir.parent),
-        "umask": run.resolved.spec.execution.umask,
+def run_manifest(run: PreparedRun) -> RunRecord:
+    """run.json's record (hpceval.records writes and reads it)."""
+    ex = run.resolved.spec.execution
+    return RunRecord(
+        run.invocation_id, kind=run.kind, sweep=run.sweep, entry=run.entry,
+        created_at=time.time(), user=current_user(), hpceval_version=__version__,
+        output_dir=str(run.run_dir.parent), umask=ex.umask,
         # resume resubmits these files: it refuses one that changed since submit
-        "scripts_sha256": {name: _sha256(text.encode()) for name, text in run.scripts.items()},
-        "array_parallelism": run.resolved.spec.execution.array_parallelism,
-        "jobs_tagged": True,  # every job's header carries the run's id (kill checks it)
+        scripts_sha256={name: _sha256(text.encode()) for name, text in run.scripts.items()},
+        array_parallelism=ex.array_parallelism,
+        jobs_tagged=True,  # every job's header carries the run's id (kill checks it)
         # a sweep's judge jobs (scope: sweep): resume resubmits one that no longer runs
-        "auxiliary": [{"name": name, "script": script} for name, script in run.judges.items()],
-        "models": [{"key": m.key, "index": m.index, "script": m.script_name,
-                    "deployment": m.resolved.spec.deployment.type,
-                    "model_id": m.resolved.spec.request_model,
-                    "layout": dataclasses.asdict(m.resolved.layout),  # for the report
-                    "tasks": [{"key": k, "task": t} for k, t in m.tasks]} for m in run.models],
-    }
+        auxiliary=tuple(AuxRecord(name, script) for name, script in run.judges.items()),
+        models=tuple(
+            ModelRecord(m.key, m.index, tuple(TaskRecord(k, t) for k, t in m.tasks),
+                        m.script_name, m.resolved.spec.deployment.type,
+                        m.resolved.spec.request_model or "",
+                        dataclasses.asdict(m.resolved.layout))  # for the report
+            for m in run.models))
 
 
 def write_run(run: PreparedRun) -> None:
@@ -269,7 +267,7 @@ def write_run(run: PreparedRun) -> None:
     for name, text in run.scripts.items():
         atomic_write_text(run.run_dir / name, text, mode=0o755)
     # run.json last: its presence says the directory is complete.
-    atomic_write_json(run.run_dir / RUN_FILE, run_manifest(run))
+    write_run_record(run.run_dir, run_manifest(run))
 
 
 _umask_lock = threading.Lock()

@@ -9,6 +9,7 @@ that names the file and the fix.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,18 @@ from hpceval import contract
 from hpceval.backends.base import JobEntry
 from hpceval.cli.main import cli
 from hpceval.errors import HpcevalError
-from hpceval.records import Reason, Role, RunFileError, RunRecord, read_run
+from hpceval.records import (
+    RUN_SCHEMA,
+    AuxRecord,
+    ModelRecord,
+    Reason,
+    Role,
+    RunFileError,
+    RunRecord,
+    TaskRecord,
+    read_run,
+    write_run_record,
+)
 from hpceval.runs.jobs import append_jobs, read_jobs
 from hpceval.runs.submit import submit_configs
 
@@ -35,6 +47,8 @@ def test_the_record_is_what_submit_wrote(tmp_path: Path, fake: FakeSlurm) -> Non
     assert [(t.key, t.task) for t in run.models[0].tasks] == [
         (t["key"], t["task"]) for t in raw["models"][0]["tasks"]]
     assert run.scripts_sha256 == raw["scripts_sha256"] and run.data == raw
+    # the file is the record's own form: what it writes is what it reads back
+    assert run.to_json() == raw and RunRecord.from_json(run.to_json()) == run
     # the tree the record names is the tree submit made
     folder = contract.model_dir(result.run_dir, run.models[0].key)
     assert (folder / contract.CONFIG_FILE).is_file()
@@ -107,6 +121,28 @@ def test_the_tree_is_named_by_functions_for_text_and_paths() -> None:
     assert contract.element_script("m") == "models/m/job.sh"
     assert contract.run_dir_of_task(path) == Path("/out/run")
     assert contract.run_dir_of_task(Path("/t")) is None
+
+
+def test_run_json_has_one_writer(tmp_path: Path) -> None:
+    # before: submit wrote a dict of its own (rundir.run_manifest), the aggregation benchmark
+    # another; now both build a RunRecord and records.write_run_record writes it, atomically
+    run = RunRecord("inv-1", (ModelRecord("m", 0, (TaskRecord("t", "gsm8k"),), "job.sbatch",
+                                          "vllm", "m-id", {"instances": 1}),),
+                    kind="slurm", entry="job.sbatch", created_at=5.0, user="u",
+                    umask="0027", output_dir=str(tmp_path), jobs_tagged=True,
+                    auxiliary=(AuxRecord("judge", "auxiliary/judge/judge.sbatch"),))
+    write_run_record(tmp_path, run)
+    assert [p.name for p in tmp_path.iterdir()] == [contract.RUN_FILE]  # no temporary left
+    back = read_run(tmp_path)
+    assert back == run and back.data == run.to_json()
+    assert back.data["schema"] == RUN_SCHEMA and back.data["models"][0]["layout"] == {
+        "instances": 1}
+    root = Path(__file__).parents[2]
+    writers = [f"{p.relative_to(root)}:{n}" for base in ("hpceval", "benchmarks", "scripts")
+               for p in (root / base).rglob("*.py") if p.name != "records.py"
+               for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+               if re.search(r"write\w*\(.*(RUN_FILE|run\.json)", line)]
+    assert writers == []
 
 
 def test_a_record_can_be_built_in_code() -> None:
