@@ -12,6 +12,7 @@ import click
 
 from hpceval.cli.options import config_options, run_file_from
 from hpceval.cli.track_cmds import output_dir_option
+from hpceval.contract import WATCH_SCRIPT
 from hpceval.watch.spec import DEFAULT_MAX_PER_TICK
 
 
@@ -79,7 +80,7 @@ def start(config_file: str | None, config_opt: str | None, config_dir: str | Non
     for warning in started.warnings:
         click.echo(f"warning: {warning}", err=True)
     if dry_run:
-        click.echo(f"# ===== {started.watch_dir}/tick.sbatch (dry run: not written, not "
+        click.echo(f"# ===== {started.watch_dir}/{WATCH_SCRIPT} (dry run: not written, not "
                    f"submitted; validated with checkpoint {started.sample}) =====")
         click.echo(started.script, nl=False)
         return

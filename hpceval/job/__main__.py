@@ -15,14 +15,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-USAGE = """usage: python -m hpceval.job COMMAND [ARGS...]
+from hpceval.contract import AUX_ENDPOINT_FILE, DONE_MARKER, MANIFEST_FILE, RESULTS_FILE
+
+USAGE = f"""usage: python -m hpceval.job COMMAND [ARGS...]
 
 commands:
   proxy    OpenAI-compatible proxy in front of the job's model servers
-  collect  turn a finished harness run into results.json, manifest.json and done
+  collect  turn a finished harness run into {RESULTS_FILE}, {MANIFEST_FILE} and {DONE_MARKER}
   compact-cache  merge the response cache's shard files (run after the proxy stopped)
   watch-tick     one tick of a checkpoint watch (hpceval.watch.tick)
-  judge-endpoint DIR  the sweep judge's instance URLs from DIR/endpoint.json, if trusted
+  judge-endpoint DIR  the sweep judge's instance URLs from DIR/{AUX_ENDPOINT_FILE}, if trusted
 """
 
 

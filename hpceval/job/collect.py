@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpceval import jobenv
-from hpceval.contract import FAILED_FILE, HARNESS_LOG, is_done
+from hpceval.contract import COMMAND_FILE, FAILED_FILE, HARNESS_LOG, is_done
 from hpceval.job import manifest as mf
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the task's timeout (0: none); statuses 124/137 then say it timed out")
     p.add_argument("--started-at", metavar="TIME",
                    help="harness start, epoch seconds or ISO 8601 (default: mtime of "
-                        "DIR/command.sh, written just before the harness starts)")
+                        f"DIR/{COMMAND_FILE}, written just before the harness starts)")
     p.add_argument("--job-id", "--slurm-job-id", dest="job_id",
                    help=f"the scheduler's job id (default: ${jobenv.JOB_ID})")
     p.add_argument("--node-list", help=f"the job's nodes (default: ${jobenv.NODELIST})")

@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from hpceval.contract import AUX_ENDPOINT_FILE
 from hpceval.job.judge_endpoint import (
     EndpointMissing,
     EndpointUntrusted,
@@ -75,7 +76,7 @@ class JudgeSuccessor:
 
     def _gone(self, reason: str) -> str:
         return (f"the sweep's judge is gone ({reason}) and no successor published "
-                f"{self.folder}/endpoint.json within {self.wait:g} s: {self.lost or 'none'}")
+                f"{self.folder}/{AUX_ENDPOINT_FILE} within {self.wait:g} s: {self.lost or 'none'}")
 
     async def _moved_on(self, seen: int, wait: bool) -> bool:
         """True once the proxy uses a record other than the one of generation `seen`."""

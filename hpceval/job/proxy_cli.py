@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hpceval.contract import RUNTIME_FILE, TASK_ROUTE
 from hpceval.interceptors import chain_from_json, routes_from_json
 from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig
 from hpceval.job.proxy_liveness import parse_pids
@@ -48,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-file", type=Path, required=True, help="progress JSON to write")
     p.add_argument("--expected-requests", type=int, help="total requests expected (for ETA)")
     p.add_argument("--tasks-dir", type=Path,
-                   help="the model's tasks directory: requests under /task/<key>/ are counted "
-                        "for that task, in <tasks dir>/<key>/runtime.json")
+                   help=f"the model's tasks directory: requests under {TASK_ROUTE}/<key>/ are "
+                        f"counted for that task, in <tasks dir>/<key>/{RUNTIME_FILE}")
     p.add_argument("--log-file", type=Path,
                    help="request log path (default: proxy-requests.jsonl beside the progress file)")
     p.add_argument("--request-timeout", type=float, default=1800.0, metavar="S",

@@ -13,7 +13,7 @@ from hpceval.config.aux_layout import job_nodes
 from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key, proxy_upstream_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
-from hpceval.contract import JOB_FILES, SERVER_IMAGES_DIR, model_dir
+from hpceval.contract import JOB_FILES, JOB_SCRIPT, SERVER_IMAGES_DIR, model_dir
 from hpceval.engines import engine_for
 
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
@@ -155,7 +155,7 @@ def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     return {"enabled": resumes_itself(ex),
             "node_failure_retries": ex.node_failure_retries if requeues_on_node_failure(ex)
             else 0,
-            "script": ctx.script_path or f"{ctx.run_dir_text}/job.sbatch",
+            "script": ctx.script_path or f"{ctx.run_dir_text}/{JOB_SCRIPT}",
             "max_allocations": max(1, cap // wall), "max_walltime": ex.max_walltime,
             "walltime": ex.walltime}
 

@@ -81,6 +81,11 @@ def _tree_literals(source: str, label: str) -> list[str]:
                   and node.body and isinstance(node.body[0], ast.Expr)
                   and isinstance(node.body[0].value, ast.Constant)}
     segment = re.compile(r"(^|/)(" + "|".join(sorted(FOLDERS)) + r")/")
+    # a file name as the last segment of a path (f"{run_dir}/job.sbatch"), not inside a
+    # longer name ("job.sbatch.j2", the template's, or "doctor-job.sh")
+    named = re.compile(r"/(" + "|".join(map(re.escape, sorted(FILE_NAMES, key=len,
+                                                                 reverse=True)))
+                       + r")(?![\w.-])")
     out: list[str] = []
 
     def folder(node: ast.AST) -> bool:
@@ -90,7 +95,8 @@ def _tree_literals(source: str, label: str) -> list[str]:
         where = f"{label}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and id(node) not in docstrings:
-            if node.value in FILE_NAMES or segment.search(node.value):
+            if node.value in FILE_NAMES or segment.search(node.value) \
+                    or named.search(node.value):
                 out.append(f"{where}: {node.value!r}")
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) \
                 and (folder(node.left) or folder(node.right)):
@@ -121,8 +127,10 @@ def test_the_python_check_sees_a_spelled_path() -> None:
               'b = os.path.join("r", "tasks", "t")\n'
               'c = f"{1}/models/{2}"\n'
               'd = "run.json"\n'
-              'e = {"models": [], "tasks": 1}\n')
-    assert sorted(int(h.split(":")[1]) for h in _tree_literals(sample, "s")) == [4, 5, 6, 7]
+              'e = {"models": [], "tasks": 1}\n'
+              'f = f"{e}/job.sbatch"\n'
+              'g = "job.sbatch.j2", "doctor-job.sh", "a/harness.log.1"\n')
+    assert sorted(int(h.split(":")[1]) for h in _tree_literals(sample, "s")) == [4, 5, 6, 7, 9]
 
 
 def test_every_tree_name_of_the_contract_reaches_the_templates_or_is_python_only() -> None:
