@@ -80,7 +80,7 @@ class Measured:
     status_ms: float
     status_calls: list[int]  # Slurm calls per `hpceval status` process
     refresh_ms: float
-    refresh_calls: list[int]  # watcher.sacct_calls delta per forced refresh
+    refresh_calls: list[int]  # poller.sacct_calls delta per forced refresh
     rate_limited_calls: int  # a second, unforced refresh right after
     bare_ms: float  # one raw sacct for the same jobs
     naive_ms: float  # one sacct per job, scaled to N
@@ -188,13 +188,13 @@ def in_process(run_dirs: list[Path], repeat: int) -> tuple[float, list[int], int
         tracker.add(run_dir)
     samples, calls = [], []
     for _ in range(repeat):
-        before = tracker.watcher.sacct_calls
+        before = tracker.poller.sacct_calls
         samples.append(timed(lambda: tracker.refresh(force=True)))
-        calls.append(tracker.watcher.sacct_calls - before)
+        calls.append(tracker.poller.sacct_calls - before)
     # What `status --watch` does between forced refreshes: within min_interval_s, no sacct.
-    before = tracker.watcher.sacct_calls
+    before = tracker.poller.sacct_calls
     tracker.refresh()
-    return statistics.median(samples) * 1000, calls, tracker.watcher.sacct_calls - before
+    return statistics.median(samples) * 1000, calls, tracker.poller.sacct_calls - before
 
 
 def naive_polling(sacct: str, ids: list[str], cap: int) -> tuple[float, int]:

@@ -12,7 +12,7 @@
 # eval-factory and other-Python venv installs run in the background beside .venv's install,
 # ruff and mypy (their output is printed whole when pytest needs them). Exits non-zero if
 # anything fails.
-# Extra arguments go to pytest, e.g. `bash scripts/run-tests.sh -k watcher -x`.
+# Extra arguments go to pytest, e.g. `bash scripts/run-tests.sh -k poller -x`.
 #
 # Environment:
 #   HPCEVAL_REQUIRE_SLURM (1)  1 = a missing Slurm cluster fails the slurm tests instead of

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpceval.backends.slurm.client import SlurmClient
-    from hpceval.backends.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.poller import SacctPoller
     from hpceval.results.compare import TaskDiff
     from hpceval.results.export import ExportReport
     from hpceval.results.gate import TaskDecision
@@ -56,13 +56,13 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     return board(frame, metric) if leaderboard else frame
 
 
-def _usage_source(client: SlurmClient | None) -> Callable[[], JobWatcher]:
-    """The scheduler's watcher, made only when some job's usage is not cached yet (the same
+def _usage_source(client: SlurmClient | None) -> Callable[[], SacctPoller]:
+    """The scheduler's poller, made only when some job's usage is not cached yet (the same
     one `status` asks: one scheduler call for every job)."""
-    def make() -> JobWatcher:
+    def make() -> SacctPoller:
         from hpceval.runs.state import Tracker
 
-        return Tracker(client).watcher
+        return Tracker(client).poller
 
     return make
 

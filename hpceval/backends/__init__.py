@@ -20,22 +20,22 @@ from hpceval.backends.base import (
 
 if TYPE_CHECKING:
     from hpceval.backends.slurm.client import SlurmClient
-    from hpceval.backends.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.poller import SacctPoller
 
 BACKENDS = ("slurm", "local")  # execution.type values (NeMo Evaluator's names)
 
 
 def backend_for(kind: str, *, client: SlurmClient | None = None,
-                watcher: JobWatcher | None = None, min_interval_s: float = 2.0) -> Backend:
+                poller: SacctPoller | None = None, min_interval_s: float = 2.0) -> Backend:
     """The backend of an execution type (a run's kind in run.json and jobs.json).
 
-    `client`, `watcher` and `min_interval_s` are read by the Slurm backend only (a fake client
-    in tests; the watcher's rate limit); the local backend needs no settings.
+    `client`, `poller` and `min_interval_s` are read by the Slurm backend only (a fake client
+    in tests; the poller's rate limit); the local backend needs no settings.
     """
     if kind == "slurm":
         from hpceval.backends.slurm.backend import SlurmBackend
 
-        return SlurmBackend(client, watcher=watcher, min_interval_s=min_interval_s)
+        return SlurmBackend(client, poller=poller, min_interval_s=min_interval_s)
     if kind == "local":
         from hpceval.backends.local import LocalBackend
 

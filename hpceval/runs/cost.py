@@ -9,7 +9,7 @@ job that ran it; tasks a job ran side by side (max_concurrent_tasks > 1) share t
 task figures can add up to more than the model's.
 
 Usage comes from the scheduler call a refresh makes anyway: `register_usage` adds the jobs whose
-usage is not known yet to the watcher before that call, `collect_usage` reads the records after
+usage is not known yet to the poller before that call, `collect_usage` reads the records after
 it. Usage of ended jobs is kept in the user's cache (job-usage.json), so a job is asked about
 until it ends, then never again. Local runs (no Slurm) have no accounting: shown as unknown.
 """
@@ -34,7 +34,7 @@ USAGE_FILE = "job-usage.json"
 
 
 class UsageSource(Protocol):
-    """The part of hpceval.backends.slurm.watcher.JobWatcher cost accounting needs."""
+    """The part of hpceval.backends.slurm.poller.SacctPoller cost accounting needs."""
 
     def register(self, job_id: str, *, submitted_at: datetime | None = None) -> None: ...
 
@@ -229,7 +229,7 @@ def usage_round(source: UsageSource, runs: Iterable[tuple[RunRecord, Any]],
 
 def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
     """One row per (run, model, task) plus a '(all jobs)' row per model: the `results --cost`
-    table. `source_factory()` gives a watcher; it is made (and the scheduler asked, once) only when
+    table. `source_factory()` gives a poller; it is made (and the scheduler asked, once) only when
     some job's usage is not cached yet."""
     import pandas as pd
 

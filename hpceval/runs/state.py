@@ -40,7 +40,7 @@ from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import Progress, read_progress
 
 if TYPE_CHECKING:
-    from hpceval.backends.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.poller import SacctPoller
 
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
@@ -95,28 +95,28 @@ __all__ = ["read_run"]  # the one reader of run.json (hpceval.records), as it wa
 class Tracker:
     """Tracks runs through their backends: ONE scheduler call per refresh (rate limited)."""
 
-    def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
+    def __init__(self, client: SlurmClient | None = None, *, poller: SacctPoller | None = None,
                  min_interval_s: float = 2.0) -> None:
         # read by the Slurm backend only (a fake client in tests, the scheduler rate limit)
-        self._client, self._watcher, self._min_interval_s = client, watcher, min_interval_s
+        self._client, self._poller, self._min_interval_s = client, poller, min_interval_s
         self._backends: dict[str, Backend] = {}
         self._runs: dict[Path, RunRef] = {}
 
     def backend(self, kind: str) -> Backend:
         """The backend of a run kind, made on first use (a local run never makes Slurm's)."""
         if kind not in self._backends:
-            self._backends[kind] = backend_for(kind, client=self._client, watcher=self._watcher,
+            self._backends[kind] = backend_for(kind, client=self._client, poller=self._poller,
                                                min_interval_s=self._min_interval_s)
         return self._backends[kind]
 
     @property
-    def watcher(self) -> JobWatcher:
-        """The Slurm backend's shared watcher (its scheduler call count, for benchmarks)."""
+    def poller(self) -> SacctPoller:
+        """The Slurm backend's shared poller (its scheduler call count, for benchmarks)."""
         from hpceval.backends.slurm.backend import SlurmBackend
 
         slurm = self.backend("slurm")
         assert isinstance(slurm, SlurmBackend)
-        return slurm.watcher
+        return slurm.poller
 
     def add(self, ref: RunRef | Path) -> None:
         run_ref = ref if isinstance(ref, RunRef) else ref_from_dir(ref)

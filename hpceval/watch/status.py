@@ -1,6 +1,6 @@
 """`hpceval status WATCH`: checkpoints seen / evaluated / pending / failed, the tick job, and
 each checkpoint's run, from ONE scheduler call (the runs' jobs, the tick and the training job
-are asked together through the shared watcher, as `hpceval status` does for runs).
+are asked together through the shared poller, as `hpceval status` does for runs).
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     tick = state["ticks"][-1] if state["ticks"] else None
     extra = ([(str(tick["id"]), float(tick["submitted_at"]))] if tick else []) + (
         [(spec.after_job, spec.created_at - 86400 * 30)] if spec.after_job else [])
-    # `watch start` accepts only backends that queue jobs for later: the scheduler's watcher
-    watcher = tracker.watcher
+    # `watch start` accepts only backends that queue jobs for later: the scheduler's poller
+    poller = tracker.poller
     for job_id, since in extra:
-        watcher.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
-    before = watcher.sacct_calls
+        poller.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
+    before = poller.sacct_calls
     states = tracker.refresh(force=True)  # ONE scheduler call for the runs and the jobs above
-    if extra and watcher.sacct_calls == before:
-        watcher.refresh(force=True)  # no run had a job to ask about: ask for these alone
+    if extra and poller.sacct_calls == before:
+        poller.refresh(force=True)  # no run had a job to ask about: ask for these alone
     runs = {str(s.ref.run_dir): s for s in states}
     rows = [_row(name, entry, runs.get(str(entry.get("run_dir")))) for name, entry in entries]
     summary = {key: 0 for key in SUMMARY}
@@ -61,12 +61,12 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
             "summary": summary, "checkpoints": rows, "ignored": state.get("ignored", []),
             "foreign": state.get("foreign", []), "max_per_tick": spec.max_per_tick,
             "last_tick": state.get("last_tick"),
-            "tick": _job(watcher, tick["id"]) if tick else None,
-            "training": _job(watcher, spec.after_job) if spec.after_job else None}
+            "tick": _job(poller, tick["id"]) if tick else None,
+            "training": _job(poller, spec.after_job) if spec.after_job else None}
 
 
-def _job(watcher: Any, job_id: str) -> dict[str, str]:
-    status = watcher.status(job_id)
+def _job(poller: Any, job_id: str) -> dict[str, str]:
+    status = poller.status(job_id)
     return {"id": job_id, "state": status.phase.value, "reason": status.reason}
 
 

@@ -137,7 +137,7 @@ def test_submitit_loads_only_when_job_states_are_asked() -> None:
             "from hpceval.backends import backend_for\n"
             "backend_for('slurm')\n"
             "print('submitit' in sys.modules)\n"
-            "from hpceval.backends.slurm import JobWatcher\n"
+            "from hpceval.backends.slurm import SacctPoller\n"
             "print('submitit' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})

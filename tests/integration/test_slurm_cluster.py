@@ -1,6 +1,6 @@
 """hpceval.backends.slurm against the real local dev cluster (scripts/slurm/start-cluster.sh).
 
-All jobs are submitted at once and followed by ONE JobWatcher, the way hpceval tracks a sweep;
+All jobs are submitted at once and followed by ONE SacctPoller, the way hpceval tracks a sweep;
 the tests then check what it reported. The whole module takes ~10-15 s on the dev cluster.
 A TIMEOUT job is deliberately absent: it needs ~90 s (Slurm checks limits every ~30 s).
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
+from hpceval.backends.slurm.poller import SacctPoller
 from hpceval.backends.slurm.states import JobStatus, Phase
-from hpceval.backends.slurm.watcher import JobWatcher
 
 if TYPE_CHECKING:  # tests/ is not a package: the fixture's class is only named for typing
     from conftest import SlurmJobs
@@ -32,7 +32,7 @@ DEADLINE_S = 30.0
 @dataclass
 class Batch:
     ids: dict[str, str]
-    watcher: JobWatcher
+    poller: SacctPoller
     final: dict[str, JobStatus]
     submitted_at: datetime
     array_tasks: list[str]
@@ -51,21 +51,21 @@ def batch(slurm_jobs: SlurmJobs) -> Batch:
         "multi": slurm_jobs.submit("multi", "srun hostname | sort", "--nodes=2"),
         "gpu": slurm_jobs.submit("gpu", 'echo "CVD=$CUDA_VISIBLE_DEVICES"', "--gpus-per-node=2"),
     }
-    watcher = JobWatcher(slurm_jobs.client, min_interval_s=0.5)
+    poller = SacctPoller(slurm_jobs.client, min_interval_s=0.5)
     for job_id in ids.values():
-        watcher.register(job_id, submitted_at=submitted_at)
-    tasks = watcher.register_array(ids["array"], range(4), submitted_at=submitted_at)
+        poller.register(job_id, submitted_at=submitted_at)
+    tasks = poller.register_array(ids["array"], range(4), submitted_at=submitted_at)
 
     # Cancel the sleeper once it runs (or after a while regardless: pending jobs cancel too).
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        if watcher.refresh().get(ids["cancel"], JobStatus(Phase.UNKNOWN)).phase is Phase.RUNNING:
+        if poller.refresh().get(ids["cancel"], JobStatus(Phase.UNKNOWN)).phase is Phase.RUNNING:
             break
         time.sleep(0.2)
     slurm_jobs.client.cancel([ids["cancel"]])
 
-    final = watcher.wait(timeout_s=DEADLINE_S)
-    return Batch(ids, watcher, final, submitted_at, tasks)
+    final = poller.wait(timeout_s=DEADLINE_S)
+    return Batch(ids, poller, final, submitted_at, tasks)
 
 
 def test_all_jobs_reach_a_final_state(batch: Batch) -> None:
@@ -76,7 +76,7 @@ def test_all_jobs_reach_a_final_state(batch: Batch) -> None:
 def test_completed_job(batch: Batch, slurm_jobs: SlurmJobs) -> None:
     job_id = batch.ids["ok"]
     assert batch.final[job_id].phase is Phase.DONE
-    record = batch.watcher.record(job_id)
+    record = batch.poller.record(job_id)
     assert record is not None
     assert record.exit_code == 0
     assert record.node_list in ("node1", "node2")
@@ -107,7 +107,7 @@ def test_array_with_one_failing_task(batch: Batch) -> None:
 def test_two_node_job_runs_srun_on_both_nodes(batch: Batch, slurm_jobs: SlurmJobs) -> None:
     job_id = batch.ids["multi"]
     assert batch.final[job_id].phase is Phase.DONE
-    record = batch.watcher.record(job_id)
+    record = batch.poller.record(job_id)
     assert record is not None and record.node_list == "node[1-2]"
     assert slurm_jobs.output("multi", job_id).split() == ["node1", "node2"]
 
@@ -123,7 +123,7 @@ def test_starttime_filter_hides_jobs_that_ended_before_it(
     batch: Batch, slurm_cluster: CommandSlurmClient
 ) -> None:
     job_id = batch.ids["fail"]
-    record = batch.watcher.record(job_id)
+    record = batch.poller.record(job_id)
     assert record is not None and record.end is not None
     seen = slurm_cluster.sacct([job_id], starttime=batch.submitted_at - timedelta(seconds=5))
     assert seen[job_id].state == "FAILED"

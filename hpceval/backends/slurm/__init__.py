@@ -1,6 +1,6 @@
 """Slurm access for hpceval: the only package that runs sbatch, sacct, scancel and squeue.
 
-`JobWatcher` (built on submitit) is imported on first use: rendering and validation read
+`SacctPoller` (built on submitit) is imported on first use: rendering and validation read
 `hpceval.backends.slurm.formats` and must not pay for importing submitit.
 """
 
@@ -13,15 +13,15 @@ from hpceval.backends.slurm.records import JobRecord, QueueEntry, SlurmParseErro
 from hpceval.backends.slurm.states import JobStatus, Phase, classify, combine, resolve_preempted
 
 if TYPE_CHECKING:
-    from hpceval.backends.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.poller import SacctPoller
 
 __all__ = [
     "CommandSlurmClient",
     "JobRecord",
     "JobStatus",
-    "JobWatcher",
     "Phase",
     "QueueEntry",
+    "SacctPoller",
     "SlurmClient",
     "SlurmError",
     "SlurmParseError",
@@ -32,8 +32,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "JobWatcher":
-        from hpceval.backends.slurm.watcher import JobWatcher
+    if name == "SacctPoller":
+        from hpceval.backends.slurm.poller import SacctPoller
 
-        return JobWatcher
+        return SacctPoller
     raise AttributeError(f"module 'hpceval.backends.slurm' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The Slurm backend: sbatch, one shared rate-limited sacct watcher, scancel + verification.
+"""The Slurm backend: sbatch, one shared rate-limited sacct poller, scancel + verification.
 
 Finished job states are remembered in the user's cache (job-states.json), so later `status`
 calls never ask sacct about them again.
@@ -32,7 +32,7 @@ from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
 
 if TYPE_CHECKING:
-    from hpceval.backends.slurm.watcher import JobWatcher
+    from hpceval.backends.slurm.poller import SacctPoller
 
 STATES_FILE = "job-states.json"
 # squeue states of a job that still holds (or waits for) resources (hpceval doctor waits on it)
@@ -52,10 +52,10 @@ class SlurmBackend:
     own_jobs_command: ClassVar[str] = OWN_JOBS
     partials: ClassVar[str] = "backends/slurm"  # templates/backends/slurm/: srun, sbatch, ...
 
-    def __init__(self, client: SlurmClient | None = None, *, watcher: JobWatcher | None = None,
+    def __init__(self, client: SlurmClient | None = None, *, poller: SacctPoller | None = None,
                  min_interval_s: float = 2.0) -> None:
         self._client = client
-        self._watcher = watcher
+        self._poller = poller
         self._min_interval_s = min_interval_s
         self._cache: dict[str, list[str]] | None = None  # read on first use: no I/O before
         self._dirty = False
@@ -69,14 +69,14 @@ class SlurmBackend:
         return self._client
 
     @property
-    def watcher(self) -> JobWatcher:
-        if self._watcher is None:
-            from hpceval.backends.slurm.watcher import (
-                JobWatcher,  # submitit: only when states are asked
+    def poller(self) -> SacctPoller:
+        if self._poller is None:
+            from hpceval.backends.slurm.poller import (
+                SacctPoller,  # submitit: only when states are asked
             )
 
-            self._watcher = JobWatcher(self.client, min_interval_s=self._min_interval_s)
-        return self._watcher
+            self._poller = SacctPoller(self.client, min_interval_s=self._min_interval_s)
+        return self._poller
 
     # -- Backend ----------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ class SlurmBackend:
 
     def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
         self._register([q for q in queries if not q.finished])
-        self.watcher.refresh(force=force)  # no call when nothing registered is unfinished
+        self.poller.refresh(force=force)  # no call when nothing registered is unfinished
         answers = [self._status(q.entry, q.index) for q in queries]
         self._save_cache()
         return answers
@@ -208,11 +208,11 @@ class SlurmBackend:
             if q.entry.array:
                 arrays.setdefault(q.entry.id, (q.entry, []))[1].append(q.index)
             else:
-                self.watcher.register(q.entry.id, submitted_at=_dt(q.entry.submitted_at))
+                self.poller.register(q.entry.id, submitted_at=_dt(q.entry.submitted_at))
         for base, (entry, indices) in arrays.items():
-            known = {j for j in self.watcher.job_ids if j.startswith(f"{base}_")}
+            known = {j for j in self.poller.job_ids if j.startswith(f"{base}_")}
             wanted = sorted(set(indices) | {int(j.split("_")[1]) for j in known})
-            self.watcher.register_array(base, wanted, submitted_at=_dt(entry.submitted_at))
+            self.poller.register_array(base, wanted, submitted_at=_dt(entry.submitted_at))
 
     def _cached(self, entry: JobEntry, index: int) -> JobStatus | None:
         hit = self._states_cache().get(_cache_key(entry, index))
@@ -222,7 +222,7 @@ class SlurmBackend:
         cached = self._cached(entry, index)
         if cached is not None:
             return cached
-        status = self.watcher.status(entry.scheduler_id(index))
+        status = self.poller.status(entry.scheduler_id(index))
         # PREEMPTED / NODE_FAIL jobs may be requeued by Slurm under the same id: not cached.
         if status.terminal and not status.raw_state.startswith(("PREEMPTED", "NODE_FAIL")):
             self._states_cache()[_cache_key(entry, index)] = [

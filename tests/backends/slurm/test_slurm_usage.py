@@ -1,7 +1,7 @@
 """GPU-hours on the real dev cluster: what sacct says a job held (AllocTRES) x Elapsed.
 
 The dev cluster's nodes advertise fake gpu:4 GRES, so a GPU request is accounted like on a real
-GPU cluster. One small job (2 GPUs on 1 node, ~3 s), followed by the watcher status uses.
+GPU cluster. One small job (2 GPUs on 1 node, ~3 s), followed by the poller status uses.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.backends.slurm.watcher import JobWatcher
+from hpceval.backends.slurm.poller import SacctPoller
 from hpceval.runs.cost import RunJob, UsageBook, collect_usage, register_usage
 
 pytestmark = pytest.mark.slurm
@@ -28,20 +28,20 @@ def test_alloc_tres_and_elapsed_give_gpu_hours(slurm_cluster: CommandSlurmClient
     job_id = slurm_cluster.submit(script, extra_args=["-N", "1", "--gres=gpu:2", "-t", "2",
                                                       "-o", str(tmp_path / "out.log"),
                                                       "-J", "hpceval-usage"])
-    watcher = JobWatcher(slurm_cluster, min_interval_s=0.5)
+    poller = SacctPoller(slurm_cluster, min_interval_s=0.5)
     book = UsageBook()
-    wanted = register_usage(watcher, [RunJob("m", job_id, submitted)], book)
+    wanted = register_usage(poller, [RunJob("m", job_id, submitted)], book)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        watcher.refresh(force=True)
-        collect_usage(watcher, wanted, book)
+        poller.refresh(force=True)
+        collect_usage(poller, wanted, book)
         usage = book.get(wanted[0])
         if usage is not None and usage.final:
             break
         time.sleep(1)
-    assert usage is not None and usage.final, watcher.status(job_id)
-    assert watcher.sacct_calls >= 1
-    record = watcher.record(job_id)
+    assert usage is not None and usage.final, poller.status(job_id)
+    assert poller.sacct_calls >= 1
+    record = poller.record(job_id)
     assert record is not None and record.state == "COMPLETED"
     assert (usage.gpus, usage.nodes) == (2, 1)
     assert 3 <= usage.elapsed_s <= 30

@@ -1,6 +1,6 @@
-"""One shared, rate-limited watcher for any number of Slurm jobs: submitit's, with more.
+"""One shared, rate-limited poller for any number of Slurm jobs: submitit's, with more.
 
-`JobWatcher` is submitit's `SlurmInfoWatcher` (registration, the finished-job set, the call
+`SacctPoller` is submitit's `SlurmInfoWatcher` (registration, the finished-job set, the call
 counter, `get_state` / `is_done`). Every refresh asks sacct about *all* unfinished registered
 jobs in a single call, so a sweep of hundreds of jobs costs one RPC per interval instead of
 hundreds (sacct RPC storms are a classic way to get an HPC account throttled). Jobs missing
@@ -30,7 +30,7 @@ from hpceval.backends.slurm.states import NOT_LISTED, JobStatus, Phase, classify
 log = logging.getLogger(__name__)
 
 
-class JobWatcher(SlurmInfoWatcher):
+class SacctPoller(SlurmInfoWatcher):
     """Tracks registered job ids ("12", or "12_3" for one array task) through one sacct call.
 
     Register arrays with `register_array("12", range(4))`: each task "12_0".."12_3" is watched,
