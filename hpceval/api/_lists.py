@@ -41,9 +41,9 @@ def watches(*, output_dirs: Iterable[str | Path] = ()) -> list[dict[str, Any]]:
             rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
                          "status": "damaged", "reason": str(exc)})
             continue
-        counts = Counter(str(e.get("status")) for e in state["checkpoints"].values())
+        counts = Counter(state.counts())
         rows.append({"watch_id": watch_dir.name, "watch_dir": str(watch_dir),
-                     "status": state["status"], "checkpoints": spec.checkpoints,
+                     "status": state.status, "checkpoints": spec.checkpoints,
                      "seen": sum(counts.values()), "submitted": counts[SUBMITTED],
                      "failed": counts[FAILED]})
     return rows

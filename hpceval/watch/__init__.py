@@ -8,7 +8,8 @@ evaluation through the same code path as ``hpceval submit``, and resubmits itsel
 
     spec         watch.json: the options, the step of a checkpoint, intervals
     checkpoints  listing, fingerprints, completeness (marker or grace)
-    state        state.json: load (corruption is an error, never a reset), atomic save, lock
+    state        state.json as one typed record (WatchState): its one reader (corruption is an
+                 error, never a reset), its one writer (atomic), the lock
     tick         one tick (runs on a compute node: ``python -m hpceval.job watch-tick``)
     control      start / stop / find / status (the login node)
 """

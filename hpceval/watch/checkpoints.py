@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hpceval.trust import foreign_owner
 from hpceval.watch.spec import WatchSpec
+from hpceval.watch.state import CheckpointEntry
 from hpceval.watch.trust import trusted_uids
 
 MAX_FILES = 100_000  # a checkpoint with more is read no further (hostile or broken folder)
@@ -106,15 +107,16 @@ def has_marker(spec: WatchSpec, checkpoint: Path) -> bool:
     return marker.is_file() and foreign_owner(marker, trusted_uids(spec.trust_uids)) is None
 
 
-def judge(spec: WatchSpec, checkpoint: Path, seen: dict[str, object], now: float) -> bool:
+def judge(spec: WatchSpec, checkpoint: Path, seen: CheckpointEntry, now: float) -> bool:
     """Whether `checkpoint` is complete now; updates `seen` (its state.json entry) with the
     fingerprint and since when it has been unchanged (grace mode)."""
     if spec.marker is not None:
         return has_marker(spec, checkpoint)
     fp = fingerprint(checkpoint)
-    if seen.get("fingerprint") != fp.digest:
-        seen.update(fingerprint=fp.digest, stable_since=now, files=fp.files, bytes=fp.size)
+    if seen.fingerprint != fp.digest:
+        seen.fingerprint, seen.stable_since = fp.digest, now
+        seen.files, seen.bytes = fp.files, fp.size
         return False  # new or changed since the last tick: wait a whole grace period
-    since = seen.get("stable_since")
+    since = seen.stable_since
     grace = spec.grace_s or 0
-    return fp.files > 0 and isinstance(since, (int, float)) and now - since >= grace
+    return fp.files > 0 and since is not None and now - since >= grace

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from hpceval.backends import Backend, JobEntry, backend_for
 from hpceval.backends.slurm.client import SlurmClient
@@ -165,7 +164,7 @@ def _first_tick(watch_dir: Path, spec: WatchSpec, client: SlurmClient | None) ->
         try:
             return queue_tick(watch_dir, spec, state, client, time.time(), delay_s=0)
         except Exception:
-            state.update(status=st.STOPPED, reason="the first tick could not be submitted")
+            state.status, state.reason = st.STOPPED, "the first tick could not be submitted"
             raise
         finally:
             st.save_state(watch_dir, state)
@@ -234,12 +233,11 @@ def _glob(output_dir: Path, prefix: str) -> list[Path]:
 
 # -- stop and resume ------------------------------------------------------------------------
 
-def _tick_entries(state: dict[str, Any]) -> list[JobEntry]:
+def _tick_entries(state: st.WatchState) -> list[JobEntry]:
     """The newest tick: the one that may still be queued. Every earlier tick queued its
     successor under the lock before it ended, and a stop waits for that lock."""
-    return [JobEntry(str(t["id"]), str(t.get("kind", "slurm")), Role.WATCH, (), False,
-                     float(t.get("submitted_at", 0.0)), Reason.TICK)
-            for t in state["ticks"][-1:]]
+    return [JobEntry(t.id, t.kind, Role.WATCH, (), False, t.submitted_at, Reason.TICK)
+            for t in state.ticks[-1:]]
 
 
 def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
@@ -249,9 +247,9 @@ def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
     spec = read_spec(watch_dir)
     with st.locked(watch_dir):
         state = st.load_state(watch_dir)
-        if state["status"] == st.WATCHING:
-            state.update(status=st.STOPPED,
-                         reason=f"stopped by `hpceval watch stop` at {time.ctime()}")
+        if state.status == st.WATCHING:
+            state.status = st.STOPPED
+            state.reason = f"stopped by `hpceval watch stop` at {time.ctime()}"
             st.save_state(watch_dir, state)
     entries = _tick_entries(state)
     if not entries:
@@ -270,12 +268,12 @@ def resume_watch(watch_dir: Path, client: SlurmClient | None = None) -> str:
     spec = read_spec(watch_dir)
     with st.locked(watch_dir):
         state = st.load_state(watch_dir)
-        ticks = [t["id"] for t in state["ticks"]]
+        ticks = [t.id for t in state.ticks]
         if ticks:
             info = backend_for(spec.kind, client=client).query([ticks[-1]]).get(ticks[-1])
             if info is not None and not info.status.terminal:
                 raise WatchError(f"tick job {ticks[-1]} is still queued or running")
-        state.update(status=st.WATCHING, reason="")
+        state.status, state.reason = st.WATCHING, ""
         try:
             return queue_tick(watch_dir, spec, state, client, time.time(), delay_s=0)
         finally:
@@ -286,7 +284,6 @@ def submitted_points(watch_dir: Path) -> list[tuple[int, Path]]:
     """(step, run directory) of every checkpoint the watch submitted, in step order: what
     `hpceval results WATCH` and the report plot against the training step."""
     state = st.load_state(watch_dir)
-    entries: Sequence[dict[str, Any]] = sorted(state["checkpoints"].values(),
-                                               key=lambda e: int(e["step"]))
-    return [(int(e["step"]), Path(e["run_dir"])) for e in entries
-            if e["status"] == st.SUBMITTED and e.get("run_dir")]
+    entries = sorted(state.checkpoints.values(), key=lambda e: e.step)
+    return [(e.step, Path(e.run_dir)) for e in entries
+            if e.status == st.SUBMITTED and e.run_dir]

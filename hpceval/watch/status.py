@@ -34,14 +34,14 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
         return {**out, "status": "error", "reason": str(exc), "checkpoints": [],
                 "summary": {}, "tick": None, "training": None}
     tracker = Tracker(client, min_interval_s=2.0)
-    entries = sorted(state["checkpoints"].items(), key=lambda kv: (int(kv[1]["step"]), kv[0]))
+    entries = sorted(state.checkpoints.items(), key=lambda kv: (kv[1].step, kv[0]))
     for _, entry in entries:
-        if entry.get("run_dir"):
+        if entry.run_dir:
             # gone or damaged: its row says so; the other runs still show
             with contextlib.suppress(RunFileError, OSError, ValueError, KeyError, TypeError):
-                tracker.add(Path(entry["run_dir"]))
-    tick = state["ticks"][-1] if state["ticks"] else None
-    extra = ([(str(tick["id"]), float(tick["submitted_at"]))] if tick else []) + (
+                tracker.add(Path(entry.run_dir))
+    tick = state.ticks[-1] if state.ticks else None
+    extra = ([(tick.id, tick.submitted_at)] if tick else []) + (
         [(spec.after_job, spec.created_at - 86400 * 30)] if spec.after_job else [])
     # `watch start` accepts only backends that queue jobs for later: the scheduler's poller
     poller = tracker.poller
@@ -52,16 +52,17 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     if extra and poller.sacct_calls == before:
         poller.refresh(force=True)  # no run had a job to ask about: ask for these alone
     runs = {str(s.ref.run_dir): s for s in states}
-    rows = [_row(name, entry, runs.get(str(entry.get("run_dir")))) for name, entry in entries]
+    rows = [_row(name, entry, runs.get(str(entry.run_dir))) for name, entry in entries]
     summary = {key: 0 for key in SUMMARY}
     for row in rows:
         summary["seen"] += 1
         summary[row["bucket"]] += 1
-    return {**out, "status": state["status"], "reason": state.get("reason", ""),
-            "summary": summary, "checkpoints": rows, "ignored": state.get("ignored", []),
-            "foreign": state.get("foreign", []), "max_per_tick": spec.max_per_tick,
-            "last_tick": state.get("last_tick"),
-            "tick": _job(poller, tick["id"]) if tick else None,
+    as_json = state.to_json()  # status --json: the state's own words
+    return {**out, "status": state.status, "reason": state.reason,
+            "summary": summary, "checkpoints": rows, "ignored": as_json["ignored"],
+            "foreign": as_json["foreign"], "max_per_tick": spec.max_per_tick,
+            "last_tick": as_json["last_tick"],
+            "tick": _job(poller, tick.id) if tick else None,
             "training": _job(poller, spec.after_job) if spec.after_job else None}
 
 
@@ -70,16 +71,16 @@ def _job(poller: Any, job_id: str) -> dict[str, str]:
     return {"id": job_id, "state": status.phase.value, "reason": status.reason}
 
 
-def _row(name: str, entry: dict[str, Any], run: RunState | None) -> dict[str, Any]:
-    status = entry["status"]
-    row = {"checkpoint": name, "step": entry["step"], "status": status,
-           "run_id": entry.get("run_id"), "run_state": None, "reason": entry.get("error", "")}
+def _row(name: str, entry: st.CheckpointEntry, run: RunState | None) -> dict[str, Any]:
+    status = entry.status
+    row: dict[str, Any] = {"checkpoint": name, "step": entry.step, "status": status,
+                           "run_id": entry.run_id, "run_state": None, "reason": entry.error}
     if run is not None:
         row["run_state"], row["reason"] = run.phase.value, run.reason
     elif status == st.SUBMITTED:
-        row["reason"] = f"run directory {entry.get('run_dir')} is missing or unreadable"
+        row["reason"] = f"run directory {entry.run_dir} is missing or unreadable"
     if status in (st.PENDING, st.COMPLETE, st.CLAIMED) or (
-            status == st.FAILED and entry.get("retryable")):
+            status == st.FAILED and entry.retryable):
         bucket = "pending"
     elif status == st.SUBMITTED and run is not None and run.phase.value == "done":
         bucket = "evaluated"

@@ -154,8 +154,8 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
     me = job_id or f"pid {os.getpid()}"
     with st.locked(watch_dir):
         state = st.load_state(watch_dir)
-        if state["status"] != st.WATCHING:
-            return TickReport(state["status"])
+        if state.status != st.WATCHING:
+            return TickReport(state.status)
         report = TickReport(st.WATCHING)
         ended = False
         if spec.after_job:
@@ -167,110 +167,111 @@ def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
         for name in claimable[:spec.max_per_tick]:
             _submit_one(watch_dir, spec, state, name, client, submit, report, now, me)
         report.pending = _pending(spec, state)
-        state["last_tick"] = {"at": now(), "job": me,
-                              "new": report.new, "pending": report.pending,
-                              "training": report.training}
+        state.last_tick = st.LastTick(now(), me, list(report.new), list(report.pending),
+                                      report.training)
         if ended and not report.new and not report.pending and not report.submitted:
-            state["status"], report.status = st.ENDED, st.ENDED
-            state["reason"] = f"training job {spec.after_job} ended and nothing new remains"
+            state.status, report.status = st.ENDED, st.ENDED
+            state.reason = f"training job {spec.after_job} ended and nothing new remains"
             st.save_state(watch_dir, state)
             return report
         try:
             report.next_tick = queue_tick(watch_dir, spec, state, client, now())
-            state["reason"] = ""
+            state.reason = ""
         except Exception as exc:
-            state["reason"] = (f"the next tick could not be queued ({exc}); "
-                               "`hpceval watch resume` queues one")
-            raise WatchError(state["reason"]) from exc
+            state.reason = (f"the next tick could not be queued ({exc}); "
+                            "`hpceval watch resume` queues one")
+            raise WatchError(state.reason) from exc
         finally:
             st.save_state(watch_dir, state)
         return report
 
 
-def _look(spec: WatchSpec, state: dict[str, Any], report: TickReport, at: float, *,
+def _look(spec: WatchSpec, state: st.WatchState, report: TickReport, at: float, *,
           training_ended: bool) -> None:
     """Record every checkpoint; judge the ones not yet claimed."""
     from hpceval.trust import owner_name
 
     listing = list_checkpoints(spec)
-    state["ignored"] = listing.ignored[:MAX_IGNORED]
+    state.ignored = listing.ignored[:MAX_IGNORED]
     foreign = dict(listing.foreign)
-    state["foreign"] = [{"name": n, "owner": uid, "owner_name": owner_name(uid)}
-                        for n, uid in listing.foreign[:MAX_IGNORED]]
-    report.foreign = [f"{f['name']}: owned by {f['owner_name']}" for f in state["foreign"]]
-    entries: dict[str, dict[str, Any]] = state["checkpoints"]
+    state.foreign = [st.ForeignEntry(n, uid, owner_name(uid))
+                     for n, uid in listing.foreign[:MAX_IGNORED]]
+    report.foreign = [f"{f.name}: owned by {f.owner_name}" for f in state.foreign]
+    entries = state.checkpoints
     for ckpt in listing.checkpoints:
         entry = entries.get(ckpt.name)
         if entry is None:
-            entry = entries[ckpt.name] = {"path": str(ckpt.path), "step": ckpt.step,
-                                          "status": st.PENDING, "first_seen": at, "attempts": 0}
+            entry = entries[ckpt.name] = st.CheckpointEntry(str(ckpt.path), ckpt.step,
+                                                            first_seen=at)
             report.new.append(ckpt.name)
-        if entry["status"] != st.PENDING:
+        if entry.status != st.PENDING:
             continue
         if judge(spec, ckpt.path, entry, at):
-            entry["status"], entry["complete_at"] = st.COMPLETE, at
+            entry.status, entry.complete_at = st.COMPLETE, at
         elif training_ended and spec.marker is not None:
             # no marker now, and no writer left to write it
-            entry["status"] = st.INCOMPLETE
-            entry["error"] = f"the training job ended without writing {spec.marker}"
+            entry.status = st.INCOMPLETE
+            entry.error = f"the training job ended without writing {spec.marker}"
     listed = {c.name for c in listing.checkpoints}
     for name, entry in entries.items():
-        if entry["status"] == st.CLAIMED:  # the tick that claimed it died mid-submission
-            entry.update(status=st.FAILED, retryable=False,
-                         error="a tick stopped while submitting it; not resubmitted, as its "
-                               "job may exist (hpceval ls runs)")
-        elif entry["status"] in (st.PENDING, st.COMPLETE) and name in foreign:
+        if entry.status == st.CLAIMED:  # the tick that claimed it died mid-submission
+            entry.status, entry.retryable = st.FAILED, False
+            entry.error = ("a tick stopped while submitting it; not resubmitted, as its job "
+                           "may exist (hpceval ls runs)")
+        elif entry.status in (st.PENDING, st.COMPLETE) and name in foreign:
             # replaced by someone else's folder (a group-writable folder without the
             # sticky bit) after an earlier tick saw the user's own
-            entry.update(status=st.GONE, error=f"now owned by {owner_name(foreign[name])}: "
-                                               "not evaluated")
-        elif entry["status"] in (st.PENDING, st.COMPLETE) and name not in listed:
+            entry.status = st.GONE
+            entry.error = f"now owned by {owner_name(foreign[name])}: not evaluated"
+        elif entry.status in (st.PENDING, st.COMPLETE) and name not in listed:
             # removed before it was complete (training keeps only the last N checkpoints),
             # or while it waited for a tick under the cap
-            entry.update(status=st.GONE, error="removed before it was submitted")
+            entry.status, entry.error = st.GONE, "removed before it was submitted"
 
 
-def _pending(spec: WatchSpec, state: dict[str, Any]) -> list[str]:
+def _pending(spec: WatchSpec, state: st.WatchState) -> list[str]:
     """What a later tick still has to do: incomplete checkpoints, complete ones over the
     cap, submissions to retry."""
-    return sorted(n for n, e in state["checkpoints"].items()
-                  if e["status"] in (st.PENDING, st.COMPLETE)
-                  or (e["status"] == st.FAILED and _retry_left(spec, e)))
+    return sorted(n for n, e in state.checkpoints.items()
+                  if e.status in (st.PENDING, st.COMPLETE)
+                  or (e.status == st.FAILED and _retry_left(spec, e)))
 
 
-def _retry_left(spec: WatchSpec, entry: dict[str, Any]) -> bool:
-    return bool(entry.get("retryable")) and int(entry.get("attempts", 0)) < spec.attempts
+def _retry_left(spec: WatchSpec, entry: st.CheckpointEntry) -> bool:
+    return entry.retryable and entry.attempts < spec.attempts
 
 
-def _claimable(spec: WatchSpec, state: dict[str, Any]) -> list[str]:
-    entries = state["checkpoints"]
+def _claimable(spec: WatchSpec, state: st.WatchState) -> list[str]:
+    entries = state.checkpoints
     names = [n for n, e in entries.items()
-             if e["status"] == st.COMPLETE or (e["status"] == st.FAILED and _retry_left(spec, e))]
-    return sorted(names, key=lambda n: (entries[n]["step"], n))
+             if e.status == st.COMPLETE or (e.status == st.FAILED and _retry_left(spec, e))]
+    return sorted(names, key=lambda n: (entries[n].step, n))
 
 
-def _submit_one(watch_dir: Path, spec: WatchSpec, state: dict[str, Any], name: str,
+def _submit_one(watch_dir: Path, spec: WatchSpec, state: st.WatchState, name: str,
                 client: SlurmClient | None, submit: Submitter, report: TickReport,
                 now: Callable[[], float], me: str) -> None:
-    entry = state["checkpoints"][name]
-    entry.update(status=st.CLAIMED, claimed_at=now(), attempts=int(entry["attempts"]) + 1,
-                 claimed_by=me)
+    entry = state.checkpoints[name]
+    entry.status, entry.claimed_at, entry.claimed_by = st.CLAIMED, now(), me
+    entry.attempts += 1
     st.save_state(watch_dir, state)  # the claim is on disk before anything is submitted
-    ckpt = Checkpoint(name, Path(entry["path"]), int(entry["step"]))
+    ckpt = Checkpoint(name, Path(entry.path), entry.step)
     try:
-        entry.update(submit(spec, ckpt, client), status=st.SUBMITTED, submitted_at=now(),
-                     error="")
+        run = submit(spec, ckpt, client)
+        entry.run_id, entry.run_dir = str(run["run_id"]), str(run["run_dir"])
+        entry.job_ids, entry.model = [str(j) for j in run["job_ids"]], str(run["model"])
+        entry.status, entry.submitted_at, entry.error = st.SUBMITTED, now(), ""
         report.submitted.append(name)
     except SubmitFailed as exc:
-        entry.update(status=st.FAILED, error=str(exc), retryable=exc.retryable,
-                     failed_at=now())
+        entry.status, entry.error, entry.retryable = st.FAILED, str(exc), exc.retryable
+        entry.failed_at = now()
         if exc.run_dir:
-            entry["run_dir"] = exc.run_dir
+            entry.run_dir = exc.run_dir
         report.failed.append(name)
     st.save_state(watch_dir, state)
 
 
-def queue_tick(watch_dir: Path, spec: WatchSpec, state: dict[str, Any],
+def queue_tick(watch_dir: Path, spec: WatchSpec, state: st.WatchState,
                client: SlurmClient | None, at: float, *, delay_s: int | None = None) -> str:
     """Submit the next tick (one at a time: same job name + singleton) and record it."""
     backend = backend_for(spec.kind, client=client)
@@ -278,10 +279,8 @@ def queue_tick(watch_dir: Path, spec: WatchSpec, state: dict[str, Any],
     request = JobRequest(WATCH_SCRIPT, begin=f"now+{delay}" if delay > 0 else None,
                          singleton=True, role=Role.WATCH, reason=Reason.TICK)
     entry = backend.submit(watch_dir, request)
-    ticks: list[dict[str, Any]] = state["ticks"]
-    ticks.append({"id": entry.id, "kind": entry.kind, "submitted_at": entry.submitted_at,
-                  "begin_at": at + delay})
-    del ticks[:-KEEP_TICKS]
+    state.ticks.append(st.TickEntry(entry.id, entry.kind, entry.submitted_at, at + delay))
+    del state.ticks[:-KEEP_TICKS]
     return entry.id
 
 

@@ -51,7 +51,7 @@ def test_step_is_the_last_integer_or_the_regex_group() -> None:
 def test_marker_decides_completeness(tmp_path: Path) -> None:
     spec = options(tmp_path, marker="COMPLETE")
     ckpt = write_ckpt(Path(spec.checkpoints), "step_10")
-    seen: dict[str, object] = {}
+    seen = st.CheckpointEntry(str(ckpt), 10)
     assert not judge(spec, ckpt, seen, 0.0)
     (ckpt / "COMPLETE").write_text("")
     assert judge(spec, ckpt, seen, 0.0)
@@ -60,7 +60,7 @@ def test_marker_decides_completeness(tmp_path: Path) -> None:
 def test_grace_needs_the_same_files_for_the_whole_grace_period(tmp_path: Path) -> None:
     spec = options(tmp_path, grace_s=30)
     ckpt = write_ckpt(Path(spec.checkpoints), "step_10", {"part-1": "x" * 10})
-    seen: dict[str, object] = {}
+    seen = st.CheckpointEntry(str(ckpt), 10)
     assert not judge(spec, ckpt, seen, 100.0)  # first sight: never complete
     assert not judge(spec, ckpt, seen, 120.0)  # unchanged, but only for 20 s
     (ckpt / "part-2").write_text("y")  # the writer goes on: the clock starts again
@@ -76,7 +76,7 @@ def test_an_empty_folder_is_never_complete(tmp_path: Path) -> None:
     spec = options(tmp_path, grace_s=1)
     ckpt = Path(spec.checkpoints) / "step_1"
     ckpt.mkdir()
-    seen: dict[str, object] = {}
+    seen = st.CheckpointEntry(str(ckpt), 10)
     assert not judge(spec, ckpt, seen, 0.0)
     assert not judge(spec, ckpt, seen, 1000.0)
 
@@ -105,7 +105,7 @@ def test_tick_submits_each_complete_checkpoint_once_and_requeues_itself(
     assert tick["script"].name == "tick.sbatch"
     assert tick["extra_args"] == ["--begin=now+60"] and tick["dependency"] == "singleton"
     state = st.load_state(watch_dir)
-    assert state["checkpoints"]["step_100"]["claimed_by"] == "77"
+    assert state.checkpoints["step_100"].claimed_by == "77"
     # the next tick: step_300 completes, the others are not submitted again
     (ckpts / "step_300" / "COMPLETE").write_text("")
     assert run_tick(watch_dir, client=fake).submitted == ["step_300"]
@@ -165,7 +165,7 @@ def test_two_ticks_at_once_submit_each_checkpoint_exactly_once(tmp_path: Path,
         everything += outs[0] + outs[1]
     runs = sorted(p for p in (tmp_path / "out").iterdir() if (p / "run.json").is_file())
     assert len(runs) == len(everything) == 9  # one run directory per checkpoint
-    claimed = {e["claimed_by"] for e in st.load_state(watch_dir)["checkpoints"].values()}
+    claimed = {e.claimed_by for e in st.load_state(watch_dir).checkpoints.values()}
     assert claimed <= {"p0", "p1"}
 
 
@@ -189,8 +189,8 @@ def test_failed_submission_does_not_block_the_next_and_is_retried(
     assert report.failed == ["step_1"] and report.pending == []  # attempts used up
     assert run_tick(watch_dir, client=fake, submit=flaky).failed == []
     assert calls == ["step_1", "step_2", "step_1"]
-    entry = st.load_state(watch_dir)["checkpoints"]["step_1"]
-    assert entry["status"] == st.FAILED and "Socket timed out" in entry["error"]
+    entry = st.load_state(watch_dir).checkpoints["step_1"]
+    assert entry.status == st.FAILED and "Socket timed out" in entry.error
 
 
 def test_a_submission_that_may_have_queued_a_job_is_never_retried(
@@ -198,13 +198,13 @@ def test_a_submission_that_may_have_queued_a_job_is_never_retried(
     watch_dir = started(tmp_path, fake, marker="OK")
     write_ckpt(tmp_path / "ckpts", "step_1", {"OK": ""})
     st_before = st.load_state(watch_dir)
-    st_before["checkpoints"]["step_1"] = {"path": str(tmp_path / "ckpts" / "step_1"),
-                                          "step": 1, "status": st.CLAIMED, "attempts": 1}
+    st_before.checkpoints["step_1"] = st.CheckpointEntry(str(tmp_path / "ckpts" / "step_1"),
+                                                         1, st.CLAIMED, attempts=1)
     st.save_state(watch_dir, st_before)  # a tick died between its claim and its record
     report = run_tick(watch_dir, client=fake)
     assert report.submitted == [] and report.pending == []
-    entry = st.load_state(watch_dir)["checkpoints"]["step_1"]
-    assert entry["status"] == st.FAILED and "its job may exist" in entry["error"]
+    entry = st.load_state(watch_dir).checkpoints["step_1"]
+    assert entry.status == st.FAILED and "its job may exist" in entry.error
 
 
 def test_after_job_ends_the_watch_once_nothing_new_remains(tmp_path: Path,
@@ -219,12 +219,12 @@ def test_after_job_ends_the_watch_once_nothing_new_remains(tmp_path: Path,
     fake.states["555"] = "COMPLETED"
     report = run_tick(watch_dir, client=fake)
     assert report.submitted == ["step_2"] and report.status == st.WATCHING  # one more look
-    ticks_before = len(st.load_state(watch_dir)["ticks"])
+    ticks_before = len(st.load_state(watch_dir).ticks)
     report = run_tick(watch_dir, client=fake)
     assert report.status == st.ENDED and report.next_tick is None
     state = st.load_state(watch_dir)
-    assert state["status"] == st.ENDED and len(state["ticks"]) == ticks_before
-    assert state["checkpoints"]["step_3"]["status"] == st.INCOMPLETE
+    assert state.status == st.ENDED and len(state.ticks) == ticks_before
+    assert state.checkpoints["step_3"].status == st.INCOMPLETE
     assert run_tick(watch_dir, client=fake).submitted == []  # a stray tick does nothing
 
 
@@ -283,12 +283,12 @@ def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
     write_ckpt(tmp_path / "ckpts", "step_4", {"w": ""})
     run_tick(watch_dir, client=fake)
     state = st.load_state(watch_dir)
-    jobs = {n: e["job_ids"][0] for n, e in state["checkpoints"].items() if "job_ids" in e}
+    jobs = {n: e.job_ids[0] for n, e in state.checkpoints.items() if e.job_ids}
     fake.states.update({jobs["step_1"]: "COMPLETED", jobs["step_2"]: "RUNNING",
-                        jobs["step_3"]: "FAILED", state["ticks"][-1]["id"]: "PENDING"})
+                        jobs["step_3"]: "FAILED", state.ticks[-1].id: "PENDING"})
     from run_helpers import finish_task
 
-    run_dir = Path(state["checkpoints"]["step_1"]["run_dir"])
+    run_dir = Path(str(state.checkpoints["step_1"].run_dir))
     for task in ("ut-harness.ut_one", "ut-harness.ut_two"):
         finish_task(run_dir, "solo", task)
     fake.sacct_calls.clear()
@@ -296,14 +296,14 @@ def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
     assert len(fake.sacct_calls) == 1
     # step_1's tasks are done on disk: its job is not asked about
     assert set(fake.sacct_calls[0]) == {jobs["step_2"], jobs["step_3"],
-                                        state["ticks"][-1]["id"], "4242"}
+                                        state.ticks[-1].id, "4242"}
     assert data["summary"] == {"seen": 4, "evaluated": 1, "running": 1, "pending": 1,
                                "failed": 1}
     assert data["tick"]["state"] == "queued" and data["training"]["state"] == "running"
     text = format_watch(data)
     assert "4 seen, 1 evaluated, 1 running, 1 pending, 1 failed" in text
     # a run directory that went away (or broke) is failed with the reason, the rest still show
-    (Path(state["checkpoints"]["step_2"]["run_dir"]) / "run.json").write_text("{")
+    (Path(str(state.checkpoints["step_2"].run_dir)) / "run.json").write_text("{")
     data = watch_status(watch_dir, client=fake)
     assert data["summary"]["failed"] == 2 and data["summary"]["evaluated"] == 1
     assert "missing or unreadable" in format_watch(data)
@@ -312,7 +312,7 @@ def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
 def test_stop_cancels_the_queued_tick_and_later_ticks_do_nothing(tmp_path: Path,
                                                                  fake: FakeSlurm) -> None:
     watch_dir = started(tmp_path, fake, marker="OK")
-    tick = st.load_state(watch_dir)["ticks"][-1]["id"]
+    tick = st.load_state(watch_dir).ticks[-1].id
     fake.states[tick] = "PENDING"
     assert stop_watch(watch_dir, fake, verify_s=0) == [tick]
     assert fake.cancels == [[tick]]

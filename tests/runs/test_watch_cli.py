@@ -104,7 +104,7 @@ def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
     run_tick(watch_dir, client=fake)
     state = st.load_state(watch_dir)
     for name in ("step_1000", "step_2000"):  # step_3000's run has no finished task yet
-        run_dir = Path(state["checkpoints"][name]["run_dir"])
+        run_dir = Path(str(state.checkpoints[name].run_dir))
         finish_task(run_dir, "solo", "ut-harness.ut_one")
     result = CliRunner().invoke(cli, ["results", watch_dir.name, "--json"])
     assert result.exit_code == 0, result.output
@@ -129,14 +129,14 @@ def test_kill_watch_stops_it_and_cancels_its_evaluations(
         write_ckpt(tmp_path / "ckpts", f"step_{step}", {"OK": ""})
     run_tick(watch_dir, client=fake)
     state = st.load_state(watch_dir)
-    evals = [e["job_ids"][0] for e in state["checkpoints"].values()]
-    tick = state["ticks"][-1]["id"]
+    evals = [(e.job_ids or [])[0] for e in state.checkpoints.values()]
+    tick = state.ticks[-1].id
     fake.states.update({j: "RUNNING" for j in [*evals, tick]})
     result = CliRunner().invoke(cli, ["kill", watch_dir.name])
     assert result.exit_code == 0, result.output
     cancelled = {j for call in fake.cancels for j in call}
     assert cancelled == {*evals, tick}
-    assert st.load_state(watch_dir)["status"] == st.STOPPED
+    assert st.load_state(watch_dir).status == st.STOPPED
     assert "verified: nothing of this watch is queued or running" in result.output
 
 
@@ -155,6 +155,6 @@ def test_python_api_mirrors_the_cli(tmp_path: Path, fake: FakeSlurm) -> None:
     write_ckpt(tmp_path / "ckpts", "step_7", {"OK": ""})
     run_tick(started_.watch_dir, client=fake)
     assert api.watch_status(started_.watch_id, client=fake)["summary"]["running"] == 1
-    entry = st.load_state(started_.watch_dir)["checkpoints"]["step_7"]
-    finish_task(Path(entry["run_dir"]), "solo", "ut-harness.ut_one")
+    entry = st.load_state(started_.watch_dir).checkpoints["step_7"]
+    finish_task(Path(str(entry.run_dir)), "solo", "ut-harness.ut_one")
     assert list(api.watch_steps(started_.watch_id)["step"]) == [7]

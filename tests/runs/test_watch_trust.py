@@ -60,7 +60,7 @@ def test_a_folder_planted_by_another_user_is_ignored_and_shown_with_its_owner(
     assert report.submitted == ["step_100"] and report.new == ["step_100"]
     assert "ignored step_999: owned by nobody (uid 65534)" in report.lines()
     assert len(evals(fake)) == 1
-    assert "step_999" not in st.load_state(watch_dir)["checkpoints"]
+    assert "step_999" not in st.load_state(watch_dir).checkpoints
     text = format_watch(watch_status(watch_dir, fake))
     assert "ignored step_999: owned by nobody (uid 65534), not by you" in text
     assert run_tick(watch_dir, client=fake).submitted == []  # and at every later tick
