@@ -68,6 +68,27 @@ AUX_TOKEN_FILE = "token"  # sweep judge job: the per-job token its servers requi
 AUX_STOP_FILE = "stop"  # sweep judge job: written by the aggregation step; the judge job ends
 AUX_JOB_SCRIPT = "judge.sbatch"  # sweep judge job: its script, in auxiliary/<name>/
 
+# -- a server on a Unix socket (deployment.unix_socket): the job's own folder on its first node
+# An instance URL "unix:<path>" means HTTP over the socket at <path> (curl --unix-socket, the
+# proxy's UnixConnector), not over a port: the health wait, URL_PIDS and the proxy's upstreams
+# carry it as they carry "http://<node>:<port>".
+UNIX_URL = "unix:"
+# The folder the job makes for its sockets (mktemp -d: mode 0700, a fresh name nobody could
+# create first), node-local and short: a socket's path must fit in 108 bytes (sun_path), which
+# a run directory on shared storage often does not, and not every shared file system binds one.
+SOCKET_DIR_TEMPLATE = "/tmp/hpceval-XXXXXXXX"
+
+
+def server_socket(slot: int) -> str:
+    """The socket file of the instance on port slot ``slot`` (unique in the job, judges too)."""
+    return f"server-{slot}.sock"
+
+
+def unix_socket(url: str) -> str | None:
+    """The socket path of a "unix:<path>" instance URL; None for an http(s) URL."""
+    return url[len(UNIX_URL):] if url.startswith(UNIX_URL) else None
+
+
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
@@ -90,7 +111,7 @@ JOB_FILES = {
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
-    "runtime": RUNTIME_FILE,
+    "runtime": RUNTIME_FILE, "unix_url": UNIX_URL, "socket_dir": SOCKET_DIR_TEMPLATE,
     # the tree itself: folders and logs every job script builds its paths from
     "models_dir": MODELS_DIR, "tasks_dir": TASKS_DIR, "server_dir": SERVER_DIR,
     "cache_dir": CACHE_DIR, "harness_log": HARNESS_LOG, "harness_out": HARNESS_OUT_DIR,

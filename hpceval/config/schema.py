@@ -161,6 +161,11 @@ class DeploymentSpec:
     image: str | None = key(None, "server image: a .sif path or docker:// reference")
     runtime: ServerRuntime = key(IMAGE, "run the server from the image or from the host")
     command: str | None = key(None, "command deployments: the server command ($PORT is set)")
+    unix_socket: bool = key(
+        True, "vLLM from the host: each single-node instance on the job's first node listens "
+        "on a Unix socket in a 0700 folder of the job, not on a port anyone could take; false: "
+        "a port"
+    )
     health_path: str = key("/health", "path polled until the server answers")
     health_timeout: int = key(
         3600, "seconds to wait for servers to load (large checkpoints take 40+ min)", minimum=10

@@ -69,6 +69,10 @@ class Engine:
     # proxy reaches the instance at), which the job then sets for single-node instances too
     listens_on_node: ClassVar[bool] = False
     command_word: ClassVar[str | None] = None  # first word: wrapped commands break before it
+    # True: it can serve HTTP on a Unix socket instead of a port (socket_argv). The job then
+    # starts each single-node instance on its first node that way where the server runs from
+    # the host (render/deployments.py serves_on_socket): nobody else can take the address.
+    unix_socket: ClassVar[bool] = False
 
     def gpu_need(self, dep: DeploymentSpec, default: int) -> int:
         """GPUs per instance; ``default`` when the engine's own keys leave it open."""
@@ -91,3 +95,8 @@ class Engine:
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         """The command line of rank ``rank`` of an instance over ``nnodes`` nodes."""
         raise NotImplementedError(f"engine {self.name} starts no server")
+
+    def socket_argv(self, server: Server) -> list[Any]:
+        """The command line of a single-node instance listening on the socket "$SOCKET" (the
+        job sets it) instead of a port; engines that declare ``unix_socket`` only."""
+        raise NotImplementedError(f"engine {self.name} serves on a port only")

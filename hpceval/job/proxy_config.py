@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpceval.contract import UNIX_URL, unix_socket
 from hpceval.interceptors import Interceptor
 from hpceval.interceptors.log_requests import LogRequests
 
@@ -90,8 +92,12 @@ class ProxyConfig:
         if not self.upstreams:
             raise ValueError("the proxy needs at least one upstream URL")
         for url in self.upstreams:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"upstream {url!r} is not an http(s) URL")
+            socket = unix_socket(url)
+            if socket is not None and not os.path.isabs(socket):
+                raise ValueError(f"upstream {url!r}: a Unix socket's path must be absolute")
+            if socket is None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"upstream {url!r} is not an http(s) URL nor "
+                                 f"{UNIX_URL}<socket path>")
         if self.upstream_pids and len(self.upstream_pids) != len(self.upstreams):
             raise ValueError(f"{len(self.upstream_pids)} --upstream-pids for "
                              f"{len(self.upstreams)} --upstream: give one per upstream")

@@ -34,6 +34,7 @@ from hpceval.job.proxy_http import (
     UpstreamDisconnected,
     UpstreamProtocolError,
 )
+from hpceval.job.proxy_sessions import Sessions
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -69,11 +70,10 @@ def _content_type(headers: CIMultiDictProxy[str]) -> str:
 
 
 class Forwarder:
-    def __init__(self, config: ProxyConfig, balancer: Balancer,
-                 session: aiohttp.ClientSession) -> None:
+    def __init__(self, config: ProxyConfig, balancer: Balancer, sessions: Sessions) -> None:
         self.config = config
         self.balancer = balancer
-        self.session = session  # streamed requests (and the prober) use aiohttp
+        self.sessions = sessions  # streamed requests (and the prober) use aiohttp
         self.http = HttpClient(config.connect_timeout)  # everything else: the cheap client
         self.admission = admission_for(config.budget, balancer)
         # A stream may legitimately run longer than request_timeout; what must not happen is
@@ -135,20 +135,21 @@ class Forwarder:
         ok = checked_out = False
         try:
             if not stream and inst.url in self._via_site_proxy:
-                async with self.session.request(method, inst.url + path_qs, data=data,
+                async with self.sessions.tcp.request(method, inst.url + path_qs, data=data,
                                                 headers=headers, timeout=self._timeout) as r:
                     body = await r.read()
                 ok = r.status < 500
                 return Answer(r.status, body, _content_type(r.headers))
             if not stream:
                 status, content_type, body = await self.http.request(
-                    inst.url, method, path_qs, data, headers, self.config.request_timeout)
+                    inst.base, method, path_qs, data, headers, self.config.request_timeout,
+                    inst.socket)
                 if not self.balancer.still_launched(inst):
                     return _lost(inst)  # its server exited while it was asked: not its answer
                 ok = status < 500
                 return Answer(status, body, content_type)
-            resp = await self.session.request(
-                method, inst.url + path_qs, data=data, headers=headers,
+            resp = await self.sessions.of(inst).request(
+                method, inst.base + path_qs, data=data, headers=headers,
                 timeout=self._stream_timeout)
             if not self.balancer.still_launched(inst):
                 resp.release()
@@ -169,12 +170,12 @@ class Forwarder:
             return _Failed(502, reason, free=True)
         except asyncio.TimeoutError:
             reason = f"{inst.url} timed out after {self.config.request_timeout:g}s"
-            self.balancer.suspect(inst, reason, self.session)
+            self.balancer.suspect(inst, reason, self.sessions)
             return _Failed(504, reason, free=False)
         except (UpstreamDisconnected, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError,
                 OSError) as exc:
             reason = f"connection to {inst.url} lost: {_describe(exc)}"
-            self.balancer.suspect(inst, reason, self.session)
+            self.balancer.suspect(inst, reason, self.sessions)
             return _Failed(502, reason, free=True)
         except (UpstreamProtocolError, aiohttp.ClientError) as exc:
             return _Failed(502, f"{inst.url}: {_describe(exc)}", free=False)

@@ -4,6 +4,9 @@ Why not aiohttp's ClientSession here: measured on the target kind of machine it 
 CPU per request, half of the proxy's whole budget, while a protocol that writes one request
 and parses one response costs ~0.05 ms. Streamed requests and health probes still use aiohttp.
 
+An upstream on a Unix socket (a job's server, proxy_balancer.Instance.socket) is the same
+protocol over that socket; its connections are pooled per socket path.
+
 Scope, on purpose narrow: one request at a time per connection (no pipelining), bodies framed
 by Content-Length, chunked encoding or connection close; no compression is asked for (no
 Accept-Encoding), so none is to be undone. Idle connections are kept per upstream for less than
@@ -172,13 +175,17 @@ class HttpClient:
     def __init__(self, connect_timeout: float, keepalive: float = 4.0) -> None:
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
-        self._pools: dict[str, deque[_Conn]] = {}
+        self._pools: dict[str, deque[_Conn]] = {}  # by base URL, or socket path
         self._targets: dict[str, tuple[str, int, ssl.SSLContext | None, str, bytes]] = {}
 
     async def request(self, base_url: str, method: str, path_qs: str, body: bytes | None,
-                      headers: dict[str, str], timeout: float) -> Response:
-        host, port, ssl_ctx, prefix, host_header = self._target(base_url)
-        conn = await self._acquire(base_url, host, port, ssl_ctx)
+                      headers: dict[str, str], timeout: float,
+                      socket: str | None = None) -> Response:
+        """``socket``: connect to this Unix socket path, not to ``base_url``'s host and port
+        (which then only names the Host header)."""
+        pool_key = base_url if socket is None else socket
+        host, port, ssl_ctx, prefix, host_header = self._target(base_url, pool_key)
+        conn = await self._acquire(pool_key, host, port, ssl_ctx, socket)
         head = [f"{method} {prefix}{path_qs} HTTP/1.1\r\n".encode("latin-1"), host_header]
         for name, value in headers.items():
             head.append(f"{name}: {value}\r\n".encode("latin-1"))
@@ -196,7 +203,7 @@ class HttpClient:
             timer.cancel()
         if conn.reusable and not conn.closed:
             conn.idle_since = time.monotonic()
-            self._pools[base_url].append(conn)
+            self._pools[pool_key].append(conn)
         else:
             conn.close()
         return response
@@ -207,8 +214,9 @@ class HttpClient:
                 conn.close()
             pool.clear()
 
-    def _target(self, base_url: str) -> tuple[str, int, ssl.SSLContext | None, str, bytes]:
-        target = self._targets.get(base_url)
+    def _target(self, base_url: str, pool_key: str
+                ) -> tuple[str, int, ssl.SSLContext | None, str, bytes]:
+        target = self._targets.get(pool_key)
         if target is None:
             parts = urlsplit(base_url)
             secure = parts.scheme == "https"
@@ -216,13 +224,13 @@ class HttpClient:
             port = parts.port or (443 if secure else 80)
             target = (host, port, ssl.create_default_context() if secure else None,
                       parts.path.rstrip("/"), f"Host: {parts.netloc}\r\n".encode("latin-1"))
-            self._targets[base_url] = target
-            self._pools[base_url] = deque()
+            self._targets[pool_key] = target
+            self._pools[pool_key] = deque()
         return target
 
-    async def _acquire(self, base_url: str, host: str, port: int,
-                       ssl_ctx: ssl.SSLContext | None) -> _Conn:
-        pool = self._pools[base_url]
+    async def _acquire(self, pool_key: str, host: str, port: int,
+                       ssl_ctx: ssl.SSLContext | None, socket: str | None) -> _Conn:
+        pool = self._pools[pool_key]
         stale_before = time.monotonic() - self.keepalive
         while pool and (pool[0].closed or pool[0].idle_since < stale_before):
             pool.popleft().close()  # oldest first: they are the ones the server closes next
@@ -230,10 +238,11 @@ class HttpClient:
             conn = pool.pop()  # most recently used: the warmest connection
             if not conn.closed:
                 return conn
+        loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                asyncio.get_running_loop().create_connection(_Conn, host, port, ssl=ssl_ctx),
-                self.connect_timeout)
+                loop.create_connection(_Conn, host, port, ssl=ssl_ctx) if socket is None
+                else loop.create_unix_connection(_Conn, socket), self.connect_timeout)
         except asyncio.TimeoutError as exc:
             raise UpstreamConnectError(f"connect timed out after {self.connect_timeout:g}s") \
                 from exc

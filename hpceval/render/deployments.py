@@ -12,7 +12,7 @@ from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
-from hpceval.contract import SERVER_DIR, aux_folder
+from hpceval.contract import SERVER_DIR, UNIX_URL, aux_folder, server_socket
 from hpceval.engines import engine_for
 from hpceval.images import sif_name
 from hpceval.render.judge_in_job import urls_var
@@ -24,16 +24,17 @@ from hpceval.runtimes import runtime_for
 
 
 def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports: PortPlan,
-                    unset: list[str], pull_dir: str) -> dict[str, Any]:
+                    unset: list[str], pull_dir: str, sockets: bool = True) -> dict[str, Any]:
     """``key``: "model", or the judge's name (an identifier: it becomes part of names);
-    ``pull_dir``: where the job pulls a docker:// image that nothing staged (server_image)."""
+    ``pull_dir``: where the job pulls a docker:// image that nothing staged (server_image);
+    ``sockets``: False where the instances' clients are not this job (a sweep's judge job)."""
     ex, dep = resolved.spec.execution, served.dep
     engine = engine_for(dep.type)
     prefix = runtime_for(ex.container_runtime).env_prefix if dep.serves_from_image else ""
     env = server_env(resolved, served)
     model = key == "model"
     base = ports.first_slot(None if model else key)
-    instances = build_instances(served)
+    instances = build_instances(served, sockets and serves_on_socket(resolved, served))
     return {
         "key": key, "type": dep.type, "where": served.where,
         "shell_command": engine.needs_command,
@@ -67,6 +68,21 @@ def _env_passes(env: list[tuple[str, Any]]) -> set[str]:
     return {n for _, value in env for n in passed_env_names(str(value))}
 
 
+def serves_on_socket(resolved: ResolvedConfig, served: Served) -> bool:
+    """THE rule for Unix sockets: an engine that can serve on one, run from the host (a
+    container would need the socket folder bound in and its runtime's user mapping to allow
+    the connection: not done), and deployment.unix_socket not false. Which instances then do
+    is build_instances' part: the single-node ones on the job's first node."""
+    return (engine_for(served.dep.type).unix_socket and served.dep.unix_socket
+            and from_host(resolved, served))
+
+
+def from_host(resolved: ResolvedConfig, served: Served) -> bool:
+    """Whether the servers run from the host, not from a container."""
+    return not (served.dep.serves_from_image
+                and runtime_for(resolved.spec.execution.container_runtime).containers)
+
+
 def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
     head = inst.launches[-1] if inst.launches else None
     if len(inst.nodes) > 1:
@@ -76,8 +92,15 @@ def _instance_view(inst: Instance, slot_base: int) -> dict[str, Any]:
         summary = f"node {inst.nodes[0]}, GPUs {head.gpu_first}-{last} of its allocation"
     else:
         summary = f"node {inst.nodes[0]}, all of its allocated GPUs (if any)"
-    return {"index": inst.index, "slot": slot_base + inst.index, "nodes": inst.nodes,
-            "head_node": inst.head_node, "launches": inst.launches, "summary": summary}
+    slot = slot_base + inst.index
+    if inst.on_socket:
+        summary += ", on a Unix socket"
+    # how the health wait and the proxy reach it (contract.UNIX_URL for a socket)
+    url = ShellCode(f'"{UNIX_URL}$SOCKET"' if inst.on_socket
+                    else f'"http://${{NODES[{inst.head_node}]}}:$PORT"')
+    return {"index": inst.index, "slot": slot, "nodes": inst.nodes,
+            "head_node": inst.head_node, "launches": inst.launches, "summary": summary,
+            "socket": server_socket(slot) if inst.on_socket else None, "url": url}
 
 
 def server_prefix(resolved: ResolvedConfig, served: Served,
@@ -191,8 +214,7 @@ def server_cache(resolved: ResolvedConfig, served: Served) -> str:
     the job's $TMPDIR where the site sets one. Containers: the deployment's server folder on
     shared storage (created by the batch shell, see _instances.j2), bound in, because a bind's
     source must exist on every node before the container starts."""
-    if not (served.dep.serves_from_image
-            and runtime_for(resolved.spec.execution.container_runtime).containers):
+    if from_host(resolved, served):
         return '"${TMPDIR:-$SERVER_DIR}/hpceval-cache"'
     return '"$SERVER_DIR/hpceval-cache"'
 

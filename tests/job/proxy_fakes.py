@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 from support.ports import free_port
 
+from hpceval.contract import UNIX_URL
 from hpceval.job.proxy import ProxyServer
 from hpceval.job.proxy_config import ProxyConfig
 
@@ -46,10 +47,11 @@ class FakeUpstream:
         self.url = ""
         self._runner: web.AppRunner | None = None
 
-    async def start(self, ssl_context: ssl.SSLContext | None = None, host: str = "127.0.0.1"
-                    ) -> str:
+    async def start(self, ssl_context: ssl.SSLContext | None = None, host: str = "127.0.0.1",
+                    unix: str | None = None) -> str:
         """``ssl_context``: serve https; ``host``: the name the URL gives (it must resolve to
-        127.0.0.1 for the client, or be known to a proxy in between)."""
+        127.0.0.1 for the client, or be known to a proxy in between); ``unix``: listen on
+        this Unix socket path instead (the URL is then "unix:<path>", as a job gives it)."""
         @web.middleware
         async def record(request: web.Request, handler: Any) -> web.StreamResponse:
             self.paths.append(request.path)
@@ -70,6 +72,10 @@ class FakeUpstream:
         app.router.add_post("/v1/load_lora_adapter", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
+        if unix is not None:
+            await web.UnixSite(self._runner, unix).start()
+            self.url = f"{UNIX_URL}{unix}"
+            return self.url
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
         await site.start()
         scheme = "https" if ssl_context is not None else "http"

@@ -158,18 +158,16 @@ def test_server_gets_its_command_line_unchanged(catalogue: Catalogue, tmp_path_f
     proc = run_locally(script, {"ARGV_OUT": str(argv_out),
                                 "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert proc.returncode != 0
-    argv = argv_out.read_bytes().split(b"\0")[:-1]
-    # The job takes the first block of ports nobody on this machine listens in (8000's when
-    # it is free, the next one's when another job here holds a port of it): any block's first
-    # port is right here; which block is free is test_job_trust's test.
-    port = argv[argv.index(b"--port") + 1].decode() if b"--port" in argv else "none"
-    first, block, slots = map(int, re.search(  # type: ignore[union-attr]
-        r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) ", script.read_text(), re.M).groups())
-    assert port in {str(first + k * block) for k in range(slots)}, (port, first, block)
+    got = argv_out.read_bytes().split(b"\0")[:-1]
+    # vLLM from the host, one node: it listens on a socket in the job's own folder
+    # (deployment.unix_socket), which the job removes when it ends
+    socket = got[12].decode() if len(got) > 12 else ""
+    assert re.fullmatch(r"/tmp/hpceval-[A-Za-z0-9]{8}/server-0\.sock", socket), got
+    assert not Path(socket).parent.exists()
     expected = ["serve", v[0], "--served-model-name", v[1], "--tensor-parallel-size", "4",
                 "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.9",
-                "--enable-tokenizer-info-endpoint", "--port", port, *extra_args]
-    assert argv == [a.encode() for a in expected]
+                "--enable-tokenizer-info-endpoint", "--uds", socket, *extra_args]
+    assert got == [a.encode() for a in expected]
     # The recorded launch command is the same argv, in a form bash reads back.
     cmd_file = tmp / "run" / "models" / "m" / "server" / "instance-0.cmd"
     decoded = subprocess.run(["bash", "-c", f'eval "a=($(cat {shlex.quote(str(cmd_file))}))"; '

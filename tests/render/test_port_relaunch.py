@@ -22,7 +22,8 @@ import pytest
 from render_helpers import RenderFn
 from test_job_trust import VLLM_RUN, function
 
-RUN = {"deployment": {**VLLM_RUN["deployment"], "runtime": "host"},
+# unix_socket off: a server on a port (a Unix socket in the job's own folder cannot be taken)
+RUN = {"deployment": {**VLLM_RUN["deployment"], "runtime": "host", "unix_socket": False},
        "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
 # vLLM's behaviour at start-up, as far as the job can see it: bind the port (or exit with
 # the error vLLM prints), log the ready line, answer GETs. FAKE_VLLM=fail: exit with another
