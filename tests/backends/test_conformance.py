@@ -1,5 +1,5 @@
 """One set of tests every execution backend passes: the Slurm backend on the strict fake client
-(tests/runs/run_helpers.FakeSlurm) and the local backend on this machine here, the Slurm
+(tests/support/slurm.FakeSlurm) and the local backend on this machine here, the Slurm
 backend on the real dev cluster in test_conformance_cluster.py. A new backend joins by adding
 a rig.
 
@@ -9,16 +9,13 @@ with `query`, cancel it and ask again.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "runs"))
-from run_helpers import FakeSlurm
+from support.slurm import FakeSlurm
 
 from hpceval.backends import BACKENDS, Backend, JobEntry, JobInfo, JobRequest
 from hpceval.backends.local import LocalBackend

@@ -4,12 +4,9 @@ scancel and found CANCELLED in sacct. ~4 s on the dev cluster (sacct lags the co
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from test_conformance import (  # the same tests, with this module's rig
     Rig,
     test_a_backend_declares_its_name_capabilities_and_words,

@@ -11,7 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from run_helpers import FAKES, FakeSlurm, finish_task, write_run_file
+from support import FAKES
+from support.runs import finish_task, write_run_file
+from support.slurm import FakeSlurm
 
 import hpceval
 from hpceval import api

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.backends.slurm.states import Phase

@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs
+from support.runs import configs
+from support.slurm import SACCT_SAMPLES, RecordedSlurm
 
-from hpceval.backends.slurm.records import JobRecord, base_job_id, parse_sacct
 from hpceval.cli.main import cli
 from hpceval.results.store import finalize_task
 from hpceval.runs.submit import submit_configs
 from hpceval.tasks.result import Metric, TaskResult
 
-SAMPLES = Path(__file__).resolve().parents[1] / "backends" / "slurm" / "data"
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
-
-
-class RecordedSlurm(FakeSlurm):
-    """Submits get ids 15, 16, ...; sacct answers from the recorded file."""
-
-    def __init__(self, sample: str = "sacct-22.05-cost-ended.txt") -> None:
-        super().__init__()
-        self._ids = itertools.count(15)
-        self.text = (SAMPLES / sample).read_text()
-
-    def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
-              ) -> dict[str, JobRecord]:
-        self.sacct_calls.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
-        return {k: r for k, r in parse_sacct(self.text).items() if base_job_id(k) in bases}
 
 
 def _finish(run_dir: Path, model: str, task: str, duration: float, slurm: dict[str, str]) -> None:
@@ -106,7 +88,7 @@ def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
     run = submit_configs(configs(tmp_path), fake)  # 18: RUNNING, 2 s so far
     first = json.loads(CliRunner().invoke(cli, ["status", "--json", run.invocation_id]).output)
     assert first[0]["cost"]["gpu_hours"] == pytest.approx(4 * 2 / 3600, abs=1e-6)
-    fake.text = (SAMPLES / "sacct-22.05-cost-ended.txt").read_text()  # 18 ended after 8 s
+    fake.text = (SACCT_SAMPLES / "sacct-22.05-cost-ended.txt").read_text()  # 18 ended after 8 s
     second = json.loads(CliRunner().invoke(cli, ["status", "--json", run.invocation_id]).output)
     assert second[0]["cost"]["gpu_hours"] == pytest.approx(4 * 8 / 3600, abs=1e-6)
     CliRunner().invoke(cli, ["status", "--json", run.invocation_id])

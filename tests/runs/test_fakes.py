@@ -11,7 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from run_helpers import FAKES
+from support import FAKES
 
 from hpceval.job.cache import ResponseCache
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs
 from second_user import as_nobody, shared_scratch
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.runs.control import kill_run

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.backends.slurm.states import Phase
 from hpceval.runs.control import ResumeRefused, resume_run

@@ -8,7 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.backends.slurm.states import Phase
 from hpceval.runs.jobs import read_jobs

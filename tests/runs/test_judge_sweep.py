@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.backends.slurm.states import Phase
 from hpceval.config import ResolvedConfig
@@ -194,7 +195,7 @@ def test_the_aggregation_script_waits_for_successors_before_it_stops_the_judge(
     import subprocess
     import sys
 
-    from run_helpers import FAKES
+    from support import FAKES
 
     from hpceval.contract import AGGREGATE_WAITED_FILE, SUCCESSORS_FILE
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.contract import LOADS_FILE

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.runs.index import RunNotFound, find_run

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, write_run_file
+from support.runs import write_run_file
+from support.slurm import FakeSlurm
 
 import hpceval.render.job
 import hpceval.tasks

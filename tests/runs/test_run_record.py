@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 from hpceval import contract
 from hpceval.backends.base import JobEntry

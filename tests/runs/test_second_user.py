@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_helpers import ASK_HARNESS, CATALOGUE, FAKES, FakeSlurm, configs, finish_task
+from support import FAKES
+from support.runs import ASK_HARNESS, CATALOGUE, configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.runs.index import list_runs
 from hpceval.runs.registry import registry_path

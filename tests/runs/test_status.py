@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs, finish_task
+from support.runs import configs, finish_task
+from support.slurm import FakeSlurm
 
 from hpceval.backends.base import JobEntry
 from hpceval.backends.slurm.states import Phase

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs, write_run_file
+from support.runs import configs, write_run_file
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.config.errors import ConfigError

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from run_helpers import configs
+from support.runs import configs
 
 from hpceval.config.yamlio import dumps
 from hpceval.runs.rundir import config_dict, prepare_run, redacted, unique_keys, write_run

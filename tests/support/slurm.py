@@ -1,5 +1,6 @@
 """The one recording SlurmClient double of the tests: counts every call; job states, exit
-codes and owners are set by the test; a job's comment is its script's, as sbatch reads it."""
+codes and owners are set by the test; a job's comment is its script's, as sbatch reads it.
+RecordedSlurm is the same double answering sacct with output recorded on the dev cluster."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id
+from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id, parse_sacct
+from support import TESTS
 
-__all__ = ["FakeSlurm"]
+__all__ = ["FakeSlurm", "RecordedSlurm"]
+
+# sacct output recorded on the dev cluster (tests/backends/slurm/data/sacct-*.txt)
+SACCT_SAMPLES = TESTS / "backends" / "slurm" / "data"
 
 
 class FakeSlurm:
@@ -65,6 +70,21 @@ class FakeSlurm:
                               self.owners.get(base_job_id(j), os.getuid()),
                               self.comments.get(base_job_id(j)))
                 for j, s in self.states.items() if base_job_id(j) in bases}
+
+
+class RecordedSlurm(FakeSlurm):
+    """Submits get ids 15, 16, ...; sacct answers from the recorded file."""
+
+    def __init__(self, sample: str = "sacct-22.05-cost-ended.txt") -> None:
+        super().__init__()
+        self._ids = itertools.count(15)
+        self.text = (SACCT_SAMPLES / sample).read_text()
+
+    def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
+              ) -> dict[str, JobRecord]:
+        self.sacct_calls.append(list(job_ids))
+        bases = {base_job_id(j) for j in job_ids}
+        return {k: r for k, r in parse_sacct(self.text).items() if base_job_id(k) in bases}
 
 
 def header_comment(script: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from run_helpers import FakeSlurm, write_run_file
-
 from hpceval.watch.control import start_watch
 from hpceval.watch.spec import WatchSpec
+from support.runs import write_run_file
+from support.slurm import FakeSlurm
 
 
 def write_ckpt(folder: Path, name: str, files: dict[str, str] | None = None) -> Path:

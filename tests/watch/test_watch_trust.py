@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm
 from second_user import NOBODY_UID, as_nobody, shared_scratch
-from watch_helpers import options, started, write_ckpt
+from support.slurm import FakeSlurm
+from support.watches import options, started, write_ckpt
 
 from hpceval.watch import state as st
 from hpceval.watch.control import start_watch
@@ -127,7 +127,7 @@ def test_watch_start_warns_about_a_folder_others_can_write(
 def test_cli_start_prints_the_warning_and_refuses_an_unknown_trust_owner(
         tmp_path: Path, fake: FakeSlurm, shared_ckpts: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from run_helpers import write_run_file
+    from support.runs import write_run_file
 
     from hpceval.cli.main import cli
 

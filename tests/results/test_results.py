@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, configs
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.results.export import export_local, export_mlflow, wandb_run_id

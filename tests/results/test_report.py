@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from report_helpers import ONE, SCORES, TWO, finish, lm_eval_sample, write_samples
-from run_helpers import configs
-from test_cost import RecordedSlurm
+from support.reports import ONE, SCORES, TWO, finish, lm_eval_sample, write_samples
+from support.runs import configs
+from support.slurm import RecordedSlurm
 
 from hpceval.cli.main import cli
 from hpceval.results.report import html_report

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from report_helpers import ONE, TWO, lm_eval_sample
-from run_helpers import FakeSlurm, configs
+from support.reports import ONE, TWO, lm_eval_sample
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
 from hpceval.results.report import html_report

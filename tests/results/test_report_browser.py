@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from report_helpers import SCORES, finish
-from run_helpers import configs
-from test_cost import RecordedSlurm
+from support.reports import SCORES, finish
+from support.runs import configs
+from support.slurm import RecordedSlurm
 
 from hpceval.cli.main import cli
 from hpceval.runs.submit import submit_configs

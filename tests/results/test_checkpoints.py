@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 import pandas as pd
 import pytest
-from checkpoint_helpers import PARTIAL, PENDING, SCORES, STALE, step_runs
-from report_helpers import ONE, TWO
+from support.checkpoints import PARTIAL, PENDING, SCORES, STALE, step_runs
+from support.reports import ONE, TWO
 
 from hpceval.cli.checkpoint_output import echo_step_results
 from hpceval.results.checkpoints import render_steps, step_pivot, step_table
@@ -58,7 +58,7 @@ def test_no_points_and_no_results_give_an_empty_table(points: list[tuple[int, Pa
 
 def test_a_retried_step_shows_its_newest_run(points: list[tuple[int, Path]],
                                              tmp_path: Path) -> None:
-    from report_helpers import finish
+    from support.reports import finish
 
     (retry,) = step_runs(tmp_path / "retry", steps=(PARTIAL,))
     finish(retry[1], "solo", TWO, 0.5, 0.01, job={"job_id": "7"})

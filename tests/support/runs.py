@@ -1,17 +1,21 @@
-"""Helpers for the controller tests (imported by name: this folder has no __init__.py). The
-counting Slurm fake is support.slurm.FakeSlurm, shared with the other test folders."""
+"""The controller's test set-up (tests/runs, tests/results, tests/watch): a tiny catalogue,
+isolated caches (the autouse fixture `isolated`, which those folders' conftest.py imports), run
+files and finished tasks. The counting Slurm fake is support.slurm.FakeSlurm (fixture `fake`)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from support.slurm import FakeSlurm as FakeSlurm  # re-exported: the controller tests' name
 
 from hpceval.config import ResolvedConfig, load_run
+from support import FAKES
+from support.slurm import FakeSlurm
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 ASK_HARNESS = FAKES / "ask-harness.yaml"  # one scored chat request (see the file)
 
 CATALOGUE = """\
@@ -62,3 +66,24 @@ def finish_task(run_dir: Path, model: str, task_key: str) -> None:
     result = TaskResult(task_key, "ut-harness", "1.0",
                         [Metric(task_key.split(".")[-1], "exact_match", 0.5)])
     finalize_task(task_dir, result.to_json(), {"task": task_key})
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("env")
+    (root / "catalogue").mkdir()
+    (root / "catalogue" / "ut.yaml").write_text(CATALOGUE)
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", os.pathsep.join([str(root / "catalogue"),
+                                                             str(ASK_HARNESS)]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "xdg-cache"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(root / "hpceval-cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(root / "xdg-config"))
+    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
+    monkeypatch.delenv("HPCEVAL_OUTPUT_DIRS", raising=False)
+    yield root
+
+
+@pytest.fixture
+def fake() -> FakeSlurm:
+    return FakeSlurm()

@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from checkpoint_helpers import PARTIAL, SCORES, step_runs
-from report_helpers import ONE, TWO
-from test_cost import RecordedSlurm
+from support.checkpoints import PARTIAL, SCORES, step_runs
+from support.reports import ONE, TWO
+from support.slurm import RecordedSlurm
 from test_report_browser import dump_dom
 
 from hpceval.cli.checkpoint_output import echo_step_results

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report_helpers import ONE, TWO, finish
-from run_helpers import FakeSlurm, configs
-
 from hpceval.runs.submit import submit_configs
 from hpceval.tasks.result import Metric, TaskResult
+from support.reports import ONE, TWO, finish
+from support.runs import configs
+from support.slurm import FakeSlurm
 
 # step -> task -> (value, stderr); TWO has no stderr at step 2000 (a harness that gives none)
 SCORES: dict[int, dict[str, tuple[float, float | None]]] = {

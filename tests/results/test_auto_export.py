@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from run_helpers import FakeSlurm, finish_task, write_run_file
+from support.runs import finish_task, write_run_file
+from support.slurm import FakeSlurm
 
 from hpceval.config import ResolvedConfig, load_run
 from hpceval.contract import EXPORT_SCRIPT, EXPORT_WAITED_FILE, SUCCESSORS_FILE

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import FakeSlurm, write_run_file
-from watch_helpers import started, write_ckpt
+from support.runs import write_run_file
+from support.slurm import FakeSlurm
+from support.watches import started, write_ckpt
 
 from hpceval.cli.main import cli
 from hpceval.watch import state as st
@@ -96,7 +97,7 @@ def test_dry_run_prints_the_tick_script_and_writes_nothing(tmp_path: Path,
 
 def test_results_and_report_of_a_watch_plot_score_against_step(tmp_path: Path,
                                                               fake: FakeSlurm) -> None:
-    from run_helpers import finish_task
+    from support.runs import finish_task
 
     watch_dir = started(tmp_path, fake, marker="OK")
     for step in (2000, 1000, 3000):
@@ -141,7 +142,7 @@ def test_kill_watch_stops_it_and_cancels_its_evaluations(
 
 
 def test_python_api_mirrors_the_cli(tmp_path: Path, fake: FakeSlurm) -> None:
-    from run_helpers import finish_task
+    from support.runs import finish_task
 
     from hpceval import api
     from hpceval.config.errors import ConfigError

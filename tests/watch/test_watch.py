@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_helpers import FakeSlurm
-from watch_helpers import options, started, write_ckpt
+from support.slurm import FakeSlurm
+from support.watches import options, started, write_ckpt
 
 from hpceval.watch import state as st
 from hpceval.watch.checkpoints import judge
@@ -286,7 +286,7 @@ def test_status_asks_sacct_once_for_every_run_the_tick_and_the_training_job(
     jobs = {n: e.job_ids[0] for n, e in state.checkpoints.items() if e.job_ids}
     fake.states.update({jobs["step_1"]: "COMPLETED", jobs["step_2"]: "RUNNING",
                         jobs["step_3"]: "FAILED", state.ticks[-1].id: "PENDING"})
-    from run_helpers import finish_task
+    from support.runs import finish_task
 
     run_dir = Path(str(state.checkpoints["step_1"].run_dir))
     for task in ("ut-harness.ut_one", "ut-harness.ut_two"):
