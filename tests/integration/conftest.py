@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpceval.backends.slurm.client import CommandSlurmClient
+from tests.integration.node_drill import node_killed  # noqa: F401  (a fixture, registered here)
 from tests.integration.vllm_support import (  # noqa: F401  (fixtures, registered here)
     SHARED_FIXTURE,
     model_dir,

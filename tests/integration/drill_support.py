@@ -1,6 +1,7 @@
 """Shared by the fault drills on the real Slurm dev cluster (test_resume_drills.py,
-test_fault_drills_slurm.py): submit a run, wait on its jobs, read the oracle server's request
-log, ask `hpceval status` what it says, and prove that finished results were not touched.
+test_fault_drills_cancel.py, test_fault_drills_node.py and others): submit a run, wait on
+its jobs, read the oracle server's request log, ask `hpceval status` what it says, and prove
+that finished results were not touched.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What `status` says about a run the scheduler interrupted, and resume racing resume.
 
-The integration drills (tests/integration/test_fault_drills_slurm.py) break real jobs; these
-pin the same rules without a cluster: where a cancelled job stood (queued, loading the model,
-mid-task) comes from what it left on disk, and two resumes of one run submit one job.
+The integration drills (tests/integration/test_fault_drills_cancel.py and
+test_fault_drills_node.py) break real jobs; these pin the same rules without a cluster: where a
+cancelled job stood (queued, loading the model, mid-task) comes from what it left on disk, and
+two resumes of one run submit one job.
 """
 
 from __future__ import annotations
