@@ -185,14 +185,23 @@ def primary_rows(frame: Any) -> dict[str, Any]:
     return out
 
 
-def compare_frames(frame_a: Any, frame_b: Any, *, alpha: float = 1 - CONFIDENCE,
-                   tasks: Sequence[str] = ()) -> list[TaskDiff]:
-    """Per task present on either side (or only `tasks`), A against B."""
+def paired_rows(frame_a: Any, frame_b: Any, tasks: Sequence[str] = ()
+                ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Each side's primary row per task, and the tasks to judge: those finished on either
+    side, or only `tasks` (a task key, or its name without the harness). Sample files are
+    read afresh (fresh_reads): compare and gate alike."""
     fresh_reads()
     rows_a, rows_b = primary_rows(frame_a), primary_rows(frame_b)
     names = sorted(set(rows_a) | set(rows_b))
     if tasks:
         names = [t for t in names if t in tasks or t.rsplit(".", 1)[-1] in tasks]
+    return rows_a, rows_b, names
+
+
+def compare_frames(frame_a: Any, frame_b: Any, *, alpha: float = 1 - CONFIDENCE,
+                   tasks: Sequence[str] = ()) -> list[TaskDiff]:
+    """Per task present on either side (or only `tasks`), A against B."""
+    rows_a, rows_b, names = paired_rows(frame_a, frame_b, tasks)
     out = []
     for task in names:
         if task in rows_a and task in rows_b:

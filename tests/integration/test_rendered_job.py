@@ -154,6 +154,19 @@ def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
     assert not leftovers("ref-model")
 
 
+def assert_intercepted(model_dir: Path, system_prompt: str) -> dict[str, Any]:
+    """Task it_think went through the proxy's chain: the server echoed "<think>plan</think>done"
+    and the harness got the answer with the trace moved out of it (strip_reasoning); the
+    server got `system_prompt` first. Returns the request as the proxy logged it."""
+    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
+    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
+    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
+    request: dict[str, Any] = logged[0]["request"]
+    assert request["messages"][0] == {"role": "system", "content": system_prompt}
+    return request
+
+
 def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmClient,
                                                   workdir: Path) -> None:
     """evaluation.interceptors reach the in-job proxy of a real job: the server sees the system
@@ -164,15 +177,8 @@ def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmCli
             "add_params": {"chat_template_kwargs": {"enable_thinking": False}},
             "log_requests": 5})
     state = wait_done(slurm_cluster, job_id)
-    log = job_log(model_dir, job_id)
-    assert state == "COMPLETED", log
-    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
-    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
-    # The server echoed "<think>plan</think>done"; the trace moved out of the answer.
-    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
-    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
-    request = logged[0]["request"]
-    assert request["messages"][0] == {"role": "system", "content": "-- be brief; 'quoted' $HOME"}
+    assert state == "COMPLETED", job_log(model_dir, job_id)
+    request = assert_intercepted(model_dir, "-- be brief; 'quoted' $HOME")
     assert request["chat_template_kwargs"] == {"enable_thinking": False}
 
 
@@ -222,13 +228,8 @@ def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlu
     finally:
         server.terminate()
         server.wait(10)
-    log = job_log(model_dir, job_id)
-    assert state == "COMPLETED", log
-    task = model_dir / "tasks" / "it-harness.it_think" / "harness"
-    message = json.loads((task / "response.json").read_text())["choices"][0]["message"]
-    assert (message["content"], message["reasoning_content"]) == ("done", "plan")
-    logged = [json.loads(line) for line in (model_dir / "proxy-requests.jsonl").open()]
-    assert logged[0]["request"]["messages"][0] == {"role": "system", "content": "be brief"}
+    assert state == "COMPLETED", job_log(model_dir, job_id)
+    assert_intercepted(model_dir, "be brief")
     progress = json.loads((model_dir / "progress.json").read_text())
     assert progress["requests"]["done"] == 1
 

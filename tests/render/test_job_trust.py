@@ -106,28 +106,37 @@ def test_port_block_skips_a_block_someone_listens_in(render: RenderFn,
     assert int(kept.stdout) == first + (slot + 2) * block, kept.stdout
 
 
+def health_wait(script: str, ready: str, log: Path, pid: int, port: int,
+                log_from: int | None = None) -> str:
+    """The script's health wait (`wait_for_servers` and what it calls) for one instance on
+    127.0.0.1:`port`, whose server is process `pid` and whose log is `log` (read from byte
+    `log_from`), ready once the log has `ready`; bash code taking HEALTH_TIMEOUT as $1."""
+    functions = "\n".join(function(script, name) for name in (
+        "answers", "server_error", "server_failed", "servers_alive", "dead_server",
+        "wait_for_servers"))
+    log_offset = "" if log_from is None else f"INSTANCE_LOG_FROM=({log_from})\n"
+    return f"""
+log() {{ echo "$*"; }}
+job_failure() {{ echo "job_failure: $*"; }}
+wait_pid() {{ wait "$1"; }}
+{functions}
+SERVER_PIDS=({pid}); SERVER_LABEL=("instance 0"); SERVER_LOG=({log}); SERVER_CMD=({log})
+INSTANCE_URLS=("http://127.0.0.1:{port}"); INSTANCE_LOGS=({log})
+INSTANCE_READY=('{ready}'); INSTANCE_HEALTH=(/health)
+{log_offset}HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
+wait_for_servers
+"""
+
+
 def test_an_answer_on_the_port_is_not_the_jobs_server_until_its_log_says_so(
         render: RenderFn, squatter: int, tmp_path: Path) -> None:
     script = render("slurm", VLLM_RUN)
     ready_line = re.search(r"^INSTANCE_READY\+=\('(.+)'\)$", script, re.M)
     assert ready_line, "the vLLM deployment names no ready line"
-    functions = "\n".join(function(script, name) for name in (
-        "answers", "server_error", "server_failed", "servers_alive", "dead_server",
-        "wait_for_servers"))
     log = tmp_path / "instance-0.log"
     log.write_text("INFO loading weights\n")
     server = subprocess.Popen(["sleep", "60"])  # 'our' server process: alive, still loading
-    code = f"""
-log() {{ echo "$*"; }}
-job_failure() {{ echo "job_failure: $*"; }}
-wait_pid() {{ wait "$1"; }}
-{functions}
-SERVER_PIDS=({server.pid}); SERVER_LABEL=("instance 0"); SERVER_LOG=({log}); SERVER_CMD=({log})
-INSTANCE_URLS=("http://127.0.0.1:{squatter}"); INSTANCE_LOGS=({log})
-INSTANCE_READY=('{ready_line.group(1)}'); INSTANCE_HEALTH=(/health)
-HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
-wait_for_servers
-"""
+    code = health_wait(script, ready_line.group(1), log, server.pid, squatter)
     try:
         refused = subprocess.run(["bash", "-c", code, "wait", "3"], capture_output=True,
                                  text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})

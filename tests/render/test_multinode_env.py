@@ -22,7 +22,12 @@ import subprocess
 from pathlib import Path
 
 from render_helpers import RenderFn
-from test_job_trust import VLLM_RUN, function, squatter  # noqa: F401  (squatter: a fixture)
+from test_job_trust import (  # noqa: F401  (squatter: a fixture)
+    VLLM_RUN,
+    function,
+    health_wait,
+    squatter,
+)
 
 MULTI = {**VLLM_RUN, "deployment": {**VLLM_RUN["deployment"], "tensor_parallel_size": 8,
                                    "pipeline_parallel_size": 2}}  # 16 GPUs: two nodes
@@ -123,26 +128,12 @@ def test_the_ready_line_of_an_earlier_job_in_the_appended_log_does_not_count(
     assert ready_line
     assert re.search(r"^INSTANCE_LOG_FROM\+=\(\"\$HEAD_LOG_FROM\"\)$", script, re.M), \
         "the health wait does not know where this job's part of the log starts"
-    functions = "\n".join(function(script, name) for name in (
-        "answers", "server_error", "server_failed", "servers_alive", "dead_server",
-        "wait_for_servers"))
     log = tmp_path / "instance-0.log"
     earlier = f"INFO {ready_line.group(1)}http://0.0.0.0:{squatter}\n"  # the last allocation's
     log.write_text(earlier + "INFO loading weights\n")
-    offset = len(earlier)
     server = subprocess.Popen(["sleep", "60"])
-    code = f"""
-log() {{ echo "$*"; }}
-job_failure() {{ echo "job_failure: $*"; }}
-wait_pid() {{ wait "$1"; }}
-{functions}
-SERVER_PIDS=({server.pid}); SERVER_LABEL=("instance 0"); SERVER_LOG=({log}); SERVER_CMD=({log})
-INSTANCE_URLS=("http://127.0.0.1:{squatter}"); INSTANCE_LOGS=({log})
-INSTANCE_READY=('{ready_line.group(1)}'); INSTANCE_HEALTH=(/health)
-INSTANCE_LOG_FROM=({offset})
-HEALTH_TIMEOUT="$1" STOPPING=0 HPCEVAL_JOB_TOKEN=t
-wait_for_servers
-"""
+    code = health_wait(script, ready_line.group(1), log, server.pid, squatter,
+                       log_from=len(earlier))
     try:
         run = ["bash", "-c", code, "wait"]
         env = {"PATH": "/usr/bin:/bin"}
