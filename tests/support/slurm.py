@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpceval.backends.slurm.client import SlurmError
 from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id, parse_sacct
 from support import TESTS
 
@@ -35,6 +36,8 @@ class FakeSlurm:
         # base job id -> its --comment (squeue %k): the submitted script's #SBATCH --comment,
         # read as sbatch reads it ("" without one); a job the test made up has none known
         self.comments: dict[str, str] = {}
+        self.sacct_starttimes: list[datetime | None] = []  # each sacct call's -S
+        self.sacct_failures = 0  # the next N sacct calls fail as with slurmdbd down
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
                dependency: str | None = None) -> str:
@@ -52,7 +55,13 @@ class FakeSlurm:
     def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
               ) -> dict[str, JobRecord]:
         self.sacct_calls.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
+        self.sacct_starttimes.append(starttime)
+        if self.sacct_failures:
+            self.sacct_failures -= 1
+            raise SlurmError(["sacct"], 1, "slurmdbd: Connection refused")
+        return self._answer({base_job_id(j) for j in job_ids})
+
+    def _answer(self, bases: set[str]) -> dict[str, JobRecord]:
         return {j: self._record(j, s) for j, s in self.states.items()
                 if base_job_id(j) in bases}
 
@@ -73,17 +82,16 @@ class FakeSlurm:
 
 
 class RecordedSlurm(FakeSlurm):
-    """Submits get ids 15, 16, ...; sacct answers from the recorded file."""
+    """Submits get ids 15, 16, ...; sacct answers from recorded output: a file of
+    SACCT_SAMPLES, or `text` (set it again to change what the next call sees)."""
 
-    def __init__(self, sample: str = "sacct-22.05-cost-ended.txt") -> None:
+    def __init__(self, sample: str = "sacct-22.05-cost-ended.txt", *,
+                 text: str | None = None) -> None:
         super().__init__()
         self._ids = itertools.count(15)
-        self.text = (SACCT_SAMPLES / sample).read_text()
+        self.text = (SACCT_SAMPLES / sample).read_text() if text is None else text
 
-    def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
-              ) -> dict[str, JobRecord]:
-        self.sacct_calls.append(list(job_ids))
-        bases = {base_job_id(j) for j in job_ids}
+    def _answer(self, bases: set[str]) -> dict[str, JobRecord]:
         return {k: r for k, r in parse_sacct(self.text).items() if base_job_id(k) in bases}
 
 

@@ -1,50 +1,17 @@
-"""The shared poller, against a fake client that counts sacct calls."""
+"""The shared poller, against support.slurm.RecordedSlurm: recorded sacct output, every call
+counted."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from hpceval.backends.slurm.client import SlurmError
+from support.slurm import RecordedSlurm
+
 from hpceval.backends.slurm.poller import SacctPoller
-from hpceval.backends.slurm.records import JobRecord, QueueEntry, parse_sacct
 from hpceval.backends.slurm.states import Phase
 
 DATA = Path(__file__).parent / "data"
-
-
-class FakeClient:
-    """SlurmClient double: answers sacct from canned text and records every call."""
-
-    def __init__(self, sacct_text: str = "") -> None:
-        self.sacct_text = sacct_text
-        self.sacct_calls: list[tuple[list[str], datetime | None]] = []
-        self.fail_next = False
-
-    def submit(
-        self,
-        script_path: Path,
-        *,
-        extra_args: Sequence[str] = (),
-        dependency: str | None = None,
-    ) -> str:
-        raise NotImplementedError
-
-    def sacct(
-        self, job_ids: Sequence[str], *, starttime: datetime | None = None
-    ) -> dict[str, JobRecord]:
-        self.sacct_calls.append((list(job_ids), starttime))
-        if self.fail_next:
-            self.fail_next = False
-            raise SlurmError(["sacct"], 1, "slurmdbd: Connection refused")
-        return parse_sacct(self.sacct_text)
-
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        raise NotImplementedError
-
-    def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
-        raise NotImplementedError
 
 
 class FakeClock:
@@ -64,21 +31,21 @@ def row(job_id: str, state: str, exit_code: str = "0:0") -> str:
 
 
 def test_fifty_jobs_one_sacct_call() -> None:
-    client = FakeClient("".join(row(str(i), "RUNNING") for i in range(100, 150)))
+    client = RecordedSlurm(text="".join(row(str(i), "RUNNING") for i in range(100, 150)))
     poller = SacctPoller(client)
     for i in range(100, 150):
         poller.register(str(i))
     statuses = poller.refresh()
     assert len(client.sacct_calls) == 1
     assert poller.sacct_calls == 1
-    assert sorted(client.sacct_calls[0][0]) == sorted(str(i) for i in range(100, 150))
+    assert sorted(client.sacct_calls[0]) == sorted(str(i) for i in range(100, 150))
     assert len(statuses) == 50
     assert all(s.phase is Phase.RUNNING for s in statuses.values())
 
 
 def test_refresh_is_rate_limited_and_force_bypasses() -> None:
     clock = FakeClock()
-    client = FakeClient(row("1", "RUNNING"))
+    client = RecordedSlurm(text=row("1", "RUNNING"))
     poller = SacctPoller(client, min_interval_s=2.0, clock=clock)
     poller.register("1")
     poller.refresh()
@@ -93,16 +60,16 @@ def test_refresh_is_rate_limited_and_force_bypasses() -> None:
 
 
 def test_missing_jobs_are_unknown_and_finished_jobs_leave_the_query() -> None:
-    client = FakeClient(row("1", "COMPLETED"))
+    client = RecordedSlurm(text=row("1", "COMPLETED"))
     poller = SacctPoller(client)
     poller.register("1")
     poller.register("2")  # not in sacct yet (lag)
     statuses = poller.refresh(force=True)
     assert statuses["1"].phase is Phase.DONE
     assert statuses["2"].phase is Phase.UNKNOWN
-    client.sacct_text = row("1", "COMPLETED") + row("2", "FAILED", "3:0")
+    client.text = row("1", "COMPLETED") + row("2", "FAILED", "3:0")
     poller.refresh(force=True)
-    assert client.sacct_calls[-1][0] == ["2"]  # job 1 is done: not asked about again
+    assert client.sacct_calls[-1] == ["2"]  # job 1 is done: not asked about again
     assert poller.status("2").reason == "exit code 3"
     assert poller.record("2") is not None
     poller.refresh(force=True)
@@ -110,23 +77,23 @@ def test_missing_jobs_are_unknown_and_finished_jobs_leave_the_query() -> None:
 
 
 def test_array_tasks_queried_by_base_id_and_expanded() -> None:
-    client = FakeClient((DATA / "sacct-22.05-early.txt").read_text())
+    client = RecordedSlurm(text=(DATA / "sacct-22.05-early.txt").read_text())
     poller = SacctPoller(client)
     tasks = poller.register_array("105", range(6))
     poller.register("103")
     statuses = poller.refresh()
     assert len(client.sacct_calls) == 1
-    assert client.sacct_calls[0][0] == [*tasks, "103"]
+    assert client.sacct_calls[0] == [*tasks, "103"]
     assert [statuses[t].phase for t in tasks] == [Phase.RUNNING] * 2 + [Phase.QUEUED] * 4
     assert statuses["103"].phase is Phase.FAILED
 
 
 def test_array_base_id_combines_tasks() -> None:
-    client = FakeClient((DATA / "sacct-22.05-later.txt").read_text())
+    client = RecordedSlurm(text=(DATA / "sacct-22.05-later.txt").read_text())
     poller = SacctPoller(client)
     poller.register("105")
     assert poller.refresh()["105"].phase is Phase.QUEUED
-    client.sacct_text = "".join(
+    client.text = "".join(
         row(f"105_{t}", "FAILED" if t == 2 else "COMPLETED", "5:0" if t == 2 else "0:0")
         for t in range(6)
     )
@@ -135,55 +102,55 @@ def test_array_base_id_combines_tasks() -> None:
 
 
 def test_placeholder_rows_do_not_change_known_states() -> None:
-    client = FakeClient(row("102", "RUNNING"))
+    client = RecordedSlurm(text=row("102", "RUNNING"))
     poller = SacctPoller(client)
     poller.register("102")
     poller.register("110")
     poller.refresh()
-    client.sacct_text = (DATA / "sacct-22.05-placeholders.txt").read_text()
+    client.text = (DATA / "sacct-22.05-placeholders.txt").read_text()
     statuses = poller.refresh(force=True)
     assert statuses["102"].phase is Phase.RUNNING  # kept; the stand-in row said PENDING
     assert statuses["110"].phase is Phase.UNKNOWN
 
 
 def test_running_then_pending_means_requeued() -> None:
-    client = FakeClient(row("119", "RUNNING"))
+    client = RecordedSlurm(text=row("119", "RUNNING"))
     poller = SacctPoller(client)
     poller.register("119")
     poller.refresh()
-    client.sacct_text = (DATA / "sacct-22.05-requeue-duplicates.txt").read_text()
+    client.text = (DATA / "sacct-22.05-requeue-duplicates.txt").read_text()
     status = poller.refresh(force=True)["119"]
     assert (status.phase, status.reason) == (Phase.RESUMING, "requeued; waiting to run again")
-    client.sacct_text = row("119", "RUNNING")
+    client.text = row("119", "RUNNING")
     assert poller.refresh(force=True)["119"].phase is Phase.RUNNING
 
 
 def test_unsplit_pending_array_row_covers_its_tasks() -> None:
-    client = FakeClient(row("9", "PENDING"))
+    client = RecordedSlurm(text=row("9", "PENDING"))
     poller = SacctPoller(client)
     tasks = poller.register_array("9", range(3))
     assert {poller.refresh()[t].phase for t in tasks} == {Phase.QUEUED}
 
 
 def test_starttime_filter_uses_earliest_submission_minus_slack() -> None:
-    client = FakeClient()
+    client = RecordedSlurm(text="")
     poller = SacctPoller(client, starttime_slack_s=60)
     t0 = datetime(2026, 11, 30, 3, 0, 0)
     poller.register("1", submitted_at=t0 + timedelta(minutes=5))
     poller.register("2", submitted_at=t0)
     poller.refresh()
-    assert client.sacct_calls[-1][1] == t0 - timedelta(seconds=60)
+    assert client.sacct_starttimes[-1] == t0 - timedelta(seconds=60)
     poller.register("3")  # age unknown: a filter could hide it
     poller.refresh(force=True)
-    assert client.sacct_calls[-1][1] is None
+    assert client.sacct_starttimes[-1] is None
 
 
 def test_sacct_failure_keeps_last_states() -> None:
-    client = FakeClient(row("1", "RUNNING"))
+    client = RecordedSlurm(text=row("1", "RUNNING"))
     poller = SacctPoller(client)
     poller.register("1")
     poller.refresh()
-    client.fail_next = True
+    client.sacct_failures = 1
     assert poller.refresh(force=True)["1"].phase is Phase.RUNNING
     assert poller.consecutive_errors == 1
     assert poller.last_error is not None and "Connection refused" in str(poller.last_error)
@@ -193,24 +160,24 @@ def test_sacct_failure_keeps_last_states() -> None:
 
 def test_wait_polls_until_terminal_or_deadline() -> None:
     clock = FakeClock()
-    client = FakeClient(row("1", "RUNNING"))
+    client = RecordedSlurm(text=row("1", "RUNNING"))
     poller = SacctPoller(client, min_interval_s=2.0, clock=clock)
     poller.register("1")
 
     def sleep(seconds: float) -> None:
         clock.sleep(seconds)
         if len(client.sacct_calls) >= 3:
-            client.sacct_text = row("1", "COMPLETED")
+            client.text = row("1", "COMPLETED")
 
     assert poller.wait(["1"], timeout_s=60, sleep=sleep)["1"].phase is Phase.DONE
     assert len(client.sacct_calls) == 4
-    client.sacct_text = ""
+    client.text = ""
     poller.register("2")
     assert poller.wait(["2"], timeout_s=5, sleep=clock.sleep)["2"].phase is Phase.UNKNOWN
 
 
 def test_forget_and_unknown_ids() -> None:
-    poller = SacctPoller(FakeClient())
+    poller = SacctPoller(RecordedSlurm(text=""))
     poller.register("1")
     assert poller.job_ids == ["1"]
     poller.forget("1")
@@ -220,13 +187,13 @@ def test_forget_and_unknown_ids() -> None:
 
 def test_registered_array_is_final_only_when_every_task_is() -> None:
     # sacct lags on array tasks: rows of tasks 0 and 1 arrive before tasks 2 and 3 are listed.
-    client = FakeClient(row("7_0", "COMPLETED") + row("7_1", "COMPLETED"))
+    client = RecordedSlurm(text=row("7_0", "COMPLETED") + row("7_1", "COMPLETED"))
     poller = SacctPoller(client)
     poller.register("7")  # replaced by the exact array registration below
     poller.register_array("7", range(4))
     assert sorted(poller.job_ids) == ["7", "7_0", "7_1", "7_2", "7_3"]
     assert poller.refresh()["7"].phase is Phase.UNKNOWN
-    client.sacct_text += row("7_2", "FAILED", "3:0") + row("7_3", "COMPLETED")
+    client.text += row("7_2", "FAILED", "3:0") + row("7_3", "COMPLETED")
     status = poller.refresh(force=True)["7"]
     assert (status.phase, status.reason) == (Phase.FAILED, "1/4 tasks failed: exit code 3")
     assert poller.wait(["7"], timeout_s=0)["7"].phase is Phase.FAILED
@@ -237,7 +204,7 @@ def test_registered_array_is_final_only_when_every_task_is() -> None:
 def test_submitit_interface_answers_from_the_same_single_call() -> None:
     from submitit.slurm.slurm import SlurmInfoWatcher
 
-    client = FakeClient(row("300", "RUNNING") + row("301", "COMPLETED"))
+    client = RecordedSlurm(text=row("300", "RUNNING") + row("301", "COMPLETED"))
     poller = SacctPoller(client)
     assert isinstance(poller, SlurmInfoWatcher)
     poller.register("300")
@@ -247,4 +214,4 @@ def test_submitit_interface_answers_from_the_same_single_call() -> None:
     assert not poller.is_done("300", mode="cache") and poller.is_done("301", mode="cache")
     assert poller.num_calls == poller.sacct_calls == len(client.sacct_calls) == 1
     poller.refresh(force=True)  # the finished job leaves the query
-    assert client.sacct_calls[-1][0] == ["300"]
+    assert client.sacct_calls[-1] == ["300"]
