@@ -36,7 +36,8 @@ PYVERSIONS = {
     "render/test_quoting.py": "shlex quoting of rendered values",
     "engines/test_registries.py": "pkgutil discovery and Literal types built from the "
                                   "registries at import (get_type_hints over them)",
-    "job/test_interceptors.py": "make_dataclass over the interceptors' own dataclass fields",
+    "interceptors/test_interceptors.py": "make_dataclass over the interceptors' own dataclass "
+                                         "fields",
 }
 
 
