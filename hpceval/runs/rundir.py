@@ -1,6 +1,6 @@
 """Run directories: what one invocation writes on shared storage before anything is submitted.
 
-Layout (see docs/controller.md)::
+The tree (see docs/controller.md)::
 
     <output_dir>/<invocation-id>/
       run.json          what the controller needs: kind, models, their tasks, script names
