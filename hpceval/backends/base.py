@@ -1,4 +1,4 @@
-"""The execution-backend interface: where a run's jobs run, how they are watched and stopped.
+"""The execution-backend interface: where a run's jobs run, how they are followed and stopped.
 
 A backend submits a script (or a sweep's array of elements) with an optional dependency,
 reports the states of many jobs in one call, and cancels jobs. The controller (hpceval.runs)

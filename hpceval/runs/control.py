@@ -107,9 +107,9 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
         raise ResumeRefused(f"{ref.invocation_id}: every task is done; nothing to resume")
     jobs = read_jobs(ref.run_dir)
     if not force:
-        watch = tracker or Tracker(client)
-        watch.add(ref)
-        (state,) = watch.refresh(force=True)
+        states = tracker or Tracker(client)
+        states.add(ref)
+        (state,) = states.refresh(force=True)
         live = [m for m in state.models if not m.phase.terminal]
         resumed = [(m, e) for m in live
                    if (e := jobs.current(m.index)) and e.reason == Reason.RESUME]

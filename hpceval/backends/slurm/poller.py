@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class SacctPoller(SlurmInfoWatcher):
     """Tracks registered job ids ("12", or "12_3" for one array task) through one sacct call.
 
-    Register arrays with `register_array("12", range(4))`: each task "12_0".."12_3" is watched,
+    Register arrays with `register_array("12", range(4))`: each task "12_0".."12_3" is polled,
     and "12" itself reads as the combination of exactly those tasks, so the array is finished
     only once every task's row has shown up. A bare `register("12")` of an array can only
     combine the task rows sacct happened to return, and sacct lags on array tasks by seconds:
@@ -67,7 +67,7 @@ class SacctPoller(SlurmInfoWatcher):
     # -- registration -----------------------------------------------------------------------
 
     def register(self, job_id: str, *, submitted_at: datetime | None = None) -> None:
-        """Watch a job. `submitted_at` (just before sbatch) lets sacct skip older jobs that had
+        """Poll a job. `submitted_at` (just before sbatch) lets sacct skip older jobs that had
         the same id; leave it None for jobs of unknown age, which disables that filter."""
         with self._lock:
             if job_id not in self._submitted and job_id not in self._arrays:
@@ -80,7 +80,7 @@ class SacctPoller(SlurmInfoWatcher):
     def register_array(
         self, base_id: str, tasks: Iterable[int], *, submitted_at: datetime | None = None
     ) -> list[str]:
-        """Watch array tasks one by one; `status(base_id)` then combines exactly these tasks."""
+        """Poll array tasks one by one; `status(base_id)` then combines exactly these tasks."""
         task_ids = [f"{base_id}_{task}" for task in tasks]
         with self._lock:
             self._drop(base_id)
