@@ -77,6 +77,7 @@ def test_a_port_taken_over_mid_task_fails_the_job_and_scores_nothing(work: Path,
     job, model_dir = _run(work, kill)
     log = job.stdout + job.stderr
     task_dir = model_dir / "tasks" / "takeover.taken_over"
+    assert (task_dir / "harness.log").exists(), log  # the job got as far as the task
     harness_log = (task_dir / "harness.log").read_text()
     assert f"killed the {kill}" in harness_log, harness_log + log
     assert job.returncode != 0, log
