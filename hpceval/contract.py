@@ -92,6 +92,8 @@ def unix_socket(url: str) -> str | None:
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)
+# models/<key>/: "<runner id> <start> <end> <GPUs>" per attempt the runner ran (epoch seconds)
+LOCAL_USAGE_FILE = "local.usage"
 LOCAL_RUNNER_LOG = f"{LOG_DIR}/local-runner.log"
 
 # -- a checkpoint watch (hpceval.watch): <output_dir>/watch-<id>/ on shared storage ----------
@@ -108,7 +110,7 @@ JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE, "loads": LOADS_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
-    "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE,
+    "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE, "local_usage": LOCAL_USAGE_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
     "runtime": RUNTIME_FILE, "unix_url": UNIX_URL, "socket_dir": SOCKET_DIR_TEMPLATE,

@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpceval.backends.slurm.client import SlurmClient
-    from hpceval.backends.slurm.poller import SacctPoller
     from hpceval.results.compare import TaskDiff
     from hpceval.results.export import ExportReport
     from hpceval.results.gate import TaskDecision
+    from hpceval.runs.cost import BackendOf
 
 STATS_HINT = ("the statistics need scipy (a dependency of hpceval: pip install 'scipy>=1.11' "
               "if this environment lacks it)")
@@ -56,13 +56,13 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     return board(frame, metric) if leaderboard else frame
 
 
-def _usage_source(client: SlurmClient | None) -> Callable[[], SacctPoller]:
-    """The scheduler's poller, made only when some job's usage is not cached yet (the same
-    one `status` asks: one scheduler call for every job)."""
-    def make() -> SacctPoller:
+def _backends(client: SlurmClient | None) -> Callable[[], BackendOf]:
+    """The backends by run kind, made only when some job's usage is not cached yet (the same
+    ones `status` asks)."""
+    def make() -> BackendOf:
         from hpceval.runs.state import Tracker
 
-        return Tracker(client).poller
+        return Tracker(client).backend
 
     return make
 
@@ -72,7 +72,7 @@ def cost_of(dirs: Iterable[Path], *, client: SlurmClient | None = None) -> pd.Da
     an '(all jobs)' row per model (every attempt of its jobs, GPUs x elapsed)."""
     from hpceval.runs.cost import cost_frame
 
-    return cost_frame(list(dirs), _usage_source(client))
+    return cost_frame(list(dirs), _backends(client))
 
 
 def cost(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),

@@ -45,11 +45,11 @@ class Tracking:
         from hpceval.runs.cost import collect_usage, run_cost, usage_round
         from hpceval.runs.jobs import read_jobs
 
-        poller = self._tracker.poller
-        book, wanted = usage_round(poller, [(read_run(r.run_dir), read_jobs(r.run_dir))
-                                             for r in self.refs])
-        states = self._tracker.refresh(force=force)
-        collect_usage(poller, wanted, book)
+        backend_of = self._tracker.backend
+        book, wanted = usage_round(backend_of, [(r.run_dir, read_run(r.run_dir),
+                                                 read_jobs(r.run_dir)) for r in self.refs])
+        states = self._tracker.refresh(force=force)  # asks about `wanted` too
+        collect_usage(backend_of, wanted, book)
         return [RunStatus(s, run_cost(s.ref.run_dir, s.run, s.jobs, book)) for s in states]
 
 

@@ -16,6 +16,8 @@ from hpceval.backends.base import (
     JobInfo,
     JobQuery,
     JobRequest,
+    JobUsage,
+    UsageQuery,
 )
 
 if TYPE_CHECKING:
@@ -44,4 +46,4 @@ def backend_for(kind: str, *, client: SlurmClient | None = None,
 
 
 __all__ = ["BACKENDS", "Backend", "BackendFiles", "CancelReport", "JobEntry", "JobInfo", "JobQuery",
-           "JobRequest", "backend_for"]
+           "JobRequest", "JobUsage", "UsageQuery", "backend_for"]

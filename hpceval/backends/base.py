@@ -99,6 +99,36 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class UsageQuery:
+    """A question for `Backend.usage`: what one job (or array element) held, and how long."""
+
+    job_id: str  # as the backend names one job: "12", "12_3" (an array element), "local-42"
+    submitted_at: float  # JobEntry.submitted_at: tells two jobs apart that got the same id
+    run_dir: Path
+    key: str  # the model's directory name (or the judge's aux folder) it worked on
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """What a job held (GPUs and nodes) and for how long: the allocation budget is charged
+    for held GPUs, busy or not."""
+
+    job_id: str
+    elapsed_s: int
+    gpus: int
+    nodes: int
+    final: bool  # the job ended: these numbers no longer change
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_s / 3600.0
+
+    @property
+    def node_hours(self) -> float:
+        return self.nodes * self.elapsed_s / 3600.0
+
+
+@dataclass(frozen=True)
 class CancelReport:
     cancelled: list[str]  # job ids (or local runner ids) that were signalled
     still_active: list[str]  # what was still alive at the end: should be empty
@@ -125,6 +155,7 @@ class BackendFiles:
     # renders one of templates/ (name, values): all shell comes from there, and the render
     # layer hands its renderer down, so no backend imports it
     render: Callable[[str, dict[str, Any]], str] | None = None
+    gpus: int = 0  # what one model's job holds (execution.nodes x gpus_per_node): its usage
 
 
 class Backend(Protocol):
@@ -133,7 +164,7 @@ class Backend(Protocol):
     name: ClassVar[str]  # recorded as the run's kind and every JobEntry's kind
     # a job stopped at its walltime may submit its own successor (auto-resume, teardown.j2)
     resubmits_itself: ClassVar[bool]
-    # its jobs are in the scheduler's accounting (sacct's AllocTRES and Elapsed: GPU-hours)
+    # its scheduler keeps a record of every job after it ended (`query` lists ended jobs)
     accounted: ClassVar[bool]
     # it can give a job several nodes (the local backend is this one machine)
     multi_node: ClassVar[bool]
@@ -180,6 +211,13 @@ class Backend(Protocol):
         """The jobs among `job_ids` the scheduler lists, by id (ONE accounting call; `queue`
         asks the live queue first, which lists a job submitted a second ago). A job it does
         not list is absent. An HpcevalError when the scheduler cannot answer."""
+        ...
+
+    def usage(self, jobs: Sequence[UsageQuery], *, ask: bool = True) -> list[JobUsage | None]:
+        """What each job held and for how long, in order; None for one not accounted yet.
+        ONE scheduler call at most for all of them; with `ask=False` none: what the last call
+        said (a backend whose `states` and usage come from one call, as Slurm's poller,
+        includes these jobs in its next one, so `status` asks once for both)."""
         ...
 
     def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,

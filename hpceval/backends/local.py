@@ -26,6 +26,8 @@ from hpceval.backends.base import (
     JobInfo,
     JobQuery,
     JobRequest,
+    JobUsage,
+    UsageQuery,
 )
 from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.contract import (
@@ -34,6 +36,7 @@ from hpceval.contract import (
     LOCAL_RC_FILE,
     LOCAL_RUNNER,
     LOCAL_RUNNER_LOG,
+    LOCAL_USAGE_FILE,
     model_dir,
 )
 from hpceval.errors import HpcevalError
@@ -46,7 +49,9 @@ RUNNER_TEMPLATE = "local.sh.j2"
 class LocalBackend:
     name: ClassVar[str] = "local"
     resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
-    accounted: ClassVar[bool] = False  # no scheduler: nothing records what a run held
+    # no scheduler keeps a record of an ended runner (`query`); what each attempt held is in
+    # the runner's own record (`usage`)
+    accounted: ClassVar[bool] = False
     multi_node: ClassVar[bool] = False
     srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
     schedules_later: ClassVar[bool] = False  # no queue: a job starts now or not at all
@@ -99,6 +104,11 @@ class LocalBackend:
                 found[job_id] = JobInfo(JobStatus(Phase.RUNNING, "", "running"))
         return found
 
+    def usage(self, jobs: Sequence[UsageQuery], *, ask: bool = True) -> list[JobUsage | None]:
+        """From the runner's own record (models/<key>/local.usage, a line per attempt, written
+        when the model's script ends): no scheduler to ask; a model still running is None."""
+        return [local_usage(job) for job in jobs]
+
     def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,
                        role: Role) -> JobEntry:
         raise HpcevalError(f"the local backend queues no job after another ({role} after "
@@ -122,7 +132,7 @@ def runner_script(files: BackendFiles) -> str:
         "walltime": files.walltime, "warn": warn, "total": total,
         "run_dir": str(files.run_dir), "models": list(files.models),
         "keys": [key for key, _ in files.models], "python": files.python,
-        "files": JOB_FILES, "export_args": list(files.export_args)})
+        "files": JOB_FILES, "export_args": list(files.export_args), "gpus": files.gpus})
 
 
 def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:
@@ -148,6 +158,23 @@ def local_status(entry: JobEntry, model_dir: Path) -> JobStatus:
     if entry.cancelled_at:
         return JobStatus(Phase.CANCELLED, "cancelled by hpceval kill")
     return JobStatus(Phase.FAILED, "the local runner ended without a status")
+
+
+def local_usage(job: UsageQuery) -> JobUsage | None:
+    """The runner's line for this attempt: its id, started no earlier than it was submitted
+    (a pid, and so an id, can come back in a later run of the same directory)."""
+    try:
+        lines = (model_dir(job.run_dir, job.key) / LOCAL_USAGE_FILE).read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        words = line.split()
+        if len(words) != 4 or words[0] != job.job_id or not all(w.isdigit() for w in words[1:]):
+            continue
+        start, end, gpus = map(int, words[1:])
+        if start >= job.submitted_at - 1:
+            return JobUsage(job.job_id, max(end - start, 0), gpus, 1, True)  # one machine
+    return None
 
 
 def _proc_start(pid: int) -> tuple[int, str] | None:

@@ -1,103 +1,71 @@
-"""What a run cost: GPU-hours and node-hours per model and per task, from Slurm's accounting.
+"""What a run cost: GPU-hours and node-hours per model and per task, from the backends' usage.
 
-A job's usage is what the accounting says it held (AllocTRES gres/gpu and node) times how long
-it held it (Elapsed): the allocation budget is charged for held GPUs, busy or not. A model's
-cost is every job of its chain (the first submission and each resume), so failed and timed-out
-attempts count too; a sweep's judge job (scope: sweep) is a row of its own,
-``auxiliary/<name>``. A task's cost is its own duration (manifest.json) times the GPUs of the
-job that ran it; tasks a job ran side by side (max_concurrent_tasks > 1) share those GPUs, so
-task figures can add up to more than the model's.
+A job's usage is what its backend says it held (Slurm: its accounting's AllocTRES gres/gpu and node;
+local: the runner's own record) times how long it held it: the allocation budget is charged
+for held GPUs, busy or not. A model's cost is every job of its chain (the first submission and
+each resume), so failed and timed-out attempts count too; a sweep's judge job (scope: sweep) is
+a row of its own, ``auxiliary/<name>``. A task's cost is its own duration (manifest.json) times
+the GPUs of the job that ran it; tasks a job ran side by side (max_concurrent_tasks > 1) share
+those GPUs, so task figures can add up to more than the model's.
 
-Usage comes from the scheduler call a refresh makes anyway: `register_usage` adds the jobs whose
-usage is not known yet to the poller before that call, `collect_usage` reads the records after
-it. Usage of ended jobs is kept in the user's cache (job-usage.json), so a job is asked about
-until it ends, then never again. Local runs (no Slurm) have no accounting: shown as unknown.
+Usage comes from the scheduler call a refresh makes anyway: `usage_round` names the jobs whose
+usage is not known yet to their backends before that call (`Backend.usage(..., ask=False)`),
+`collect_usage` reads the answers after it. Usage of ended jobs is kept in the user's cache
+(job-usage.json), so a job is asked about until it ends, then never again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from hpceval.backends import backend_for
-from hpceval.backends.slurm.commands import ACCOUNTING
+from hpceval.backends import BACKENDS, Backend, JobUsage, UsageQuery
 from hpceval.contract import MANIFEST_FILE, aux_folder, is_done, task_dir
 from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
 USAGE_FILE = "job-usage.json"
-
-
-class UsageSource(Protocol):
-    """The part of hpceval.backends.slurm.poller.SacctPoller cost accounting needs."""
-
-    def register(self, job_id: str, *, submitted_at: datetime | None = None) -> None: ...
-
-    def record(self, job_id: str) -> Any: ...
-
-    def status(self, job_id: str) -> Any: ...
-
-    def refresh(self, *, force: bool = False) -> Any: ...
-
-
-@dataclass(frozen=True)
-class JobUsage:
-    job_id: str  # as watched: "12", or "12_3" for one array task
-    elapsed_s: int
-    gpus: int
-    nodes: int
-    final: bool  # the job ended: these numbers no longer change
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.gpus * self.elapsed_s / 3600.0
-
-    @property
-    def node_hours(self) -> float:
-        return self.nodes * self.elapsed_s / 3600.0
+BackendOf = Callable[[str], Backend]  # a run kind -> its backend (Tracker.backend)
 
 
 @dataclass(frozen=True)
 class RunJob:
-    """One Slurm job (or array task) that worked on one model of a run."""
+    """One job (or array task, or local runner) that worked on one model of a run."""
 
     model: str
     scheduler_id: str
     submitted_at: float
+    kind: str  # the backend that ran it (JobEntry.kind)
+    run_dir: Path
 
     @property
     def key(self) -> str:
         # The submit time tells two jobs apart that got the same id (ids restart after a wipe).
         return f"{self.scheduler_id}@{int(self.submitted_at)}"
 
+    @property
+    def query(self) -> UsageQuery:
+        return UsageQuery(self.scheduler_id, self.submitted_at, self.run_dir, self.model)
 
-def run_jobs(run: RunRecord, jobs: Any) -> list[RunJob]:
-    """Every Slurm attempt of every model of a run (run.json and its hpceval.runs.jobs.Jobs)."""
+
+def run_jobs(run_dir: Path, run: RunRecord, jobs: Any) -> list[RunJob]:
+    """Every attempt of every model of a run (run.json and its hpceval.runs.jobs.Jobs)."""
     out: list[RunJob] = []
-    if not _accounted(jobs.kind):
+    if jobs.kind not in BACKENDS:  # an unknown kind (a damaged jobs.json): nothing to ask
         return out
     for model in run.models:
-        for entry in jobs.main_for(model.index):
-            if _accounted(entry.kind):
-                out.append(RunJob(model.key, entry.scheduler_id(model.index), entry.submitted_at))
+        out += [RunJob(model.key, e.scheduler_id(model.index), e.submitted_at, e.kind, run_dir)
+                for e in jobs.main_for(model.index) if e.kind in BACKENDS]
     # a sweep's judge jobs (scope: sweep) held GPUs for every model: charged as their own row
     for name in run.judge_names:
-        out += [RunJob(aux_folder(name), e.id, e.submitted_at) for e in jobs.chain
-                if e.role == Role.JUDGE and e.aux == name and _accounted(e.kind)]
+        out += [RunJob(aux_folder(name), e.id, e.submitted_at, e.kind, run_dir)
+                for e in jobs.chain
+                if e.role == Role.JUDGE and e.aux == name and e.kind in BACKENDS]
     return out
-
-
-def _accounted(kind: str) -> bool:
-    """Whether the scheduler that ran jobs of this kind records what they held."""
-    try:
-        return backend_for(kind).accounted
-    except ValueError:  # an unknown kind (a damaged jobs.json): nothing to ask
-        return False
 
 
 def _cache_path() -> Path:
@@ -122,14 +90,12 @@ class UsageBook:
     def missing(self, jobs: Iterable[RunJob]) -> list[RunJob]:
         return [j for j in jobs if not (j.key in self._known and self._known[j.key].final)]
 
-    def put(self, job: RunJob, record: Any, *, ended: bool) -> None:
-        """Usage from a JobRecord (hpceval.backends.slurm.records); one without usage is skipped."""
-        if record is None or record.alloc_gpus is None or record.elapsed_s is None:
+    def put(self, job: RunJob, usage: JobUsage | None) -> None:
+        """What the job's backend said (None: not accounted yet, skipped)."""
+        if usage is None:
             return
-        usage = JobUsage(job.scheduler_id, record.elapsed_s, record.alloc_gpus,
-                         record.alloc_nodes or 0, ended)
         self._known[job.key] = usage
-        self._dirty = self._dirty or ended
+        self._dirty = self._dirty or usage.final
 
     def save(self) -> None:
         # Only a cache: if it cannot be written, the next call asks the scheduler again.
@@ -141,19 +107,21 @@ class UsageBook:
         self._dirty = False
 
 
-def register_usage(source: UsageSource, jobs: Iterable[RunJob], book: UsageBook) -> list[RunJob]:
-    """Watch the jobs whose usage is unknown or still growing; returns them for collect_usage."""
-    wanted = book.missing(jobs)
-    for job in wanted:
-        source.register(job.scheduler_id,
-                        submitted_at=datetime.fromtimestamp(job.submitted_at).astimezone())
-    return wanted
+def _by_kind(jobs: Iterable[RunJob]) -> dict[str, list[RunJob]]:
+    grouped: dict[str, list[RunJob]] = {}
+    for job in jobs:
+        grouped.setdefault(job.kind, []).append(job)
+    return grouped
 
 
-def collect_usage(source: UsageSource, wanted: Iterable[RunJob], book: UsageBook) -> None:
-    for job in wanted:
-        record = source.record(job.scheduler_id)
-        book.put(job, record, ended=bool(source.status(job.scheduler_id).terminal))
+def collect_usage(backend_of: BackendOf, wanted: Iterable[RunJob], book: UsageBook, *,
+                  ask: bool = False) -> None:
+    """Each backend's answer for the wanted jobs into `book` (ask=False: what the refresh
+    just asked; ask=True: one call of each backend's own)."""
+    for kind, mine in _by_kind(wanted).items():
+        answers = backend_of(kind).usage([j.query for j in mine], ask=ask)
+        for job, usage in zip(mine, answers, strict=True):
+            book.put(job, usage)
     book.save()
 
 
@@ -173,7 +141,7 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
     """{accounted, gpu_hours, node_hours, unknown_jobs, models: [{model, gpu_hours,
     node_hours, elapsed_s, jobs, unknown_jobs, tasks: [{task, duration_s, gpu_hours,
     node_hours}]}]}."""
-    attempts = run_jobs(run, jobs)
+    attempts = run_jobs(run_dir, run, jobs)
     models: list[dict[str, Any]] = []
     for model in run.models:
         mine = [j for j in attempts if j.model == model.key]
@@ -206,7 +174,7 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
             "elapsed_s": sum(u.elapsed_s for u in known),
             "gpu_hours": round(sum(u.gpu_hours for u in known), 6),
             "node_hours": round(sum(u.node_hours for u in known), 6), "tasks": []})
-    return {"accounted": _accounted(jobs.kind),  # local runs: no accounting to ask
+    return {"accounted": jobs.kind in BACKENDS,  # every backend tells its jobs' usage
             "gpu_hours": round(sum(m["gpu_hours"] for m in models), 6),
             "node_hours": round(sum(m["node_hours"] for m in models), 6),
             "unknown_jobs": sum(m["unknown_jobs"] for m in models), "models": models}
@@ -216,21 +184,25 @@ def format_cost(cost: dict[str, Any]) -> str:
     """'1.25 GPU-h, 0.312 node-h' for a run's or a model's cost (+ jobs not accounted yet)."""
     text = f"{cost['gpu_hours']:.3g} GPU-h, {cost['node_hours']:.3g} node-h"
     unknown = cost["unknown_jobs"]
-    return text + (f" ({unknown} job(s) not in {ACCOUNTING} yet)" if unknown else "")
+    return text + (f" ({unknown} job(s) not accounted yet)" if unknown else "")
 
 
-def usage_round(source: UsageSource, runs: Iterable[tuple[RunRecord, Any]],
+def usage_round(backend_of: BackendOf, runs: Iterable[tuple[Path, RunRecord, Any]],
                 book: UsageBook | None = None) -> tuple[UsageBook, list[RunJob]]:
-    """register_usage over the (run.json, Jobs) of several runs: call before the refresh."""
+    """Name the jobs of several runs (run dir, run.json, Jobs) whose usage is not known yet
+    to their backends, for the scheduler call a refresh makes next: call before it, then
+    collect_usage."""
     book = book or UsageBook()
-    wanted = register_usage(source, [j for run, jobs in runs for j in run_jobs(run, jobs)], book)
+    wanted = book.missing(j for run_dir, run, jobs in runs for j in run_jobs(run_dir, run, jobs))
+    for kind, mine in _by_kind(wanted).items():
+        backend_of(kind).usage([j.query for j in mine], ask=False)
     return book, wanted
 
 
-def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
+def cost_frame(run_dirs: Iterable[Path], backends: Callable[[], BackendOf]) -> Any:
     """One row per (run, model, task) plus a '(all jobs)' row per model: the `results --cost`
-    table. `source_factory()` gives a poller; it is made (and the scheduler asked, once) only when
-    some job's usage is not cached yet."""
+    table. `backends()` gives the backends by kind; they are made (and each scheduler asked,
+    once) only when some job's usage is not cached yet."""
     import pandas as pd
 
     from hpceval.runs.jobs import read_jobs
@@ -243,11 +215,10 @@ def cost_frame(run_dirs: Iterable[Path], source_factory: Any) -> Any:
             continue
         loaded.append((Path(run_dir), run, read_jobs(Path(run_dir))))
     book = UsageBook()
-    if book.missing(j for _, run, jobs in loaded for j in run_jobs(run, jobs)):
-        source = source_factory()
-        book, wanted = usage_round(source, [(run, jobs) for _, run, jobs in loaded], book)
-        source.refresh(force=True)
-        collect_usage(source, wanted, book)
+    wanted = book.missing(j for run_dir, run, jobs in loaded
+                          for j in run_jobs(run_dir, run, jobs))
+    if wanted:
+        collect_usage(backends(), wanted, book, ask=True)
     rows = []
     for run_dir, run, jobs in loaded:
         cost = run_cost(run_dir, run, jobs, book)

@@ -160,7 +160,8 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     export_args = tuple(export_arguments(destinations, ctx.run_dir_text)) if export else ()
     scripts.update(backend_for(ex.type).scripts(BackendFiles(
         run_dir, tuple((m.key, m.script_name) for m in models), ex.walltime,
-        ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template)))
+        ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template,
+        gpus=ex.nodes * ex.gpus_per_node)))
     return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT),
                        scripts.get(EXPORT_SCRIPT), judges)
 

@@ -9,6 +9,7 @@ with `query`, cancel it and ask again.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,12 +18,22 @@ from pathlib import Path
 import pytest
 from support.slurm import FakeSlurm
 
-from hpceval.backends import BACKENDS, Backend, JobEntry, JobInfo, JobRequest
+from hpceval.backends import (
+    BACKENDS,
+    Backend,
+    BackendFiles,
+    JobEntry,
+    JobInfo,
+    JobRequest,
+    JobUsage,
+    UsageQuery,
+)
 from hpceval.backends.local import LocalBackend
 from hpceval.backends.slurm.backend import SlurmBackend
-from hpceval.contract import LOCAL_RUNNER, LOCAL_RUNNER_LOG
+from hpceval.contract import LOCAL_RC_FILE, LOCAL_RUNNER, LOCAL_RUNNER_LOG, model_dir
 from hpceval.errors import HpcevalError
 from hpceval.phases import Phase
+from hpceval.render.quoting import render_template
 
 LIVE = {Phase.QUEUED, Phase.RUNNING}
 FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "schedules_later",
@@ -38,6 +49,9 @@ class Rig:
     started: Callable[[JobEntry], None] = lambda entry: None
     wait_s: float = 0.0  # how long query may take to list a fresh or cancelled job
     fake: FakeSlurm | None = field(default=None)
+    # runs a short job to its end the way this backend's jobs run; gives its entry and the
+    # usage the backend must report for it (elapsed: at least this many seconds)
+    short: Callable[[], tuple[JobEntry, JobUsage]] | None = None
 
 
 def _fake_slurm(tmp_path: Path) -> Rig:
@@ -47,13 +61,38 @@ def _fake_slurm(tmp_path: Path) -> Rig:
         fake.states[entry.id] = "RUNNING"
 
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\nsleep 60\n")
-    return Rig(SlurmBackend(fake), tmp_path, JobRequest("job.sbatch"), started, fake=fake)
+    backend = SlurmBackend(fake)
+
+    def short() -> tuple[JobEntry, JobUsage]:
+        entry = backend.submit(tmp_path, JobRequest("job.sbatch"))
+        fake.states[entry.id], fake.usage[entry.id] = "COMPLETED", (8, 4, 1)
+        return entry, JobUsage(entry.id, 8, 4, 1, True)
+
+    return Rig(backend, tmp_path, JobRequest("job.sbatch"), started, fake=fake, short=short)
 
 
 def _local(tmp_path: Path) -> Rig:
     (tmp_path / LOCAL_RUNNER).write_text("sleep 60\n")
     (tmp_path / LOCAL_RUNNER_LOG).parent.mkdir(parents=True)  # a run directory's logs/
-    return Rig(LocalBackend(), tmp_path, JobRequest(LOCAL_RUNNER))
+    backend = LocalBackend()
+
+    def short() -> tuple[JobEntry, JobUsage]:
+        # the real runner (templates/local.sh.j2) over a one-second job script of model "m"
+        run_dir = tmp_path / "short"
+        model_dir(run_dir, "m").mkdir(parents=True)
+        (run_dir / LOCAL_RUNNER_LOG).parent.mkdir(parents=True)
+        (run_dir / "job.sbatch").write_text("#!/bin/bash\nsleep 1\n")
+        (run_dir / LOCAL_RUNNER).write_text(backend.scripts(BackendFiles(
+            run_dir, (("m", "job.sbatch"),), "0:01:00", 10, sys.executable,
+            render=render_template, gpus=2))[LOCAL_RUNNER])
+        entry = backend.submit(run_dir, JobRequest(LOCAL_RUNNER, (0,), ("m",)))
+        deadline = time.monotonic() + 30
+        while not (model_dir(run_dir, "m") / LOCAL_RC_FILE).is_file():
+            assert time.monotonic() < deadline, "the local runner did not finish"
+            time.sleep(0.2)
+        return entry, JobUsage(entry.id, 1, 2, 1, True)
+
+    return Rig(backend, tmp_path, JobRequest(LOCAL_RUNNER), short=short)
 
 
 @pytest.fixture(params=["slurm-fake", "local"])
@@ -126,3 +165,20 @@ def test_resubmit_after_queues_a_dependent_job_where_jobs_resubmit_themselves(
     assert rig.fake is not None
     assert rig.fake.submits[-1]["dependency"] == "afterany:11:12"
     assert rig.fake.submits[-1]["id"] == entry.id
+
+
+def test_usage_of_an_ended_job_and_of_one_never_run(rig: Rig) -> None:
+    """What cost accounting asks (GPUs x elapsed): the backend answers from its own records,
+    in order, final once the job ended; None for a job it never ran."""
+    assert rig.short is not None
+    entry, expected = rig.short()
+    query = UsageQuery(entry.id, entry.submitted_at, Path(rig.run_dir / "short"), "m")
+    never = UsageQuery("local-999999999" if rig.backend.name == "local" else "999999",
+                       time.time(), rig.run_dir, "m")
+    found, missing = rig.backend.usage([query, never])
+    assert found is not None and (found.job_id, found.gpus, found.nodes, found.final) == (
+        expected.job_id, expected.gpus, expected.nodes, expected.final)
+    assert expected.elapsed_s <= found.elapsed_s <= expected.elapsed_s + 10
+    assert missing is None
+    # ask=False: no scheduler call, the same answer from what the last one said
+    assert rig.backend.usage([query], ask=False) == [found]

@@ -95,14 +95,33 @@ def test_running_jobs_are_asked_again_ended_ones_are_not(tmp_path: Path,
     assert len(fake.sacct_calls) == 2  # ended and cached: no third call
 
 
-def test_local_runs_have_no_accounting(tmp_path: Path) -> None:
-    from hpceval.records import ModelRecord, RunRecord
+def test_a_local_run_is_charged_from_the_runners_own_record(tmp_path: Path) -> None:
+    """No scheduler: the local backend's usage reads the line local.sh wrote per attempt
+    (models/<key>/local.usage); an attempt still running (no line yet) is unknown."""
+    from hpceval.backends import JobEntry
+    from hpceval.contract import LOCAL_USAGE_FILE, model_dir
+    from hpceval.records import ModelRecord, Role, RunRecord
     from hpceval.runs.cost import UsageBook, run_cost
     from hpceval.runs.jobs import Jobs
+    from hpceval.runs.state import Tracker
 
     run = RunRecord("r", (ModelRecord("m", 0),))
-    cost = run_cost(tmp_path, run, Jobs("local"), UsageBook())
-    assert cost["accounted"] is False and cost["gpu_hours"] == 0
+    first = JobEntry("local-41", "local", Role.MAIN, (0,), False, 1000.0)
+    second = JobEntry("local-42", "local", Role.MAIN, (0,), False, 2000.0)
+    model_dir(tmp_path, "m").mkdir(parents=True)
+    # local-42 is a reused pid: its line here is from before this attempt was submitted
+    (model_dir(tmp_path, "m") / LOCAL_USAGE_FILE).write_text(
+        "local-41 1000 1360 2\nlocal-42 1500 1600 2\n")
+    jobs = Jobs("local", (first, second))
+    book = UsageBook()
+    from hpceval.runs.cost import collect_usage, run_jobs
+
+    collect_usage(Tracker().backend, run_jobs(tmp_path, run, jobs), book)
+    cost = run_cost(tmp_path, run, jobs, book)
+    assert cost["accounted"] is True
+    assert cost["gpu_hours"] == pytest.approx(2 * 360 / 3600)
+    assert cost["node_hours"] == pytest.approx(360 / 3600)
+    assert cost["unknown_jobs"] == 1  # this local-42 still runs
 
 
 def test_a_sweep_judge_job_is_charged_as_its_own_row(tmp_path: Path,

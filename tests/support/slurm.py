@@ -38,6 +38,8 @@ class FakeSlurm:
         self.comments: dict[str, str] = {}
         self.sacct_starttimes: list[datetime | None] = []  # each sacct call's -S
         self.sacct_failures = 0  # the next N sacct calls fail as with slurmdbd down
+        # job or array-task id -> (Elapsed seconds, AllocTRES gres/gpu, node): what it held
+        self.usage: dict[str, tuple[int, int, int]] = {}
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
                dependency: str | None = None) -> str:
@@ -50,7 +52,9 @@ class FakeSlurm:
 
     def _record(self, job_id: str, state: str) -> JobRecord:
         code = self.exit_codes.get(job_id, 1 if state == "FAILED" else 0)
-        return JobRecord(job_id, state.split()[0], state, code, 0, "None", "node1")
+        elapsed, gpus, nodes = self.usage.get(job_id, (None, None, None))
+        return JobRecord(job_id, state.split()[0], state, code, 0, "None", "node1",
+                         elapsed_s=elapsed, alloc_gpus=gpus, alloc_nodes=nodes)
 
     def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
               ) -> dict[str, JobRecord]:

@@ -21,6 +21,8 @@ from hpceval.backends.base import (
     JobInfo,
     JobQuery,
     JobRequest,
+    JobUsage,
+    UsageQuery,
 )
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
@@ -181,6 +183,24 @@ class SlurmBackend:
             if job_id in ids:
                 end = record.end.timestamp() if record.end is not None else None
                 found[job_id] = JobInfo(classify(record), end)
+        return found
+
+    def usage(self, jobs: Sequence[UsageQuery], *, ask: bool = True) -> list[JobUsage | None]:
+        # sacct's AllocTRES (gres/gpu, node) and Elapsed, from the poller's records: jobs
+        # registered here are in the poller's next call, the one `states` makes too
+        for job in jobs:
+            self.poller.register(job.job_id, submitted_at=_dt(job.submitted_at))
+        if ask:
+            self.poller.refresh(force=True)
+        found: list[JobUsage | None] = []
+        for job in jobs:
+            record = self.poller.record(job.job_id)
+            if record is None or record.alloc_gpus is None or record.elapsed_s is None:
+                found.append(None)
+                continue
+            found.append(JobUsage(job.job_id, record.elapsed_s, record.alloc_gpus,
+                                  record.alloc_nodes or 0,
+                                  self.poller.status(job.job_id).terminal))
         return found
 
     def resubmit_after(self, run_dir: Path, script: Path, after: Sequence[str], *,

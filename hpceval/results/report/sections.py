@@ -6,7 +6,6 @@ import html
 import time
 from typing import Any
 
-from hpceval.backends.slurm.commands import ACCOUNTING
 from hpceval.results.report.charts import task_chart
 from hpceval.results.report.compare import TaskComparison
 from hpceval.results.report.runinfo import RunInfo
@@ -75,21 +74,22 @@ def comparison_section(items: list[TaskComparison]) -> str:
 
 def cost_section(cost: Any) -> str:
     if cost is None or cost.empty:
-        return ('<section id="cost"><h2>Cost</h2><p class="meta">No Slurm accounting for '
-                f"these runs (local runs, or {ACCOUNTING} did not answer).</p></section>")
+        return ('<section id="cost"><h2>Cost</h2><p class="meta">No accounting for these '
+                "runs (their scheduler did not answer).</p></section>")
     rows = []
     for r in cost.itertuples():
         whole = r.task == "(all jobs)"
         rows.append([_e(r.invocation_id), _e(r.model), _e(r.task),
                      f"{r.gpu_hours:.4g}", f"{r.node_hours:.4g}",
                      _e(_duration(r.duration_s)),
-                     _e(f"{int(r.jobs)} ({int(r.unknown_jobs)} not in {ACCOUNTING})" if whole and
+                     _e(f"{int(r.jobs)} ({int(r.unknown_jobs)} not accounted)" if whole and
                         r.unknown_jobs else (int(r.jobs) if whole else ""))])
     models = cost[cost["task"] == "(all jobs)"]
     total = (f"{models['gpu_hours'].sum():.4g} GPU-hours, {models['node_hours'].sum():.4g} "
              "node-hours in all")
-    return ('<section id="cost"><h2>Cost</h2><p class="meta">What the jobs held ({ACCOUNTING} '
-            "AllocTRES) × how long (Elapsed); a model's row sums every job of its chain, a "
+    return ('<section id="cost"><h2>Cost</h2><p class="meta">What the jobs held (Slurm: '
+            "AllocTRES; local: the runner's record) × how long (Elapsed); a model's row sums "
+            "every job of its chain, a "
             "task's row is its duration × its job's GPUs. " + _e(total) + "</p>"
             + _table(["run", "model", "task", "GPU-h", "node-h", "time", "jobs"], rows, "cost")
             + "</section>")
