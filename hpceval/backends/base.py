@@ -230,6 +230,11 @@ class Backend(Protocol):
         """The job's own log for one model (it exists once the job has started)."""
         ...
 
+    def own_log(self, folder: Path, entry: JobEntry) -> Path:
+        """The log of a job whose script writes it into `folder` (a sweep's judge job, in its
+        auxiliary folder): the file name is the backend's (Slurm: the header's --output)."""
+        ...
+
     def describe(self, entry: JobEntry, models: int) -> str:
         """How the CLI names a submitted entry ("job 12", "local runner local-4242 ...")."""
         ...

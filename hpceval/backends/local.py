@@ -115,7 +115,10 @@ class LocalBackend:
                            f"{', '.join(after)})", "run it again by hand once they have ended")
 
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
-        return model_dir(run_dir, key) / LOCAL_LOG_FILE
+        return self.own_log(model_dir(run_dir, key), entry)
+
+    def own_log(self, folder: Path, entry: JobEntry) -> Path:
+        return folder / LOCAL_LOG_FILE
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"local runner {entry.id} (this machine)"

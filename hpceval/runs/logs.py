@@ -86,8 +86,8 @@ def log_files(run_dir: Path, run: RunRecord, jobs: Jobs, *, model: str | None = 
 
 def _judge_job_logs(run_dir: Path, run: RunRecord, jobs: Jobs, *,
                     server: bool) -> list[tuple[str, Path]]:
-    """A sweep's judge jobs (scope: sweep): the newest one's own log (its #SBATCH --output in
-    its folder), or with `server` its servers' logs."""
+    """A sweep's judge jobs (scope: sweep): the newest one's own log (in its folder, named by
+    its backend), or with `server` its servers' logs."""
     out: list[tuple[str, Path]] = []
     for name in run.judge_names:
         folder = aux_dir(run_dir, name)
@@ -95,7 +95,7 @@ def _judge_job_logs(run_dir: Path, run: RunRecord, jobs: Jobs, *,
             out += [(f"judge {name} server {p.stem}", p)
                     for p in sorted((folder / SERVER_DIR).glob("*.log"))]
         elif (entry := jobs.judge(name)) is not None:
-            out.append((f"judge {name} job", folder / f"slurm-{entry.id}.log"))
+            out.append((f"judge {name} job", backend_for(entry.kind).own_log(folder, entry)))
     return out
 
 

@@ -128,6 +128,18 @@ def test_log_paths_follow_each_backend(tmp_path: Path) -> None:
     assert slurm.log_path(tmp_path, "m", 0, single) == tmp_path / "models/m/slurm-8.log"
     assert (backend_for("local").log_path(tmp_path, "m", 0, local)
             == tmp_path / "models/m/local.log")
+    # a job whose script writes its log in a folder of its own (a sweep's judge job)
+    assert slurm.own_log(tmp_path / "auxiliary/j", single) == tmp_path / "auxiliary/j/slurm-8.log"
+    assert backend_for("local").own_log(tmp_path, local) == tmp_path / "local.log"
+
+
+def test_the_header_writes_the_log_the_backend_reads() -> None:
+    """One name for a Slurm job's log: the --output pattern of the header (%j, %A_%a filled
+    in as sbatch does) is the file the backend's log_path and own_log read."""
+    from hpceval.backends.slurm.formats import log_file
+
+    assert log_file("%j") == "slurm-%j.log" and log_file("%A", "%a") == "slurm-%A_%a.log"
+    assert log_file("8") == "slurm-8.log" and log_file("7", 2) == "slurm-7_2.log"
 
 
 def test_submitit_loads_only_when_job_states_are_asked() -> None:

@@ -26,7 +26,7 @@ from hpceval.backends.base import (
 )
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
-from hpceval.backends.slurm.formats import carries_run
+from hpceval.backends.slurm.formats import carries_run, log_file
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
@@ -212,8 +212,11 @@ class SlurmBackend:
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
         # the --output of the rendered header (backends/slurm/header.py)
         if entry.array:
-            return run_dir / LOG_DIR / f"slurm-{entry.id}_{index}.log"
-        return model_dir(run_dir, key) / f"slurm-{entry.id}.log"
+            return run_dir / LOG_DIR / log_file(entry.id, index)
+        return self.own_log(model_dir(run_dir, key), entry)
+
+    def own_log(self, folder: Path, entry: JobEntry) -> Path:
+        return folder / log_file(entry.id)
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"array job {entry.id} ({models} models)" if entry.array else f"job {entry.id}"

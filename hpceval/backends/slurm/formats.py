@@ -45,6 +45,12 @@ def slurm_filename(path: str) -> str:
     return path.replace("%", "%%")
 
 
+def log_file(job: str, element: str | int | None = None) -> str:
+    """A Slurm job's own log, one name for the header's --output pattern (log_file("%j"),
+    log_file("%A", "%a") for an array) and for the readers of a job's log (its id, element)."""
+    return f"slurm-{job}_{element}.log" if element is not None else f"slurm-{job}.log"
+
+
 def run_comment(comment: str | None, invocation_id: str) -> str:
     """A run's jobs' --comment: it carries the run's invocation id, and `hpceval kill` cancels
     only jobs whose comment does (a jobs.json can name any job of the user's, a training job

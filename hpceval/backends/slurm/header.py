@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hpceval.backends.slurm.formats import (
     SBATCH_FLAG,
     SBATCH_UNWRITABLE,
+    log_file,
     run_comment,
     slurm_filename,
 )
@@ -165,7 +166,7 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> li
         limit = ctx.array.parallelism or ex.array_parallelism
         spec_text = f"0-{ctx.array.size - 1}" + (f"%{limit}" if limit else "")
         lines.append(HeaderLine("array", spec_text, "one element per sweep entry"))
-    pattern = "slurm-%A_%a.log" if ctx.array else "slurm-%j.log"
+    pattern = log_file("%A", "%a") if ctx.array else log_file("%j")
     out = sbatch_value(f"{slurm_filename(log_dir)}/{pattern}", "execution.output_dir")
     lines.append(HeaderLine("output", out))
     lines.append(HeaderLine("error", out, "one log: errors next to what led to them"))
