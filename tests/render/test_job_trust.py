@@ -106,6 +106,28 @@ def test_port_block_skips_a_block_someone_listens_in(render: RenderFn,
     assert int(kept.stdout) == first + (slot + 2) * block, kept.stdout
 
 
+def test_local_jobs_started_at_once_start_from_different_blocks(render: RenderFn) -> None:
+    """A local job has no id: its first block is its shell's pid's slot, not always slot 0,
+    where two local jobs started at the same moment both found 8000-8063 free and the second
+    proxy could not bind 8063 (test_lost_server_local, run twice at once)."""
+    script = render("local", {**VLLM_RUN, "deployment": {**VLLM_RUN["deployment"],
+                                                         "runtime": "host"}})
+    call = re.search(r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) .*$", script, re.M)
+    assert call, "PORT_BASE is not chosen by free_port_block"
+    first, block, slots = map(int, call.groups()[:3])
+    functions = function(script, "listening_ports") + "\n" + function(script, "free_port_block")
+    bases = set()
+    for _ in range(3):
+        out = bash(f'{functions}\nHPCEVAL_JOB_ID=\n{call.group(0)}\necho "$$ $PORT_BASE"')
+        pid, base = map(int, out.stdout.split())
+        assert (base - first) % block == 0 and first <= base < first + slots * block, base
+        bases.add(base)
+        if base == first + (pid % slots) * block:  # its own slot (unless someone uses it)
+            break
+    else:
+        raise AssertionError(f"no run started from its pid's slot: {bases}")
+
+
 def health_wait(script: str, ready: str, log: Path, pid: int, port: int,
                 log_from: int | None = None) -> str:
     """The script's health wait (`wait_for_servers` and what it calls) for one instance on
