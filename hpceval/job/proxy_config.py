@@ -87,6 +87,9 @@ class ProxyConfig:
     # follows it, waiting up to judge_wait seconds for one (hpceval.job.judge_successor).
     judge_dir: Path | None = None
     judge_wait: float = 600.0
+    # Requests wait, unforwarded, until SIGUSR2 (the job saw every instance serve), at most this
+    # many seconds after the start (hpceval.job.proxy_hold); None: nothing is held.
+    hold: float | None = None
 
     def __post_init__(self) -> None:
         if not self.upstreams:
@@ -111,6 +114,8 @@ class ProxyConfig:
             raise ValueError("client timeouts must be positive")
         if self.max_total_body_bytes < self.max_body_bytes:
             raise ValueError("the total body budget must hold at least one largest body")
+        if self.hold is not None and self.hold <= 0:
+            raise ValueError("hold must be positive")
         if self.judge_wait <= 0:
             raise ValueError("judge_wait must be positive")
         if self.max_connections <= 0:

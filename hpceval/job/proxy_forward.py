@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from hpceval.job.budget import Outcome, admission_for
+from hpceval.job.budget import LimitLog, Outcome, admission_for
 from hpceval.job.proxy_balancer import Balancer, Instance
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_http import (
@@ -76,6 +76,7 @@ class Forwarder:
         self.sessions = sessions  # streamed requests (and the prober) use aiohttp
         self.http = HttpClient(config.connect_timeout)  # everything else: the cheap client
         self.admission = admission_for(config.budget, balancer)
+        self.limit_log = LimitLog()  # the adaptive limit in the proxy log, when it moves
         # A stream may legitimately run longer than request_timeout; what must not happen is
         # silence for that long.
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -126,7 +127,9 @@ class Forwarder:
         async with self.admission.slot(headers.get("X-Hpceval-Task", "")):
             started = time.monotonic()
             result = await self._attempt(inst, method, path_qs, data, headers, stream)
-        self.admission.limit.on_result(time.monotonic() - started, _outcome(result))
+        now = time.monotonic()
+        self.admission.limit.on_result(now - started, _outcome(result))
+        self.limit_log.note(self.admission.limit, now, self.admission.instances)
         return result
 
     async def _attempt(self, inst: Instance, method: str, path_qs: str, data: bytes | None,

@@ -4,7 +4,9 @@ file the job waits for.
 
 SIGTERM and SIGINT stop it (in-flight requests get the grace period, then cache and progress
 are made durable); SIGUSR1, Slurm's pre-timeout signal, flushes cache and progress and keeps
-serving. The ready file appears once the port is bound, where only the job can write.
+serving; SIGUSR2, the job's "every instance serves" (evaluation.overlap_load), releases the
+requests it holds (hpceval.job.proxy_hold). The ready file appears once the port is bound,
+where only the job can write.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ async def serve(config: ProxyConfig) -> None:
         task.add_done_callback(flushes.discard)
 
     loop.add_signal_handler(signal.SIGUSR1, on_usr1)
+    # the job's "all instances ready" (steps.j2, await_servers): held requests go on
+    loop.add_signal_handler(signal.SIGUSR2, server.hold.release)
     entries = len(server.cache) if server.cache is not None else 0
     if config.ready_file is not None:  # the port is ours now: say so where only we can write
         await asyncio.to_thread(write_ready_file, config.ready_file)

@@ -133,6 +133,11 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "request_totals": bool(steps) and all(s.expected_requests is not None for s in steps),
         "resume": _resume_view(resolved, ctx),
         "max_concurrent": spec.evaluation.max_concurrent_tasks,
+        # tasks start while the model loads, their requests held by the proxy until every
+        # instance serves: only for a model served alone in the job (judges' proxies start
+        # after the health wait, and a task may ask them at once)
+        "overlap": spec.evaluation.overlap_load and bool(model["instances"])
+                   and len(served) == 1 and not aux_views,
         "judge": None,  # a sweep's judge job sets it (render.judge_job)
     }
 

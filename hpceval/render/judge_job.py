@@ -70,7 +70,7 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
                                                          job_nodes(judge.spec))]
     context.update(
         header=[ShellCode(line.text()) for line in header],
-        proxy=False, steps=[],
+        proxy=False, steps=[], overlap=False,  # a judge job serves; it runs no task
         judge={"name": name, "model_id": model_id, "model_id_json": json.dumps(model_id)})
     text = shipped_environment().get_template(JUDGE_TEMPLATE).render(context)
     if "\x00" in text:

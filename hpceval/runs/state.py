@@ -27,6 +27,7 @@ from hpceval.contract import (
     INTERRUPTED_FILE,
     JOB_FAILURE_FILE,
     LOADS_FILE,
+    SERVER_DIR,
     TASKS_DIR,
     aux_folder,
     is_done,
@@ -237,7 +238,11 @@ def stop_point(log: Path | None, model_dir: Path, tasks: list[TaskState],
     if log is None or _mtime(log) < since - 1:
         return "while queued (it never started)"
     begun = [t for t in tasks if _mtime(model_dir / TASKS_DIR / t.key / COMMAND_FILE) >= since]
-    if not begun:
+    # evaluation.overlap_load starts the tasks while the servers load: a job that launched
+    # servers and recorded no load since it started stopped in the load, whatever had begun
+    launched = any(_mtime(p) >= since for p in (model_dir / SERVER_DIR).glob("*.log"))
+    loading = launched and _mtime(model_dir / LOADS_FILE) < since
+    if not begun or loading:
         return "while the model server was loading (no task had started)"
     done = sum(t.phase is Phase.DONE for t in tasks)
     return f"mid-task ({done}/{len(tasks)} tasks done)"

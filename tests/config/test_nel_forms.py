@@ -220,11 +220,11 @@ def test_adapter_config_becomes_the_proxy_interceptors(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    line = out[out.index("\nPROXY_ARGS+=(", out.index("# evaluation.interceptors")) + 1:]
+    line = out[out.index("\n  PROXY_ARGS+=(", out.index("# evaluation.interceptors")) + 3:]
     # The chain is one shell word of JSON; the prompt's quote, newline and $HOME stay literal.
     assert "'--interceptors=[{" in line
-    statement = line[: min(i for i in (line.find(m) for m in ("\n# requests still",
-                                                                  "\nPROXY_PORT=")) if i >= 0)]
+    ends = ("\n  # requests still", "\n  PROXY_ARGS+=(--tasks")
+    statement = line[: min(i for i in (line.find(m) for m in ends) if i >= 0)]
     words = subprocess.run(["bash", "-c", f"PROXY_ARGS=(); {statement}\n"
                             "printf '%s\\0' \"${PROXY_ARGS[@]}\""], capture_output=True,
                            text=True, check=True).stdout.split("\0")[:-1]

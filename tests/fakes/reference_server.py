@@ -8,7 +8,8 @@ GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions. Th
 prompt is a pure function of the prompt: "2+2" style sums are answered, everything else is
 echoed, so tests can check exact outputs. `--fail` exits 1 at once (a server that cannot start);
 `--startup-delay` keeps /health unready for S seconds (a slow model load); `--request-log DIR`
-appends every POST (path and body, as the server got it) to DIR/requests-<port>.jsonl. The port
+appends every POST (path and body, as the server got it, and whether it came while /health
+still said loading) to DIR/requests-<port>.jsonl. The port
 defaults to $PORT, which the `command` deployment sets.
 """
 
@@ -103,7 +104,7 @@ class ReferenceServer(ThreadingHTTPServer):
     def log_request_body(self, path: str, body: Any) -> None:
         if self._log is None:
             return
-        line = json.dumps({"path": path, "body": body}) + "\n"
+        line = json.dumps({"path": path, "body": body, "loading": not self.ready()}) + "\n"
         with self._log_lock, open(self._log, "a", encoding="utf-8") as f:
             f.write(line)
 

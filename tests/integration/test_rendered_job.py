@@ -76,7 +76,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
            tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
            interceptors: dict[str, Any] | None = None, external_url: str | None = None,
-           max_concurrent_tasks: int | None = None) -> tuple[str, Path, Path]:
+           max_concurrent_tasks: int | None = None,
+           overlap_load: bool = False) -> tuple[str, Path, Path]:
     run: dict[str, Any] = {
         "execution": {"nodes": 2, "gpus_per_node": 0, "output_dir": str(workdir / "runs")},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
@@ -85,6 +86,7 @@ def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args:
         "evaluation": {"tasks": tasks or [{"name": "it_ask"}, {"name": "it_ask_again"}],
                        "interceptors": interceptors or {}},
     }
+    run["evaluation"]["overlap_load"] = overlap_load
     if max_concurrent_tasks is not None:
         run["evaluation"]["max_concurrent_tasks"] = max_concurrent_tasks
     if external_url is not None:  # a server outside the job: deployment.type none
@@ -259,6 +261,45 @@ def test_a_server_that_dies_fails_the_job_fast(slurm_cluster: CommandSlurmClient
     assert "its launch command" in log and f"{SERVER}" in log and "--fail" in log
     assert "started (timeout" not in log  # no task was started
     # status leads with this line (models/<m>/job-failure)
+    failure = (model_dir / "job-failure").read_text()
+    assert failure.startswith("model server instance 0") and "exited while loading" in failure
+
+
+def test_tasks_start_while_the_server_loads_and_ask_it_once_it_serves(
+        slurm_cluster: CommandSlurmClient, workdir: Path) -> None:
+    """evaluation.overlap_load: the harnesses start before "all instances
+    ready", their requests wait in the proxy, and the server gets each one once, after it
+    serves (its request log says whether /health still said loading)."""
+    requests = workdir / "overlap-requests"
+    requests.mkdir()
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "overlap",
+                                  server_args=f"--startup-delay 8 --request-log {requests}",
+                                  overlap_load=True)
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "COMPLETED", log
+    ready = log.index("all instances ready")
+    assert log.index("task it-harness.it_ask: started") < ready, log
+    assert log.index("task it-harness.it_ask_again: started") < ready, log
+    assert "all 2 task(s) passed" in log
+    seen = [json.loads(line) for f in requests.glob("requests-*.jsonl")
+            for line in f.read_text().splitlines()]
+    assert len(seen) == 2 and not any(r["loading"] for r in seen), seen
+    proxy_log = (model_dir / "proxy.log").read_text()
+    assert "forwarding 2 held request(s)" in proxy_log, proxy_log
+
+
+def test_with_overlap_a_server_that_dies_fails_the_job_naming_it(
+        slurm_cluster: CommandSlurmClient, workdir: Path) -> None:
+    """evaluation.overlap_load: the tasks may have started while the server loaded; the job
+    fails as without overlap, naming the server, and no task is scored or done."""
+    job_id, model_dir, _ = submit(slurm_cluster, workdir, "dies-overlap", server_args="--fail",
+                                  health_timeout=600, overlap_load=True)
+    state = wait_done(slurm_cluster, job_id)
+    log = job_log(model_dir, job_id)
+    assert state == "FAILED", log
+    assert "asked to fail at start-up" in log and "passed" not in log
+    assert not list(model_dir.glob("tasks/*/done"))
     failure = (model_dir / "job-failure").read_text()
     assert failure.startswith("model server instance 0") and "exited while loading" in failure
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from hpceval.job.budget import Admission, AimdLimit, parse_vllm_metrics
+from hpceval.job.budget import Admission, AimdLimit, LimitLog, parse_vllm_metrics
 
 
 def window(limit: AimdLimit, latency: float = 1.0, outcome: str = "ok") -> None:
@@ -142,3 +142,16 @@ vllm:num_requests_waiting{engine="1",model_name="smol"} not-a-number
 def test_vllm_metrics_are_summed_over_engines() -> None:
     assert parse_vllm_metrics(METRICS) == (3.0, 16.0, 0.5)
     assert parse_vllm_metrics("") == (0.0, 0.0, None)
+
+
+def test_the_limit_is_logged_when_it_moves_at_most_once_per_interval() -> None:
+    limit, shown = AimdLimit(limit=4), LimitLog(every=10.0)
+    first = shown.note(limit, 0.0, 2)
+    assert first == "in-flight budget: 4 per instance (8 in all, 0 cut(s) so far)"
+    assert shown.note(limit, 5.0, 2) is None  # unchanged: no line
+    limit.limit = 8
+    assert shown.note(limit, 8.0, 2) is None  # changed, but within 10 s of the last line
+    later = shown.note(limit, 10.0, 2)  # the first completion after the interval
+    assert later == "in-flight budget: 8 per instance (16 in all, 0 cut(s) so far)"
+    assert shown.note(limit, 30.0, 2) is None  # logged already
+    assert LimitLog().note(AimdLimit(limit=12, fixed=True), 0.0, 1) is None  # a fixed budget

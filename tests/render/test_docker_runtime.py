@@ -50,7 +50,7 @@ def test_server_and_harness_lines(render: RenderFn, tmp_path: Path, runtime: str
     assert f"-v {task_dir}:{task_dir}" in harness and f"-w {task_dir}" in harness
     assert "-e NOTE" in harness and "-e HPCEVAL_ENDPOINT_URL" in harness
     assert "--gpus" not in harness  # the task needs no GPU
-    assert harness.rstrip().endswith("localhost/harness:1")
+    assert harness.rstrip().removesuffix("}").rstrip().endswith("localhost/harness:1")
     assert "APPTAINERENV_" not in _block(script, "task_environment_1()", "\n}")
     path = tmp_path / "job.sh"
     path.write_text(script)

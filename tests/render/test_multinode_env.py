@@ -113,7 +113,7 @@ def test_ray_is_per_job_and_every_node_starts_with_its_own_address(render: Rende
 def test_pyxis_harness_steps_run_on_the_batch_node(render: RenderFn) -> None:
     run = {**MULTI, "deployment": {**MULTI["deployment"], "image": "docker://vllm/vllm:1"}}
     script = render("slurm", run, [*TWO_NODES, "execution.container_runtime=pyxis"])
-    harness = re.findall(r"^start_task .*\n((?:  .*\n)+)", script, re.M)
+    harness = re.findall(r"^  start_task .*\n((?:    .*\n)+)", script, re.M)
     assert harness, script
     for step in harness:
         words = [w for w in step.split() if w != "\\"]

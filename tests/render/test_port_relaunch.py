@@ -24,7 +24,10 @@ from test_job_trust import VLLM_RUN, function
 
 # unix_socket off: a server on a port (a Unix socket in the job's own folder cannot be taken)
 RUN = {"deployment": {**VLLM_RUN["deployment"], "runtime": "host", "unix_socket": False},
-       "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
+       "evaluation": {"tasks": [{"name": "boxed_chat"}], "overlap_load": False}}
+# evaluation.overlap_load: the proxy and the first tasks start while the servers load, and
+# await_servers does the health wait
+OVERLAP = {**RUN, "evaluation": {"tasks": [{"name": "boxed_chat"}], "overlap_load": True}}
 # vLLM's behaviour at start-up, as far as the job can see it: bind the port (or exit with
 # the error vLLM prints), log the ready line, answer GETs. FAKE_VLLM=fail: exit with another
 # error; FAKE_VLLM=in-use: always report the port as taken.
@@ -57,7 +60,30 @@ server.serve_forever()
 FUNCTIONS = ("wait_pid", "stop_processes", "forget_servers", "launch_server",
              "server_environment", "start_servers", "listening_ports", "free_port_block",
              "server_failed", "servers_alive", "server_error", "dead_server", "answers",
-             "port_lost", "wait_for_servers", "bring_up_servers")
+             "port_lost", "wait_for_servers", "move_servers", "servers_up")
+
+
+def overlap_steps(script: str) -> list[str]:
+    """The overlapped start as the script does it, a task and the proxy standing in as sleeps
+    (a second proxy start says so); USR2 to the proxy that is current when the servers serve."""
+    return [
+        function(script, "await_servers"),
+        "TASK_PIDS=() PROXY_PIDS=() PROXY_DIRS=() TASK_KEYS=() NEXT_STEP=2 STARTS=0",
+        "start_servers",
+        "sleep 300 >/dev/null & TASK_PIDS+=($!)  # a task started while the servers load",
+        "start_model_proxy() {",
+        "  STARTS=$((STARTS + 1))",
+        "  bash -c 'sleep 300 >/dev/null & c=$!; trap \"kill $c; exit 0\" TERM; \\",
+        "    trap \"echo released $1; kill $c; exit 0\" USR2; wait' _ $STARTS &",
+        "  PROXY_PIDS+=($!) MODEL_PROXY_PID=$! PROXY_DIRS+=(d)",
+        "  echo \"proxy $STARTS started\"; sleep 0.5",
+        "}",
+        "endpoint_urls() { echo 'endpoint urls'; }",
+        "start_model_proxy",
+        "first_task=${TASK_PIDS[0]}",
+        "await_servers; rc=$?",
+        'kill -0 "$first_task" 2>/dev/null || echo "first task stopped"',
+        'sleep 0.5; echo "NEXT_STEP=$NEXT_STEP tasks=${#TASK_PIDS[@]}"']
 
 
 @pytest.fixture
@@ -96,9 +122,9 @@ def squatted() -> Iterator[int]:
     pytest.fail("no block from 20800 to 30335 has its first port free")
 
 
-def _bring_up(render: RenderFn, tmp_path: Path, port_base: int,
-              mode: str = "") -> subprocess.CompletedProcess[str]:
-    script = render("local-dev", RUN)
+def _bring_up(render: RenderFn, tmp_path: Path, port_base: int, mode: str = "",
+              overlap: bool = False) -> subprocess.CompletedProcess[str]:
+    script = render("local-dev", OVERLAP if overlap else RUN)
     call = re.search(r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) ", script, re.M)
     assert call and call.groups() == ("8000", "64", "387"), "the port plan changed"
     pin = re.search(r"^PIN_GPUS='.*?^exec \"\$@\"'$", script, re.M | re.S)
@@ -115,9 +141,11 @@ def _bring_up(render: RenderFn, tmp_path: Path, port_base: int,
         "declare -A URL_PIDS", "forget_servers",
         f"MODEL_DIR={model_dir} NODES=(127.0.0.1) PORT_BASE={port_base} HEALTH_TIMEOUT=30",
         "STOPPING=0 HPCEVAL_JOB_TOKEN=t",
-        "bring_up_servers; rc=$?",
+        *(overlap_steps(script) if overlap
+          else [function(script, "bring_up_servers"), "bring_up_servers; rc=$?"]),
         'echo "PORT_BASE=$PORT_BASE URL=${INSTANCE_URLS[*]}"',
-        'stop_processes "${SERVER_PIDS[@]}"', 'exit "$rc"'])
+        'stop_processes "${SERVER_PIDS[@]}" "${TASK_PIDS[@]}" "${PROXY_PIDS[@]}"',
+        'exit "$rc"'])
     return subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=120,
                           check=False, env={"PATH": f"{bin_dir}:/usr/bin:/bin",
                                             "FAKE_VLLM": mode, "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
@@ -149,3 +177,30 @@ def test_the_relaunch_happens_once_and_only_for_a_lost_port(
     assert "starting them again" not in other.stdout  # not a port: no second try
     assert "job_failure: model server instance 0" in other.stdout
     assert "CUDA out of memory" in other.stdout
+
+
+def test_overlap_a_lost_port_restarts_proxy_and_tasks_after_the_move(
+        render: RenderFn, squatted: int, tmp_path: Path) -> None:
+    out = _bring_up(render, tmp_path, squatted, overlap=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    moved = int(re.search(r"^PORT_BASE=(\d+)", out.stdout, re.M).group(1))  # type: ignore[union-attr]
+    assert moved > squatted and f"URL=http://127.0.0.1:{moved}" in out.stdout
+    assert "stopping the 1 task(s) started while the servers loaded" in out.stdout
+    assert out.stdout.count("starting them again on the next free block") == 1
+    # the first proxy (and task) went without a release; the second proxy got it, and every
+    # task starts again from the first
+    assert "first task stopped" in out.stdout and "proxy 2 started" in out.stdout, out.stdout
+    assert "released 1" not in out.stdout and "released 2" in out.stdout, out.stdout
+    assert "endpoint urls" in out.stdout and "NEXT_STEP=1 tasks=0" in out.stdout
+    assert "job_failure" not in out.stdout
+
+
+def test_overlap_servers_that_never_serve_release_nothing(
+        render: RenderFn, tmp_path: Path) -> None:
+    base = 8000 + (200 + (os.getpid() + 40) % 150) * 64
+    out = _bring_up(render, tmp_path, base, mode="fail", overlap=True)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "job_failure: model server instance 0" in out.stdout  # named, as without overlap
+    assert "stopping the 1 task(s) started while they loaded" in out.stdout
+    assert "released" not in out.stdout  # the proxy never forwards a held request
+    assert "starting them again" not in out.stdout

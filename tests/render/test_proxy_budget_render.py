@@ -28,7 +28,8 @@ def rendered(tmp_path: Path, budget: str | None) -> str:
 @pytest.mark.parametrize("budget", ["adaptive", "12"])
 def test_budget_is_passed_and_parsed_by_the_proxy(tmp_path: Path, budget: str) -> None:
     text = rendered(tmp_path, budget)
-    [line] = [ln for ln in text.splitlines() if ln.startswith("PROXY_ARGS+=(--budget")]
+    [line] = [ln.strip() for ln in text.splitlines()
+              if ln.strip().startswith("PROXY_ARGS+=(--budget")]
     words = shlex.split(re.fullmatch(r"PROXY_ARGS\+=\((.*)\)", line).group(1))  # type: ignore[union-attr]
     args = build_parser().parse_args(["--port", "1", "--upstream", "http://127.0.0.1:9",
                                       "--cache-dir", "c", "--progress-file", "p", *words])

@@ -99,7 +99,7 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
         render: RenderFn, upstream: tuple[str, list[str]], tmp_path: Path) -> None:
     url, seen = upstream
     script = render("local-dev", RUN)
-    call = re.search(r'^start_proxy "\$MODEL_DIR" "\$PROXY_PORT" .*$', script, re.M)
+    call = re.search(r'^ *start_proxy "\$MODEL_DIR" "\$PROXY_PORT" .*$', script, re.M)
     assert call, "the script starts no model proxy"
     functions = "\n".join(function(script, name) for name in (
         "answers", "start_proxy", "task_environment_1"))
@@ -141,8 +141,8 @@ def test_the_harness_key_follows_the_endpoint(render: RenderFn) -> None:
                                             "model_id": "m", "api_key_name": "EXAMPLE_KEY"}}}
     script = render("local-dev", external)
     # an endpoint with its own key: the proxy asks for that key, and sends it (by name)
-    assert re.search(r'^start_proxy "\$MODEL_DIR" "\$PROXY_PORT" EXAMPLE_KEY EXAMPLE_KEY ', script,
-                     re.M), script
+    assert re.search(r'^ *start_proxy "\$MODEL_DIR" "\$PROXY_PORT" EXAMPLE_KEY EXAMPLE_KEY ',
+                     script, re.M), script
     assert "OPENAI_API_KEY" not in script
     direct = {**external, "target": {"api_endpoint": {
         **external["target"]["api_endpoint"], "proxy": False}}}

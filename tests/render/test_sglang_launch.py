@@ -58,7 +58,7 @@ def test_sglang_gets_the_token_in_process_and_listens_on_its_node(
     assert TOKEN not in " ".join(cmdline) and "--api-key" not in cmdline  # ps shows no key
     assert TOKEN not in script
     # the job's proxy sends it the token, and waits for SGLang's own ready line
-    assert re.search(r'^start_proxy "\$MODEL_DIR" "\$PROXY_PORT" HPCEVAL_JOB_TOKEN ', script,
+    assert re.search(r'^ *start_proxy "\$MODEL_DIR" "\$PROXY_PORT" HPCEVAL_JOB_TOKEN ', script,
                      re.M), "the proxy does not send the token upstream"
     assert "INSTANCE_READY+=('The server is fired up and ready to roll!')" in script
 

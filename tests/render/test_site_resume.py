@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from render_helpers import RenderFn, backend_env, resolve
+from test_job_trust import function
 
 from hpceval.runs.state import read_loads
 
@@ -80,8 +81,16 @@ def test_no_third_load_after_two_allocations_that_never_became_healthy(
 def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
     script = render("slurm", RUN)
     wait = script.index("bring_up_servers || exit")
-    record = script.index('echo "${HPCEVAL_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"')
-    assert wait < record < script.index("start_proxy ")
+    record = script.index("\nservers_up\n")
+    assert wait < record < script.index("\nstart_model_proxy\n")
+    assert 'echo "${HPCEVAL_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"' in function(
+        script, "servers_up")
+    # tasks started while the model loads: recorded once the health wait has passed, before
+    # the proxy forwards what it holds
+    overlapped = function(render("slurm", RUN, ["evaluation.overlap_load=true"]),
+                          "await_servers")
+    assert overlapped.index("wait_for_servers 1") < overlapped.index("servers_up") \
+        < overlapped.index("kill -USR2")
     (tmp_path / "loads").write_text("101 312\nbroken line\n102 95\n")
     assert read_loads(tmp_path) == (("101", 312), ("102", 95))
     assert read_loads(tmp_path / "missing") == ()

@@ -62,6 +62,24 @@ def test_cancelled_while_the_server_loads(tmp_path: Path, fake: FakeSlurm) -> No
                             f"(no task had started); {HINT}")
 
 
+def test_cancelled_while_the_server_loads_with_tasks_already_started(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """evaluation.overlap_load: the tasks start while the servers load; a job cancelled before
+    it recorded its load (models/<key>/loads) stopped in the load, not mid-task."""
+    result = submit_configs(configs(tmp_path), fake)
+    started(result.run_dir, result.job_ids[0], ONE, TWO)
+    server = result.run_dir / "models" / "solo" / "server"
+    server.mkdir()
+    (server / "instance-0.log").write_text("INFO loading weights\n")  # this job launched it
+    fake.states[result.job_ids[0]] = "CANCELLED by 0"
+    state = state_of(result.run_dir, fake)
+    assert state.reason == ("cancelled by uid 0 while the model server was loading "
+                            f"(no task had started); {HINT}")
+    (result.run_dir / "models" / "solo" / "loads").write_text(f"{result.job_ids[0]} 42\n")
+    state = state_of(result.run_dir, fake)  # healthy, then cancelled: mid-task
+    assert state.reason == f"cancelled by uid 0 mid-task (0/2 tasks done); {HINT}"
+
+
 def test_cancelled_mid_task_counts_what_is_done(tmp_path: Path, fake: FakeSlurm) -> None:
     result = submit_configs(configs(tmp_path), fake)
     started(result.run_dir, result.job_ids[0], ONE, TWO)

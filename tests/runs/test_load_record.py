@@ -21,8 +21,8 @@ from hpceval.runs.submit import submit_configs
 def record_load(script: str, model_dir: Path, job_id: str, seconds: int) -> None:
     """Run the submitted script's own load-recording line, as the job does once healthy, after
     the backend's env block (Slurm's job id under hpceval's name)."""
-    (line,) = [x for x in script.splitlines() if f'"$MODEL_DIR/{LOADS_FILE}"' in x
-               and x.startswith("echo ")]
+    (line,) = [x.strip() for x in script.splitlines() if f'"$MODEL_DIR/{LOADS_FILE}"' in x
+               and x.strip().startswith("echo ")]  # in servers_up (health.j2)
     start = script.index("\n{\n  export HPCEVAL_JOB_ID=") + 1
     env_block = script[start:script.index("\n}\n", start) + 3]
     subprocess.run(["bash", "-c", f"{env_block}SECONDS={seconds}; {line}"], check=True,
