@@ -281,7 +281,8 @@ class ProxyServer:
                                     time.monotonic() - started, chain.route)
             return response
         finally:
-            self.tasks.record(task, status, time.monotonic() - started, cached, parsed, streamed)
+            self.tasks.record(task, status, time.monotonic() - started, cached, parsed, streamed,
+                              scoring=body.get("echo") is True)
             progress.in_flight -= 1
             if 200 <= status < 300:
                 progress.done += 1

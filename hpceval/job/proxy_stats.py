@@ -41,13 +41,13 @@ class TaskRecorder:
         return key, request.clone(rel_url="/" + rest + (f"?{query}" if query else ""))
 
     def record(self, key: str | None, status: int, seconds: float, cached: bool,
-               answer: object, streamed: bool = False) -> None:
+               answer: object, streamed: bool = False, scoring: bool = False) -> None:
         if key is None:
             return
         stats = self.stats.get(key)
         if stats is None:
             stats = self.stats[key] = TaskStats()
-        stats.record(status, seconds, cached, answer, streamed)
+        stats.record(status, seconds, cached, answer, streamed, scoring)
         self._dirty.add(key)
 
     def snapshot(self) -> list[tuple[Path, dict[str, object]]]:

@@ -13,7 +13,10 @@ reads it. Schema 1::
      "latency_ms": {"p50": 210.0, "p90": 900.0, "p99": 1500.0} | null,   fresh answers only
      "prompt_tokens": 50000, "completion_tokens": 12000,   from each answer's "usage"
      "tokens_per_s": 85.2 | null,        completion tokens of fresh answers / their time span
-     "choices": 120,                     choices in 2xx answers (n > 1 gives several each)
+     "choices": 120,                     generated choices in 2xx answers (n > 1 gives several)
+     "scored": 0,                        choices of scoring requests (echo: true, lm-eval's
+                                         log-likelihoods): their "length" ends cut nothing,
+                                         so they are counted apart from generations
      "finish_reasons": {"stop": 100, "length": 20},
      "empty_with_reasoning": 0,          chat choices whose content was empty while
                                          reasoning_content (or vLLM's "reasoning") held text,
@@ -51,14 +54,14 @@ class TaskStats:
     def __init__(self) -> None:
         self.requests = self.errors = self.cached = self.streamed = 0
         self.prompt_tokens = self.completion_tokens = self.fresh_tokens = 0
-        self.choices = self.empty_with_reasoning = 0
+        self.choices = self.scored = self.empty_with_reasoning = 0
         self.finish_reasons: dict[str, int] = {}
         self.latencies: list[float] = []
         self.first: float | None = None
         self.last: float | None = None
 
     def record(self, status: int, seconds: float, cached: bool, answer: Any,
-               streamed: bool = False) -> None:
+               streamed: bool = False, scoring: bool = False) -> None:
         self.requests += 1
         if not 200 <= status < 300:
             self.errors += 1
@@ -71,9 +74,9 @@ class TaskStats:
             self.first = now - seconds if self.first is None else min(self.first, now - seconds)
             self.last = now
         if isinstance(answer, dict):
-            self._answer(answer, cached)
+            self._answer(answer, cached, scoring)
 
-    def _answer(self, answer: dict[str, Any], cached: bool) -> None:
+    def _answer(self, answer: dict[str, Any], cached: bool, scoring: bool) -> None:
         usage = answer.get("usage")
         if isinstance(usage, dict):
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -83,6 +86,9 @@ class TaskStats:
                 self.fresh_tokens += 0 if cached else completion
         for choice in answer.get("choices") or ():
             if not isinstance(choice, dict):
+                continue
+            if scoring:
+                self.scored += 1
                 continue
             self.choices += 1
             reason = choice.get("finish_reason")
@@ -105,7 +111,7 @@ class TaskStats:
                 "latency_ms": latency, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
                 "tokens_per_s": round(self.fresh_tokens / span, 2) if span > 0 else None,
-                "choices": self.choices, "finish_reasons": dict(sorted(
+                "choices": self.choices, "scored": self.scored, "finish_reasons": dict(sorted(
                     self.finish_reasons.items())),
                 "empty_with_reasoning": self.empty_with_reasoning, "streamed": self.streamed}
 

@@ -81,3 +81,22 @@ def test_runtime_counts_reasoning_only_answers_and_their_flag() -> None:
     assert data["empty_with_reasoning"] == 3 and data["completion_tokens"] == 15
     assert [f.code for f in runtime_flags(data)] == ["length", "reasoning-only"]
     assert runtime_flags(None) == [] and runtime_flags({"choices": 0}) == []
+
+
+def test_a_scoring_request_is_no_generation_and_raises_no_length_flag() -> None:
+    """lm-eval's log-likelihood requests (echo: true, max_tokens 1) end with finish_reason
+    "length" by design: they score the prompt, nothing was cut. The README demo's HellaSwag
+    flagged 40 of 40 of them as cut generations."""
+    from hpceval.results.flags import runtime_flags
+    from hpceval.results.runtime import TaskStats
+
+    stats = TaskStats()
+    scored = {"choices": [{"finish_reason": "length", "text": " end", "logprobs": {}}],
+              "usage": {"prompt_tokens": 30, "completion_tokens": 1}}
+    for _ in range(40):
+        stats.record(200, 0.1, False, scored, scoring=True)
+    stats.record(200, 0.1, False, {"choices": [{"finish_reason": "stop", "text": "4"}]})
+    data = stats.to_json()
+    assert (data["requests"], data["choices"], data["scored"]) == (41, 1, 40)
+    assert data["finish_reasons"] == {"stop": 1} and data["prompt_tokens"] == 1200
+    assert runtime_flags(data) == []
