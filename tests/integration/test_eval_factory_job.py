@@ -94,10 +94,14 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
 
     metrics: dict[str, dict[tuple[str, str, str | None], float]] = {}
     seconds: dict[str, float] = {}
+    adapter_ports: set[str] = set()
     for key in (HUMANEVAL, BFCL2, BFCL3):
         task_dir = model / "tasks" / key
         log = (task_dir / "harness.log").read_text()
         assert (task_dir / "done").exists(), log[-4000:]
+        # the three start in the same second: each gets an adapter of its own, none another's
+        assert "Address already in use" not in log, log[-4000:]
+        adapter_ports |= set(re.findall(r"Adapter server started on localhost:(\d+)", log))
         assert "OfflineModeIsEnabled" not in log and "Couldn't reach" not in log
         result = json.loads((task_dir / "results.json").read_text())
         assert result["harness"] == key.split(".")[0]
@@ -107,6 +111,7 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
         assert "[TELEMETRY]" not in log  # offline jobs turn nemo-evaluator's telemetry off
         [run_time] = (task_dir / "harness" / "run_times").iterdir()
         seconds[key] = round(json.loads(run_time.read_text())["runtime_seconds"], 1)
+    assert len(adapter_ports) == 3, adapter_ports
     humaneval = metrics[HUMANEVAL]
     assert set(humaneval) == {("humaneval", "pass@1", "micro"), ("humaneval", "score", "micro")}
     assert all(0.0 <= v <= 1.0 for v in humaneval.values())

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -87,7 +90,9 @@ def test_eval_factory_command_maps_generic_params_to_overrides(builtin: Catalogu
     task = builtin.resolve("gpqa_diamond").task
     ctx = _context(task, SAMPLE_PARAMS)
     ctx["api_key_env"] = "MODEL_API_KEY"
-    argv = _argv(_env().from_string(builtin.harnesses[task.harness].command).render(**ctx))
+    text = _env().from_string(builtin.harnesses[task.harness].command).render(**ctx)
+    assert text.startswith("ADAPTER_PORT=$(python3 -c ")  # each run's own adapter port (below)
+    argv = _argv(text[text.index("nemo-evaluator"):])
     assert argv[:2] == ["nemo-evaluator", "run_eval"]
     flags = dict(zip(argv[2::2], argv[3::2], strict=True))
     assert flags["--eval_type"] == "gpqa_diamond"
@@ -145,3 +150,24 @@ def test_shipped_judged_task_finds_its_folder_and_its_judge(builtin: Catalogue) 
     argv = _argv(render_command(builtin.harnesses[task.harness], task, params,
                                 model_id="m", api_key_env=None))
     assert argv[argv.index("--include_path") + 1] == "/mine"
+
+
+def test_eval_factory_tasks_started_at_once_get_adapter_ports_of_their_own(
+        builtin: Catalogue, tmp_path: Path) -> None:
+    """nemo-evaluator's own port search (bind, close, bind again later from 3825) gave two tasks
+    of one job, started in the same second, the same adapter port: one task's requests went to
+    the other's adapter, and failed when it ended (a CI run of test_eval_factory_job). The
+    rendered command hands each run its own port in ADAPTER_PORT, which nemo-evaluator then
+    insists on."""
+    task = builtin.resolve("gpqa_diamond").task
+    text = _env().from_string(builtin.harnesses[task.harness].command).render(
+        **_context(task, SAMPLE_PARAMS))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nemo-evaluator").write_text('#!/bin/sh\necho "$ADAPTER_PORT"\n')
+    (fake / "nemo-evaluator").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    runs = [subprocess.Popen(["bash", "-c", text], stdout=subprocess.PIPE, text=True, env=env)
+            for _ in range(8)]
+    ports = [int(run.communicate(timeout=60)[0]) for run in runs]
+    assert len(set(ports)) == len(ports) and all(0 < p < 65536 for p in ports), ports
