@@ -4,6 +4,7 @@ successor behind."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,23 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     mp.undo()
 
 
+def chain_report(model_dir: Path, job_ids: list[str]) -> str:
+    """What a failed chain assertion needs to be read from a CI log alone: sacct's view of every
+    job of the chain (state, exit code, reason, node, times) and each log file by name."""
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
+         "-o", "JobID,State,ExitCode,Reason,NodeList,Submit,Start,End"],
+        capture_output=True, text=True, timeout=30, check=False)
+    parts = [f"sacct -j {','.join(job_ids)}:\n{sacct.stdout}{sacct.stderr}",
+             f"files: {sorted(p.name for p in model_dir.iterdir())}"]
+    parts += [f"--- {log.name}\n{log.read_text(errors='replace')}"
+              for log in sorted(model_dir.glob("slurm-*.log"))]
+    harness = model_dir / "tasks" / "resume-harness.it_resumable" / "harness.log"
+    if harness.exists():
+        parts.append(f"--- {harness.name}\n{harness.read_text(errors='replace')[-2000:]}")
+    return "\n".join(parts)
+
+
 def run_file(workdir: Path, walltime: str, marker: Path, partition: str = "debug",
              max_walltime: str = "00:05:00") -> Path:
     run = {
@@ -84,8 +102,8 @@ def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     lines = (run.run_dir / "jobs.chain").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith(" ref-model")  # "<job id> <model key>"
     chain = [lines[0].split()[0]]
-    assert wait_done(slurm_cluster, chain[0], timeout=150) == "COMPLETED", job_log(
-        model_dir, chain[0])
+    assert wait_done(slurm_cluster, chain[0], timeout=150) == "COMPLETED", chain_report(
+        model_dir, [first, *chain])
     task_dir = model_dir / "tasks" / "resume-harness.it_resumable"
     assert (task_dir / "done").exists()
     assert len((model_dir / "allocations").read_text().splitlines()) == 2
@@ -134,8 +152,8 @@ def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
         lines = (run.run_dir / "jobs.chain").read_text().splitlines()
         assert len(lines) == 1 and lines[0].endswith(" ref-model"), lines
         successor = lines[0].split()[0]
-        assert wait_done(slurm_cluster, successor, timeout=150) == "COMPLETED", job_log(
-            model_dir, successor)
+        assert wait_done(slurm_cluster, successor, timeout=150) == "COMPLETED", chain_report(
+            model_dir, [first, successor])
     finally:
         slurm_cluster.cancel([other])
     assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
