@@ -72,11 +72,11 @@ def chain_report(model_dir: Path, job_ids: list[str]) -> str:
 
 
 def run_file(workdir: Path, walltime: str, marker: Path, partition: str = "debug",
-             max_walltime: str = "00:05:00") -> Path:
+             max_walltime: str = "00:05:00", signal_seconds: int = 50) -> Path:
     run = {
         "execution": {"nodes": 1, "gpus_per_node": 0, "output_dir": str(workdir / "runs"),
-                      "walltime": walltime, "signal_seconds": 50, "max_walltime": max_walltime,
-                      "partition": partition},
+                      "walltime": walltime, "signal_seconds": signal_seconds,
+                      "max_walltime": max_walltime, "partition": partition},
         "deployment": {"type": "command", "runtime": "host", "served_model_name": "ref-model",
                        "command": f"exec python3 {SERVER} --model ref-model",
                        "health_timeout": 60},
@@ -90,12 +90,17 @@ def run_file(workdir: Path, walltime: str, marker: Path, partition: str = "debug
 
 def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
                                               workdir: Path) -> None:
-    resolved = load_config(run_file(workdir, "1", workdir / "marker"), profile="local-dev")
+    # slurmctld checks time limits every 30 s and sends USR1 at the first check where no more
+    # than signal_seconds + 30 s are left (so that it is never late): 60 s before a 2-minute
+    # limit is 30-60 s into each job. The successor runs the same script and must finish
+    # before its own signal: with 50 s before a 1-minute limit it had 0-30 s, and under CI's
+    # load it was stopped in turn (FAILED, its own log saying "successor job").
+    resolved = load_config(run_file(workdir, "2", workdir / "marker", signal_seconds=60),
+                           profile="local-dev")
     run = prepare_run(resolved)
     first = submit_prepared(run, slurm_cluster).job_ids[0]
     model_dir = run.run_dir / "models" / "ref-model"
-    # USR1 comes 50 s before the 1-minute limit, within slurmctld's ~30 s check period.
-    state = wait_done(slurm_cluster, first, timeout=150)
+    state = wait_done(slurm_cluster, first, timeout=180)
     log = job_log(model_dir, first)
     assert state in ("FAILED", "TIMEOUT"), log
     assert "successor job" in log, log
