@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec, TaskSpec
+from hpceval.engines import engine_for
 from hpceval.runtimes import runtime_for
 
 if TYPE_CHECKING:
@@ -113,6 +114,7 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
     from hpceval.tasks.command import CommandError, render_command, runtime_token
 
     key_env = harness_key(spec)  # the variable the harness reads its API key from
+    server_tokenizer = engine_for(spec.deployment.type).tokenizer_routes
     model_id = spec.request_model or ""
     memo = {} if memo is None else memo
     seen: set[str] = set()
@@ -144,7 +146,7 @@ def resolve_tasks(spec: RunSpec, catalogue: Catalogue, composed_data: dict[str, 
         seen_params = auxiliary.resolve(params, spec.auxiliary_deployments, runtime_token)
         try:
             command = render_command(harness, task, seen_params, model_id=model_id,
-                                     api_key_env=key_env)
+                                     api_key_env=key_env, server_tokenizer=server_tokenizer)
         except CommandError as exc:
             issues.append(ConfigIssue(where, str(exc), f"check its catalogue file "
                                       f"{harness.source}"))

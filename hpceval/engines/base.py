@@ -73,6 +73,11 @@ class Engine:
     # starts each single-node instance on its first node that way where the server runs from
     # the host (render/deployments.py serves_on_socket): nobody else can take the address.
     unix_socket: ClassVar[bool] = False
+    # True: every instance it starts answers /tokenizer_info, /tokenize and /detokenize (the
+    # routes lm-eval's remote tokenizer uses). Harness commands then name that backend
+    # outright instead of letting lm-eval probe for it with a 5-s timeout at start-up, which
+    # a model still loading (evaluation.overlap_load) cannot answer.
+    tokenizer_routes: ClassVar[bool] = False
 
     def gpu_need(self, dep: DeploymentSpec, default: int) -> int:
         """GPUs per instance; ``default`` when the engine's own keys leave it open."""

@@ -35,6 +35,7 @@ class Vllm(Engine):
     # `vllm serve --uds PATH` binds the socket (as its port: before it loads, mode from the
     # umask) and ignores --host/--port; its ready line then says "... on unix:PATH".
     unix_socket = True
+    tokenizer_routes = True  # --enable-tokenizer-info-endpoint, on every vLLM job (_argv)
 
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         return self._argv(server, nnodes, rank, ["--port", var("PORT")])

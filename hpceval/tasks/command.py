@@ -65,10 +65,14 @@ class CommandError(HpcevalError, ValueError):
 
 
 def render_command(harness: HarnessDef, task: TaskDef, params: dict[str, Any], *,
-                   model_id: str, api_key_env: str | None) -> str:
-    """The harness command line, with ``$HPCEVAL_*`` references for the in-job values."""
+                   model_id: str, api_key_env: str | None,
+                   server_tokenizer: bool = False) -> str:
+    """The harness command line, with ``$HPCEVAL_*`` references for the in-job values.
+    ``server_tokenizer``: the model's server answers the tokenizer routes (its engine's
+    ``tokenizer_routes``)."""
     context: dict[str, Any] = {
         "task": task, "harness": harness, "model_id": model_id, "api_key_env": api_key_env,
+        "server_tokenizer": server_tokenizer,
         "params": params, "lm_eval_tasks_dir": str(lm_eval_tasks_dir()),
         **{name: runtime_token(var) for name, var in RUNTIME_VALUES.items()},
     }

@@ -230,12 +230,17 @@ def ask_health(socket: str, *prefix: str) -> tuple[int, str]:
 def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
         single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
+    """DP=2 on real vLLM with evaluation.overlap_load: both lm-eval tasks start while the two
+    instances load, both instances answer, and the scores are the single server's."""
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 2},  # TP=1 on two GPU slots: two instances
            "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
                           "max_model_len": 2048, "extra_args": SERVE_ARGS[2:]},
            "target": {"api_endpoint": {"type": "completions"}},
-           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
+           # the tasks start while vLLM loads: lm-eval's start-up, its tokenizer's first
+           # /tokenizer_info included, waits in the proxy until both instances serve
+           "evaluation": {"overlap_load": True,
+                          "params": {"parallelism": 2, "request_timeout": 300},
                           "tasks": _tasks(tasks_dir)}}
     job_id, run_dir = submit(tmp_path, run, vllm_bin)
     model = next(run_dir.glob("models/*"))
@@ -258,6 +263,9 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     starts = [job_log.index(f"task {key}: started") for key in (GSM8K, HELLASWAG)]
     ends = [job_log.index(f"task {key}: passed") for key in (GSM8K, HELLASWAG)]
     assert max(starts) < min(ends), job_log
+    # ...and before the servers served (evaluation.overlap_load), which changed no score
+    assert max(starts) < job_log.index("all instances ready"), job_log
+    assert "tokenizer_backend=remote" in (model / "tasks" / GSM8K / "command.sh").read_text()
     # Both servers are real `vllm serve` processes, started from the rendered line...
     launched = re.findall(r"instance (\d) \(head\) on \S+: (vllm serve .*)", job_log)
     assert [i for i, _ in launched] == ["0", "1"], job_log

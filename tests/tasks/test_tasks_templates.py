@@ -59,6 +59,7 @@ def _context(task: TaskDef, params: dict[str, Any]) -> dict[str, Any]:
         "api_key_env": None,
         "params": merged,
         "lm_eval_tasks_dir": "/opt/hpceval/tasks/lm_eval_tasks",
+        "server_tokenizer": True,
     }
 
 
@@ -105,6 +106,26 @@ def test_eval_factory_command_maps_generic_params_to_overrides(builtin: Catalogu
     assert "config.params.parallelism=8" in overrides
     assert "config.params.extra.num_fewshot=5" in overrides
     assert "config.params.extra.judge.model_id=j m" in overrides
+
+
+def test_lm_eval_is_told_its_tokenizer_where_the_server_has_one(builtin: Catalogue) -> None:
+    """local-completions' own choice ("auto") probes /tokenizer_info with a 5-s timeout when
+    it starts, which a model still loading (overlap_load) cannot answer: named outright."""
+    template = _env().from_string(builtin.harnesses["lm-eval-upstream"].command)
+
+    def model_args(task: str, extra: dict[str, Any], server_tokenizer: bool = True) -> list[str]:
+        ctx = _context(builtin.resolve(task).task, {"extra": extra})
+        ctx["server_tokenizer"] = server_tokenizer
+        argv = _argv(template.render(**ctx))
+        return [a for a in argv[argv.index("--model_args") + 1].split(",")
+                if a.startswith("tokenizer")]
+
+    assert model_args("arc_easy", {}) == ["tokenizer_backend=remote"]
+    assert model_args("arc_easy", {}, server_tokenizer=False) == []
+    assert model_args("lm-eval-upstream.ifeval", {}) == []  # chat: lm-eval uses none
+    assert model_args("arc_easy", {"tokenizer": "/ckpt/tok"}) == ["tokenizer=/ckpt/tok"]
+    assert model_args("arc_easy", {"tokenizer_backend": "huggingface"}) == [
+        "tokenizer_backend=huggingface"]
 
 
 def test_upstream_lm_eval_command(builtin: Catalogue) -> None:
