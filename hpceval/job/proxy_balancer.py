@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+EXITED = "its server process exited; not trusting its port again"
+
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -106,7 +108,7 @@ class Balancer:
         if not inst.pids or all_alive(inst.pids):
             return True
         inst.failures += 1
-        self._set_down(inst, "its server process exited; not trusting its port again")
+        self._set_down(inst, EXITED)
         return False
 
     def any_up(self) -> bool:
@@ -133,6 +135,8 @@ class Balancer:
 
     def suspect(self, inst: Instance, reason: str, sessions: Sessions) -> None:
         """A request to `inst` timed out: check /health in the background, mark down if it fails."""
+        if not self.still_launched(inst):  # its server is gone: nothing to ask its port
+            return
         inst.failures += 1
         inst.last_error = reason
         if inst.up and not inst.probing:
@@ -182,7 +186,10 @@ class Balancer:
     async def _check_suspect(
         self, inst: Instance, reason: str, sessions: Sessions
     ) -> None:
-        if not await self.probe(inst, sessions):
+        answered = await self.probe(inst, sessions)
+        # A SIGKILLed server resets its connections a moment before it is a zombie: gone by
+        # now, that is why (whatever its port said), not the failed probe.
+        if self.still_launched(inst) and not answered:
             self._set_down(inst, f"{reason}; /health failed too")
 
     def _spawn(self, coro: Any) -> None:

@@ -104,6 +104,48 @@ async def test_an_answer_that_arrives_after_its_server_exited_is_not_passed_on(
         server_process.wait()
 
 
+class _NoProbe:
+    """Sessions that fail the test if the proxy asks anything of the port."""
+
+    def of(self, inst: object) -> aiohttp.ClientSession:
+        raise AssertionError(f"probed {inst}")
+
+
+async def test_a_dropped_connection_to_a_server_that_exited_is_put_down_to_its_exit() -> None:
+    """A request's connection reset comes before the probe of /health; when the job's server
+    process has exited, that is the reason recorded, and its port is not asked at all."""
+    gone = subprocess.Popen(["sleep", "300"])
+    gone.kill()
+    gone.wait()
+    balancer = Balancer(["http://127.0.0.1:9"], pids=((gone.pid,),))
+    (inst,) = balancer.instances
+    balancer.suspect(inst, "connection lost: reset by peer", _NoProbe())  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert not inst.up and "server process exited" in (inst.last_error or "")
+
+
+async def test_a_server_that_exits_while_its_port_is_probed_is_put_down_to_its_exit() -> None:
+    """The race CI met: the reset arrives while the killed server is not yet a zombie, so the
+    probe runs; by the time it fails, the process is gone, and that is the reason."""
+    server_process = subprocess.Popen(["sleep", "300"])
+    try:
+        balancer = Balancer(["http://127.0.0.1:9"], pids=((server_process.pid,),))
+        (inst,) = balancer.instances
+
+        async def probe_while_it_dies(_inst: object, _sessions: object) -> bool:
+            server_process.kill()
+            server_process.wait()
+            return False
+
+        balancer.probe = probe_while_it_dies  # type: ignore[method-assign]
+        balancer.suspect(inst, "connection lost: reset by peer", _NoProbe())  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not inst.up and "server process exited" in (inst.last_error or "")
+    finally:
+        server_process.kill()
+        server_process.wait()
+
+
 def test_external_upstreams_still_come_back_and_a_job_server_does_not() -> None:
     for external, back in ((True, True), (False, False)):
         balancer = Balancer(["http://a:1"], external=external)
