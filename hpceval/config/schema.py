@@ -313,9 +313,9 @@ class EvaluationSpec:
                                     "after another)", minimum=1)
     # The harnesses' start-up (imports, task loading) runs beside the model load instead of
     # after it, when the ready server would wait for it (docs/benchmarks.md: most of a
-    # concurrent suite's idle time). Off by default until the suite benchmark has measured it
-    # on real vLLM (docs/rendering.md; lm-eval's start-up probe of the tokenizer routes, which
-    # failed it, is skipped where the engine has those routes).
+    # concurrent suite's idle time: 1.7 % idle with it, 42.3 % without, docs/benchmarks.md).
+    # Off by default until more than lm-eval has been run against a held endpoint
+    # (docs/rendering.md).
     overlap_load: bool = key(False, "start the tasks while the model loads: the in-job proxy "
                              "holds their requests until every instance serves (false: tasks "
                              "start once the servers are ready)")
