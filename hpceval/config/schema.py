@@ -313,9 +313,8 @@ class EvaluationSpec:
                                     "after another)", minimum=1)
     # The harnesses' start-up (imports, task loading) runs beside the model load instead of
     # after it, when the ready server would wait for it (docs/benchmarks.md: most of a
-    # concurrent suite's idle time: 1.7 % idle with it, 42.3 % without, docs/benchmarks.md).
-    # Off by default until more than lm-eval has been run against a held endpoint
-    # (docs/rendering.md).
+    # concurrent suite's idle time). Off by default until more than lm-eval has been run
+    # against a held endpoint (docs/rendering.md).
     overlap_load: bool = key(False, "start the tasks while the model loads: the in-job proxy "
                              "holds their requests until every instance serves (false: tasks "
                              "start once the servers are ready)")

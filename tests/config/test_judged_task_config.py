@@ -63,14 +63,3 @@ def test_the_references_become_the_judge_proxys_url_and_the_judges_name(tmp_path
     assert command.startswith('JUDGE_CHAT_URL="${HPCEVAL_AUX_JUDGE_CHAT_URL}" '
                               "JUDGE_MODEL_ID=j lm_eval"), command
 
-
-def test_a_vllm_model_gives_lm_eval_its_remote_tokenizer_and_a_command_server_does_not(
-        tmp_path: Path) -> None:
-    """Whether the server answers the tokenizer routes is its engine's (tokenizer_routes):
-    vLLM's jobs pass --enable-tokenizer-info-endpoint, a command server may serve anything."""
-    vllm = run(tmp_path, task={"name": "arc_easy"}).tasks[0].command
-    assert "tokenizer_backend=remote" in vllm
-    command = run(tmp_path, model={"type": "command", "command": "my-server --port $PORT",
-                                   "checkpoint_path": None},
-                  task={"name": "arc_easy"}).tasks[0].command
-    assert "local-completions" in command and "tokenizer_backend" not in command
