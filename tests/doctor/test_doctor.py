@@ -334,7 +334,9 @@ def test_a_job_that_ends_without_a_report_or_never_reports(tmp_path: Path) -> No
 
 
 def test_doctor_on_node_end_to_end_with_a_fake_client(tmp_path: Path, sinfo: Path) -> None:
-    spec = _spec(tmp_path)
+    # a Python on NFS (in NFS's table), not this test's own: a checkout in /tmp would add its
+    # venv, rightly node-local, to the problems
+    spec = _spec(tmp_path, python="/home/u/venv/bin/python3")
     client = FakeClient(facts=_facts())
     report = doctor(spec, client=client, on_node=True, mounts=NFS, environ={})
     assert report.job_id == "42"
