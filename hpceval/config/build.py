@@ -31,10 +31,15 @@ def _fields(cls: Any) -> dict[str, dataclasses.Field[Any]]:
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
+def _choice(value: Any) -> str:
+    """A Literal's choice as the user writes it in YAML."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 def describe_type(tp: Any) -> str:
     origin = get_origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+        return "one of " + ", ".join(_choice(a) for a in get_args(tp))
     if origin in (Union, types.UnionType):
         return " or ".join(describe_type(a) for a in get_args(tp) if a is not type(None))
     if origin is list:
@@ -95,9 +100,11 @@ class _Builder:
             return None
         if origin is Literal:
             choices = get_args(tp)
-            if value not in choices:
-                close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"use {describe_type(tp)}"
+            # by type too: YAML's 1 is not the choice true, nor "true" the boolean
+            if not any(value == c and type(value) is type(c) for c in choices):
+                names = {_choice(c).strip("'"): _choice(c) for c in choices}
+                close = difflib.get_close_matches(str(value), list(names), n=1)
+                hint = f"did you mean {names[close[0]]}?" if close else f"use {describe_type(tp)}"
                 self.fail(path, f"{value!r} is not allowed", hint)
             return value
         if dataclasses.is_dataclass(tp):

@@ -24,6 +24,7 @@ EndpointType = Literal["chat", "completions", "vlm", "embedding"]
 ExportDestination = Literal["local", "mlflow", "wandb"]
 ExportFormat = Literal["json", "csv"]
 AuxiliaryScope = Literal["job", "sweep"]
+OverlapLoad = Literal["auto", True, False]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
 # The choices of deployment.type and execution.container_runtime are the registries' names
 # (hpceval.engines, hpceval.runtimes): a new engine or runtime is a new module there, not an
@@ -313,11 +314,12 @@ class EvaluationSpec:
                                     "after another)", minimum=1)
     # The harnesses' start-up (imports, task loading) runs beside the model load instead of
     # after it, when the ready server would wait for it (docs/benchmarks.md: most of a
-    # concurrent suite's idle time). Off by default until more than lm-eval has been run
-    # against a held endpoint (docs/rendering.md).
-    overlap_load: bool = key(False, "start the tasks while the model loads: the in-job proxy "
-                             "holds their requests until every instance serves (false: tasks "
-                             "start once the servers are ready)")
+    # concurrent suite's idle time). "auto" resolves per engine (Engine.tasks_start_while_loading).
+    overlap_load: OverlapLoad = key("auto", "start the tasks while the model loads, the in-job "
+                                    "proxy holding their requests until every instance serves: "
+                                    "auto (where the model's engine answers what harnesses ask "
+                                    "at start-up: vllm), true, or false (tasks start once the "
+                                    "servers are ready)")
     proxy_budget: str = key("off", "in-flight requests per server instance, the rest wait in "
                             "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(

@@ -79,6 +79,14 @@ class Engine:
     # a model still loading (evaluation.overlap_load) cannot answer.
     tokenizer_routes: ClassVar[bool] = False
 
+    @property
+    def tasks_start_while_loading(self) -> bool:
+        """evaluation.overlap_load "auto": whether its tasks start while its instances load.
+        The one start-up question a shipped harness cannot wait on is lm-eval's 5-s tokenizer
+        probe, which tokenizer routes let the command skip; a `command` server is the user's
+        own, whose routes and load hpceval does not know."""
+        return self.tokenizer_routes
+
     def gpu_need(self, dep: DeploymentSpec, default: int) -> int:
         """GPUs per instance; ``default`` when the engine's own keys leave it open."""
         if self.parallel:

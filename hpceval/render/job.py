@@ -136,10 +136,18 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         # tasks start while the model loads, their requests held by the proxy until every
         # instance serves: only for a model served alone in the job (judges' proxies start
         # after the health wait, and a task may ask them at once)
-        "overlap": spec.evaluation.overlap_load and bool(model["instances"])
+        "overlap": overlap_load(resolved) and bool(model["instances"])
                    and len(served) == 1 and not aux_views,
         "judge": None,  # a sweep's judge job sets it (render.judge_job)
     }
+
+
+def overlap_load(resolved: ResolvedConfig) -> bool:
+    """evaluation.overlap_load as set, "auto" as the model's engine decides."""
+    setting = resolved.spec.evaluation.overlap_load
+    if setting == "auto":
+        return engine_for(resolved.spec.deployment.type).tasks_start_while_loading
+    return bool(setting)
 
 
 def proxy_arguments(rules: InterceptorsSpec, budget: str = "off",

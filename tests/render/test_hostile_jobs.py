@@ -147,7 +147,9 @@ def test_server_gets_its_command_line_unchanged(catalogue: Catalogue, tmp_path_f
         "deployment": {"type": "vllm", "runtime": "host", "checkpoint_path": "/m",
                        "served_model_name": "m", "tensor_parallel_size": 4,
                        "health_timeout": 30},
-        "evaluation": {"tasks": [{"name": "completion_probe"}]}}, tmp)
+        # the tasks start once the server serves: the job's Python is /bin/true, so a proxy
+        # started beside the load (overlap_load) would fail before the server does
+        "evaluation": {"tasks": [{"name": "completion_probe"}], "overlap_load": False}}, tmp)
     resolved = with_values(resolved, deployment={
         "checkpoint_path": v[0], "served_model_name": v[1], "health_path": health_path,
         "extra_args": extra_args})

@@ -79,7 +79,7 @@ def test_no_third_load_after_two_allocations_that_never_became_healthy(
 
 
 def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
-    script = render("slurm", RUN)
+    script = render("slurm", RUN, ["evaluation.overlap_load=false"])
     wait = script.index("bring_up_servers || exit")
     record = script.index("\nservers_up\n")
     assert wait < record < script.index("\nstart_model_proxy\n")
@@ -87,8 +87,7 @@ def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: 
         script, "servers_up")
     # tasks started while the model loads: recorded once the health wait has passed, before
     # the proxy forwards what it holds
-    overlapped = function(render("slurm", RUN, ["evaluation.overlap_load=true"]),
-                          "await_servers")
+    overlapped = function(render("slurm", RUN), "await_servers")  # vLLM: auto is on
     assert overlapped.index("wait_for_servers 1") < overlapped.index("servers_up") \
         < overlapped.index("kill -USR2")
     (tmp_path / "loads").write_text("101 312\nbroken line\n102 95\n")
