@@ -1,0 +1,173 @@
+"""hpceval doctor's node job (issue 21): its script, run here with bash (no Slurm), waiting for
+its report, and the decisions drawn from the facts it reports. The real dev-cluster job is
+tests/integration/test_doctor_node.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from doctor_helpers import NFS, FakeClient, by_check, node_facts, spec_for
+
+from hpceval.backends.slurm.records import QueueEntry
+from hpceval.doctor import login, node
+from hpceval.doctor.check import doctor
+from hpceval.doctor.report import Report, Status
+
+# -- the node job: script, waiting, decisions ---------------------------------------------------
+
+
+
+def test_node_lines_from_a_healthy_cpu_node(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, container_runtime="apptainer")
+    lines = node.node_lines(spec, node_facts(), "/sw/py", None)
+    statuses = {line.check: line.status for line in lines}
+    assert statuses["GPUs"] is Status.WARNING  # a CPU job sees none: a warning, not a problem
+    assert Report(lines).exit_code == 0
+    assert by_check(lines)["free ports"].detail.startswith("24766 of 24768 ports free")
+    assert by_check(lines)["outbound network"].detail.startswith("not tried")
+
+
+def test_node_problems_name_the_fix(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, container_runtime="apptainer", modules=["cuda/12"])
+    facts = node_facts(hpceval={"rc": 1, "out": "Traceback\nModuleNotFoundError: No module named "
+                                           "'hpceval'"},
+                   apptainer={"rc": 127, "out": "not on PATH"},
+                   **{"module:cuda/12": {"rc": 1, "out": "Lmod has detected the following "
+                                                        "error: cuda/12 unknown"}})
+    lines = by_check(node.node_lines(spec, facts, "/login/venv/bin/python", None))
+    assert lines["hpceval importable"].status is Status.PROBLEM
+    assert "HPCEVAL_PYTHON=/login/venv/bin/python cannot import hpceval on node1" in \
+        lines["hpceval importable"].detail
+    assert "execution.python" in lines["hpceval importable"].fix
+    assert lines["module load cuda/12"].status is Status.PROBLEM
+    assert "cuda/12 unknown" in lines["module load cuda/12"].detail
+    assert lines["apptainer"].status is Status.PROBLEM  # the runtime the profile needs
+    assert lines["enroot"].status is Status.OK  # absent but not needed
+
+
+def test_network_route_and_ports_decisions(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path)
+    target = node.NetTarget("127.0.0.1", 3128, "--network-target")
+    facts = node_facts(network={"rc": 1, "out": "connect: Connection refused"},
+                   proxy_vars={"rc": 0, "out": ""}, route={"rc": 0, "out": ""},
+                   port_range={"rc": 0, "out": "1024 65535"})
+    lines = by_check(node.node_lines(spec, facts, "/sw/py", target))
+    assert lines["outbound network"].status is Status.PROBLEM
+    assert "https_proxy" in lines["outbound network"].fix
+    assert lines["default route"].status is Status.WARNING
+    assert "VLLM_HOST_IP" in lines["default route"].fix
+    assert lines["free ports"].status is Status.WARNING and "1024" in lines["free ports"].detail
+    taken = " ".join(str(p) for p in range(8000, 32768))
+    full = by_check(node.node_lines(spec, node_facts(listening={"rc": 0, "out": taken}),
+                                     "/sw/py", None))
+    assert full["free ports"].status is Status.PROBLEM
+
+
+def test_network_target_comes_from_the_option_the_proxy_or_an_external_url(
+        tmp_path: Path) -> None:
+    from hpceval.config.build import build_run_spec
+
+    spec = spec_for(tmp_path)
+    assert node.network_target([spec], None, {}) is None  # nothing named: nothing tried
+    assert node.network_target([spec], "127.0.0.1:9", {"https_proxy": "http://p:3128"}) == \
+        node.NetTarget("127.0.0.1", 9, "--network-target")
+    assert node.network_target([spec], None, {"https_proxy": "http://u:pw@proxy:3128"}) == \
+        node.NetTarget("proxy", 3128, "$https_proxy")
+    external = build_run_spec({"execution": {"output_dir": "/o"}, "deployment": {"type": "none"},
+                               "target": {"api_endpoint": {"url": "https://api.example/v1",
+                                                           "model_id": "m"}},
+                               "evaluation": {"tasks": [{"name": "t"}]}})
+    assert node.network_target([external], None, {}) == \
+        node.NetTarget("api.example", 443, "target.api_endpoint.url")
+
+
+def test_the_job_script_quotes_every_value_and_runs(tmp_path: Path) -> None:
+    odd = tmp_path / "it's $(touch pwned) `x`"
+    odd.mkdir()
+    spec = spec_for(tmp_path, hf_cache_dir=str(odd), modules=["a b; touch pwned2"])
+    script = node.job_script(spec.execution, sys.executable, odd / node.REPORT_FILE,
+                             node.NetTarget("127.0.0.1", 1, "test"))
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    if shutil.which("shellcheck"):
+        check = subprocess.run(["shellcheck", "-s", "bash", "-S", "warning", str(path)],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+    run = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+    facts = json.loads((odd / node.REPORT_FILE).read_text())["facts"]
+    assert facts["hpceval"]["rc"] == 0  # this Python imports hpceval
+    assert facts["hf_cache"]["rc"] == 0 and facts["network"]["rc"] != 0  # port 1: refused
+    assert "module:a b; touch pwned2" in facts  # one module name, never split or run
+
+
+def _shell_function(script: str, name: str) -> str:
+    start = script.index(f"{name}() {{")
+    return script[start:script.index("\n}\n", start) + 3]
+
+
+def test_the_job_script_counts_listening_ports_as_a_model_job_does(tmp_path: Path) -> None:
+    """Whether a port is free is the job preamble's rule: the doctor runs the same function,
+    not a copy that could drift from it."""
+    ex = spec_for(tmp_path).execution
+    script = node.job_script(ex, sys.executable, tmp_path / node.REPORT_FILE, None)
+    job = (Path(__file__).parents[1] / "golden" / "slurm__single-tp.sbatch").read_text()
+    assert _shell_function(script, "listening_ports") == _shell_function(job, "listening_ports")
+
+
+def test_a_job_that_ends_without_a_report_or_never_reports(tmp_path: Path) -> None:
+    ex = spec_for(tmp_path).execution
+    client = FakeClient()  # squeue forgets the job: it ended, and wrote nothing
+    job, facts, line = node.run_node_job(client, ex, tmp_path, "#!/bin/bash\n", timeout_s=30,
+                                         sleep=lambda s: None)
+    assert job == "42" and facts is None and line is not None
+    assert line.status is Status.PROBLEM and "without a report" in line.detail
+    submit = client.calls[0]
+    assert submit[0] == "submit" and "--time=00:05:00" in submit[1] and \
+        "--partition=gpu" in submit[1]
+
+    class Pending(FakeClient):
+        def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
+            return {"42": QueueEntry("42", "PENDING", "Resources", "")}
+
+    clock = iter(range(0, 1000, 10))
+    waiting = Pending()
+    _, _, line = node.run_node_job(waiting, ex, tmp_path, "#!/bin/bash\n", timeout_s=30,
+                                   sleep=lambda s: None, clock=lambda: float(next(clock)))
+    assert line is not None and "no report within 30 s (PENDING)" in line.detail
+    assert ("cancel", ["42"]) in waiting.calls  # a job that never ran is not left queued
+
+
+def test_doctor_on_node_end_to_end_with_a_fake_client(tmp_path: Path, sinfo: Path) -> None:
+    # a Python on NFS (in NFS's table), not this test's own: a checkout in /tmp would add its
+    # venv, rightly node-local, to the problems
+    spec = spec_for(tmp_path, python="/home/u/venv/bin/python3")
+    client = FakeClient(facts=node_facts())
+    report = doctor(spec, client=client, on_node=True, mounts=NFS, environ={})
+    assert report.job_id == "42"
+    assert [line.where for line in report.lines].count("node") >= 8
+    # the only problem: pytest's output dir is in /tmp, node-local on a real cluster
+    assert [line.check for line in report.lines if line.status is Status.PROBLEM] == \
+        ["output dir"] and report.exit_code == 1
+    assert report.job_dir is not None  # kept on a problem: its script, log and report
+    assert (Path(report.job_dir) / node.SCRIPT_FILE).is_file()
+
+
+def test_a_healthy_site_exits_0_and_leaves_nothing_behind(tmp_path: Path, sinfo: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(login, "NODE_LOCAL_DIRS", ())  # pytest's tmp_path stands for NFS here
+    mounts = f"/dev/sda1 / ext4 rw 0 0\nsrv:/x {tmp_path} nfs4 rw 0 0\n"
+    spec = spec_for(tmp_path, python=str(tmp_path / "venv" / "bin" / "python"))
+    report = doctor(spec, client=FakeClient(facts=node_facts()), on_node=True, mounts=mounts,
+                    environ={})
+    assert report.exit_code == 0, report.table()  # GPUs absent in a CPU job: a warning only
+    assert report.status is Status.WARNING
+    assert report.job_dir is None and not list((tmp_path / "out").iterdir())
