@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from doctor_helpers import SINFO
-
-from hpceval.backends.slurm.partitions import partition_info
+from fake_sinfo import fake_sinfo_on_path
 
 
 @pytest.fixture
 def sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sinfo").write_text(SINFO)
-    (bin_dir / "sinfo").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    partition_info.cache_clear()
-    yield bin_dir / "calls"
-    partition_info.cache_clear()
+    with fake_sinfo_on_path(tmp_path / "bin", SINFO, monkeypatch) as calls:
+        yield calls

@@ -5,12 +5,12 @@ partition. sinfo is a strict fake here (it records its calls and answers only `-
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_sinfo import fake_sinfo_on_path
 
 from hpceval.backends.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
 
@@ -27,12 +27,8 @@ if [ "${4:-}" = -p ]; then grep "^$5[* ]" <<< "$table"; else echo "$table"; fi
 
 @pytest.fixture
 def fake_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    (tmp_path / "sinfo").write_text(FAKE)
-    (tmp_path / "sinfo").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    partition_info.cache_clear()
-    yield tmp_path / "calls"
-    partition_info.cache_clear()
+    with fake_sinfo_on_path(tmp_path, FAKE, monkeypatch) as calls:
+        yield calls
 
 
 def test_max_time_of_named_and_default_partitions(fake_sinfo: Path) -> None:
