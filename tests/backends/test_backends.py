@@ -154,3 +154,29 @@ def test_submitit_loads_only_when_job_states_are_asked() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED"])
+def test_a_job_slurm_may_requeue_under_its_id_is_asked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    """Finished states are cached (job-states.json) so that status never asks sacct twice
+    about a finished job; but Slurm requeues a NODE_FAIL or PREEMPTED job under the same id
+    (auto_resume's --requeue): cached, it would read FAILED forever, and resume would submit
+    a duplicate beside the requeued job."""
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    fake = FakeSlurm()
+    entry = JobEntry("700", "slurm", "main", (0,), False, 0.0)
+    query = JobQuery(entry, tmp_path / "run", "m", 0)
+    fake.states["700"] = state
+    [status] = SlurmBackend(fake).states([query], force=True)
+    assert status.phase is Phase.FAILED
+    fake.states["700"] = "RUNNING"  # requeued, started again
+    [status] = SlurmBackend(fake).states([query], force=True)
+    assert status.phase is Phase.RUNNING
+    # a job that really ended stays cached: no sacct for it again
+    fake.states["700"] = "COMPLETED"
+    SlurmBackend(fake).states([query], force=True)
+    calls = len(fake.sacct_calls)
+    fake.states["700"] = "RUNNING"
+    [status] = SlurmBackend(fake).states([query], force=True)
+    assert status.phase is Phase.DONE and len(fake.sacct_calls) == calls

@@ -42,6 +42,10 @@ def test_layouts(nodes: int, gpus: int, tp: int, pp: int, expected: Layout) -> N
     (["execution.gpus_per_node=8", "deployment.data_parallel_size_local=9"], "do not fit"),
     (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.data_parallel_size_local=8",
       "deployment.data_parallel_size=2"], "data_parallel_size_local=8 on 2 node(s) makes 16"),
+    # too FEW instances, and no smaller allocation fits 3: refused, not silently retiled
+    (["execution.nodes=2", "execution.gpus_per_node=8", "deployment.data_parallel_size=3"],
+     "is 3, but 2 node(s) x 8 GPUs with TP=1 x PP=1 = 1 GPUs per instance makes 16 instances "
+     "(3 of 16 GPUs would be used)"),
 ])
 def test_refusals_carry_the_numbers(extra: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -100,3 +100,25 @@ def test_write_bits_and_folders(tmp_path: Path) -> None:
     assert (untrusted(file) or "").startswith(f"its folder {own} is writable by other users "
                                               "(mode 770)")
     assert untrusted(file, folders=False) is None
+
+
+@pytest.mark.parametrize(("mode", "depth"), [(0o777, 2), (0o775, 3)])
+def test_a_writable_folder_further_up_is_refused(tmp_path: Path, mode: int, depth: int) -> None:
+    """No folder above the file may be writable by group or other, not only its own: whoever
+    can write a shared project folder two or three levels up can rename `mine` away and put a
+    folder of theirs, with a profile of theirs, in its place."""
+    project = tmp_path / "project"
+    own = project / "mine"
+    for _ in range(depth - 2):
+        own = own / "deeper"
+    own.mkdir(parents=True)
+    for folder in (own, *own.relative_to(project).parents):
+        (project / folder).chmod(0o700)
+    project.chmod(mode)
+    file = own / "f.yaml"
+    file.write_text("")
+    file.chmod(0o600)
+    assert (untrusted(file) or "").startswith(
+        f"its folder {project} is writable by other users (mode {mode:o})")
+    project.chmod(0o700)
+    assert untrusted(file) is None

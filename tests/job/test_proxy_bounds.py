@@ -196,3 +196,32 @@ async def test_token_required_when_configured(make_config: MakeConfig) -> None:
     # an external judge, must not get the job's token)
     assert up.hits == 1 and "Authorization" not in up.headers[0]
     assert TOKEN not in repr(make_config(["http://x:1"], api_key=TOKEN))
+
+
+async def test_every_route_but_health_and_the_tokenizer_ones_needs_the_key(
+        make_config: MakeConfig) -> None:
+    """The same uid as the proxy, so this runs on a CI that is not root (the second-uid test in
+    test_proxy_guard.py needs runuser): with a job key, only /health and lm-eval's keyless
+    tokenizer routes answer without it; /v1/models and /metrics are refused before any byte
+    reaches the model server, and answer with the key."""
+    up = FakeUpstream()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def status(base: str, method: str, path: str, headers: dict[str, str],
+                     data: bytes | None = None) -> int:
+        async with aiohttp.ClientSession() as s, \
+                s.request(method, base + path, data=data, headers=headers) as r:
+            await r.read()
+            return r.status
+
+    async with running_upstreams(up) as urls, \
+            running_proxy(make_config(urls, api_key=TOKEN)) as (_server, base):
+        assert await status(base, "GET", "/v1/models", {}) == 401
+        assert await status(base, "GET", "/metrics", {}) == 401
+        assert await status(base, "GET", "/v1/models", {"Authorization": "Bearer wrong"}) == 401
+        tokenize = json.dumps({"prompt": "hi"}).encode()
+        assert await status(base, "POST", "/tokenize", {"Content-Type": "application/json"},
+                            tokenize) == 200
+        assert await status(base, "GET", "/v1/models", auth) == 200
+        assert await status(base, "GET", "/health", {}) == 200
+    assert [p for p in up.paths if p != "/health"] == ["/tokenize", "/v1/models"]

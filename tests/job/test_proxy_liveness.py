@@ -167,3 +167,21 @@ def test_pids_are_given_per_upstream_and_checked() -> None:
         with pytest.raises(ValueError, match="--upstream-pids"):
             parse_pids(bad)
     assert alive(os.getpid()) and not alive(2 ** 22 + 7)
+
+
+@pytest.mark.parametrize("which", ["head", "worker"])
+def test_an_instance_is_down_once_any_one_of_its_processes_exited(which: str) -> None:
+    """A multi-node instance has one launch per node (templates/deployment/_instances.j2): a
+    head whose `srun` exited while a worker's lives is no longer the job's server, whatever
+    answers its port, and neither is a head whose worker died. One dead pid is enough."""
+    gone = subprocess.Popen(["sleep", "300"])
+    gone.kill()
+    gone.wait()
+    pids = (gone.pid, os.getpid()) if which == "head" else (os.getpid(), gone.pid)
+    balancer = Balancer(["http://127.0.0.1:9"], pids=(pids,))
+    (inst,) = balancer.instances
+    assert balancer.pick() is None
+    assert not inst.up and "server process exited" in (inst.last_error or "")
+    # while all of them run, the instance is trusted
+    both = Balancer(["http://127.0.0.1:9"], pids=((os.getpid(), os.getppid()),))
+    assert both.pick() is both.instances[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -177,3 +178,46 @@ def test_gate_is_no_go_when_b_lacks_a_task(two_models: Path, tmp_path: Path) -> 
     tasks = {t["task"]: t for t in json.loads(out.output)["tasks"]}
     assert tasks[ONE]["decision"] == "GO"
     assert tasks[TWO]["decision"] == "NO-GO" and tasks[TWO]["reason"] == "finished in A, not in B"
+
+
+def _gate(tmp_path: Path, a: str, b: str, rules: dict[str, Any], *tasks: str
+          ) -> tuple[int, dict[str, Any]]:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    args = ["gate", "--policy", str(path), a, b, "--json"]
+    for task in tasks:
+        args += ["--task", task]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code in (0, 1, 3), out.output
+    return out.exit_code, json.loads(out.output)
+
+
+def test_gate_is_no_go_when_one_task_is_no_go_and_another_inconclusive(
+        two_models: Path, tmp_path: Path) -> None:
+    """The worst task decides: NO-GO outranks INCONCLUSIVE (exit 1, not 3), so a CI job that
+    reruns inconclusive gates with more items does not retry a candidate it must reject."""
+    code, verdict = _gate(tmp_path, f"{two_models}:model-00", f"{two_models}:model-01",
+                          {"tasks": {ONE: {"min_gain": 0.5}, TWO: {"max_drop": 0.0}}})
+    tasks = {t["task"]: t["decision"] for t in verdict["tasks"]}
+    assert tasks == {ONE: "NO-GO", TWO: "INCONCLUSIVE"}
+    assert verdict["decision"] == "NO-GO" and code == 1
+
+
+def test_gate_divides_alpha_among_the_tasks_it_judges(two_models: Path, tmp_path: Path) -> None:
+    """Bonferroni: gating two tasks at once judges each at alpha / 2, so its interval is wider
+    than when it is gated alone; a gain threshold between the two lower ends is GO alone and
+    INCONCLUSIVE beside a second task (without the division both read GO)."""
+    a, b = f"{two_models}:model-00", f"{two_models}:model-01"
+    lenient = {"min_gain": -1.0}
+    _, alone = _gate(tmp_path, a, b, {"tasks": {ONE: lenient}}, ONE)
+    _, beside = _gate(tmp_path, a, b, {"tasks": {ONE: lenient, TWO: lenient}})
+    low_alone = alone["tasks"][0]["interval"]["low"]
+    [one] = [t for t in beside["tasks"] if t["task"] == ONE]
+    low_beside = one["interval"]["low"]
+    assert low_beside < low_alone
+    rules = {"tasks": {ONE: {"min_gain": (low_alone + low_beside) / 2}, TWO: lenient}}
+    code, verdict = _gate(tmp_path, a, b, rules, ONE)
+    assert (code, verdict["decision"]) == (0, "GO")
+    code, verdict = _gate(tmp_path, a, b, rules)
+    decisions = {t["task"]: t["decision"] for t in verdict["tasks"]}
+    assert decisions == {ONE: "INCONCLUSIVE", TWO: "GO"} and code == 3

@@ -123,3 +123,49 @@ def test_items_of_one_run_only_are_counted() -> None:
     b = ItemScores({("t", i): 1.0 for i in range(3, 15)}, files=1)
     result = paired_comparison(a, b)
     assert result is not None and (result.n, result.only_a, result.only_b) == (7, 3, 5)
+
+
+@pytest.mark.parametrize("table", [(20, 3, 9, 8), (60, 0, 8, 32), (10, 5, 1, 4), (3, 7, 2, 9)])
+def test_newcombe_paired_swapping_a_and_b_mirrors_the_interval(
+        table: tuple[int, int, int, int]) -> None:
+    """Method 10 is antisymmetric in A and B (phi is symmetric): the interval of A - B is the
+    interval of B - A mirrored, so a slip on one side of the formula (the phi term's sign in
+    the upper half-width, say) breaks it for any correlated table."""
+    both, a_only, b_only, neither = table
+    forward = newcombe_paired(both, a_only, b_only, neither)
+    backward = newcombe_paired(both, b_only, a_only, neither)
+    assert math.isclose(forward.low, -backward.high, abs_tol=1e-12)
+    assert math.isclose(forward.high, -backward.low, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize(("table", "correlation"), [
+    ((20, 3, 9, 8), "positive"), ((60, 0, 8, 32), "positive"), ((10, 5, 1, 4), "positive"),
+    ((3, 9, 7, 2), "negative"),
+])
+def test_newcombe_paired_narrows_with_positive_correlation_at_both_ends(
+        table: tuple[int, int, int, int], correlation: str) -> None:
+    """Two checkpoints scored on the same items agree more than chance: the paired interval
+    lies strictly inside the unpaired one (statsmodels' Newcombe hybrid score, phi = 0) at
+    BOTH ends, and strictly outside it when the runs disagree more than chance. A wrong sign
+    of the phi term in either half-width widens that end and reads a clear regression as
+    inconclusive."""
+    both, a_only, b_only, neither = table
+    n = sum(table)
+    ours = newcombe_paired(both, a_only, b_only, neither)
+    low, high = sm_proportion.confint_proportions_2indep(
+        both + b_only, n, both + a_only, n, method="newcomb", compare="diff")
+    if correlation == "positive":
+        assert low < ours.low and ours.high < high, (ours, (low, high))
+    else:
+        assert ours.low < low and high < ours.high, (ours, (low, high))
+
+
+def test_holm_adjusted_p_values_never_fall_with_rank() -> None:
+    """Holm's step-down keeps the running maximum: 3 x 0.01 = 0.03 bounds the next one's
+    2 x 0.011 = 0.022, which alone would let the second task pass at a level the first
+    does not (statsmodels gives the same)."""
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    for p in ([0.01, 0.011, 0.5], [0.04, 0.001, 0.0105, 0.3, 0.012]):
+        theirs = multitest.multipletests(p, alpha=0.05, method="holm")[1]
+        assert np.allclose(holm(p), theirs), (holm(p), theirs)
+    assert holm([0.01, 0.011, 0.5]) == pytest.approx([0.03, 0.03, 0.5])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fake_sinfo import fake_sinfo_on_path
 
+from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
 
 FAKE = r'''#!/bin/bash
@@ -86,3 +87,15 @@ def test_the_dev_clusters_own_partitions() -> None:
     partition_info.cache_clear()
     assert partition_max_minutes("debug") is None  # the dev cluster's partitions: infinite
     assert partition_max_minutes("no-such-partition") is None
+
+
+def test_walltime_minutes_round_up_as_slurm_does(fake_sinfo: Path) -> None:
+    """Slurm counts a started minute as a whole one: 12:00:30 is 721 minutes, over a 12 h
+    partition, so a judge asking for it is capped (rounded down it would not be, and sbatch
+    would refuse it or it would pend on PartitionTimeLimit)."""
+    assert walltime_minutes("12:00:30") == 721
+    assert walltime_minutes("0:30") == 1  # MM:SS
+    assert walltime_minutes("1-00:00:01") == 24 * 60 + 1
+    assert walltime_minutes("12:00:00") == 720
+    assert capped_walltime("12:00:30", "gpu") == ("720", 720)
+    assert capped_walltime("12:00:00", "gpu") == ("12:00:00", None)
