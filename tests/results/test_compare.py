@@ -221,3 +221,29 @@ def test_gate_divides_alpha_among_the_tasks_it_judges(two_models: Path, tmp_path
     code, verdict = _gate(tmp_path, a, b, rules)
     decisions = {t["task"]: t["decision"] for t in verdict["tasks"]}
     assert decisions == {ONE: "INCONCLUSIVE", TWO: "GO"} and code == 3
+
+
+@pytest.mark.parametrize("missing_in", ["a", "b"])
+def test_a_task_finished_on_one_side_only_is_judged_and_the_others_still_are(
+        two_models: Path, tmp_path: Path, missing_in: str) -> None:
+    """The first task (ut_one) finished in one run only: in B only it is INCONCLUSIVE (no
+    baseline), in A only NO-GO; either way it carries the side's score, and the next task is
+    still judged."""
+    partial = submit(tmp_path / "partial", 1)
+    scored(partial, "solo", TWO, BASE)  # ut_one never finished
+    full = f"{two_models}:model-00"
+    a, b = (str(partial), full) if missing_in == "a" else (full, str(partial))
+    code, verdict = _gate(tmp_path, a, b, {"max_drop": 0.5})
+    tasks = {t["task"]: t for t in verdict["tasks"]}
+    assert set(tasks) == {ONE, TWO} and tasks[TWO]["decision"] == "GO"
+    one = tasks[ONE]
+    side, other = ("b", "a") if missing_in == "a" else ("a", "b")
+    assert one[side]["value"] == pytest.approx(0.5) and one[other] is None
+    assert one["metric"] == ""
+    if missing_in == "a":
+        assert (one["decision"], one["reason"]) == ("INCONCLUSIVE",
+                                                    "no baseline: not finished in A")
+        assert code == 3
+    else:
+        assert (one["decision"], one["reason"]) == ("NO-GO", "finished in A, not in B")
+        assert code == 1
