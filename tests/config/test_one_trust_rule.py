@@ -19,7 +19,7 @@ from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
 from hpceval.records import RunRecord
 from hpceval.runs.index import RunNotFound, find_run
 from hpceval.runs.rundir import changed_scripts
-from hpceval.trust import untrusted
+from hpceval.trust import owner_name, untrusted
 
 NOBODY = 65534
 OWNER = "owned by nobody (uid 65534), not by you"
@@ -122,3 +122,40 @@ def test_a_writable_folder_further_up_is_refused(tmp_path: Path, mode: int, dept
         f"its folder {project} is writable by other users (mode {mode:o})")
     project.chmod(0o700)
     assert untrusted(file) is None
+
+
+def test_a_directory_is_checked_without_following_links_and_for_whose_it_is(
+        tmp_path: Path) -> None:
+    from hpceval.trust import dir_problem, owned_dir
+
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    file = tmp_path / "file"
+    file.write_text("")
+    assert dir_problem(real) is None and owned_dir(real)
+    assert dir_problem(link) == "is a symbolic link" and not owned_dir(link)
+    assert dir_problem(file) == "is not a directory"
+    assert dir_problem(tmp_path / "missing") == "cannot be read: No such file or directory"
+    me = os.getuid()
+    assert owned_dir(real, me) and not owned_dir(real, NOBODY)
+    assert dir_problem(real, NOBODY) == f"is owned by {owner_name(me)}, not by you"
+
+
+def test_a_plain_files_owner_is_its_own_not_a_links(tmp_path: Path) -> None:
+    from hpceval.trust import foreign_owner
+
+    file = tmp_path / "f"
+    file.write_text("")
+    me = os.getuid()
+    assert foreign_owner(file, {me}) is None
+    assert foreign_owner(file, {NOBODY}) == me
+    assert foreign_owner(tmp_path / "missing", {NOBODY}) is None
+    if me == 0:  # a file another uid owns behind a link of ours: the target's owner counts
+        theirs = tmp_path / "theirs"
+        theirs.write_text("")
+        os.chown(theirs, NOBODY, NOBODY)
+        link = tmp_path / "link"
+        link.symlink_to(theirs)
+        assert foreign_owner(link, {me}) == NOBODY

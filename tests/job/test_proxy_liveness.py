@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -185,3 +187,59 @@ def test_an_instance_is_down_once_any_one_of_its_processes_exited(which: str) ->
     # while all of them run, the instance is trusted
     both = Balancer(["http://127.0.0.1:9"], pids=((os.getpid(), os.getppid()),))
     assert both.pick() is both.instances[0]
+
+
+def test_pid_flags_name_themselves_and_accept_any_pid_above_1() -> None:
+    assert parse_pids("2, 37") == (2, 37)
+    with pytest.raises(ValueError, match=r"^--upstream-pids 'x': give comma-separated process"):
+        parse_pids("x")
+    with pytest.raises(ValueError, match=r"^--judge-pids '1': give comma-separated process ids"):
+        parse_pids("1", "--judge-pids")
+
+
+def test_a_process_name_with_a_parenthesis_and_a_z_is_not_a_zombie() -> None:
+    """/proc/PID/stat is 'pid (comm) state ...' and comm is the process's to choose: the state
+    follows the LAST ')'. A server process named 'x) Z y' must not read as exited."""
+    code = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'x) Z y', 0, 0, 0); "
+            "print('named', flush=True); time.sleep(60)")
+    named = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert named.stdout is not None and named.stdout.readline().strip() == "named"
+        assert "(x) Z y)" in Path(f"/proc/{named.pid}/stat").read_text()
+        assert alive(named.pid)
+    finally:
+        named.kill()
+        named.wait()
+
+
+def test_without_proc_the_kill_check_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoProc:
+        def __init__(self, _path: str) -> None:
+            pass
+
+        def read_text(self) -> str:
+            raise FileNotFoundError("/proc is not mounted")
+
+    monkeypatch.setattr("hpceval.job.proxy_liveness.Path", NoProc)
+    assert alive(os.getpid())
+    assert not alive(2 ** 22 + 7)
+
+
+def test_another_users_process_is_never_the_jobs_server() -> None:
+    """kill(pid, 0) on another uid's process raises PermissionError: it exists, but the job
+    did not start it. Checked as an ordinary user (here, nobody when the tests run as root)
+    against pid 1, which root owns."""
+    check = "from hpceval.job.proxy_liveness import alive; print(alive(1))"
+    if os.geteuid() != 0:
+        assert not alive(1)
+        return
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is needed to run the check as another uid")
+    src = str(Path(__file__).parents[2])
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          sys.executable, "-c", check], capture_output=True, text=True,
+                         env={"PYTHONPATH": src, "PATH": os.environ["PATH"]}, check=False,
+                         cwd="/")
+    if out.returncode != 0 and "Permission denied" in out.stderr:
+        pytest.skip(f"nobody cannot read this checkout or interpreter: {out.stderr[-200:]}")
+    assert out.stdout.strip() == "False", out.stderr

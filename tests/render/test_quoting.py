@@ -157,3 +157,16 @@ def test_shell_code_is_verbatim_and_comment_keeps_every_line_commented() -> None
     assert run_bash(f"{shell_code('printf %s shell')}\n") == b"shell"
     text = comment("one\nprintf two\n\nprintf three")
     assert run_bash(f"set -e\n# {text}\nprintf ok") == b"ok"
+
+
+def test_joined_quotes_each_value_and_only_takes_a_fixed_flag_and_separator() -> None:
+    from hpceval.shell import FlagWord, ShellCode, joined
+
+    word = joined(["/a b", ShellCode('"$MODEL_DIR"/x'), "c'd"], ",", "--container-mounts=")
+    assert isinstance(word, FlagWord)
+    assert word == "--container-mounts='/a b',\"$MODEL_DIR\"/x,'c'\"'\"'d'"
+    plain = joined(["x", "y z"], ":")
+    assert type(plain) is ShellCode and plain == "x:'y z'"
+    for sep, prefix in ((";", ""), (",", "--a=;b="), (":", "-x="), (" ", "--flag=")):
+        with pytest.raises(ValueError, match=r"^joined: .* is not a fixed separator and flag$"):
+            joined(["v"], sep, prefix)

@@ -99,3 +99,10 @@ def test_walltime_minutes_round_up_as_slurm_does(fake_sinfo: Path) -> None:
     assert walltime_minutes("12:00:00") == 720
     assert capped_walltime("12:00:30", "gpu") == ("720", 720)
     assert capped_walltime("12:00:00", "gpu") == ("12:00:00", None)
+
+
+def test_every_unambiguous_prefix_of_comment_sets_the_comment() -> None:
+    from hpceval.backends.slurm.formats import sets_comment
+
+    assert [f for f in ("c", "co", "com", "comm", "comment", "comments", "cpus") if
+            sets_comment(f)] == ["com", "comm", "comment"]

@@ -98,3 +98,29 @@ def test_combine_array_tasks() -> None:
     assert combine([done, queued]).phase is Phase.QUEUED
     assert combine([done, UNKNOWN]).phase is Phase.UNKNOWN
     assert combine([]).phase is Phase.UNKNOWN
+
+
+def test_a_squeue_entry_is_classified_by_its_state_alone() -> None:
+    """squeue gives no raw state, exit code or signal: its state word stands in for the raw
+    state, and a FAILED entry is just 'failed'."""
+    assert classify(QueueEntry("7", "PENDING", "None", "")) == JobStatus(Phase.QUEUED, "",
+                                                                          "PENDING")
+    assert classify(QueueEntry("7", "PENDING", "", "")).reason == ""
+    assert classify(QueueEntry("7", "FAILED", "None", "")) == JobStatus(Phase.FAILED, "failed",
+                                                                         "FAILED")
+    assert classify(QueueEntry("7", "CANCELLED", "None", "")) == JobStatus(
+        Phase.CANCELLED, "cancelled", "CANCELLED")
+
+
+def test_revoked_and_cancelled_name_who_when_slurm_says() -> None:
+    assert classify(rec("REVOKED")) == JobStatus(Phase.CANCELLED, "cancelled", "REVOKED")
+    assert classify(rec("CANCELLED by 1001")).reason == "cancelled by uid 1001"
+    assert classify(rec("FAILED", "0:9")).reason == "killed by signal 9"
+    assert classify(rec("FAILED", "0:0")).reason == "failed"
+
+
+def test_a_preempted_job_with_a_successor_is_resuming_and_keeps_its_raw_state() -> None:
+    status = classify(rec("PREEMPTED"))
+    assert resolve_preempted(status, successor_exists=True) == JobStatus(
+        Phase.RESUMING, "preempted; continues in a successor job", "PREEMPTED")
+    assert resolve_preempted(status, successor_exists=False) is status
