@@ -247,3 +247,16 @@ def test_a_task_finished_on_one_side_only_is_judged_and_the_others_still_are(
     else:
         assert (one["decision"], one["reason"]) == ("NO-GO", "finished in A, not in B")
         assert code == 1
+
+
+def test_a_task_is_found_by_its_full_or_its_last_dotted_name(tmp_path: Path) -> None:
+    run = submit(tmp_path, 1)
+    task_dir = run / "models" / "solo" / "tasks" / ONE
+    task_dir.mkdir(parents=True)
+    finalize_task(task_dir, TaskResult("nemo.mmlu_pro.cot", "ut-harness", "1.0", [
+        Metric("cot", "exact_match", 0.5, 0.1, "strict-match", 2)]).to_json(),
+        {"duration_s": 1.0})
+    for name in ("nemo.mmlu_pro.cot", "cot"):
+        assert set(results_frame([run], tasks=[name])["task"]) == {"nemo.mmlu_pro.cot"}
+    assert results_frame([run], tasks=["mmlu_pro.cot"]).empty
+    assert list(results_frame([run], models=["nope"]).columns) == list(results_frame([run]).columns)
