@@ -238,7 +238,7 @@ def test_another_users_process_is_never_the_jobs_server() -> None:
     src = str(Path(__file__).parents[2])
     out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                           sys.executable, "-c", check], capture_output=True, text=True,
-                         env={"PYTHONPATH": src, "PATH": os.environ["PATH"]}, check=False,
+                         env={**os.environ, "PYTHONPATH": src}, check=False,
                          cwd="/")
     if out.returncode != 0 and "Permission denied" in out.stderr:
         pytest.skip(f"nobody cannot read this checkout or interpreter: {out.stderr[-200:]}")
