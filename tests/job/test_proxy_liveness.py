@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -243,3 +244,47 @@ def test_another_users_process_is_never_the_jobs_server() -> None:
     if out.returncode != 0 and "Permission denied" in out.stderr:
         pytest.skip(f"nobody cannot read this checkout or interpreter: {out.stderr[-200:]}")
     assert out.stdout.strip() == "False", out.stderr
+
+
+class _Sessions:
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    def of(self, _inst: object) -> aiohttp.ClientSession:
+        return self.session
+
+
+async def test_a_suspect_server_is_probed_and_kept_or_put_down_by_its_health() -> None:
+    """A timed-out request makes the instance suspect: /health is asked in the background; a
+    server that answers stays up, one whose port is closed is down, with both reasons."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]
+    healthy = FakeUpstream()
+    async with running_upstreams(healthy) as urls, aiohttp.ClientSession() as session:
+        balancer = Balancer([urls[0], f"http://127.0.0.1:{dead_port}"],
+                            pids=((os.getpid(),), (os.getpid(),)))
+        good, bad = balancer.instances
+        for inst in (good, bad):
+            balancer.suspect(inst, "request timed out", _Sessions(session))  # type: ignore[arg-type]
+        for _ in range(200):
+            if not balancer._tasks:
+                break
+            await asyncio.sleep(0.01)
+        assert not balancer._tasks  # finished checks are not kept
+        assert good.up and "/health" in healthy.paths
+        assert not bad.up and bad.last_error == "request timed out; /health failed too"
+        assert (good.failures, bad.failures) == (1, 1)
+
+
+def test_an_external_api_that_answers_again_comes_back_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    balancer = Balancer(["http://api.example:1"], external=True)
+    (inst,) = balancer.instances
+    with caplog.at_level("WARNING"):
+        balancer.mark_up(inst)  # already up: nothing to say
+        assert not caplog.records
+        balancer.mark_down(inst, "refused")
+        balancer.mark_up(inst)
+    assert inst.up and inst.down_since is None
+    assert caplog.messages[-1] == "upstream http://api.example:1 is back (answered its probe)"
