@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 from collections.abc import Callable
 
 import aiohttp
@@ -16,7 +17,7 @@ from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 from second_user import as_nobody, shared_scratch
 
 from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_guard import RateLimitedLines, allowed
+from hpceval.job.proxy_guard import RateLimitedLines, allowed, raise_open_file_limit
 
 MakeConfig = Callable[..., ProxyConfig]
 TOKEN = "job-token-fedcba9876543210"
@@ -217,3 +218,31 @@ async def test_a_header_value_that_is_not_latin1_is_dropped_not_a_500(
         writer.close()
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert up.hits == 1 and "Accept" not in up.headers[0]
+
+
+@pytest.mark.parametrize(("limits", "raised_to"), [
+    ((1024, 4096), (4096, 4096)),
+    ((1024, resource.RLIM_INFINITY), (1 << 20, resource.RLIM_INFINITY)),
+    ((2 << 20, resource.RLIM_INFINITY), (2 << 20, resource.RLIM_INFINITY)),
+    ((4096, 4096), None),  # already at the hard limit: nothing to ask
+])
+def test_the_open_file_limit_is_raised_to_the_hard_limit(
+        monkeypatch: pytest.MonkeyPatch, limits: tuple[int, int],
+        raised_to: tuple[int, int] | None) -> None:
+    asked: list[tuple[int, tuple[int, int]]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: limits)
+    monkeypatch.setattr(resource, "setrlimit", lambda which, value: asked.append((which, value)))
+    raise_open_file_limit()
+    assert asked == ([] if raised_to is None else [(resource.RLIMIT_NOFILE, raised_to)])
+
+
+def test_a_limit_that_cannot_be_raised_is_said_once(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(_which: int, _value: tuple[int, int]) -> None:
+        raise ValueError("not allowed")
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    with caplog.at_level(logging.WARNING, logger="hpceval.job.proxy_guard"):
+        raise_open_file_limit()
+    assert caplog.messages == ["could not raise the open file limit from 1024: not allowed"]
