@@ -120,4 +120,11 @@ AUDIT: tuple[Mutant, ...] = (
            "env-var names without the end anchor"),
     Mutant("M15", "hpceval/job/interceptors.py", "request_key(path, body, chain.key_chain)",
            "request_key(path, body)", _CACHE_KEYS, "cache key without the interceptor chain"),
+    # The template environment is built once (lru_cache) before mutmut switches a mutant on,
+    # so its mutants "survive" mutmut whatever the tests do; these two show the tests do.
+    Mutant("M16", "hpceval/render/quoting.py", "trim_blocks=True", "trim_blocks=False",
+           (*_QUOTING, "tests/render/test_golden.py"),
+           "templates rendered with Jinja's block newlines left in"),
+    Mutant("M17", "hpceval/render/quoting.py", "autoescape=False", "autoescape=True",
+           (*_QUOTING, "tests/render/test_golden.py"), "shell quoting HTML-escaped"),
 )
