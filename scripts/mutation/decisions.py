@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _RESULTS = ("tests/results/test_stats.py", "tests/results/test_compare.py",
+            "tests/results/test_gate_rules.py", "tests/results/test_paired.py",
+            "tests/results/test_intervals.py", "tests/results/test_table.py",
             "tests/results/test_report.py", "tests/results/test_checkpoints.py",
             "tests/results/test_results.py", "tests/api/test_api.py")
 _WALLTIME = ("tests/backends/slurm/test_partitions.py", "tests/runs/test_control.py",
@@ -30,6 +32,7 @@ _LAYOUT = ("tests/config/test_layout.py", "tests/config/test_bad_configs.py",
            "tests/config/test_auxiliary.py", "tests/render/test_multinode_env.py",
            "tests/config/test_compose.py")
 _RESUME = ("tests/runs/test_control.py", "tests/runs/test_interruptions.py",
+           "tests/runs/test_task_states.py", "tests/runs/test_judge_state.py",
            "tests/runs/test_status.py", "tests/results/test_auto_export.py",
            "tests/runs/test_judge_sweep.py")
 _STATES = ("tests/backends/test_backends.py", "tests/backends/slurm/test_slurm_states.py",
