@@ -53,6 +53,8 @@ class JudgeSuccessor:
         self._problem: str | None = None  # why the record there was last refused
         self._in_use: tuple[tuple[str, ...], str | None] = (
             tuple(i.url for i in balancer.instances), token)
+        for inst in balancer.instances:  # each judge's instances carry that judge's token
+            inst.token = token
         self._waiting: asyncio.Future[bool] | None = None
 
     async def send(self, attempt: Attempt) -> Answer:
@@ -122,7 +124,9 @@ class JudgeSuccessor:
             return False  # none, or the record of the judge that just failed us
         # New Instance objects: the old ones are down for good (a job's servers never come
         # back), and requests still out on them release into those objects, not these.
-        self.balancer.instances = [Instance(url) for url in record.urls]
+        # Each carries its judge's token: a request built with the old one that is retried on
+        # these (another request switched meanwhile) must not take it to the successor.
+        self.balancer.instances = [Instance(url, token=record.token) for url in record.urls]
         self.token = record.token
         self._in_use = (record.urls, record.token)
         self.generation += 1

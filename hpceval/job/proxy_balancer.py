@@ -37,9 +37,9 @@ class Instance:
     """One upstream model server and what the proxy knows about it."""
 
     __slots__ = ("base", "done", "down_since", "failures", "last_error", "outstanding", "pids",
-                 "probing", "socket", "up", "url")
+                 "probing", "socket", "token", "up", "url")
 
-    def __init__(self, url: str, pids: tuple[int, ...] = ()) -> None:
+    def __init__(self, url: str, pids: tuple[int, ...] = (), token: str | None = None) -> None:
         # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
         # same server, and keeping /v1 would send requests to /v1/v1/... and probes to /v1/health.
         # "unix:<path>": a job's server on a Unix socket (url names it in logs and progress;
@@ -58,6 +58,10 @@ class Instance:
         self.down_since: float | None = None
         self.probing = False
         self.pids = pids  # the job's processes for this instance; () = not known (external)
+        # The key this server takes, where servers differ (a sweep judge and its successor):
+        # sent with every request to it, whatever the request was built with ("" = none).
+        # None: the request's own Authorization stands.
+        self.token = token
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -179,3 +179,35 @@ async def test_a_slow_judge_is_not_taken_for_a_gone_one(
             status, answer, took = await post(base, chat("q"))
     assert status == 504 and took < 5, (status, took)  # its timeout, not the 20 s wait
     assert "timed out" in answer["error"]["message"]
+
+
+async def test_a_retry_that_lands_on_the_successor_carries_the_successors_token(
+        make_config: MakeConfig, tmp_path: Path) -> None:
+    """The race CI met: a request sent with judge A's token fails and is retried by the
+    forwarder; meanwhile another request switched the proxy to successor B. The retry picks
+    B's instance, and must take B's token there, not A's (each instance carries its judge's)."""
+    first, second = FakeUpstream(), FakeUpstream()
+    folder = tmp_path / "auxiliary" / "judge"
+    async with running_upstreams(first, second) as (url1, url2):
+        publish(folder, url1, "token-A", "100")
+        config = judge_config(make_config, folder, url1, wait=20)
+        async with running_proxy(config) as (server, base):
+            assert server.judge is not None
+            switched = asyncio.Event()
+            first.fail, first.fail_status = 1, 503  # A answers the first try with a 503 ...
+            original = server.balancer.pick
+
+            def pick_after_switch() -> Any:
+                # ... and before the retry picks, the successor's record is adopted
+                if first.hits and not switched.is_set():
+                    publish(folder, url2, "token-B", "101")
+                    assert server.judge is not None
+                    assert server.judge._adopt(server.judge._read())
+                    switched.set()
+                return original()
+
+            server.balancer.pick = pick_after_switch  # type: ignore[method-assign]
+            status, _, _ = await post(base, chat("q"))
+            assert status == 200 and switched.is_set()
+    assert [h["Authorization"] for h in first.headers] == ["Bearer token-A"]
+    assert [h["Authorization"] for h in second.headers] == ["Bearer token-B"]
