@@ -10,6 +10,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from support.ports import free_port
 
@@ -20,6 +21,15 @@ from hpceval.job.proxy_config import ProxyConfig
 
 def chat(content: str = "hi", **params: Any) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": content}], **params}
+
+
+async def status_of(base: str, method: str, path: str, headers: dict[str, str],
+                    data: bytes | None = None) -> int:
+    """The status one request to the proxy at `base` gets (its body read and dropped)."""
+    async with aiohttp.ClientSession() as s, \
+            s.request(method, base + path, data=data, headers=headers) as r:
+        await r.read()
+        return r.status
 
 
 def dead_url() -> str:

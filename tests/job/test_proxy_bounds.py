@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
+from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams, status_of
 
 from hpceval.job.proxy_config import ProxyConfig
 
@@ -207,21 +207,14 @@ async def test_every_route_but_health_and_the_tokenizer_ones_needs_the_key(
     up = FakeUpstream()
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
-    async def status(base: str, method: str, path: str, headers: dict[str, str],
-                     data: bytes | None = None) -> int:
-        async with aiohttp.ClientSession() as s, \
-                s.request(method, base + path, data=data, headers=headers) as r:
-            await r.read()
-            return r.status
-
     async with running_upstreams(up) as urls, \
             running_proxy(make_config(urls, api_key=TOKEN)) as (_server, base):
-        assert await status(base, "GET", "/v1/models", {}) == 401
-        assert await status(base, "GET", "/metrics", {}) == 401
-        assert await status(base, "GET", "/v1/models", {"Authorization": "Bearer wrong"}) == 401
+        assert await status_of(base, "GET", "/v1/models", {}) == 401
+        assert await status_of(base, "GET", "/metrics", {}) == 401
+        assert await status_of(base, "GET", "/v1/models", {"Authorization": "Bearer wrong"}) == 401
         tokenize = json.dumps({"prompt": "hi"}).encode()
-        assert await status(base, "POST", "/tokenize", {"Content-Type": "application/json"},
+        assert await status_of(base, "POST", "/tokenize", {"Content-Type": "application/json"},
                             tokenize) == 200
-        assert await status(base, "GET", "/v1/models", auth) == 200
-        assert await status(base, "GET", "/health", {}) == 200
+        assert await status_of(base, "GET", "/v1/models", auth) == 200
+        assert await status_of(base, "GET", "/health", {}) == 200
     assert [p for p in up.paths if p != "/health"] == ["/tokenize", "/v1/models"]

@@ -11,9 +11,8 @@ import logging
 import resource
 from collections.abc import Callable
 
-import aiohttp
 import pytest
-from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
+from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams, status_of
 from second_user import as_nobody, shared_scratch
 
 from hpceval.job.proxy_config import ProxyConfig
@@ -44,14 +43,6 @@ print(json.dumps(out))
 """
 
 
-async def _status(base: str, method: str, path: str, headers: dict[str, str],
-                  data: bytes | None = None) -> int:
-    async with aiohttp.ClientSession() as s, \
-            s.request(method, base + path, data=data, headers=headers) as r:
-        await r.read()
-        return r.status
-
-
 async def test_another_uid_is_refused_and_not_counted_while_the_harness_is_served(
         make_config: MakeConfig) -> None:
     up = FakeUpstream()
@@ -63,7 +54,7 @@ async def test_another_uid_is_refused_and_not_counted_while_the_harness_is_serve
         async with running_upstreams(up) as urls, \
                 running_proxy(make_config(urls, api_key=TOKEN)) as (server, base):
             # the harness first: its answer is cached, as in the review's replay
-            assert await _status(base, "POST", CHAT, AUTH, body.encode()) == 200
+            assert await status_of(base, "POST", CHAT, AUTH, body.encode()) == 200
             seen = json.loads(await asyncio.to_thread(
                 as_nobody, "/usr/bin/python3", str(script), base, body))
             progress = server.progress
@@ -85,9 +76,9 @@ async def test_only_the_harness_routes_are_forwarded(make_config: MakeConfig, me
     up = FakeUpstream()
     async with running_upstreams(up) as urls, \
             running_proxy(make_config(urls, api_key=TOKEN)) as (server, base):
-        assert await _status(base, method, path, AUTH, b"{}" if method == "POST" else None) \
+        assert await status_of(base, method, path, AUTH, b"{}" if method == "POST" else None) \
             == 404
-        assert await _status(base, "GET", "/v1/models", AUTH) == 200  # on the list
+        assert await status_of(base, "GET", "/v1/models", AUTH) == 200  # on the list
         assert server.progress.failed == 0
     assert up.hits == 0 and [p for p in up.paths if p != "/health"] == ["/v1/models"]
 
@@ -136,7 +127,7 @@ async def test_bodies_of_all_requests_together_are_bounded(make_config: MakeConf
                 break
             await asyncio.sleep(0.02)
         assert server.bodies.held == 0  # every byte given back when its request ended
-        assert await _status(base, "POST", CHAT, AUTH, json.dumps(chat("ok")).encode()) == 200
+        assert await status_of(base, "POST", CHAT, AUTH, json.dumps(chat("ok")).encode()) == 200
     assert up.hits == 1
 
 
@@ -174,7 +165,7 @@ async def test_open_connections_are_capped(make_config: MakeConfig) -> None:
         for _, w in idle:
             w.close()
         await asyncio.sleep(0.2)
-        assert await _status(base, "POST", CHAT, AUTH, json.dumps(chat("ok")).encode()) == 200
+        assert await status_of(base, "POST", CHAT, AUTH, json.dumps(chat("ok")).encode()) == 200
 
 
 async def test_a_flood_of_bad_requests_logs_a_bounded_number_of_one_line_records(
@@ -193,7 +184,7 @@ async def test_a_flood_of_bad_requests_logs_a_bounded_number_of_one_line_records
             await asyncio.wait_for(reader.read(), 5)
             writer.close()
         for _ in range(150):  # refused: no token
-            assert await _status(base, "POST", CHAT, {}, b"{}") == 401
+            assert await status_of(base, "POST", CHAT, {}, b"{}") == 401
     records = [r for r in caplog.records if r.levelno >= logging.WARNING]
     burst = RateLimitedLines().burst
     assert 1 <= len(records) <= burst
