@@ -260,3 +260,23 @@ def test_a_task_is_found_by_its_full_or_its_last_dotted_name(tmp_path: Path) -> 
         assert set(results_frame([run], tasks=[name])["task"]) == {"nemo.mmlu_pro.cot"}
     assert results_frame([run], tasks=["mmlu_pro.cot"]).empty
     assert list(results_frame([run], models=["nope"]).columns) == list(results_frame([run]).columns)
+
+
+def test_the_in_job_aggregation_writes_the_runs_table_and_says_what(
+        two_models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m hpceval.results.table aggregate` is what a sweep's aggregation job runs:
+    results.csv with every metric row, one line saying how many, exit 0 (with --resubmit and
+    no successor to wait for, the same)."""
+    from hpceval.results.table import main
+
+    script = tmp_path / "aggregate.sbatch"
+    script.write_text("#!/bin/bash\n")
+    for extra in ([], ["--resubmit", str(script)]):
+        assert main(["aggregate", "--run-dir", str(two_models), *extra]) == 0
+        table = (two_models / "results.csv").read_text().splitlines()
+        assert len(table) == 5 and table[0].startswith("invocation_id,model,task,")
+        assert capsys.readouterr().out == (
+            f"aggregate: 4 metric rows from 2 model(s) -> {two_models / 'results.csv'}\n")
+    with pytest.raises(SystemExit):
+        main(["aggregate"])  # the run directory is required
+    assert "--run-dir" in capsys.readouterr().err
