@@ -209,7 +209,9 @@ def paired_comparison(a: ItemScores, b: ItemScores, *, alpha: float = 1 - CONFID
         tail = alpha / 2 * 100
         low, high = np.percentile(means, [tail, 100 - tail])
         interval = Interval(float(low), float(high), f"paired {BOOTSTRAP}", confidence)
-        p, test, discordant = permutation_p(xa, xb), PERMUTATION, None
+        # one pair shows nothing (and scipy's permutation test refuses fewer than two)
+        p = permutation_p(xa, xb) if n > 1 else 1.0
+        test, discordant = PERMUTATION, None
         sd = float(np.std(diffs, ddof=1)) if n > 1 else 0.0
     return Paired(n=n, only_a=only_a, only_b=only_b, mean_a=float(xa.mean()),
                   mean_b=float(xb.mean()), diff=float(diffs.mean()), interval=interval,

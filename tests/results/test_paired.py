@@ -172,3 +172,80 @@ def test_a_filter_keeps_its_own_records_and_those_that_name_none(tmp_path: Path)
     assert strict.scores == {("gsm8k", 0): 1.0, ("gsm8k", 2): 1.0}
     loose = read_item_scores(str(tmp_path), "exact_match", "flexible-extract")
     assert loose.scores == {("gsm8k", 0): 0.0, ("gsm8k", 1): 0.0, ("gsm8k", 2): 1.0}
+
+
+sm_prop = pytest.importorskip("statsmodels.stats.proportion")
+
+
+def newcombe_reference(both: int, a_only: int, b_only: int, neither: int,
+                       confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe (1998) method 10 written out from the paper with statsmodels' Wilson limits:
+    phi continuity-corrected when positive, 0 where a margin is empty."""
+    n = both + a_only + b_only + neither
+    pa, pb = (both + a_only) / n, (both + b_only) / n
+    la, ua = sm_prop.proportion_confint(both + a_only, n, alpha=1 - confidence, method="wilson")
+    lb, ub = sm_prop.proportion_confint(both + b_only, n, alpha=1 - confidence, method="wilson")
+    margins = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    c = both * neither - a_only * b_only
+    c = max(c - n / 2, 0.0) if c > 0 else c
+    phi = c / math.sqrt(margins) if margins else 0.0
+    d = pb - pa
+    dl, du = (pb - lb, ua - pa), (ub - pb, pa - la)
+    low = d - math.sqrt(max(0.0, dl[0] ** 2 - 2 * phi * dl[0] * dl[1] + dl[1] ** 2))
+    high = d + math.sqrt(max(0.0, du[0] ** 2 - 2 * phi * du[0] * du[1] + du[1] ** 2))
+    return max(-1.0, low), min(1.0, high)
+
+
+@pytest.mark.parametrize("table", [(20, 3, 9, 8), (60, 0, 8, 32), (2, 1, 1, 1), (5, 0, 3, 0),
+                                   (3, 7, 2, 9), (30, 1, 2, 3)])
+@pytest.mark.parametrize("confidence", [0.95, 0.9])
+def test_newcombe_paired_equals_the_papers_formula(table: tuple[int, int, int, int],
+                                                    confidence: float) -> None:
+    ours = newcombe_paired(*table, confidence=confidence)
+    low, high = newcombe_reference(*table, confidence=confidence)
+    assert (ours.low, ours.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+    assert ours.confidence == confidence
+
+
+def test_the_continuous_path_with_two_items_and_with_one() -> None:
+    two = paired_comparison(scores([0.2, 0.5]), scores([0.4, 0.6]))
+    assert two is not None and two.mde == pytest.approx(mde(float(np.std([0.2, 0.1], ddof=1)), 2))
+    # one item in common: nothing to test (scipy's permutation test raised ValueError here)
+    one = paired_comparison(scores([0.2]), scores([0.4]))
+    assert one is not None and (one.p_value, one.mde, one.test) == (1.0, 0.0, PERMUTATION)
+    assert one.diff == pytest.approx(0.2)
+
+
+def test_the_bootstrap_interval_is_the_seeded_percentile_interval_of_2000_means() -> None:
+    from hpceval.results.stats import SEED, bootstrap_means
+
+    rng = np.random.default_rng(9)
+    a, b = rng.uniform(0, 1, 50), rng.uniform(0, 1, 50)
+    result = paired_comparison(scores(a.tolist()), scores(b.tolist()), alpha=0.1)
+    means = bootstrap_means(b - a, 2000, SEED)
+    low, high = np.percentile(means, [5.0, 95.0])
+    assert result is not None and (result.interval.low, result.interval.high) == (low, high)
+
+
+def test_a_paired_result_as_json() -> None:
+    a, b = table_scores(20, 3, 9, 8)
+    result = paired_comparison(scores(a), scores(b))
+    assert result is not None
+    assert result.as_dict() == {
+        "n": 40, "only_a": 0, "only_b": 0, "mean_a": result.mean_a, "mean_b": result.mean_b,
+        "diff": result.diff, "interval": result.interval.as_dict(), "p_value": result.p_value,
+        "test": MCNEMAR, "mde": result.mde, "discordant": [3, 9]}
+    continuous = paired_comparison(scores([0.2, 0.5]), scores([0.4, 0.6]))
+    assert continuous is not None and continuous.as_dict()["discordant"] is None
+
+
+def test_the_line_callback_sees_each_decoded_record_until_it_says_stop(tmp_path: Path) -> None:
+    _sample_file(tmp_path, "t", [{"doc_id": 0, "acc": 1}, {"doc_id": 1, "acc": 0}],
+                 raw_lines=(b'{"doc_id": 2, "ac',))
+    seen: list[object] = []
+    read_item_scores(str(tmp_path), "acc", on_line=lambda rec, rel, n: seen.append(rec))
+    assert seen == [{"doc_id": 0, "acc": 1}, {"doc_id": 1, "acc": 0}, None]
+    first: list[object] = []
+    read = read_item_scores(str(tmp_path), "acc",
+                            on_line=lambda rec, rel, n: first.append(rec) or False)
+    assert first == [{"doc_id": 0, "acc": 1}] and len(read.scores) == 2
