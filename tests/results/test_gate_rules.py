@@ -52,6 +52,8 @@ def test_every_policy_error_names_the_key_the_problem_and_the_fix(
     with pytest.raises(ConfigError) as caught:
         load_policy(path)
     assert str(caught.value).startswith(message.format(path=path)), str(caught.value)
+    if "YAML" in message:
+        assert str(caught.value).endswith("(fix: fix the file)")
     assert caught.value.exit_code == 2
 
 
@@ -82,10 +84,18 @@ def test_task_rules_inherit_the_top_level_and_min_gain_null_clears_it(tmp_path: 
     assert policy.rule_for("lm-evaluation-harness.gsm8k") == Rule(0.01, 0.02, None)  # short name
     assert policy.rule_for("mmlu_pro") == Rule(0.2, 0.03, 0.1)  # a glob of the short name
     assert policy.rule_for("lm-evaluation-harness.mmlu_pro") == Rule(0.2, 0.03, 0.1)
+    assert policy.rule_for("nel.lm-evaluation-harness.mmlu_pro") == Rule(0.2, 0.03, 0.1)
+    assert policy.rule_for("nel.lm-evaluation-harness.gsm8k") == Rule(0.01, 0.02, None)
     assert policy.rule_for("lm-evaluation-harness.ifeval") == Rule(0.01, 0.03, 0.0)
     assert policy.rule_for("simple_evals.ifeval") == policy.default  # the full name differs
     assert policy.rule_for("hellaswag") == policy.default
     assert Rule(max_drop=0.02).threshold == -0.02 and Rule(min_gain=0.0).threshold == 0.0
+
+
+def test_keys_after_a_cleared_min_gain_still_count(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("min_gain: 0.1\ntasks: {gsm8k: {min_gain: null, max_drop: 0.02}}\n")
+    assert load_policy(path).rule_for("gsm8k") == Rule(0.05, 0.02, None)
 
 
 def test_an_empty_policy_is_the_defaults(tmp_path: Path) -> None:

@@ -78,6 +78,15 @@ def test_one_cluster_or_none_falls_back_to_wilson_or_the_bootstrap() -> None:
     assert got.high == pytest.approx(mean + half, abs=0.1 * half)
 
 
+def test_the_bootstrap_interval_is_the_percentile_interval_of_its_means() -> None:
+    from hpceval.results.stats import BOOTSTRAP_RESAMPLES, SEED
+
+    values = np.random.default_rng(4).normal(0.0, 1.0, 60).tolist()
+    got = bootstrap_interval(values, confidence=0.9)
+    means = bootstrap_means(np.asarray(values), BOOTSTRAP_RESAMPLES, SEED)
+    assert (got.low, got.high) == tuple(np.percentile(means, [5.0, 95.0]))
+
+
 def test_bootstrap_means_are_drawn_in_chunks_as_one_draw_would_be() -> None:
     data = np.arange(5000, dtype=float)  # 2,000,000 // 5000 = 400 resamples a chunk
     means = bootstrap_means(data, 1001, 11)
