@@ -159,3 +159,25 @@ def test_a_plain_files_owner_is_its_own_not_a_links(tmp_path: Path) -> None:
         link = tmp_path / "link"
         link.symlink_to(theirs)
         assert foreign_owner(link, {me}) == NOBODY
+
+
+def _st(uid: int, mode: int) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+def test_the_stat_rule_for_root_group_writers_secrets_and_plain_files() -> None:
+    from hpceval.trust import stat_problem
+
+    me = os.getuid()
+    assert stat_problem(_st(0, 0o100644), {NOBODY}, root=True) is None  # root's, allowed
+    assert stat_problem(_st(1, 0o100644), {NOBODY}, root=True) == \
+        f"is owned by {owner_name(1)}, not by you or root"
+    group = _st(me, 0o100660)
+    assert stat_problem(group, group_write=True) is None  # a setgid project folder's file
+    assert (stat_problem(group) or "").startswith("is writable by other users (mode 660)")
+    assert stat_problem(_st(me, 0o100602), group_write=True) is not None  # others: never
+    assert stat_problem(_st(me, 0o100640), private=True) == \
+        "is readable by other users (mode 640; a secret is 0600)"
+    assert stat_problem(_st(me, 0o100604), private=True) is not None
+    assert stat_problem(_st(me, 0o100600), private=True) is None
+    assert stat_problem(_st(me, 0o040700), plain=True) == "is not a plain file"
