@@ -59,8 +59,8 @@ class Instance:
         self.probing = False
         self.pids = pids  # the job's processes for this instance; () = not known (external)
         # The key this server takes, where servers differ (a sweep judge and its successor):
-        # sent with every request to it, whatever the request was built with ("" = none).
-        # None: the request's own Authorization stands.
+        # sent with every request to it, whatever the request was built with. None: the
+        # request's own Authorization stands.
         self.token = token
 
     def snapshot(self) -> dict[str, Any]:

@@ -136,9 +136,7 @@ class Forwarder:
                        headers: dict[str, str], stream: bool) -> Answer | _Failed:
         """One try on `inst`. A streamed 2xx answer keeps `inst` checked out for the caller."""
         if inst.token is not None:  # its own key: a retry may land on a successor's instance
-            headers = {k: v for k, v in headers.items() if k != "Authorization"}
-            if inst.token:
-                headers["Authorization"] = f"Bearer {inst.token}"
+            headers = {**headers, "Authorization": f"Bearer {inst.token}"}
         ok = checked_out = False
         try:
             if not stream and inst.url in self._via_site_proxy:
