@@ -55,8 +55,6 @@ DROPPED = {
     "execution.username": "hpceval runs as the user who calls it",
     "execution.ntasks_per_node": "hpceval derives tasks per node from the deployment layout",
     "execution.subproject": "use execution.job_name or execution.sbatch_comment",
-    "execution.cpu_partition": "hpceval's CPU jobs (aggregation, export) use "
-    "execution.partition",
     "execution.deployment": "hpceval derives server steps from the deployment layout",
     "execution.proxy": "hpceval balances instances with its own in-job proxy",
     "deployment.endpoints": "hpceval uses the server's OpenAI routes; deployment.health_path "

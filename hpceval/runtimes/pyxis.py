@@ -2,9 +2,10 @@
 
 Pyxis (Slurm's SPANK plugin over enroot) takes the image, mounts and environment as srun
 options, not as a command prefix. Its mounts are the same binds as apptainer's (from the same
-config keys, checked by ``steps.bind``); its environment is srun's (``--export=ALL``, srun's
-default: what the job exported), and ``--container-env`` names the variables that must win over
-the image's own ``ENV`` lines (HF_HOME, the endpoint URL...).
+config keys, checked by ``steps.bind``); its environment is srun's (``--export=ALL``, written
+on every step: what the job exported, even under a site's ``SBATCH_EXPORT=NONE``), and
+``--container-env`` names the variables that must win over the image's own ``ENV`` lines
+(HF_HOME, the endpoint URL...).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def container_flags(image_value: str, mounts: Iterable[ShellCode],
 
 # A harness runs as its own one-task step beside the servers (--overlap: the servers' steps
 # hold the allocation's resources), on the batch node: it calls the in-job proxy on 127.0.0.1,
-# and Slurm would otherwise place a one-node step on any node of the allocation.
-HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1",
+# and Slurm would otherwise place a one-node step on any node of the allocation. --export=ALL:
+# under a site's SBATCH_EXPORT=NONE a bare srun starts its step with an empty environment.
+HARNESS_STEP = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--export=ALL",
                 joined([ShellCode('"$SLURMD_NODENAME"')], ",", "--nodelist=")]
 
 

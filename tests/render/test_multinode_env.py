@@ -117,7 +117,7 @@ def test_pyxis_harness_steps_run_on_the_batch_node(render: RenderFn) -> None:
     assert harness, script
     for step in harness:
         words = [w for w in step.split() if w != "\\"]
-        assert words[:5] == ["srun", "--overlap", "--nodes=1", "--ntasks=1",
+        assert words[:6] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--export=ALL",
                              '--nodelist="$SLURMD_NODENAME"'], words
 
 

@@ -4,6 +4,7 @@ HPCEVAL_PYTHON checked before any server starts (defect 7)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,25 @@ def test_cpu_only_jobs_use_cpu_partition() -> None:
 def test_cpu_partition_defaults_to_partition() -> None:
     assert partitions(ExecutionSpec(partition="gpu")) == ["gpu"]
     assert partitions(ExecutionSpec()) == []
+
+
+def test_cpu_partition_reaches_the_cpu_jobs_through_the_loader(tmp_path: Path) -> None:
+    # hpc-admin-2 N1 / D15: the NeMo compatibility layer dropped the key from every layer, so
+    # a hand-built ExecutionSpec was the only way a CPU job ever reached the CPU partition
+    from render_helpers import context
+
+    from hpceval.render.sweep import render_aggregate
+    from hpceval.render.watch import render_tick
+
+    resolved = resolve("slurm", RUN, tmp_path, ["execution.cpu_partition=cpu"])
+    assert resolved.spec.execution.cpu_partition == "cpu"
+    assert not any("cpu_partition" in note for note in resolved.composed.notes)
+    aggregate = render_aggregate(resolved, context(resolved))
+    tick = render_tick(resolved, watch_dir="/out/w", watch_id="w-1", python="/py",
+                       checkpoints="/ckpt", interval_s=600)
+    for script in (aggregate, tick):
+        assert [line.split()[1] for line in script.splitlines()
+                if line.startswith("#SBATCH --partition")] == ["--partition=cpu"], script
 
 
 def test_a_python_that_cannot_run_hpceval_fails_the_job_before_any_server(
@@ -189,3 +209,50 @@ def test_a_judge_image_is_checked_for_its_own_shape(tmp_path: Path) -> None:
                 ["execution.gpus_per_node=4", "execution.nodes=2"])
     assert "auxiliary_deployments.judge.image" in str(err.value)
     assert "--nnodes" in str(err.value)
+
+
+def test_module_init_is_sourced_without_set_u(render: RenderFn, tmp_path: Path) -> None:
+    # Lmod's init reads variables that may be unset (__lmod_vx, TACC/Lmod #384; envmodules
+    # #151): sourced under set -u it ends the job before any module is loaded.
+    init = tmp_path / "lmod-init.sh"
+    init.write_text(': "$__lmod_vx"\nmodule() { echo "loaded $2" >> "$MODEL_DIR/loads"; }\n')
+    script = render("slurm", RUN, [f"execution.module_init=[source {init}]",
+                                   "execution.modules=[cuda/12.4]"])
+    preamble = script[script.index("set -uo pipefail"):script.index("# --- nodes and ports")]
+    preamble = preamble.replace('MODEL_DIR="$RUN_DIR/models/$MODEL_KEY"', f"MODEL_DIR={tmp_path}")
+    proc = subprocess.run(["bash", "-c", preamble + 'echo "went-on ${UNSET_AFTER-strict}"\n'],
+                          capture_output=True, text=True, check=False,
+                          env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0 and "went-on strict" in proc.stdout, proc.stderr
+    assert (tmp_path / "loads").read_text() == "loaded cuda/12.4\n"
+    # strict mode is back for the job itself
+    assert "set -u\n" in preamble[preamble.index("source "):]
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def srun_commands(script: str) -> list[str]:
+    """Every srun command line of a script (continuation lines joined), comments left out."""
+    lines, commands = script.splitlines(), []
+    for i, line in enumerate(lines):
+        code = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+        if not re.search(r"(^|\s)srun(\s|$)", code) or "log " in code:
+            continue
+        command = line
+        while command.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        commands.append(command)
+    return commands
+
+
+def test_every_step_a_job_starts_passes_the_whole_environment() -> None:
+    # SBATCH_EXPORT=NONE (a site's or a user's default) sets SLURM_EXPORT_ENV=NONE in the job,
+    # and a bare srun then starts its step with an empty environment (hpc-admin-2 N3)
+    seen = 0
+    for path in sorted(GOLDEN.glob("*.sbatch")):
+        for command in srun_commands(path.read_text()):
+            seen += 1
+            assert "--export=ALL" in command.split(), f"{path.name}: {command}"
+    assert seen >= 30  # the server step of every Slurm shape, and pyxis's harness steps
