@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hpceval.backends.slurm.backend import ACTIVE_STATES
-from hpceval.backends.slurm.commands import SUBMIT, WHY_PENDING
+from hpceval.backends.slurm.commands import EXPORT_SETTING, SUBMIT, SUBMIT_EXPORT, WHY_PENDING
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
@@ -87,6 +87,7 @@ if [ -n "$NET_HOST" ]; then
 fi
 if command -v ip > /dev/null; then probe route ip route show default
 else fact route 0 "$(awk '$2 == "00000000" {print "default dev " $1}' /proc/net/route)"; fi
+fact export_env 0 "${!EXPORT_VAR:-}"  # what the job was submitted with (the site's default?)
 fact listening 0 "$(listening_ports | sort -un | tr '\n' ' ')"
 fact port_range 0 "$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
 { printf '{"version": 1, "facts": {'; cat "$FACTS"; printf '}}\n'; } > "$REPORT.tmp" \
@@ -129,7 +130,7 @@ def _target_of(url: str, why: str) -> NetTarget | None:
 def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget | None) -> str:
     values = {"PY": python, "REPORT": str(report), "HF_CACHE": ex.hf_cache_dir or "",
               "IMAGE_DIR": ex.image_dir or "", "NET_HOST": target.host if target else "",
-              "NET_PORT": str(target.port) if target else ""}
+              "NET_PORT": str(target.port) if target else "", "EXPORT_VAR": EXPORT_SETTING}
     head = ["#!/bin/bash", "# hpceval doctor --on-node (hpceval/doctor/node.py): facts only.",
             "# No set -e (every probe runs) and no set -u (module systems read unset "
             "variables)."]
@@ -241,13 +242,44 @@ def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
                          Line(NODE, key, Status.PROBLEM, f"{folder}: {_last(out)}",
                               f"put {key} on storage the compute nodes mount, readable by you"))
     lines += _network_lines(fact, target)
-    rc, out = fact("route") or (127, "not probed")
-    lines.append(Line(NODE, "default route", Status.OK, _first(out)) if rc == 0 and out else
-                 Line(NODE, "default route", Status.WARNING, f"none ({_last(out) or 'empty'})",
-                      "multi-node jobs find the node's address by it: export VLLM_HOST_IP in "
-                      "execution.pre_commands"))
+    lines.append(_route_line(fact, offline=ex.offline))
+    lines.append(_export_line(fact))
     lines.append(_ports_line(fact, spec.deployment.port))
     return lines
+
+
+def _route_line(fact: Callable[[str], tuple[int, str] | None], *, offline: bool) -> Line:
+    rc, out = fact("route") or (127, "not probed")
+    if rc == 0 and out:
+        return Line(NODE, "default route", Status.OK, _first(out))
+    none = f"none ({_last(out) or 'empty'})"
+    if offline:
+        return Line(NODE, "default route", Status.OK,
+                    f"{none}; execution.offline is set: the job fetches nothing from the node")
+    # Many sites' compute nodes have no route out. A multi-node job finds its addresses by the
+    # route to its head node, not by a default route; what fails is fetching at run time.
+    return Line(NODE, "default route", Status.WARNING,
+                f"{none}: downloads from the node (model weights from a hub, docker:// images) "
+                "will fail", "set execution.offline=true and `hpceval stage` the model and "
+                "images on the login node first")
+
+
+def _export_line(fact: Callable[[str], tuple[int, str] | None]) -> Line:
+    rc, out = fact("export_env") or (127, "not probed")
+    if rc != 0:
+        return Line(NODE, "job environment", Status.WARNING, f"not probed: {_last(out)}")
+    mode = out.split(",", 1)[0].upper()
+    if mode not in ("NONE", "NIL"):
+        return Line(NODE, "job environment", Status.OK,
+                    f"{EXPORT_SETTING}={out or '(unset)'}: the job gets the submit shell's "
+                    "environment")
+    # hpceval's own steps pass --export=ALL, so they see the batch shell's environment; that
+    # shell starts from the login environment (NONE) or from nothing (NIL), not the submit shell
+    return Line(NODE, "job environment", Status.WARNING,
+                f"{EXPORT_SETTING}={out} ({SUBMIT_EXPORT} of the site or yours): the job does not "
+                "get the submit shell's PATH or variables",
+                "load what the job runs (vllm, harnesses) with execution.modules or "
+                f"execution.pre_commands, or submit with {SUBMIT_EXPORT}=ALL")
 
 
 def _network_lines(fact: Callable[[str], tuple[int, str] | None],

@@ -5,6 +5,7 @@ tests/integration/test_doctor_node.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -61,12 +62,35 @@ def test_network_route_and_ports_decisions(tmp_path: Path) -> None:
     assert lines["outbound network"].status is Status.PROBLEM
     assert "https_proxy" in lines["outbound network"].fix
     assert lines["default route"].status is Status.WARNING
-    assert "VLLM_HOST_IP" in lines["default route"].fix
+    # what a routeless node breaks (downloads at run time) and the way round it; not the old
+    # VLLM_HOST_IP advice, which the job's own address choice overwrites (hpc-admin-2 N10)
+    assert "execution.offline=true" in lines["default route"].fix
+    assert "hpceval stage" in lines["default route"].fix
+    assert "VLLM_HOST_IP" not in lines["default route"].fix
+    offline = by_check(node.node_lines(spec_for(tmp_path, offline=True), facts, "/sw/py", None))
+    assert offline["default route"].status is Status.OK
+    assert "execution.offline" in offline["default route"].detail
     assert lines["free ports"].status is Status.WARNING and "1024" in lines["free ports"].detail
     taken = " ".join(str(p) for p in range(8000, 32768))
     full = by_check(node.node_lines(spec, node_facts(listening={"rc": 0, "out": taken}),
                                      "/sw/py", None))
     assert full["free ports"].status is Status.PROBLEM
+
+
+def test_the_export_setting_of_the_site_is_reported(tmp_path: Path) -> None:
+    # SBATCH_EXPORT=NONE (hpc-admin-2 N3): the job's steps pass --export=ALL, but the batch
+    # shell starts from the login environment, so what the submit shell's PATH held is missing
+    spec = spec_for(tmp_path)
+    none = by_check(node.node_lines(spec, node_facts(export_env={"rc": 0, "out": "NONE"}),
+                                    "/sw/py", None))["job environment"]
+    assert none.status is Status.WARNING and "SLURM_EXPORT_ENV=NONE" in none.detail
+    assert "execution.modules" in none.fix and "execution.pre_commands" in none.fix
+    default = by_check(node.node_lines(spec, node_facts(export_env={"rc": 0, "out": ""}),
+                                       "/sw/py", None))["job environment"]
+    assert default.status is Status.OK and "submit" in default.detail
+    listed = by_check(node.node_lines(spec, node_facts(export_env={"rc": 0, "out": "NIL"}),
+                                      "/sw/py", None))["job environment"]
+    assert listed.status is Status.WARNING  # NIL: not even the user's login environment
 
 
 def test_network_target_comes_from_the_option_the_proxy_or_an_external_url(
@@ -107,6 +131,12 @@ def test_the_job_script_quotes_every_value_and_runs(tmp_path: Path) -> None:
     assert facts["hpceval"]["rc"] == 0  # this Python imports hpceval
     assert facts["hf_cache"]["rc"] == 0 and facts["network"]["rc"] != 0  # port 1: refused
     assert "module:a b; touch pwned2" in facts  # one module name, never split or run
+    assert facts["export_env"] == {"rc": 0, "out": ""}
+    exported = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "SLURM_EXPORT_ENV": "NONE"})
+    assert exported.returncode == 0, exported.stderr
+    facts = json.loads((odd / node.REPORT_FILE).read_text())["facts"]
+    assert facts["export_env"] == {"rc": 0, "out": "NONE"}
 
 
 def _shell_function(script: str, name: str) -> str:

@@ -9,3 +9,5 @@ QUEUE = "squeue"  # the live queue
 TEST_ONLY = f"{SUBMIT} --test-only"  # asks whether a job would be accepted, queues nothing
 WHY_PENDING = f"{QUEUE} -j ID -o %R"  # why a job still waits
 OWN_JOBS = f"{QUEUE} --me"  # the user's own jobs, with their ids
+EXPORT_SETTING = "SLURM_EXPORT_ENV"  # in a job: the --export it was submitted with
+SUBMIT_EXPORT = "SBATCH_EXPORT"  # the submit shell's (a site's, a user's) default for --export
