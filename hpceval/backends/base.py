@@ -170,6 +170,9 @@ class Backend(Protocol):
     multi_node: ClassVar[bool]
     # its jobs start job steps with srun, so container_runtime pyxis (srun's plugin) works
     srun_steps: ClassVar[bool]
+    # its jobs' processes are confined and accounted by the scheduler (a cgroup per job: the
+    # GPUs it was given, its usage, cancelling it): containers that leave the job defeat that
+    confines_jobs: ClassVar[bool]
     # it can queue a job to start later (JobRequest.begin) and keep one job of a name at a
     # time (JobRequest.singleton): what a checkpoint watch's self-resubmitting tick needs
     schedules_later: ClassVar[bool]

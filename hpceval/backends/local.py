@@ -54,6 +54,7 @@ class LocalBackend:
     accounted: ClassVar[bool] = False
     multi_node: ClassVar[bool] = False
     srun_steps: ClassVar[bool] = False  # no srun here: pyxis cannot start containers
+    confines_jobs: ClassVar[bool] = False  # a workstation's processes: docker is fine here
     schedules_later: ClassVar[bool] = False  # no queue: a job starts now or not at all
     # the runner runs one model's job after the other: a judge job beside them would need a
     # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)

@@ -13,7 +13,7 @@ from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_m
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.engines import engine_for, engine_names
-from hpceval.runtimes import runtime_for
+from hpceval.runtimes import runtime_for, runtime_names
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
@@ -128,6 +128,16 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           f"srun, which a {ex.type} run does not use",
                           "use container_runtime apptainer (or none) here, or execution.type "
                           "slurm")
+    if runtime_for(ex.container_runtime).leaves_the_job and backend_for(ex.type).confines_jobs:
+        confined = [r for r in runtime_names() if runtime_for(r).containers
+                    and not runtime_for(r).leaves_the_job]
+        yield ConfigIssue("execution.container_runtime", f"{ex.container_runtime} containers "
+                          f"start outside the {ex.type} job's cgroup (dockerd or podman's "
+                          "conmon starts them): the job's GPU limits do not hold for them, "
+                          "they are not accounted, and scancel does not stop them",
+                          f"use container_runtime {', '.join(confined[:-1])} or {confined[-1]} "
+                          f"(or none) in a {ex.type} job; {ex.container_runtime} is for "
+                          "execution.type local")
     if dep.port + 64 > 65535:
         yield ConfigIssue("deployment.port", f"{dep.port} leaves no room for instance ports",
                           "use a port below 65000")

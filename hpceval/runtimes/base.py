@@ -37,6 +37,9 @@ class Runtime:
     summary: ClassVar[str] = ""  # the help text's words for it (default: its name)
     containers: ClassVar[bool] = True  # False: no containers, everything runs from the host
     srun_steps: ClassVar[bool] = False  # True: starts containers through srun (Slurm only)
+    # True: its containers are started by a daemon (dockerd, podman's conmon), outside the
+    # process tree and cgroup of whoever asked: a scheduler can neither confine nor stop them
+    leaves_the_job: ClassVar[bool] = False
     # Prefix of a variable passed into the container (--cleanenv drops the rest).
     env_prefix: ClassVar[str] = ""
     image_suffix: ClassVar[str] = ".sif"  # the staged image file a job runs

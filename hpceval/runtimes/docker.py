@@ -45,6 +45,7 @@ class Docker(Runtime):
     summary = "docker (docker run, local runs)"
     staged_kind = "image"
     staged_files = False
+    leaves_the_job: ClassVar[bool] = True  # dockerd / conmon start the container
     tool_name: ClassVar[str] = "docker"
 
     def reference(self, image: str) -> str:

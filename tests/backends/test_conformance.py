@@ -36,8 +36,8 @@ from hpceval.phases import Phase
 from hpceval.render.quoting import render_template
 
 LIVE = {Phase.QUEUED, Phase.RUNNING}
-FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "schedules_later",
-         "side_by_side", "partitions")
+FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "confines_jobs",
+         "schedules_later", "side_by_side", "partitions")
 
 
 @dataclass

@@ -72,3 +72,22 @@ def test_images_come_from_the_runtimes_store_not_the_image_dir(render: RenderFn)
     run["evaluation"]["tasks"][0]["name"] = "boxed_chat"
     script = render("local", run)
     assert "/images/" not in script
+
+
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_docker_and_podman_are_refused_for_slurm_jobs(tmp_path: Path, runtime: str) -> None:
+    # hpc-admin-2 N8: their containers are started by a daemon (or conmon) outside the job's
+    # cgroup: no device constraint, no accounting, not stopped by scancel, and --gpus all may
+    # pick another job's GPUs
+    from render_helpers import resolve
+
+    from hpceval.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        resolve("slurm", _run(runtime), tmp_path)
+    text = str(refused.value)
+    assert "execution.container_runtime" in text and runtime in text
+    assert "cgroup" in text and "scancel" in text
+    assert "apptainer" in text and "pyxis" in text  # the fix names what a Slurm job can use
+    local = resolve("local", _run(runtime), tmp_path)  # a workstation run keeps them
+    assert local.spec.execution.container_runtime == runtime

@@ -48,6 +48,7 @@ class SlurmBackend:
     accounted: ClassVar[bool] = True
     multi_node: ClassVar[bool] = True
     srun_steps: ClassVar[bool] = True
+    confines_jobs: ClassVar[bool] = True  # slurmstepd's cgroup: devices, accounting, scancel
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
