@@ -8,7 +8,8 @@ apptainer that the rendered lines carry:
   server token VLLM_API_KEY, CUDA_VISIBLE_DEVICES of the instance, the node address vLLM
   advertises) is passed by NAME with ``-e NAME``, so no value is written into the script;
 - the host network (``--network=host``): the server listens on the node's port and the
-  harness reaches the in-job proxy on 127.0.0.1, as with apptainer;
+  harness reaches the in-job proxy on 127.0.0.1, as with apptainer; servers also get the
+  host's IPC namespace (``--ipc=host``) for tensor parallelism's shared memory;
 - the task directory is bound at its own path and is the working directory (``-w``);
 - GPUs are asked for with the profile's ``execution.container_gpu_flags`` (``--gpus all`` for
   docker's NVIDIA runtime, ``--device nvidia.com/gpu=all`` for CDI, podman's way), and what a
@@ -69,7 +70,9 @@ class Docker(Runtime):
         if cache is not None:  # the servers' cache folder, at the same path
             volumes.append(ShellCode(f"{cache}:{cache}"))
         argv = self._run(volumes, env_names or [], site, gpus=gpus)
-        return [*argv, LineStart(self.reference(image))]
+        # the host's IPC namespace: a container's own /dev/shm is 64 MB, too small for the
+        # shared memory of tensor parallelism (vLLM's docs ask for --ipc=host or --shm-size)
+        return [*argv, "--ipc=host", LineStart(self.reference(image))]
 
     def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
                        env_names: list[str], *, gpus: bool,

@@ -65,6 +65,19 @@ def test_cdi_gpu_flags_from_the_profile(render: RenderFn) -> None:
     assert "--device nvidia.com/gpu=all" in server and "--gpus" not in server
 
 
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_server_containers_share_the_hosts_ipc_namespace(render: RenderFn, runtime: str) -> None:
+    # hpc-admin-2 N9: a container's /dev/shm is 64 MB, too small for the shared memory of
+    # tensor parallelism (vLLM's docs: --ipc=host or --shm-size); harnesses need none
+    run = _run(runtime)
+    run["deployment"]["tensor_parallel_size"] = 2
+    script = render("local", run)
+    server = _block(script, f"  {runtime} run", "vllm serve /models/m")
+    assert "--ipc=host" in server.split()
+    harness = script.split("harness_1 task_environment_1", 1)[1].split("\n\n", 1)[0]
+    assert "--ipc=host" not in harness
+
+
 def test_images_come_from_the_runtimes_store_not_the_image_dir(render: RenderFn) -> None:
     assert not runtime_for("podman").staged_files and runtime_for("apptainer").staged_files
     run = _run("podman", image_dir="/images")
