@@ -60,7 +60,11 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
         login.LOGIN, "images and data", Status.OK, "not checked: a profile alone names no run",
         "give RUN.yaml to check what a run needs staged")]
     report.lines.append(login.python_line(python, table))
-    if on_node and folder is not None:
+    if on_node and folder is None:
+        report.lines.append(Line(node.NODE, "doctor job", Status.WARNING, "not run: it reports "
+                                 "into execution.output_dir, which is not usable",
+                                 "fix execution.output_dir (above)"))
+    elif on_node and folder is not None:
         target = node.network_target([spec, *(c.spec for c in configs)], network_target, env)
         script = node.job_script(ex, python, folder / node.REPORT_FILE, target)
         report.job_id, facts, failed = node.run_node_job(client, ex, folder, script,

@@ -158,8 +158,9 @@ def python_line(python: str, mounts: str) -> Line:
 def private_folder(output_dir: str, mounts: str) -> tuple[Path | None, list[Line]]:
     """A folder only this user reads, under the output dir (making it is the writable check)."""
     check, key = "output dir", "execution.output_dir"
+    if not os.path.isdir(output_dir):  # never made here: submit makes it, where it should
+        return None, [_missing_output_dir(output_dir, mounts)]
     try:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=".hpceval-doctor-", dir=output_dir))
     except OSError as exc:
         return None, [Line(LOGIN, check, Status.PROBLEM, f"{output_dir} is not writable: "
@@ -167,6 +168,23 @@ def private_folder(output_dir: str, mounts: str) -> tuple[Path | None, list[Line
                            "on shared storage")]
     line = shared_storage_line(check, key, output_dir, mounts)
     return folder, [Line(LOGIN, check, line.status, f"writable; {line.detail}", line.fix)]
+
+
+def _missing_output_dir(output_dir: str, mounts: str) -> Line:
+    check, key = "output dir", "execution.output_dir"
+    parent = Path(output_dir)
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return Line(LOGIN, check, Status.PROBLEM, f"{output_dir} does not exist, and {parent}, "
+                    "where submit would make it, is not a folder you can write",
+                    f"set {key} to a folder you can write, on shared storage")
+    storage = shared_storage_line(check, key, str(parent), mounts)
+    status = Status.PROBLEM if storage.status is Status.PROBLEM else Status.WARNING
+    return Line(LOGIN, check, status, f"{output_dir} does not exist yet: submit would make it "
+                f"in {storage.detail}", storage.fix if status is Status.PROBLEM else
+                f"mkdir -p {output_dir} (on shared storage), then run doctor again: it makes "
+                "nothing itself, and its job reports into that folder")
 
 
 def _unescape(field: str) -> str:

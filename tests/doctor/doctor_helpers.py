@@ -62,6 +62,8 @@ class FakeClient:
 def spec_for(tmp_path: Path, **execution: Any) -> RunSpec:
     from hpceval.config.build import build_run_spec
 
+    if "output_dir" not in execution:  # doctor makes no folder: one that exists, as a site's
+        (tmp_path / "out").mkdir(exist_ok=True)
     ex = {"partition": "gpu", "walltime": "01:00:00", "output_dir": str(tmp_path / "out"),
           **execution}
     return build_run_spec({"execution": ex, "deployment": {"type": "none"},

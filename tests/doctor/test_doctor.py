@@ -116,6 +116,28 @@ def test_an_unwritable_output_dir_is_a_problem_and_asks_nothing(tmp_path: Path) 
     assert client.calls == []  # no test-only, no node job without a folder for them
 
 
+def test_a_missing_output_dir_is_reported_never_created(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # hpc-admin-2 N11: doctor made /lustre/scratch/alice/hpceval on the login node's root disk
+    # and called it writable
+    monkeypatch.setattr(login, "NODE_LOCAL_DIRS", ())  # pytest's folder stands for shared storage
+    spec = spec_for(tmp_path, output_dir=str(tmp_path / "scratch" / "alice" / "runs"))
+    client = FakeClient()
+    shared = f"/dev/sda1 / ext4 rw 0 0\nsrv:/scratch {tmp_path} nfs4 rw 0 0\n"
+    report = doctor(spec, client=client, on_node=True, mounts=shared)
+    lines = by_check(report.lines)
+    assert not (tmp_path / "scratch").exists()
+    line = lines["output dir"]
+    assert line.status is Status.WARNING and "does not exist" in line.detail
+    assert str(tmp_path) in line.detail  # where submit would make it, and what storage that is
+    assert "mkdir -p" in line.fix
+    assert lines["doctor job"].status is Status.WARNING and "not run" in lines["doctor job"].detail
+    assert client.calls == []
+    local = by_check(doctor(spec, client=client, mounts="/dev/sda1 / ext4 rw 0 0\n"
+                            f"none {tmp_path} tmpfs rw 0 0\n").lines)
+    assert local["output dir"].status is Status.PROBLEM  # it would be made on node-local disk
+
+
 # -- the command --------------------------------------------------------------------------------
 
 def test_a_bare_profile_is_checked_without_a_run(tmp_path: Path) -> None:
@@ -136,7 +158,7 @@ def test_api_doctor_of_a_profile(tmp_path: Path, sinfo: Path) -> None:
     from hpceval.api import doctor as api_doctor
 
     client = FakeClient()
-    result = api_doctor(profile="local-dev", overrides=[f"execution.output_dir={tmp_path}/o"],
+    result = api_doctor(profile="local-dev", overrides=[f"execution.output_dir={tmp_path}"],
                         client=client)
     checks = {line["check"]: line["status"] for line in result["lines"]}
     assert checks["execution.partition"] == "ok"  # the fake sinfo's debug: infinite

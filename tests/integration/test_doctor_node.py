@@ -3,7 +3,8 @@ CPU job to the local-dev profile's partition and prints the compute node's lines
 they came from the job: Slurm's own record of that job id, hpceval's version as the job's
 interpreter imported it, the node's default route as `ip route` prints it here (every dev
 node is this machine), a loopback listener only the job connects to, and that listener's port
-missing from the free ports. Nothing leaves loopback."""
+missing from the free ports, and SBATCH_EXPORT=NONE in the submit shell reported as the job saw
+it. Nothing leaves loopback."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     sock = _listener()
     port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    # as on a site that sets it: the job then has SLURM_EXPORT_ENV=NONE, which doctor reports
+    env["SBATCH_EXPORT"] = "NONE"
+    (tmp_path / "runs").mkdir()  # doctor makes no folder (hpc-admin-2 N11)
     try:
         run = subprocess.run(
             [sys.executable, "-m", "hpceval", "doctor", "local-dev", "--on-node", "--json",
@@ -88,6 +92,9 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     else:
         assert route["status"] == "warning"
 
+    exported = lines[("node", "job environment")]
+    assert exported["status"] == "warning", exported
+    assert exported["detail"].startswith("SLURM_EXPORT_ENV=NONE"), exported
     assert lines[("node", "outbound network")]["status"] == "ok"
     assert lines[("node", "outbound network")]["detail"].startswith(f"reached 127.0.0.1:{port}")
     ports = lines[("node", "free ports")]
