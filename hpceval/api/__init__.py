@@ -66,13 +66,14 @@ from hpceval.api._site import (
     watch_status,
     watch_steps,
 )
-from hpceval.api._track import RunStatus, Tracking, task_flags, track
+from hpceval.api._track import LIVE_POLL_S, RunStatus, Tracking, task_flags, track
 
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
 render_scripts = render
 
 __all__ = [
+    "LIVE_POLL_S",
     "STATS_HINT",
     "ConfigSource",
     "Exported",

@@ -27,11 +27,17 @@ class RunStatus:
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
 
 
+# A view that follows runs (status --watch, a notebook's loop) asks the scheduler at most this
+# often: every ask is an RPC to a shared controller for as long as the runs last. The run's own
+# files (task markers, request progress) are read on every refresh.
+LIVE_POLL_S = 30.0
+
+
 class Tracking:
     """Runs followed together: each refresh is one scheduler query for all of them."""
 
     def __init__(self, refs: Sequence[RunRef], skipped: Sequence[tuple[RunRef, str]], *,
-                 client: SlurmClient | None = None, min_interval_s: float = 2.0) -> None:
+                 client: SlurmClient | None = None, min_interval_s: float = LIVE_POLL_S) -> None:
         from hpceval.runs.state import Tracker
 
         self.refs, self.skipped = list(refs), list(skipped)
@@ -55,7 +61,7 @@ class Tracking:
 
 def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
           output_dirs: Iterable[str | Path] = (), client: SlurmClient | None = None,
-          min_interval_s: float = 2.0) -> Tracking:
+          min_interval_s: float = LIVE_POLL_S) -> Tracking:
     """Follow RUNs (default: the newest ``limit``). A run whose run.json or jobs.json is
     damaged is left out, with why, in ``Tracking.skipped``: one such run must not hide the
     state of every other one."""

@@ -42,7 +42,8 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @click.argument("runs", nargs=-1)
 @click.option("--watch", is_flag=True, help="Refresh until every run ended (progress bars).")
 @click.option("--interval", default=5.0, show_default=True,
-              help="Seconds between refreshes with --watch (one scheduler call each; min 2).")
+              help="Seconds between refreshes with --watch (min 2). The run's files are read "
+                   "each time; the scheduler is asked at most every 30 s.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--limit", default=5, show_default=True, help="Recent runs shown without RUN.")
 @click.option("--no-tasks", is_flag=True, help="Leave out the per-task lines.")
@@ -67,7 +68,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
         return
     if any(api.is_watch(r) for r in runs):
         raise click.UsageError("give one WATCH alone (hpceval status WATCH; no --watch)")
-    tracking = api.track(runs, limit=limit, output_dirs=output_dirs, min_interval_s=2.0)
+    tracking = api.track(runs, limit=limit, output_dirs=output_dirs)
     if not tracking.refs and not tracking.skipped:
         click.echo("[]" if as_json else "no runs yet (submit one, or pass --output-dir)")
         return

@@ -31,6 +31,7 @@ NODE = "node"
 REPORT_FILE = "node-report.json"
 SCRIPT_FILE = "doctor-job.sh"
 NODE_WALLTIME = "00:05:00"
+QUEUE_POLL_S = 10.0  # the queue is asked at most this often while the report is awaited
 PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
 
 _HELPERS = r'''
@@ -166,6 +167,7 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
                                 f"{SUBMIT} refused it: {exc.stderr or exc}",
                                 "fix the login-side lines above first")
     report, deadline, state = folder / REPORT_FILE, clock() + timeout_s, "PENDING"
+    asked: float | None = None
     while clock() < deadline:
         if report.is_file():
             try:
@@ -175,6 +177,10 @@ def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script:
                 return job_id, None, Line(NODE, "doctor job", Status.PROBLEM,
                                           f"job {job_id} wrote an unreadable report: {exc}",
                                           f"read {report} and {folder}/doctor-{job_id}.log")
+        if asked is not None and clock() - asked < QUEUE_POLL_S:
+            sleep(1.0)  # the report is a file of our own folder: cheap to look for
+            continue
+        asked = clock()
         entry = client.squeue([job_id]).get(job_id)
         state = entry.state if entry else "GONE"
         if state not in ACTIVE_STATES:

@@ -197,6 +197,27 @@ def test_track_skips_a_damaged_run_and_asks_the_scheduler_once(tmp_path: Path,
     assert api.task_flags(found.state) == {}  # a finished task scored 0.5: nothing to flag
 
 
+def test_a_followed_run_asks_the_scheduler_at_most_every_30_s(tmp_path: Path,
+                                                              fake: FakeSlurm) -> None:
+    # hpc-admin-2 N15: `status --watch` refreshed sacct every 5 s (floor 2 s) for as long as
+    # a run lasts; the screen may refresh faster from the run's files, the scheduler may not
+    run = api.submit(write_run_file(tmp_path), profile="local-dev", client=fake)
+    fake.states[run.job_ids[0]] = "RUNNING"
+    tracking = api.track([run.invocation_id], client=fake)
+    tracking.refresh(force=True)
+    before = len(fake.sacct_calls)
+    time.sleep(2.2)  # past the old 2 s floor
+    (found,) = tracking.refresh()
+    assert len(fake.sacct_calls) == before  # the cached answer, within 30 s
+    assert found.state.ref.run_dir == run.run_dir
+    assert api.LIVE_POLL_S == 30.0
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+    assert f"at most every {api.LIVE_POLL_S:g} s" in CliRunner().invoke(
+        cli, ["status", "--help"]).output.replace("\n", " ").replace("  ", " ")
+
+
 def test_cost_and_report(tmp_path: Path, fake: FakeSlurm) -> None:
     run = api.submit(write_run_file(tmp_path), profile="local-dev", client=fake)
     fake.states[run.job_ids[0]] = "COMPLETED"

@@ -176,6 +176,30 @@ def test_a_job_that_ends_without_a_report_or_never_reports(tmp_path: Path) -> No
     assert ("cancel", ["42"]) in waiting.calls  # a job that never ran is not left queued
 
 
+def test_the_wait_asks_the_queue_at_most_every_10_s_and_the_report_every_second(
+        tmp_path: Path) -> None:
+    # hpc-admin-2 N15: squeue every second for up to --timeout is one RPC per second to a busy
+    # slurmctld; the report file is a stat on the doctor's own folder
+    class Pending(FakeClient):
+        def squeue(self, job_ids: Sequence[str]) -> dict[str, QueueEntry]:
+            self.calls.append(("squeue", list(job_ids)))
+            return {"42": QueueEntry("42", "PENDING", "Resources", "")}
+
+    now = [0.0]
+    looked: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        looked.append(now[0])
+        now[0] += seconds
+
+    waiting = Pending()
+    node.run_node_job(waiting, spec_for(tmp_path).execution, tmp_path, "#!/bin/bash\n",
+                      timeout_s=60, sleep=sleep, clock=lambda: now[0])
+    asked = [call for call in waiting.calls if call[0] == "squeue"]
+    assert 6 <= len(asked) <= 7, asked  # at 0, 10, ..., 50 (60: the deadline)
+    assert len(looked) >= 55  # the report is looked for every second meanwhile
+
+
 def test_doctor_on_node_end_to_end_with_a_fake_client(tmp_path: Path, sinfo: Path) -> None:
     # a Python on NFS (in NFS's table), not this test's own: a checkout in /tmp would add its
     # venv, rightly node-local, to the problems
