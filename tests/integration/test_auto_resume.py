@@ -102,8 +102,10 @@ def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     model_dir = run.run_dir / "models" / "ref-model"
     state = wait_done(slurm_cluster, first, timeout=180)
     log = job_log(model_dir, first)
-    assert state in ("FAILED", "TIMEOUT"), log
-    assert "successor job" in log, log
+    # COMPLETED, not FAILED 143: the successor continues it (hpc-admin-2 N13; TIMEOUT only if
+    # stopping took longer than the signal's 60 s)
+    assert state in ("COMPLETED", "TIMEOUT"), log
+    assert "successor job" in log and "runs the unfinished tasks" in log, log
     lines = (run.run_dir / "jobs.chain").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith(" ref-model")  # "<job id> <model key>"
     chain = [lines[0].split()[0]]

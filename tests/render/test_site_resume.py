@@ -78,9 +78,50 @@ def test_no_third_load_after_two_allocations_that_never_became_healthy(
     assert successor_attempt(script, tmp_path, 1, ["101", "102"], [])[0]
 
 
+def stopped_end(script: str, tmp_path: Path, *, sbatch_works: bool) -> tuple[int, str]:
+    """A job stopped by the walltime signal: the rendered submit_successor, then end_stopped,
+    with an sbatch that answers a job id or refuses; (exit status, log)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "allocations").write_text("101 0\n")
+    (model_dir / "loads").write_text("101 300\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    answer = "echo 999" if sbatch_works else "echo 'sbatch: error: QOS limit' >&2; exit 1"
+    (bin_dir / "sbatch").write_text(f"#!/bin/bash\n{answer}\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    body = ("set -uo pipefail\nlog() { echo \"$*\"; }\n" + backend_env(script)
+            + _function(script, "job_failure") + _function(script, "submit_after")
+            + _function(script, "submit_successor") + _function(script, "end_stopped")
+            + 'SERVERS_HEALTHY=1 MAX_ALLOCATIONS=10 JOB_SCRIPT=/x.sbatch SUCCESSOR=""\n'
+            "submit_successor\nend_stopped\necho not-reached\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_DIR": str(model_dir),
+           "RUN_DIR": str(tmp_path), "MODEL_KEY": "m", "SLURM_JOB_ID": "101",
+           "HPCEVAL_INVOCATION_ID": "inv"}
+    proc = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True,
+                          check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_stopped_job_exits_0_once_its_successor_is_submitted(render: RenderFn,
+                                                              tmp_path: Path) -> None:
+    # hpc-admin-2 N13: exit 143 made every healthy allocation of a chain FAILED in sacct (and
+    # mailed with mail-type FAIL); the successor carries on, so this allocation succeeded
+    script = render("slurm", RUN)
+    rc, log = stopped_end(script, tmp_path, sbatch_works=True)
+    assert rc == 0 and "job 999 runs the unfinished tasks" in log, log
+    assert "not-reached" not in log
+    # no successor (refused): the job did stop short, and says so with 143
+    rc, log = stopped_end(script, tmp_path, sbatch_works=False)
+    assert rc == 143 and "could not submit a successor" in log, log
+    # every way a stopped job ends goes through end_stopped, none exits 143 itself
+    ends = [line for line in script.splitlines() if "STOPPING" in line and "exit" in line]
+    assert ends and all("end_stopped" in line for line in ends), ends
+
+
 def test_the_job_records_its_load_time_once_healthy(render: RenderFn, tmp_path: Path) -> None:
     script = render("slurm", RUN, ["evaluation.overlap_load=false"])
-    wait = script.index("bring_up_servers || exit")
+    wait = script.index("if ! bring_up_servers; then")
     record = script.index("\nservers_up\n")
     assert wait < record < script.index("\nstart_model_proxy\n")
     assert 'echo "${HPCEVAL_JOB_ID:-local} $SECONDS" >> "$MODEL_DIR/loads"' in function(
