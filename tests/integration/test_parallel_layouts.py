@@ -24,6 +24,7 @@ import json
 import math
 import re
 import shlex
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,6 +149,21 @@ def served_requests(log: Path) -> int:
     return len(re.findall(r'"POST /v1/completions HTTP/1.1" 200', log.read_text()))
 
 
+def server_steps(job_id: str) -> list[str]:
+    """The state of each server step of an ended job (sacct; its step records may reach the
+    accounting database a moment after the job's)."""
+    states: list[str] = []
+    for _ in range(40):
+        out = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,JobName,State"],
+                             capture_output=True, text=True, check=False).stdout
+        states = [row.split("|")[2] for row in out.splitlines()
+                  if row.count("|") == 2 and row.split("|")[1] == "hpceval-server"]
+        if states and not any(s in ("RUNNING", "PENDING") for s in states):
+            break
+        time.sleep(0.5)
+    return states
+
+
 def ranks(text: str) -> set[tuple[int, int, int]]:
     """(world size, rank, local rank) of every worker process a vLLM log shows (each logs its
     torch.distributed init)."""
@@ -211,6 +227,10 @@ def test_tp2_across_two_nodes_native(
                                       nodes=2, gpus=1, tp=2, export_none=True)
     # the batch shell really did not get the submit shell's environment
     assert "submit shell export: NONE absent" in job_log, job_log[:3000]
+    # both server steps (head, worker) ended on TERM as processes, not force-killed by srun
+    # (CANCELLED+ 0:9 on every successful job: hpc-admin-2 N6)
+    job_id = next(model.glob("slurm-*.log")).stem.removeprefix("slurm-")
+    assert server_steps(job_id) == ["COMPLETED", "COMPLETED"], job_log[-3000:]
     assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--nnodes 2 --node-rank 0",
                      job_log), job_log
     assert re.search(r"instance 0 \(worker-1\) on node2: vllm serve .*--node-rank 1 .*--headless",
