@@ -187,6 +187,9 @@ SlurmctldHost=localhost
 SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
+# a requeued job (node failure, PreemptMode=REQUEUE) waits cred_expire before it starts again:
+# 30 s here, not the default 120 s, so the requeue drills do not idle for two minutes each
+AuthInfo=cred_expire=30
 CredType=cred/munge
 StateSaveLocation=/var/lib/slurm/slurmctld
 # %n = node name: every slurmd on this host gets its own spool dir, pid file and log
@@ -236,7 +239,9 @@ if [ "$NDRILL" -gt 0 ]; then
   local drill; drill=$(node_range $((NCOMPUTE + 1)) "$NNODES")
   echo "PartitionName=drill Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=10"
   # preemption drills: a job in "drill" preempts one in "lowprio" (SIGTERM, 15 s grace, then gone)
+  # or in "requeue" (the same, then Slurm queues it again under its id, as many sites do)
   echo "PartitionName=lowprio Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=15"
+  echo "PartitionName=requeue Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=15"
 fi
 }
 write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)

@@ -136,6 +136,14 @@ def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
     assert "every task is done already" in log and "instance 0" not in log
 
 
+def preempt(slurm: CommandSlurmClient, workdir: Path) -> str:
+    """A job in "drill" that preempts whatever runs on the drill node (partition_prio)."""
+    script = workdir / "preemptor.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --partition=drill --exclusive --time=2\n"
+                      f"#SBATCH --output={workdir}/preemptor-%j.out\nsleep 3\n")
+    return slurm.submit(script)
+
+
 def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
                                               workdir: Path) -> None:
     """The dev cluster's "drill" partition preempts "lowprio" (PreemptMode=CANCEL): the job gets
@@ -148,10 +156,7 @@ def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     first = submit_prepared(run, slurm_cluster).job_ids[0]
     model_dir = run.run_dir / "models" / "ref-model"
     wait_for(marker.exists, 90, "the task to start in the first allocation")
-    script = workdir / "preemptor.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --partition=drill --exclusive --time=2\n"
-                      f"#SBATCH --output={workdir}/preemptor-%j.out\nsleep 3\n")
-    other = slurm_cluster.submit(script)
+    other = preempt(slurm_cluster, workdir)
     try:
         assert wait_done(slurm_cluster, first, timeout=120) == "PREEMPTED"
         log = job_log(model_dir, first)
@@ -165,6 +170,39 @@ def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
         slurm_cluster.cancel([other])
     assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
     assert len((model_dir / "allocations").read_text().splitlines()) == 2
+    tracker = Tracker(slurm_cluster)
+    tracker.add(run.run_dir)
+    (state,) = tracker.refresh(force=True)
+    assert state.phase is Phase.DONE, state.reason
+
+
+def test_a_job_slurm_requeues_after_a_preemption_continues_under_its_id(
+        slurm_cluster: CommandSlurmClient, workdir: Path) -> None:
+    """Partition "requeue" (PreemptMode=REQUEUE): Slurm queues the preempted job again under
+    its own id, so the job submits no successor (hpc-admin-2 N2: it did, and two jobs continued
+    one model), and its rerun counts the preemption apart from node failures."""
+    marker = workdir / "marker"
+    resolved = load_config(run_file(workdir, "5", marker, partition="requeue",
+                                    max_walltime="00:15:00"),
+                           profile="local-dev")
+    run = prepare_run(resolved)
+    first = submit_prepared(run, slurm_cluster).job_ids[0]
+    model_dir = run.run_dir / "models" / "ref-model"
+    wait_for(marker.exists, 90, "the task to start in the first allocation")
+    other = preempt(slurm_cluster, workdir)
+    try:
+        # requeued (BeginTime: cred_expire, 30 s here), rerun, and finished: one job id
+        deadline = time.monotonic() + 240
+        while wait_done(slurm_cluster, first, timeout=240) != "COMPLETED":
+            assert time.monotonic() < deadline, chain_report(model_dir, [first])
+            time.sleep(1.0)
+    finally:
+        slurm_cluster.cancel([other])
+    log = job_log(model_dir, first)
+    assert "preempted, and Slurm queues this job again" in log, chain_report(model_dir, [first])
+    assert "successor job" not in log and not (run.run_dir / "jobs.chain").exists(), log
+    assert "rerun 1: after 1 preemption(s) and 0 node failure(s)" in log, log
+    assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
     tracker = Tracker(slurm_cluster)
     tracker.add(run.run_dir)
     (state,) = tracker.refresh(force=True)

@@ -41,13 +41,16 @@ def test_a_site_requeue_flag_is_written_once(render: RenderFn) -> None:
     assert "requeue" not in script[:script.index("\n\n")]
 
 
-def rerun(script: str, tmp_path: Path, restart: int, allocations: int) -> tuple[int, str, str]:
+def rerun(script: str, tmp_path: Path, restart: int, allocations: int,
+          preemptions: int = 0) -> tuple[int, str, str]:
     """The rendered rerun check with SLURM_RESTART_COUNT=restart after `allocations` lines in
-    $MODEL_DIR/allocations, read through the Slurm backend's env block as the job reads it:
-    (exit status, log, job-failure)."""
-    model_dir = tmp_path / f"model-{restart}-{allocations}"
+    $MODEL_DIR/allocations and `preemptions` of this job (id 7) that Slurm requeued, read
+    through the Slurm backend's env block as the job reads it: (exit status, log, job-failure)."""
+    model_dir = tmp_path / f"model-{restart}-{allocations}-{preemptions}"
     model_dir.mkdir()
     (model_dir / "allocations").write_text("".join(f"{100 + i} 0\n" for i in range(allocations)))
+    (model_dir / "preemptions").write_text("".join(f"7 {i}\n" for i in range(preemptions))
+                                           + "70 1\n")  # another job's, not counted
     start = script.index(RERUN)
     block = script[start:script.index("\nfi\n", start) + 4]
     start_fn = script.index("\njob_failure() {") + 1
@@ -57,7 +60,7 @@ def rerun(script: str, tmp_path: Path, restart: int, allocations: int) -> tuple[
             + script[start_fn:script.index("\n}\n", start_fn) + 3]
             + "MAX_ALLOCATIONS=3\n" + block + "echo continued\n")
     env = {"PATH": os.environ["PATH"], "MODEL_DIR": str(model_dir), "HPCEVAL_INVOCATION_ID": "inv",
-           "SLURM_RESTART_COUNT": str(restart)}
+           "SLURM_RESTART_COUNT": str(restart), "SLURM_JOB_ID": "7"}
     done = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True,
                           check=False, timeout=30)
     failure = model_dir / "job-failure"
@@ -69,10 +72,26 @@ def test_a_rerun_is_bounded_by_retries_and_max_walltime(render: RenderFn, tmp_pa
     rc, out, failure = rerun(script, tmp_path, 0, 1)  # the first run: no check
     assert (rc, failure) == (0, "") and out == "continued\n"
     rc, out, failure = rerun(script, tmp_path, 2, 2)  # the second rerun: still allowed
-    assert (rc, failure) == (0, "") and "rerun 2 of at most 2 after a node failure" in out
+    assert (rc, failure) == (0, "") and \
+        "rerun 2: after 0 preemption(s) and 2 node failure(s) (at most 2)" in out
     rc, out, failure = rerun(script, tmp_path, 3, 2)  # a third node failure: stays failed
     assert rc == 1 and "continued" not in out
     assert "nodes failed 3 times; execution.node_failure_retries is 2" in failure
     assert "hpceval resume inv" in failure
     rc, out, failure = rerun(script, tmp_path, 1, 4)  # max_walltime used up (3 allocations)
     assert rc == 1 and "execution.max_walltime" in failure
+
+
+def test_preemptions_that_slurm_requeued_are_not_node_failures(render: RenderFn,
+                                                               tmp_path: Path) -> None:
+    # hpc-admin-2 N2: under PreemptMode=REQUEUE every preemption reran the job with a higher
+    # SLURM_RESTART_COUNT, and the third ended it as "the job's nodes failed 3 times"
+    script = render("slurm", RUN, ["execution.node_failure_retries=2"])
+    rc, out, failure = rerun(script, tmp_path, 3, 3, preemptions=3)
+    assert (rc, failure) == (0, ""), out
+    assert "rerun 3: after 3 preemption(s) and 0 node failure(s)" in out
+    rc, out, failure = rerun(script, tmp_path, 5, 3, preemptions=2)  # 3 node failures
+    assert rc == 1 and "nodes failed 3 times" in failure
+    rc, out, failure = rerun(script, tmp_path, 3, 4, preemptions=3)  # but max_walltime holds
+    assert rc == 1 and "after 3 preemption(s) and 0 node failure(s)" in failure
+    assert "execution.max_walltime" in failure

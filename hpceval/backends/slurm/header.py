@@ -170,6 +170,7 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> li
     out = sbatch_value(f"{slurm_filename(log_dir)}/{pattern}", "execution.output_dir")
     lines.append(HeaderLine("output", out))
     lines.append(HeaderLine("error", out, "one log: errors next to what led to them"))
+    lines.append(HeaderLine("open-mode", "append", "a rerun under this id keeps its first lines"))
     lines.append(HeaderLine("signal", f"B:USR1@{ex.signal_seconds}",
                             "warn the script before the walltime ends"))
     if "requeue" not in ex.sbatch_extra_flags:  # else the site's own choice, written below
