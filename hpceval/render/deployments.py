@@ -196,11 +196,14 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     # vLLM posts usage statistics (model, hardware) to stats.vllm.ai unless told not to; a
     # cluster's model names should not leave it (the harnesses' telemetry is off too).
     env += [("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1")]
-    # vLLM, torch.compile/Triton and anything using XDG write caches under $HOME by default:
-    # read-only or unmounted in containers, one quota shared by every job elsewhere.
+    # vLLM, torch.compile/Triton, FlashInfer's JIT kernels, CUDA's ComputeCache and anything
+    # using XDG write caches under $HOME by default: read-only or unmounted in containers, one
+    # quota shared by every job elsewhere.
     cache = server_cache(resolved, served)
     env += [("VLLM_CACHE_ROOT", ShellCode(cache[:-1] + '/vllm"')),
             ("TRITON_CACHE_DIR", ShellCode(cache[:-1] + '/triton"')),
+            ("FLASHINFER_WORKSPACE_BASE", ShellCode(cache[:-1] + '/flashinfer"')),
+            ("CUDA_CACHE_PATH", ShellCode(cache[:-1] + '/nv-compute"')),
             ("XDG_CACHE_HOME", ShellCode(cache))]
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
     if server_token(served):

@@ -47,10 +47,15 @@ def test_host_servers_cache_node_locally_under_tmpdir(render: RenderFn, tmp_path
                     ["deployment.runtime=host"])
     base = {"PATH": os.environ["PATH"], "HOME": "/home/alice", "SERVER_DIR": "/runs/m/server",
             "HPCEVAL_JOB_TOKEN": "t"}
-    names = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME"]
+    names = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
+             "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH"]
     local = run_env_function(script, {**base, "TMPDIR": "/tmp/job-42"}, names)
     assert local["VLLM_CACHE_ROOT"] == "/tmp/job-42/hpceval-cache/vllm"
     assert local["TRITON_CACHE_DIR"] == "/tmp/job-42/hpceval-cache/triton"
+    # FlashInfer's JIT cache and CUDA's ComputeCache default to $HOME, whose quota every job
+    # of the user shares (hpc-admin-2 D12)
+    assert local["FLASHINFER_WORKSPACE_BASE"] == "/tmp/job-42/hpceval-cache/flashinfer"
+    assert local["CUDA_CACHE_PATH"] == "/tmp/job-42/hpceval-cache/nv-compute"
     assert local["XDG_CACHE_HOME"] == "/tmp/job-42/hpceval-cache"
     # moving XDG_CACHE_HOME must not move the hub cache that holds the models
     assert local["HF_HOME"] == "/home/alice/.cache/huggingface"
