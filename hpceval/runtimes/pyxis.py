@@ -10,10 +10,12 @@ on every step: what the job exported, even under a site's ``SBATCH_EXPORT=NONE``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
-from hpceval.images import DOCKER, pyxis_reference
+from hpceval.images import DOCKER, pyxis_reference, sif_name
 from hpceval.runtimes import register
 from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions
 from hpceval.shell import ShellCode, env_name, joined
@@ -35,9 +37,23 @@ def bind_parts(spec: str) -> list[str]:
     return spec.split(":")
 
 
+def container_name(image_value: str) -> ShellCode:
+    """pyxis's --container-name: one per image and job, so the steps of the job on a node reuse
+    the container pyxis unpacked for the first (without a name, every step unpacks the image
+    again). The job's id keeps it apart from another job's where a site keeps named containers
+    beyond the job (pyxis's container_scope=global)."""
+    name = Path(sif_name(image_value) if image_value.startswith(DOCKER) else image_value).name
+    if Path(name).suffix in (".sqsh", ".sif", ".squashfs"):
+        name = Path(name).stem
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name)  # plain in any tool's paths
+    return joined([ShellCode(f'"hpceval-${{HPCEVAL_JOB_ID}}-{safe}"')], ",",
+                  "--container-name=")
+
+
 def container_flags(image_value: str, mounts: Iterable[ShellCode],
                     env_names: Iterable[str], workdir: ShellCode | None = None) -> list[Any]:
-    flags: list[Any] = [joined([image(image_value)], ",", "--container-image=")]
+    flags: list[Any] = [joined([image(image_value)], ",", "--container-image="),
+                        container_name(image_value)]
     entries = list(mounts)
     if entries:
         flags.append(joined(entries, ",", "--container-mounts="))

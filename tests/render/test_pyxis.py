@@ -82,6 +82,19 @@ def test_servers_and_harnesses_run_through_srun_flags(render: RenderFn) -> None:
     assert "--container-workdir=\"$MODEL_DIR/tasks/boxed.boxed_chat\"" in text
 
 
+def test_every_step_of_an_image_reuses_one_container_per_job(render: RenderFn) -> None:
+    # hpc-admin-2 N12: without --container-name pyxis unpacks the same .sqsh for every step,
+    # twice on one node with two instances; one name per image and job, never another job's
+    text = render("slurm", RUN, PYXIS)
+    server = '--container-name="hpceval-${HPCEVAL_JOB_ID}-vllm_vllm-openai_v0_13_0"'
+    assert text.count(server) == 1  # launch_server's one srun, for every instance
+    names = set(re.findall(r"--container-name=(\S+)", text))
+    assert len(names) == 2 and all("${HPCEVAL_JOB_ID}" in name for name in names), names
+    image = {name: text[:text.index(name)].rsplit("--container-image=", 1)[1].split()[0]
+             for name in names}
+    assert len(set(image.values())) == 2  # a name per image, the harness's apart
+
+
 def test_host_harness_stays_on_the_host(render: RenderFn) -> None:
     run = {**RUN, "deployment": {**MODEL, "runtime": "host"}}
     text = render("slurm", run, [*PYXIS, "evaluation.tasks=[{name: completion_probe}]"])
