@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from hpceval.backends.slurm.backend import ACTIVE_STATES
 from hpceval.backends.slurm.commands import EXPORT_SETTING, SUBMIT, SUBMIT_EXPORT, WHY_PENDING
 from hpceval.config.schema import ExecutionSpec, RunSpec
+from hpceval.doctor import node_site
 from hpceval.doctor.login import ProbingClient, site_args
 from hpceval.doctor.report import Line, Status
 from hpceval.engines import engine_for
@@ -140,8 +141,9 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
     head.append(f"PROGRAMS=({quote(list(PROGRAMS))})")
     # execution.module_init is shell code by definition (the job runs it verbatim too)
     head += list(ex.module_init)
+    head += node_site.head(ex, site_args(ex))
     return "\n".join([*head, _HELPERS.strip("\n"), listening_ports_function().rstrip("\n"),
-                      _BODY.lstrip("\n")])
+                      node_site.BODY.strip("\n"), _BODY.lstrip("\n")])
 
 
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
@@ -249,6 +251,7 @@ def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
                               f"put {key} on storage the compute nodes mount, readable by you"))
     lines += _network_lines(fact, target)
     lines.append(_route_line(fact, offline=ex.offline))
+    lines += node_site.site_lines(ex, fact)
     lines.append(_export_line(fact))
     lines.append(_ports_line(fact, spec.deployment.port))
     return lines

@@ -83,6 +83,16 @@ def node_facts(**changes: Any) -> dict[str, Any]:
         "gpus": {"rc": 127, "out": "nvidia-smi not on PATH"},
         "route": {"rc": 0, "out": "default via 10.0.0.1 dev eth0"},
         "listening": {"rc": 0, "out": "22 8000 8001"},
+        "node_addr": {"rc": 0, "out": "node1 10.0.0.11"},
+        "addresses": {"rc": 0, "out": "1: lo    inet 127.0.0.1/8 scope host lo\n"
+                                      "2: eth0    inet 10.0.0.11/24 brd 10.0.0.255 scope global"
+                                      " eth0\n3: ib0    inet 10.1.0.11/16 scope global ib0"},
+        "flock": {"rc": 0, "out": ""},
+        "space": {"rc": 0, "out": "Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+                                  "tmpfs 104857600 0 104857600 0% /tmp\n"
+                                  "srv:/scratch 1073741824 0 536870912 50% /scratch"},
+        "preempt": {"rc": 0, "out": "PartitionName=gpu\n   PreemptMode=REQUEUE State=UP"},
+        "submit": {"rc": 0, "out": "sbatch: Job 9 to start at 2026-01-01T00:00:00"},
         "port_range": {"rc": 0, "out": "32768 60999"}}
     facts.update(changes)
     return facts

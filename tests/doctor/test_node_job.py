@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -93,6 +94,45 @@ def test_the_export_setting_of_the_site_is_reported(tmp_path: Path) -> None:
     assert listed.status is Status.WARNING  # NIL: not even the user's login environment
 
 
+def test_what_a_real_site_does_to_a_job_is_judged(tmp_path: Path) -> None:
+    # hpc-admin-2 N11: the probes behind the failures of first jobs on a new site
+    healthy = by_check(node.node_lines(spec_for(tmp_path, env_vars={"NCCL_SOCKET_IFNAME": "ib"}),
+                                       node_facts(), "/sw/py", None))
+    for check in ("node address", "NCCL_SOCKET_IFNAME", "flock", "free space in /tmp",
+                  "free space in execution.output_dir", "sbatch from a node",
+                  "preemption on gpu"):
+        assert healthy[check].status is Status.OK, healthy[check]
+    assert healthy["NCCL_SOCKET_IFNAME"].detail == "ib: ib0 has an IPv4 address"
+    assert "queued again under its id" in healthy["preemption on gpu"].detail
+    broken = node_facts(node_addr={"rc": 0, "out": "node1 127.0.1.1"},
+                        flock={"rc": 1, "out": "flock: failed to get lock: Function not "
+                                                "implemented"},
+                        space={"rc": 0, "out": "Filesystem 1024-blocks Used Available "
+                                               "Capacity Mounted on\ntmpfs 4096 0 2048 50% /tmp"},
+                        preempt={"rc": 0, "out": "PreemptMode=SUSPEND,GANG"},
+                        submit={"rc": 1, "out": "sbatch: error: Batch job submission failed: "
+                                                "Access/permission denied"})
+    multi = spec_for(tmp_path, nodes=2, env_vars={"NCCL_SOCKET_IFNAME": "=ib1"})
+    lines = by_check(node.node_lines(multi, broken, "/sw/py", None))
+    assert lines["node address"].status is Status.PROBLEM
+    assert "127.0.1.1, a loopback address" in lines["node address"].detail
+    assert "/etc/hosts" in lines["node address"].fix
+    assert lines["NCCL_SOCKET_IFNAME"].status is Status.PROBLEM
+    assert "it has: eth0, ib0, lo" in lines["NCCL_SOCKET_IFNAME"].detail  # =ib1: exact
+    assert lines["flock"].status is Status.PROBLEM and "-o flock" in lines["flock"].fix
+    assert lines["free space in /tmp"].status is Status.WARNING
+    assert "0.0 GiB free" in lines["free space in /tmp"].detail
+    assert lines["preemption on gpu"].status is Status.WARNING
+    assert lines["sbatch from a node"].status is Status.PROBLEM
+    assert "auto_resume" in lines["sbatch from a node"].fix
+    # one node: a loopback name is a warning; auto_resume off: no successor to submit
+    single = by_check(node.node_lines(spec_for(tmp_path, auto_resume=False), broken, "/sw/py",
+                                      None))
+    assert single["node address"].status is Status.WARNING
+    assert single["sbatch from a node"].status is Status.OK
+    assert "NCCL_SOCKET_IFNAME" not in single  # not set: nothing to look for
+
+
 def test_network_target_comes_from_the_option_the_proxy_or_an_external_url(
         tmp_path: Path) -> None:
     from hpceval.config.build import build_run_spec
@@ -132,6 +172,9 @@ def test_the_job_script_quotes_every_value_and_runs(tmp_path: Path) -> None:
     assert facts["hf_cache"]["rc"] == 0 and facts["network"]["rc"] != 0  # port 1: refused
     assert "module:a b; touch pwned2" in facts  # one module name, never split or run
     assert facts["export_env"] == {"rc": 0, "out": ""}
+    assert facts["flock"]["rc"] == 0 and facts["space"]["rc"] == 0  # here, really
+    assert facts["node_addr"]["out"].split()[0] == socket.gethostname()
+    assert facts["submit"]["out"].startswith("sbatch ") or facts["submit"]["rc"] != 0
     exported = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
                               timeout=120, env={**os.environ, "SLURM_EXPORT_ENV": "NONE"})
     assert exported.returncode == 0, exported.stderr

@@ -92,6 +92,16 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     else:
         assert route["status"] == "warning"
 
+    # what a real site does to a job (hpc-admin-2 N11), as the dev cluster answers: every node
+    # name is 127.0.0.1 here (a warning for this one-node profile), flock and submitting from
+    # a node work, and the debug partition cancels on preemption
+    address = lines[("node", "node address")]
+    assert address["status"] == "warning" and "loopback" in address["detail"], address
+    assert lines[("node", "flock")]["status"] == "ok"
+    assert lines[("node", "sbatch from a node")]["status"] == "ok", lines[
+        ("node", "sbatch from a node")]
+    assert lines[("node", "preemption on debug")]["detail"].startswith("PreemptMode=CANCEL")
+    assert lines[("node", "free space in execution.output_dir")]["status"] in ("ok", "warning")
     exported = lines[("node", "job environment")]
     assert exported["status"] == "warning", exported
     assert exported["detail"].startswith("SLURM_EXPORT_ENV=NONE"), exported

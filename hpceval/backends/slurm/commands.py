@@ -11,3 +11,4 @@ WHY_PENDING = f"{QUEUE} -j ID -o %R"  # why a job still waits
 OWN_JOBS = f"{QUEUE} --me"  # the user's own jobs, with their ids
 EXPORT_SETTING = "SLURM_EXPORT_ENV"  # in a job: the --export it was submitted with
 SUBMIT_EXPORT = "SBATCH_EXPORT"  # the submit shell's (a site's, a user's) default for --export
+PARTITION_SHOW = ("scontrol", "show", "partition")  # a partition's settings (PreemptMode=...)
