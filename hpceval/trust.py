@@ -142,3 +142,37 @@ def dir_problem(path: Path, uid: int | None = None) -> str | None:
     if st.st_uid != (os.getuid() if uid is None else uid):
         return f"is owned by {owner_name(st.st_uid)}, not by you"
     return None
+
+
+# Where a site's admin names the accounts that may own profiles for every user: Spack,
+# EasyBuild and module trees are owned by a service account, not by root.
+SITE_TRUST_FILE = Path("/etc/hpceval/trusted-owners")
+
+
+def site_trusted_owners(path: Path = SITE_TRUST_FILE) -> tuple[frozenset[int], str | None]:
+    """The uids the site trusts to own shared profiles, from ``path`` (one user name or uid
+    per line, ``#`` comments), and why the file was ignored (None when it was read or is
+    absent). Only a file root owns, that nobody else can write, in folders nobody else can
+    write, counts: anyone else could name themselves in it."""
+    if not path.exists():
+        return frozenset(), None
+    problem = untrusted(path, owners=(0,), folders=True)
+    if problem is not None:
+        return frozenset(), f"{path} is ignored: {problem}"
+    uids: set[int] = set()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return frozenset(), f"{path} is ignored: {exc.strerror}"
+    for line in text.splitlines():
+        word = line.split("#", 1)[0].strip()
+        if word.isdigit():
+            uids.add(int(word))
+        elif word:
+            try:
+                import pwd
+
+                uids.add(pwd.getpwnam(word).pw_uid)
+            except KeyError:
+                continue  # an account this node does not know trusts nothing here
+    return frozenset(uids), None

@@ -7,9 +7,11 @@ a file there counts only for a name found nowhere else).
 
 A profile or preset can run shell as the user (``pre_commands``, ``modules``, ``env_vars``), so
 it is trusted the way ssh trusts its config (review F2, the rule in hpceval.trust): the file
-must be owned by the user or root and not writable by group or other, and no folder above it
-may be writable by group or other unless it is a root-owned sticky folder such as /tmp (there
-nobody can rename what is not theirs). Anything else is refused naming the file and its owner,
+must be owned by the user or root (or by an account the site names in
+/etc/hpceval/trusted-owners; the shipped profiles also by the account that owns the
+installation) and not writable by group or other, and no folder above it may be writable by
+group or other unless it is a root-owned sticky folder such as /tmp (there nobody can rename
+what is not theirs). Anything else is refused naming the file and its owner,
 wherever on the search path (run file's folder, ``$HPCEVAL_PROFILE_PATH``, an ``extends:``
 parent, an explicit path).
 """
@@ -23,8 +25,8 @@ from typing import Any
 
 from hpceval.config import yamlio
 from hpceval.config.errors import ConfigError
-from hpceval.resources import site_configs_dir
-from hpceval.trust import untrusted
+from hpceval.resources import install_owner, site_configs_dir
+from hpceval.trust import SITE_TRUST_FILE, my_uids, site_trusted_owners, untrusted
 
 SECTION_KEYS = {"execution", "deployment", "target", "evaluation"}
 META_KEYS = {"extends", "description"}
@@ -75,10 +77,24 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def trusted_owners(path: Path) -> tuple[frozenset[int], str | None]:
+    """Who may own ``path`` as a profile: you; the accounts the site names in
+    /etc/hpceval/trusted-owners (and why that file was ignored, if it was); for the profiles
+    hpceval ships, the account that owns the installation, trusted already by running it."""
+    site, ignored = site_trusted_owners(SITE_TRUST_FILE)
+    owners = set(my_uids()) | site
+    shipped = site_configs_dir()
+    if path.resolve().is_relative_to(shipped.resolve()):
+        owners.add(install_owner())
+    return frozenset(owners), ignored
+
+
 def untrusted_reason(path: Path) -> str | None:
     """Why ``path`` may not be trusted as a profile or preset, or None (see the module doc;
     the rule itself is hpceval.trust's, with root's files and every folder above checked)."""
-    return untrusted(path, root=True, folders=True)
+    owners, ignored = trusted_owners(path)
+    reason = untrusted(path, owners, root=True, folders=True)
+    return f"{reason} ({ignored})" if reason is not None and ignored else reason
 
 
 def _check_trusted(path: Path, kind: str, key: str) -> Path:
@@ -86,7 +102,9 @@ def _check_trusted(path: Path, kind: str, key: str) -> Path:
     if reason is not None:
         raise ConfigError.at(key, f"refusing {kind} file {path}: {reason}",
                              "use a profile of your own (~/.config/hpceval/profiles) or ask its "
-                             "owner; a profile runs shell as you (pre_commands, modules)")
+                             "owner; a profile runs shell as you (pre_commands, modules). A "
+                             f"site names the accounts that own its profiles in {SITE_TRUST_FILE}"
+                             " (root's, one user per line)")
     return path
 
 

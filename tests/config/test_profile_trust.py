@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,3 +124,81 @@ def test_extends_and_profile_path_entries_get_the_same_rule(
 def test_shipped_profiles_are_trusted() -> None:
     for path in sorted(site_configs_dir().rglob("*.yaml")):
         assert untrusted_reason(path) is None, path
+
+
+def _service_profiles(base: Path) -> Path:
+    """A site's profile folder as Spack or a module tree installs it: owned by a service
+    account (nobody here), 0755 folders, 0644 files."""
+    site = base / "site-profiles"
+    site.mkdir(mode=0o755)
+    (site / "mysite.yaml").write_text(yaml.safe_dump({"extends": "local-dev"}))
+    for path in (site, site / "mysite.yaml"):
+        os.chown(path, 65534, 65534)
+    (site / "mysite.yaml").chmod(0o644)
+    return site
+
+
+def _trust_file(folder: Path, text: str, mode: int = 0o644) -> Path:
+    path = folder / "trusted-owners"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_a_site_names_the_accounts_that_own_its_profiles(
+        shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # hpc-admin-2 item 13: refused for every user but the service account, until root's
+    # /etc/hpceval/trusted-owners names that account
+    from hpceval.config import profiles
+
+    site = _service_profiles(shared.parent)
+    monkeypatch.setenv("HPCEVAL_PROFILE_PATH", str(site))
+    etc = tmp_path / "etc"
+    etc.mkdir(mode=0o755)
+    monkeypatch.setattr(profiles, "SITE_TRUST_FILE", etc / "trusted-owners")
+    private = tmp_path / "private"
+    private.mkdir()
+    with pytest.raises(ConfigError, match=r"mysite\.yaml: it is owned by nobody") as err:
+        load_run(_run_file(private, "mysite"), check_environment=False)
+    assert "trusted-owners" in str(err.value)  # the fix says where a site names them
+    trust = _trust_file(etc, "# the account Spack installs as\nnobody\n")
+    (resolved,) = load_run(_run_file(private, "mysite"), check_environment=False)
+    assert resolved.composed.source_of("execution.type").startswith("profile")
+    # a trust file others can write names nobody: ignored, and the refusal says why
+    trust.chmod(0o666)
+    with pytest.raises(ConfigError, match=r"trusted-owners is ignored: it is writable by other"):
+        load_run(_run_file(private, "mysite"), check_environment=False)
+    trust.chmod(0o644)
+    os.chown(trust, 65534, 65534)  # nor one root does not own
+    with pytest.raises(ConfigError, match=r"trusted-owners is ignored: it is owned by nobody"):
+        load_run(_run_file(private, "mysite"), check_environment=False)
+    os.chown(trust, 0, 0)
+    # a trusted account's file that others can write is still refused
+    (site / "mysite.yaml").chmod(0o666)
+    with pytest.raises(ConfigError, match=r"mysite\.yaml: it is writable by other users"):
+        load_run(_run_file(private, "mysite"), check_environment=False)
+
+
+def test_the_shipped_profiles_are_trusted_as_the_installation_is(shared: Path) -> None:
+    # an hpceval installed by a service account (a Spack or module tree): its own profiles load
+    # for every user who runs it; another account's file beside them does not
+    root = shared.parent / "install"
+    checkout = Path(__file__).resolve().parents[2]
+    for name in ("hpceval", "site-configs", "templates"):
+        shutil.copytree(checkout / name, root / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files]:
+            os.chown(os.path.join(folder, name), 65534, 65534)
+    root.chmod(0o755)
+    stranger = root / "site-configs" / "planted.yaml"
+    stranger.write_text("execution: {}\n")  # root's own: trusted anyway; make it another uid's
+    os.chown(stranger, 1, 1)
+    code = ("from hpceval.config.profiles import untrusted_reason as u\n"
+            "from hpceval.resources import site_configs_dir as d\n"
+            "print(u(d() / 'slurm.yaml')); print(u(d() / 'planted.yaml'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(root)},
+                         cwd=shared).stdout.splitlines()
+    assert out[0] == "None", out
+    assert "owned by daemon (uid 1)" in out[1] or "owned by uid 1" in out[1], out
