@@ -15,7 +15,7 @@ import yaml
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.backends.slurm.states import Phase
 from hpceval.config import load_config
-from hpceval.runs.rundir import prepare_run
+from hpceval.runs.rundir import PreparedRun, prepare_run
 from hpceval.runs.state import Tracker
 from hpceval.runs.submit import submit_prepared
 from tests.integration.test_rendered_job import SERVER, job_log, wait_done, wait_for
@@ -136,6 +136,20 @@ def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
     assert "every task is done already" in log and "instance 0" not in log
 
 
+def start_preemptible(slurm: CommandSlurmClient, workdir: Path, partition: str
+                      ) -> tuple[PreparedRun, str, Path]:
+    """Submit the resumable task to a preemptible partition and wait until it runs: (the
+    prepared run, its job id, its model's folder)."""
+    marker = workdir / "marker"
+    resolved = load_config(run_file(workdir, "5", marker, partition=partition,
+                                    max_walltime="00:15:00"),
+                           profile="local-dev")
+    run = prepare_run(resolved)
+    first = submit_prepared(run, slurm).job_ids[0]
+    wait_for(marker.exists, 90, "the task to start in the first allocation")
+    return run, first, run.run_dir / "models" / "ref-model"
+
+
 def preempt(slurm: CommandSlurmClient, workdir: Path) -> str:
     """A job in "drill" that preempts whatever runs on the drill node (partition_prio)."""
     script = workdir / "preemptor.sbatch"
@@ -148,14 +162,7 @@ def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
                                               workdir: Path) -> None:
     """The dev cluster's "drill" partition preempts "lowprio" (PreemptMode=CANCEL): the job gets
     TERM like a scancel, tells the two apart by Slurm's PreemptTime, and continues."""
-    marker = workdir / "marker"
-    resolved = load_config(run_file(workdir, "5", marker, partition="lowprio",
-                                    max_walltime="00:15:00"),
-                           profile="local-dev")
-    run = prepare_run(resolved)
-    first = submit_prepared(run, slurm_cluster).job_ids[0]
-    model_dir = run.run_dir / "models" / "ref-model"
-    wait_for(marker.exists, 90, "the task to start in the first allocation")
+    run, first, model_dir = start_preemptible(slurm_cluster, workdir, "lowprio")
     other = preempt(slurm_cluster, workdir)
     try:
         assert wait_done(slurm_cluster, first, timeout=120) == "PREEMPTED"
@@ -181,14 +188,7 @@ def test_a_job_slurm_requeues_after_a_preemption_continues_under_its_id(
     """Partition "requeue" (PreemptMode=REQUEUE): Slurm queues the preempted job again under
     its own id, so the job submits no successor (hpc-admin-2 N2: it did, and two jobs continued
     one model), and its rerun counts the preemption apart from node failures."""
-    marker = workdir / "marker"
-    resolved = load_config(run_file(workdir, "5", marker, partition="requeue",
-                                    max_walltime="00:15:00"),
-                           profile="local-dev")
-    run = prepare_run(resolved)
-    first = submit_prepared(run, slurm_cluster).job_ids[0]
-    model_dir = run.run_dir / "models" / "ref-model"
-    wait_for(marker.exists, 90, "the task to start in the first allocation")
+    run, first, model_dir = start_preemptible(slurm_cluster, workdir, "requeue")
     other = preempt(slurm_cluster, workdir)
     try:
         # requeued (BeginTime: cred_expire, 30 s here), rerun, and finished: one job id
