@@ -72,15 +72,15 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
     if environ is not None and wall and _has_partitions(ex.type):  # at submit: ask Slurm
-        from hpceval.backends.slurm.partitions import partition_max_minutes
+        from hpceval.backends.slurm.partitions import time_limit
 
-        limit = partition_max_minutes(ex.partition)
-        if limit is not None and wall > limit:
-            yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than the "
-                              f"partition's MaxTime ({limit} minutes): {SUBMIT} would refuse the "
-                              "job or leave it pending for ever",
-                              f"set execution.walltime to {limit} minutes or less (auto-resume "
-                              "continues in a new allocation)")
+        limit = time_limit(ex.partition, ex.qos)
+        if limit is not None and wall > limit.minutes:
+            yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than {limit.what} "
+                              f"({limit.minutes} minutes): {SUBMIT} would refuse the job or "
+                              "leave it pending for ever",
+                              f"set execution.walltime to {limit.minutes} minutes or less "
+                              "(auto-resume continues in a new allocation)")
     for flag, value in ex.sbatch_extra_flags.items():
         if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",

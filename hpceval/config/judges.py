@@ -3,9 +3,10 @@
 One place for both: the loader checks a run with them (``load_run``: nothing is submitted when
 they fail), and render/judge_job.py builds the judge job's config with them. The judge job is a
 RunSpec whose deployment is the judge's, on ``num_nodes`` nodes of its own, with no tasks; its
-walltime is ``execution.max_walltime``, at most the partition's MaxTime (it must outlive every
-element, which may run in waves or be resumed; the aggregation job's stop file ends it as soon
-as the sweep is done). Where the MaxTime is shorter, the judge job continues in successor jobs
+walltime is ``execution.max_walltime``, at most the partition's MaxTime or the QOS's MaxWall
+(it must outlive every element, which may run in waves or be resumed; the aggregation job's
+stop file ends it as soon as the sweep is done). Where the limit is shorter, the judge job
+continues in successor jobs
 (auto-resume, templates/teardown.j2), recorded in its folder's jobs.chain.
 """
 
@@ -77,11 +78,12 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     deployment = DeploymentSpec(**{f: getattr(aux, f) for f in _DEPLOYMENT_FIELDS})
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
-    # Never more than the partition allows: Slurm refuses that (EnforcePartLimits) or leaves
-    # it pending for ever, and every model element waits on the judge's start. Capped, the
-    # judge continues in a successor job at its walltime, as a model's job does (up to
-    # max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
-    walltime, capped = capped_walltime(spec.execution.max_walltime, spec.execution.partition)
+    # Never more than the partition or the QOS allows: Slurm refuses that (EnforcePartLimits)
+    # or leaves it pending for ever, and every model element waits on the judge's start.
+    # Capped, the judge continues in a successor job at its walltime, as a model's job does (up
+    # to max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
+    walltime, capped = capped_walltime(spec.execution.max_walltime, spec.execution.partition,
+                                       spec.execution.qos)
     ex = dataclasses.replace(
         spec.execution, nodes=aux.num_nodes, walltime=walltime,
         auto_resume=spec.execution.auto_resume and capped is not None, node_failure_retries=0,

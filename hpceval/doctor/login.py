@@ -17,7 +17,7 @@ from typing import Protocol
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
 from hpceval.backends.slurm.commands import SUBMIT, TEST_ONLY
 from hpceval.backends.slurm.formats import walltime_minutes
-from hpceval.backends.slurm.partitions import partition_info
+from hpceval.backends.slurm.partitions import partition_info, qos_max_minutes
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import ExecutionSpec
 from hpceval.doctor.report import Line, Status
@@ -73,7 +73,21 @@ def partition_lines(ex: ExecutionSpec) -> list[Line]:
                                   f"-o execution.walltime={info.max_minutes} or less"))
             else:
                 lines.append(Line(LOGIN, key, Status.OK, f"{info.name}: MaxTime {limit}"))
+    if ex.qos:
+        lines.append(_qos_line(ex, ex.qos))
     return lines
+
+
+def _qos_line(ex: ExecutionSpec, qos: str) -> Line:
+    """The QOS's MaxWall, the usual way sites cap walltime (one sacctmgr call, cached)."""
+    wall, wanted = qos_max_minutes(qos), walltime_minutes(ex.walltime)
+    if wall is None:
+        return Line(LOGIN, "execution.qos", Status.OK, f"{qos}: no MaxWall known")
+    if wanted is not None and wanted > wall:
+        return Line(LOGIN, "execution.qos", Status.PROBLEM, f"{qos}: MaxWall {wall} minutes, "
+                    f"execution.walltime {ex.walltime} is longer", f"-o execution.walltime="
+                    f"{wall} or less (auto-resume continues in a new allocation)")
+    return Line(LOGIN, "execution.qos", Status.OK, f"{qos}: MaxWall {wall} minutes")
 
 
 def test_only_line(ex: ExecutionSpec, client: ProbingClient, folder: Path | None) -> Line:

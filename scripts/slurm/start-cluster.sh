@@ -338,6 +338,9 @@ EOF
   for u in root $EXTRA_USERS; do
     sacctmgr -n -P list user format=user | grep -qx "$u" || sacctmgr -i add user "$u" DefaultAccount=default >/dev/null
   done
+  # a QOS with a MaxWall, the way sites usually cap walltime (hpceval reads it with sacctmgr;
+  # not enforced here: AccountingStorageEnforce is unset, so any job may name it)
+  sacctmgr -n -P show qos format=name | grep -qx short || sacctmgr -i add qos short MaxWall=00:30:00 >/dev/null
 fi
 
 # ---------------------------------------------------------------- 6. slurmctld + slurmds

@@ -30,9 +30,10 @@ def site_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     # The config layer checks task names against the catalogue: add the test catalogue to it.
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(DATA))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
-    # Scripts must not depend on the machine's Slurm: no partition limit is learned here
-    # (tests/backends/slurm/test_partitions.py covers that with a strict fake sinfo).
+    # Scripts must not depend on the machine's Slurm: no partition or QOS limit is learned here
+    # (tests/backends/slurm/test_partitions.py covers that with a strict fake sinfo, sacctmgr).
     monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_max_minutes", lambda _p: None)
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.qos_max_minutes", lambda _q: None)
     yield
 
 

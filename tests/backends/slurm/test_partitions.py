@@ -13,7 +13,14 @@ import pytest
 from fake_sinfo import fake_sinfo_on_path
 
 from hpceval.backends.slurm.formats import walltime_minutes
-from hpceval.backends.slurm.partitions import capped_walltime, partition_info, partition_max_minutes
+from hpceval.backends.slurm.partitions import (
+    TimeLimit,
+    capped_walltime,
+    partition_info,
+    partition_max_minutes,
+    qos_max_minutes,
+    time_limit,
+)
 
 FAKE = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/calls"
@@ -47,9 +54,72 @@ def test_one_sinfo_call_per_partition(fake_sinfo: Path) -> None:
 
 
 def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
-    assert capped_walltime("72:00:00", "gpu") == ("720", 720)
+    assert capped_walltime("72:00:00", "gpu") == ("720", TimeLimit(720, "the partition's MaxTime"))
     assert capped_walltime("08:00:00", "gpu") == ("08:00:00", None)
     assert capped_walltime("72:00:00", "free") == ("72:00:00", None)
+
+
+FAKE_SACCTMGR = r'''#!/bin/bash
+echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
+[ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall" ] || { echo "bad: $*" >&2; exit 2; }
+case $5 in
+  short) echo "short|00:30:00" ;;
+  long) echo "long|2-00:00:00" ;;
+  open) echo "open|" ;;
+esac
+'''
+
+
+@pytest.fixture
+def fake_sacctmgr(fake_sinfo: Path) -> Iterator[Path]:
+    """A strict fake sacctmgr beside the fake sinfo (same folder, first on PATH)."""
+    tool = fake_sinfo.parent / "sacctmgr"
+    tool.write_text(FAKE_SACCTMGR)
+    tool.chmod(0o755)
+    qos_max_minutes.cache_clear()
+    yield fake_sinfo.parent / "sacctmgr.calls"
+    qos_max_minutes.cache_clear()
+
+
+def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
+    # hpc-admin-2 D1: sites usually cap walltime by QOS or association, not by partition
+    assert qos_max_minutes("short") == 30 and qos_max_minutes("long") == 2 * 24 * 60
+    assert qos_max_minutes("open") is None and qos_max_minutes("missing") is None
+    assert time_limit("gpu", "short") == TimeLimit(30, "QOS short's MaxWall")
+    assert time_limit("debug", "long") == TimeLimit(30, "the partition's MaxTime")
+    assert time_limit("free", None) is None and time_limit("free", "open") is None
+    assert capped_walltime("72:00:00", "gpu", "short") == \
+        ("30", TimeLimit(30, "QOS short's MaxWall"))
+    for _ in range(3):
+        qos_max_minutes("short")
+    assert fake_sacctmgr.read_text().splitlines().count(
+        "-n -P show qos short format=name,maxwall") == 1  # one call per QOS and process
+
+
+def test_a_walltime_above_the_qos_max_wall_is_refused_naming_it(fake_sacctmgr: Path,
+                                                               tmp_path: Path) -> None:
+    from hpceval.config import load_config
+    from hpceval.config.errors import ConfigError
+
+    run = tmp_path / "run.yaml"
+    run.write_text("deployment: {type: none}\n"
+                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
+                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(run, ["execution.partition=gpu", "execution.qos=short",
+                          "execution.walltime=01:00:00"], profile="slurm")
+    assert "more than QOS short's MaxWall (30 minutes)" in str(refused.value)
+    assert "execution.walltime to 30 minutes or less" in str(refused.value)
+    # doctor says so too, from the same cached answer
+    from hpceval.config.schema import ExecutionSpec
+    from hpceval.doctor.login import partition_lines
+    from hpceval.doctor.report import Status
+
+    (part, qos) = partition_lines(ExecutionSpec(partition="gpu", qos="short",
+                                                walltime="01:00:00"))
+    assert part.status is Status.OK  # the partition's 12 h is fine; the QOS is not
+    assert qos.check == "execution.qos" and qos.status is Status.PROBLEM
+    assert "MaxWall 30 minutes" in qos.detail and "walltime=30" in qos.fix
 
 
 def test_sweep_judge_job_asks_for_no_more_than_the_partition(fake_sinfo: Path) -> None:
@@ -87,6 +157,10 @@ def test_the_dev_clusters_own_partitions() -> None:
     partition_info.cache_clear()
     assert partition_max_minutes("debug") is None  # the dev cluster's partitions: infinite
     assert partition_max_minutes("no-such-partition") is None
+    # its QOS "short" (scripts/slurm/start-cluster.sh), from the accounting database
+    qos_max_minutes.cache_clear()
+    assert qos_max_minutes("short") == 30 and qos_max_minutes("normal") is None
+    assert time_limit("debug", "short") == TimeLimit(30, "QOS short's MaxWall")
 
 
 def test_walltime_minutes_round_up_as_slurm_does(fake_sinfo: Path) -> None:
@@ -97,7 +171,7 @@ def test_walltime_minutes_round_up_as_slurm_does(fake_sinfo: Path) -> None:
     assert walltime_minutes("0:30") == 1  # MM:SS
     assert walltime_minutes("1-00:00:01") == 24 * 60 + 1
     assert walltime_minutes("12:00:00") == 720
-    assert capped_walltime("12:00:30", "gpu") == ("720", 720)
+    assert capped_walltime("12:00:30", "gpu") == ("720", TimeLimit(720, "the partition's MaxTime"))
     assert capped_walltime("12:00:00", "gpu") == ("12:00:00", None)
 
 
