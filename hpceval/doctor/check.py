@@ -55,7 +55,9 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
     report.lines += login.partition_lines(ex)
     folder, lines = login.private_folder(ex.output_dir, table)
     report.lines += lines
-    report.lines.append(login.test_only_line(ex, client, folder))
+    # the job's own header: a run's first model's (what submit writes), else the profile's
+    report.lines.append(login.test_only_line(configs[0].spec if configs else spec, client,
+                                             folder))
     report.lines += login.staging_lines(configs, env) if configs else [Line(
         login.LOGIN, "images and data", Status.OK, "not checked: a profile alone names no run",
         "give RUN.yaml to check what a run needs staged")]

@@ -9,6 +9,7 @@ only shows them as lines. Shared storage is judged by the mount table.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,9 +18,10 @@ from typing import Protocol
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
 from hpceval.backends.slurm.commands import SUBMIT, TEST_ONLY
 from hpceval.backends.slurm.formats import walltime_minutes
+from hpceval.backends.slurm.header import HeaderLine, header_lines
 from hpceval.backends.slurm.partitions import partition_info, qos_max_minutes
 from hpceval.config import ResolvedConfig
-from hpceval.config.schema import ExecutionSpec
+from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.report import Line, Status
 from hpceval.staging.preflight import preflight_all, preflight_notes
 
@@ -31,7 +33,6 @@ SHARED_FS = frozenset({
 # In memory, or cleaned per job or per boot: never seen by another node, never kept.
 NODE_LOCAL_FS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
 NODE_LOCAL_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
-TEST_SCRIPT = "#!/bin/bash\ntrue\n"
 LOGIN = "login"
 
 
@@ -90,23 +91,46 @@ def _qos_line(ex: ExecutionSpec, qos: str) -> Line:
     return Line(LOGIN, "execution.qos", Status.OK, f"{qos}: MaxWall {wall} minutes")
 
 
-def test_only_line(ex: ExecutionSpec, client: ProbingClient, folder: Path | None) -> Line:
+def test_only_line(spec: RunSpec, client: ProbingClient, folder: Path | None) -> Line:
+    """The submit command's test-only run (TEST_ONLY) of the job's own header (partition,
+    account, QOS, time, nodes, and the GPU, CPU and memory request), as render writes it for
+    this spec: a trivial script with the partition alone passes where the job's GPU request
+    is refused."""
     check = TEST_ONLY
     if folder is None:
         return Line(LOGIN, check, Status.WARNING, "not asked: no writable output dir for its "
                     "script", "fix execution.output_dir (above)")
     script = folder / "test-only.sh"
-    script.write_text(TEST_SCRIPT, encoding="utf-8")
-    args = [*site_args(ex), f"--time={ex.walltime}", f"--nodes={ex.nodes}"]
+    lines = test_only_header(spec, folder)
+    script.write_text("\n".join(["#!/bin/bash", *(line.text() for line in lines), "true", ""]),
+                      encoding="utf-8")
+    asked = " ".join(f"--{line.flag}" + ("" if line.value is None else f"={line.value}")
+                     for line in lines if line.flag in _ASKED)
     try:
-        answer = client.test_only(script, extra_args=args)
+        answer = client.test_only(script)
     except SlurmError as exc:
-        return Line(LOGIN, check, Status.PROBLEM, f"refused: {exc.stderr or exc}",
+        return Line(LOGIN, check, Status.PROBLEM, f"refused ({asked}): {exc.stderr or exc}",
                     "check execution.account, execution.qos and execution.reservation "
-                    "(`sacctmgr show assoc user=$USER format=account,partition,qos`)")
+                    "(`sacctmgr show assoc user=$USER format=account,partition,qos`), and the "
+                    "GPU request (execution.gpus_per_node, gpu_type, gpu_request)")
     finally:
         script.unlink(missing_ok=True)
-    return Line(LOGIN, check, Status.OK, f"accepted ({' '.join(args)}): {answer}")
+    return Line(LOGIN, check, Status.OK, f"accepted ({asked}): {answer}")
+
+
+# the header lines that say what a job asks for (not its name, log, signal or comment)
+_ASKED = frozenset({"partition", "account", "qos", "reservation", "constraint", "time",
+                    "nodes", "gpus-per-node", "gres", "cpus-per-task", "cpus-per-gpu", "mem",
+                    "mem-per-gpu", "exclusive"})
+
+
+def test_only_header(spec: RunSpec, folder: Path) -> list[HeaderLine]:
+    """The header a job of ``spec`` carries (its log in ``folder``)."""
+    from hpceval import __version__
+    from hpceval.render.context import JobContext
+
+    ctx = JobContext(str(folder), "doctor", "doctor", sys.executable, hpceval_version=__version__)
+    return header_lines(spec, ctx, str(folder), spec.execution.nodes)
 
 
 def staging_lines(configs: Sequence[ResolvedConfig],

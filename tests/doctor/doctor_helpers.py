@@ -32,10 +32,12 @@ class FakeClient:
                  state: str = "COMPLETED") -> None:
         self.calls: list[tuple[str, Any]] = []
         self.refuse, self.facts, self.state = refuse, facts, state
+        self.test_only_script = ""
 
     def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str:
         assert script_path.is_file(), "sbatch --test-only reads a script that exists"
         self.calls.append(("test_only", list(extra_args)))
+        self.test_only_script = script_path.read_text()
         if self.refuse:
             raise SlurmError(["sbatch", "--test-only"], 1, self.refuse)
         return "sbatch: Job 7 to start at 2026-01-01T00:00:00 using 1 processors"

@@ -62,16 +62,23 @@ def test_no_sinfo_is_a_warning_not_a_problem(tmp_path: Path,
     assert line.status is Status.WARNING and "sinfo could not be asked" in line.detail
 
 
-def test_test_only_passes_account_and_qos_and_names_a_refusal(tmp_path: Path) -> None:
-    ex = spec_for(tmp_path, account="proj1", qos="high", reservation="maint").execution
+def test_test_only_asks_about_the_jobs_own_header_and_names_a_refusal(tmp_path: Path) -> None:
+    # hpc-admin-2 N5: a trivial script with the partition, account and QOS was "ok" where the
+    # job's real header (its GPU, CPU and memory request) is refused
+    spec = spec_for(tmp_path, account="proj1", qos="high", reservation="maint",
+                    gpus_per_node=4, gpu_type="h100", gpu_request="gres", mem_per_gpu="64G")
     client = FakeClient()
-    line = login.test_only_line(ex, client, tmp_path)
+    line = login.test_only_line(spec, client, tmp_path)
     assert line.status is Status.OK and "Job 7 to start" in line.detail
-    assert client.calls == [("test_only", ["--partition=gpu", "--account=proj1", "--qos=high",
-                                           "--reservation=maint", "--time=01:00:00",
-                                           "--nodes=1"])]
+    assert client.calls == [("test_only", [])]  # everything is in the script, as in a job's
+    header = [row.split("#")[1].strip().removeprefix("SBATCH ")
+              for row in client.test_only_script.splitlines() if row.startswith("#SBATCH")]
+    for flag in ("--partition=gpu", "--account=proj1", "--qos=high", "--reservation=maint",
+                 "--time=01:00:00", "--nodes=1", "--gres=gpu:h100:4", "--mem-per-gpu=64G"):
+        assert flag in header, (flag, header)
+        assert flag in line.detail
     assert not (tmp_path / "test-only.sh").exists()  # its script is removed again
-    refused = login.test_only_line(ex, FakeClient(
+    refused = login.test_only_line(spec, FakeClient(
         refuse="sbatch: error: Invalid qos specification"), tmp_path)
     assert refused.status is Status.PROBLEM and "Invalid qos specification" in refused.detail
     assert "execution.qos" in refused.fix
@@ -162,7 +169,8 @@ def test_api_doctor_of_a_profile(tmp_path: Path, sinfo: Path) -> None:
                         client=client)
     checks = {line["check"]: line["status"] for line in result["lines"]}
     assert checks["execution.partition"] == "ok"  # the fake sinfo's debug: infinite
-    assert checks["sbatch --test-only"] == "ok" and client.calls[0][1][0] == "--partition=debug"
+    assert checks["sbatch --test-only"] == "ok"
+    assert "#SBATCH --partition=debug" in client.test_only_script  # the profile's job header
     assert checks["output dir"] == "problem" and result["exit_code"] == 1  # /tmp: node-local
 
 
