@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from hpceval.backends.slurm.backend import ACTIVE_STATES
 from hpceval.backends.slurm.commands import EXPORT_SETTING, SUBMIT, SUBMIT_EXPORT, WHY_PENDING
+from hpceval.backends.slurm.header import GPU_FLAGS
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor import node_site
 from hpceval.doctor.login import ProbingClient, site_args
@@ -76,6 +77,7 @@ for program in "${PROGRAMS[@]}"; do
     *) probe "$program" "$program" --version ;;
   esac
 done
+fact cuda_visible 0 "${CUDA_VISIBLE_DEVICES:-}"
 if command -v nvidia-smi > /dev/null; then probe gpus nvidia-smi -L
 else fact gpus 127 "nvidia-smi not on PATH"; fi
 [ -n "$HF_CACHE" ] && probe hf_cache ls -A -- "$HF_CACHE"
@@ -148,8 +150,34 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
 
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
     return [*site_args(ex), "--job-name=hpceval-doctor", f"--time={NODE_WALLTIME}",
-            "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+            "--nodes=1", "--ntasks=1", "--cpus-per-task=1", *_one_gpu(ex),
             f"--output={folder / 'doctor-%j.log'}"]
+
+
+def _one_gpu(ex: ExecutionSpec) -> list[str]:
+    """One GPU, asked the way the profile's jobs ask for theirs (none for a CPU profile): the
+    node job then sees what a model's job sees (the driver, the device cgroup)."""
+    if ex.gpus_per_node <= 0 or ex.gpu_request not in GPU_FLAGS:
+        return []
+    typed = f"{ex.gpu_type}:1" if ex.gpu_type else "1"
+    return [f"--gres=gpu:{typed}" if ex.gpu_request == "gres" else f"--gpus-per-node={typed}"]
+
+
+def _gpus_line(ex: ExecutionSpec, fact: Callable[[str], tuple[int, str] | None]) -> Line:
+    rc, out = fact("gpus") or (127, "not probed")
+    gpus = [row for row in out.splitlines() if row.startswith("GPU ")] if rc == 0 else []
+    if gpus:
+        return Line(NODE, "GPUs", Status.OK, f"{len(gpus)} visible: {_first(out)}")
+    if not _one_gpu(ex):
+        return Line(NODE, "GPUs", Status.OK, "none asked: the profile requests no GPUs")
+    given = (fact("cuda_visible") or (0, ""))[1]
+    if given:
+        return Line(NODE, "GPUs", Status.WARNING, f"Slurm gave CUDA_VISIBLE_DEVICES={given}, "
+                    f"but nvidia-smi lists none ({_last(out)})", "add the module with the "
+                    "NVIDIA driver tools to execution.modules, or check the node's driver")
+    return Line(NODE, "GPUs", Status.PROBLEM, f"the job asked for 1 GPU and sees none "
+                f"({_last(out)})", "check execution.gpu_request and gpu_type against the "
+                "partition's GRES (`sinfo -o %G`), and the node's driver")
 
 
 def run_node_job(client: ProbingClient, ex: ExecutionSpec, folder: Path, script: str, *,
@@ -236,12 +264,7 @@ def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
                               "execution.modules, or choose another execution.container_runtime"))
         else:
             lines.append(Line(NODE, program, Status.OK, f"{_last(out)} (not needed)"))
-    rc, out = fact("gpus") or (127, "not probed")
-    gpus = [row for row in out.splitlines() if row.startswith("GPU ")] if rc == 0 else []
-    lines.append(Line(NODE, "GPUs", Status.OK, f"{len(gpus)} visible: {_first(out)}") if gpus
-                 else Line(NODE, "GPUs", Status.WARNING, f"none visible ({_last(out)})",
-                           "expected in a CPU job; a GPU job of this partition asks for them "
-                           "(execution.gpus_per_node)"))
+    lines.append(_gpus_line(ex, fact))
     for name, key, folder in (("hf_cache", "execution.hf_cache_dir", ex.hf_cache_dir),
                               ("image_dir", "execution.image_dir", ex.image_dir)):
         if folder:

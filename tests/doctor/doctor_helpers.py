@@ -82,7 +82,7 @@ def node_facts(**changes: Any) -> dict[str, Any]:
         "apptainer": {"rc": 0, "out": "apptainer version 1.3.4"},
         "singularity": {"rc": 127, "out": "not on PATH"},
         "enroot": {"rc": 127, "out": "not on PATH"}, "podman": {"rc": 127, "out": "not on PATH"},
-        "gpus": {"rc": 127, "out": "nvidia-smi not on PATH"},
+        "gpus": {"rc": 0, "out": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"},
         "route": {"rc": 0, "out": "default via 10.0.0.1 dev eth0"},
         "listening": {"rc": 0, "out": "22 8000 8001"},
         "node_addr": {"rc": 0, "out": "node1 10.0.0.11"},

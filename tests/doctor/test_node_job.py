@@ -26,10 +26,10 @@ from hpceval.doctor.report import Report, Status
 
 
 def test_node_lines_from_a_healthy_cpu_node(tmp_path: Path) -> None:
-    spec = spec_for(tmp_path, container_runtime="apptainer")
+    spec = spec_for(tmp_path, container_runtime="apptainer", gpus_per_node=0)
     lines = node.node_lines(spec, node_facts(), "/sw/py", None)
     statuses = {line.check: line.status for line in lines}
-    assert statuses["GPUs"] is Status.WARNING  # a CPU job sees none: a warning, not a problem
+    assert statuses["GPUs"] is Status.OK  # a profile without GPUs: none asked, none to see
     assert Report(lines).exit_code == 0
     assert by_check(lines)["free ports"].detail.startswith("24766 of 24768 ports free")
     assert by_check(lines)["outbound network"].detail.startswith("not tried")
@@ -92,6 +92,26 @@ def test_the_export_setting_of_the_site_is_reported(tmp_path: Path) -> None:
     listed = by_check(node.node_lines(spec, node_facts(export_env={"rc": 0, "out": "NIL"}),
                                       "/sw/py", None))["job environment"]
     assert listed.status is Status.WARNING  # NIL: not even the user's login environment
+
+
+def test_the_node_job_asks_for_one_gpu_the_way_the_profile_does(tmp_path: Path) -> None:
+    # hpc-admin-2 N10: a job without a GPU made the GPUs line a warning on every site, and
+    # never found a driver or device-cgroup problem
+    typed = spec_for(tmp_path, gpus_per_node=8, gpu_type="h100", gpu_request="gres")
+    assert "--gres=gpu:h100:1" in node.job_args(typed.execution, tmp_path)
+    plain = spec_for(tmp_path, gpus_per_node=8, gpu_request="gpus-per-node")
+    assert "--gpus-per-node=1" in node.job_args(plain.execution, tmp_path)
+    none = spec_for(tmp_path, gpus_per_node=0)
+    assert not [a for a in node.job_args(none.execution, tmp_path) if "--g" in a]
+    smi = {"rc": 0, "out": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"}
+    seen = by_check(node.node_lines(typed, node_facts(gpus=smi), "/sw/py", None))["GPUs"]
+    assert seen.status is Status.OK and seen.detail.startswith("1 visible")
+    none_seen = {"rc": 127, "out": "nvidia-smi not on PATH"}
+    blind = by_check(node.node_lines(typed, node_facts(gpus=none_seen), "/sw/py", None))["GPUs"]
+    assert blind.status is Status.PROBLEM and "asked for 1 GPU" in blind.detail
+    given = node_facts(gpus=none_seen, cuda_visible={"rc": 0, "out": "3"})  # no nvidia-smi
+    tools = by_check(node.node_lines(typed, given, "/sw/py", None))["GPUs"]
+    assert tools.status is Status.WARNING and "CUDA_VISIBLE_DEVICES=3" in tools.detail
 
 
 def test_what_a_real_site_does_to_a_job_is_judged(tmp_path: Path) -> None:
