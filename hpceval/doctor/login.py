@@ -217,10 +217,12 @@ def _missing_output_dir(output_dir: str, mounts: str) -> Line:
         return Line(LOGIN, check, Status.PROBLEM, f"{output_dir} does not exist, and {parent}, "
                     "where submit would make it, is not a folder you can write",
                     f"set {key} to a folder you can write, on shared storage")
-    storage = shared_storage_line(check, key, str(parent), mounts)
+    # judged where it would be made (its place and mount), not by the folder above it: /tmp
+    # itself is not under /tmp/, but what submit would make there is node-local
+    storage = shared_storage_line(check, key, output_dir, mounts)
     status = Status.PROBLEM if storage.status is Status.PROBLEM else Status.WARNING
-    return Line(LOGIN, check, status, f"{output_dir} does not exist yet: submit would make it "
-                f"in {storage.detail}", storage.fix if status is Status.PROBLEM else
+    return Line(LOGIN, check, status, f"{output_dir} does not exist yet (submit would make it "
+                f"in {parent}): {storage.detail}", storage.fix if status is Status.PROBLEM else
                 f"mkdir -p {output_dir} (on shared storage), then run doctor again: it makes "
                 "nothing itself, and its job reports into that folder")
 

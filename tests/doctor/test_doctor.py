@@ -143,6 +143,12 @@ def test_a_missing_output_dir_is_reported_never_created(tmp_path: Path,
     local = by_check(doctor(spec, client=client, mounts="/dev/sda1 / ext4 rw 0 0\n"
                             f"none {tmp_path} tmpfs rw 0 0\n").lines)
     assert local["output dir"].status is Status.PROBLEM  # it would be made on node-local disk
+    monkeypatch.undo()  # /tmp is node-local again: a folder to be made in it is a problem too
+    in_tmp = spec_for(tmp_path, output_dir="/tmp/hpceval-doctor-never-made/runs")
+    line = by_check(doctor(in_tmp, client=client, mounts="/dev/sda1 / ext4 rw 0 0\n").lines)[
+        "output dir"]
+    assert line.status is Status.PROBLEM and "is node-local" in line.detail, line
+    assert not Path("/tmp/hpceval-doctor-never-made").exists()
 
 
 # -- the command --------------------------------------------------------------------------------
