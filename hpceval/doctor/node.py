@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from hpceval.backends.slurm.backend import ACTIVE_STATES
 from hpceval.backends.slurm.commands import EXPORT_SETTING, SUBMIT, SUBMIT_EXPORT, WHY_PENDING
-from hpceval.backends.slurm.header import GPU_FLAGS
+from hpceval.backends.slurm.header import gpu_request
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor import node_site
 from hpceval.doctor.login import ProbingClient, site_args
@@ -157,10 +157,8 @@ def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
 def _one_gpu(ex: ExecutionSpec) -> list[str]:
     """One GPU, asked the way the profile's jobs ask for theirs (none for a CPU profile): the
     node job then sees what a model's job sees (the driver, the device cgroup)."""
-    if ex.gpus_per_node <= 0 or ex.gpu_request not in GPU_FLAGS:
-        return []
-    typed = f"{ex.gpu_type}:1" if ex.gpu_type else "1"
-    return [f"--gres=gpu:{typed}" if ex.gpu_request == "gres" else f"--gpus-per-node={typed}"]
+    gpu = gpu_request(ex, 1) if ex.gpus_per_node > 0 else None
+    return [] if gpu is None else [f"--{gpu[0]}={gpu[1]}"]
 
 
 def _gpus_line(ex: ExecutionSpec, fact: Callable[[str], tuple[int, str] | None]) -> Line:

@@ -107,6 +107,16 @@ _CPU_FLAGS = frozenset({"cpus-per-task", "cpus-per-gpu"})
 _MEM_FLAGS = frozenset({"mem", "mem-per-gpu", "mem-per-cpu"})
 
 
+def gpu_request(ex: ExecutionSpec, gpus: int) -> tuple[str, str] | None:
+    """How a job of ``ex`` asks for ``gpus`` GPUs per node, as (flag, value): gpus-per-node
+    ``[TYPE:]N`` or gres ``gpu:[TYPE:]N`` (execution.gpu_request, gpu_type); None for none.
+    The job header and doctor's node job (one GPU) both ask this way."""
+    if gpus <= 0 or ex.gpu_request not in GPU_FLAGS:
+        return None
+    typed = f"{ex.gpu_type}:{gpus}" if ex.gpu_type else str(gpus)
+    return (ex.gpu_request, typed if ex.gpu_request == "gpus-per-node" else f"gpu:{typed}")
+
+
 def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[HeaderLine]:
     """CPUs and memory for a GPU job that names neither: without them Slurm gives one CPU and
     DefMemPerCPU (often a few GB) to a whole vLLM server, which then crawls or is OOM-killed."""
@@ -149,15 +159,12 @@ def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> li
     add("nodes", nodes, "execution.nodes", "one allocation serves every task of this model"
         if nodes == ex.nodes else f"the model's {ex.nodes} and its judges' {nodes - ex.nodes}")
     lines.append(HeaderLine("ntasks-per-node", "1", "servers and tasks start their own steps"))
-    gpus = ex.gpus_per_node
-    typed = f"{ex.gpu_type}:{gpus}" if ex.gpu_type else str(gpus)
-    if gpus > 0 and ex.gpu_request == "gpus-per-node":
-        add("gpus-per-node", typed, "execution.gpu_type")
-    elif gpus > 0 and ex.gpu_request == "gres":
-        add("gres", f"gpu:{typed}", "execution.gpu_type")
+    gpu = gpu_request(ex, ex.gpus_per_node)
+    if gpu is not None:
+        add(*gpu, "execution.gpu_type")
     add("cpus-per-task", ex.cpus_per_task, "execution.cpus_per_task")
     add("mem", ex.mem, "execution.mem")
-    lines += _per_gpu_defaults(ex, requested_gpus=gpus > 0 and ex.gpu_request in GPU_FLAGS)
+    lines += _per_gpu_defaults(ex, requested_gpus=gpu is not None)
     if ex.exclusive:
         lines.append(HeaderLine("exclusive", None, "whole nodes: no other job shares them"))
     add("comment", run_comment(ex.sbatch_comment, ctx.invocation_id), "execution.sbatch_comment",
