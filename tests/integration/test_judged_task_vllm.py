@@ -172,6 +172,21 @@ def served_requests(log: Path) -> int:
     return len(JUDGE_REQUEST.findall(log.read_text())) if log.exists() else 0
 
 
+def sweep_report(run_dir: Path) -> str:
+    """What a failed sweep assertion shows: each job's log, and for each model its harness's
+    and proxies' last lines and the requests each server answered (a task that hangs is
+    otherwise a bare count)."""
+    parts = [p.read_text()[-3000:] for p in sorted(run_dir.rglob("slurm-*.log"))]
+    for model in sorted(run_dir.glob("models/*")):
+        served = {str(p.relative_to(model)): served_requests(p)
+                  for p in sorted(model.rglob("server/instance-*.log"))}
+        parts.append(f"--- {model.name}: requests answered {served}")
+        for log in (*sorted(model.glob("tasks/*/harness.log")), *sorted(model.rglob("proxy.log"))):
+            parts.append(f"--- {log.relative_to(run_dir)} (last lines)\n"
+                         + "\n".join(log.read_text(errors="replace").splitlines()[-25:]))
+    return "\n".join(parts)
+
+
 @pytest.mark.slurm
 def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
         slurm_cluster: CommandSlurmClient, tmp_path: Path) -> None:
@@ -261,7 +276,7 @@ def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClien
         time.sleep(1)
     judge_dir = run_dir / "auxiliary" / "judge"
     judge_logs = sorted((judge_dir / "server").glob("instance-*.log"))
-    logs = "\n".join(p.read_text()[-3000:] for p in run_dir.rglob("slurm-*.log"))
+    logs = sweep_report(run_dir)
     assert len(judge_logs) == 1, logs
     # ONE judge load for the sweep, none in the models' jobs
     assert judge_logs[0].read_text().count("Starting vLLM server on") == 1
