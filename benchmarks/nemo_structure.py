@@ -29,8 +29,8 @@ SBATCH_NODES = re.compile(r"^#SBATCH --nodes[= ](\d+)", re.M)
 SBATCH_GPUS = re.compile(
     r"^#SBATCH (?:--gpus-per-node[= ](?:\w+:)?(\d+)|--gres[= ]gpu:(?:\w+:)?(\d+))", re.M)
 SBATCH_ARRAY = re.compile(r"^#SBATCH --array[= ](\d+)-(\d+)", re.M)
-# hpceval: `launch_server INSTANCE ROLE NODE GPU_FIRST GPU_COUNT ...` (templates/deployment/)
-HPCEVAL_LAUNCH = re.compile(r"^launch_server (\d+) (\w+) \S+ \d+ (\d+)", re.M)
+# hpceval: `launch_server INSTANCE ROLE NODE PEER GPU_FIRST GPU_COUNT ...` (templates/deployment/)
+HPCEVAL_LAUNCH = re.compile(r"^launch_server (\d+) (\w+) \S+ \S+ \d+ (\d+)", re.M)
 # launcher 0.2.x: one `srun ... bash -c '... echo "<b64>" | base64 -d > deployment_cmd.sh ...'`
 # inside `for ((g=0; g<N; g++))`, N = execution.num_instances
 NEL_INSTANCE_LOOP = re.compile(r"^for \(\(g=0; g<(\d+); g\+\+\)\); do$", re.M)

@@ -62,9 +62,10 @@ def _address_line(ex: ExecutionSpec, fact: Fact) -> Line:
                     "the admins, or set NCCL_SOCKET_IFNAME in execution.env_vars")
     if not addr.startswith("127."):
         return Line(NODE, check, Status.OK, f"{name} is {addr}")
-    detail = (f"{name} resolves to {addr}, a loopback address: a server across nodes would "
-              "advertise it, and its workers on other nodes would wait until the health "
-              "timeout")
+    detail = (f"{name} resolves to {addr}, a loopback address on the node itself: hpceval's "
+              "servers across nodes advertise the address of their route to the other nodes "
+              "instead, but whatever finds a node by its own name (torch.distributed's master, "
+              "a Ray head, MPI) reaches the loopback and waits")
     fix = ("give the node's name its network address in /etc/hosts or DNS, or set "
            "NCCL_SOCKET_IFNAME in execution.env_vars to the interface the nodes reach each "
            "other on")

@@ -96,6 +96,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         # the model's, then each judge's served in this job: the same launch and health code
         "served": served,
         "any_srun": any(d["server_srun"] for d in served),
+        # an instance spans nodes: its steps take the address another node reaches them at
+        "spans_nodes": any(len(inst["nodes"]) > 1 for d in served for inst in d["instances"]),
         # an instance listens on a Unix socket: the job makes the folder for them
         "any_socket": any(inst["socket"] for d in served for inst in d["instances"]),
         "pulls": pulls,

@@ -34,6 +34,9 @@ class Launch:
     gpu_count: int  # 0: no pinning (CPU server, or the whole node)
     argv: list[Any]
     serves_http: bool = False
+    # another node of an instance that spans nodes (the head's first worker, a worker's head):
+    # the step advertises the address that node reaches it at (reached_at), never loopback
+    peer: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,15 +119,16 @@ def _launches(served: Served, nodes: list[int], first: int, count: int,
             "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
             "ray", "start", "--head", "--block", "--port", COORD_PORT,
             "--temp-dir", ShellCode('"/tmp/ray-${HPCEVAL_JOB_ID}"'), "--include-dashboard=false",
-            "--ray-client-server-port", var("RAY_CLIENT_PORT")])]
+            "--ray-client-server-port", var("RAY_CLIENT_PORT")], peer=nodes[1])]
         ray += [Launch(f"ray-worker-{r}", node, 0, 0, [
             "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
-            "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')])
-            for r, node in enumerate(nodes[1:], start=1)]
+            "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')],
+            peer=nodes[0]) for r, node in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
                  ShellCode('"${HEAD_IP}:${COORD_PORT}"'), *build(served, nnodes=n, rank=0)]
-        return [*ray, Launch("head", nodes[0], 0, 0, serve, True)]
-    launches = [Launch("head", nodes[0], first, count, build(served, nnodes=n, rank=0), True)]
-    launches += [Launch(f"worker-{r}", node, 0, 0, build(served, nnodes=n, rank=r))
-                 for r, node in enumerate(nodes[1:], start=1)]
+        return [*ray, Launch("head", nodes[0], 0, 0, serve, True, peer=nodes[1])]
+    launches = [Launch("head", nodes[0], first, count, build(served, nnodes=n, rank=0), True,
+                       peer=nodes[1] if n > 1 else None)]
+    launches += [Launch(f"worker-{r}", node, 0, 0, build(served, nnodes=n, rank=r),
+                        peer=nodes[0]) for r, node in enumerate(nodes[1:], start=1)]
     return launches

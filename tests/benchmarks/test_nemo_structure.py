@@ -63,8 +63,8 @@ def test_counting_sees_a_layout_that_leaves_gpus_idle() -> None:
     """The counter is not hard-wired to 'everything used': TP=2 on 4 of 8 GPUs reads as 4."""
     serve = "\\\n  vllm serve m --tensor-parallel-size 2\n"
     script = ("#SBATCH --nodes=1\n#SBATCH --gpus-per-node=8\n"
-              f'launch_server 0 head "${{NODES[0]}}" 0 2 {serve}'
-              f'launch_server 1 head "${{NODES[0]}}" 2 2 {serve}')
+              f'launch_server 0 head "${{NODES[0]}}" \'\' 0 2 {serve}'
+              f'launch_server 1 head "${{NODES[0]}}" \'\' 2 2 {serve}')
     assert hpceval_model_figures(script) == (2, 4)
 
 

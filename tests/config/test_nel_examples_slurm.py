@@ -54,7 +54,7 @@ def _auxiliary_judge(r: ResolvedConfig, script: str, cwd: Path) -> None:
     place = r.auxiliary["judge"]
     assert (place.first_node, place.layout.instances, place.layout.gpus_per_instance) == (
         1, 8, 1)  # the preset's TP=1 fills the judge's own 8-GPU node
-    assert 'launch_server 0 head "${NODES[1]}" 0 1' in script
+    assert 'launch_server 0 head "${NODES[1]}" \'\' 0 1' in script
     assert "config.params.extra.judge.model_id=Qwen/Qwen2.5-72B-Instruct," in script
     assert "config.params.extra.judge.url='\"${HPCEVAL_AUX_JUDGE_CHAT_URL}\"" in script
     assert 'export JUDGE_CHAT_URL="$AUX_BASE"/v1/chat/completions' in script

@@ -18,6 +18,7 @@ exact rendered line), so what is checked is what the job runs:
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,13 +41,22 @@ def pin_gpus(script: str) -> str:
     return match.group(1)
 
 
-def step_env(script: str, first: int, count: int, node: str = "localhost",
-             **env: str) -> dict[str, str]:
-    """The environment the server command gets from the rendered step wrapper, started for
-    NODE (launch_server passes the node it starts the step on)."""
-    out = subprocess.run(["bash", "-c", pin_gpus(script), "pin-gpus", node, str(first),
-                          str(count), "env", "-0"], capture_output=True, timeout=60, check=False,
-                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env})
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def run_step(script: str, first: int, count: int, node: str = "localhost", peer: str = "",
+             path: str = SYSTEM_PATH, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """The rendered step wrapper, started for NODE and PEER as launch_server starts it, with
+    `env -0` as the server command."""
+    return subprocess.run(["/bin/bash", "-c", pin_gpus(script), "pin-gpus", node, peer, str(first),
+                           str(count), "env", "-0"], capture_output=True, timeout=60,
+                          check=False, env={"PATH": path, **env})
+
+
+def step_env(script: str, first: int, count: int, node: str = "localhost", peer: str = "",
+             path: str = SYSTEM_PATH, **env: str) -> dict[str, str]:
+    """The environment the server command gets from the rendered step wrapper."""
+    out = run_step(script, first, count, node, peer, path, **env)
     assert out.returncode == 0, out.stderr.decode()
     return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if item)
 
@@ -58,6 +68,128 @@ def test_each_server_step_advertises_its_own_nodes_address(render: RenderFn) -> 
     assert got["VLLM_HOST_IP"] == "127.0.0.1", got
     assert got["APPTAINERENV_VLLM_HOST_IP"] == got["SINGULARITYENV_VLLM_HOST_IP"] == "127.0.0.1"
     assert "GLOO_SOCKET_IFNAME" not in got  # no interface named by the site: vLLM/gloo choose
+
+
+# --- N4 (hpc-admin-2): a node that resolves its own name to loopback ---------------------------
+# Ubuntu and cloud-init nodes map their own name to 127.0.1.1 in /etc/hosts while every other
+# node's name resolves to its network address. `getent` is faked (the site's name service); `ip`
+# is the real one, or a strict fake for an address this machine has no route to.
+
+def fake_name_service(tmp_path: Path, hosts: dict[str, str],
+                      routes: dict[str, str] | None = None) -> str:
+    """A PATH with `getent ahostsv4 NAME` answering from HOSTS (nothing else: exit 2, as getent
+    does for an unknown name) and, given ROUTES, `ip -4 -o route get ADDR` answering its source
+    address from them (any other route fails; addresses are the machine's own)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    cases = "".join(f"  'ahostsv4 {name}') echo '{addr}      STREAM {name}';;\n"
+                    for name, addr in hosts.items())
+    getent = bin_dir / "getent"
+    getent.write_text(f'#!/bin/bash\ncase "$*" in\n{cases}  *) exit 2;;\nesac\n')
+    getent.chmod(0o755)
+    if routes is not None:
+        cases = "".join(f"  '-4 -o route get {dst}') echo '{dst} dev eth1 src {src} uid 1000 "
+                        "\\    cache ';;\n" for dst, src in routes.items())
+        ip = bin_dir / "ip"
+        ip.write_text(f'#!/bin/bash\ncase "$*" in\n{cases}  *route*) echo "ip $*" >&2; exit 1;;\n'
+                      '  *) exec /usr/sbin/ip "$@";;\nesac\n')  # addresses: the real ones
+        ip.chmod(0o755)
+    return f"{bin_dir}:{SYSTEM_PATH}"
+
+
+def own_address() -> str | None:
+    """A non-loopback IPv4 address of this machine (its own routes reach it), or None."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                         check=False).stdout
+    found = [row.split()[3].split("/")[0] for row in out.splitlines() if len(row.split()) > 3]
+    return next((a for a in found if not a.startswith("127.")), None)
+
+
+def test_a_node_that_resolves_its_own_name_to_loopback_advertises_its_route_to_the_peer(
+        render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", MULTI, TWO_NODES)
+    path = fake_name_service(tmp_path, {"gpu01": "127.0.1.1", "gpu02": "198.18.0.2"},
+                             routes={"198.18.0.2": "198.18.0.1"})
+    got = step_env(script, 0, 0, node="gpu01", peer="gpu02", path=path)
+    # before: 127.0.1.1, and the workers waited for the head until the health timeout
+    assert got["VLLM_HOST_IP"] == got["APPTAINERENV_VLLM_HOST_IP"] == "198.18.0.1", got
+    # one node (no peer): the node's own name, as before (loopback is right for itself)
+    assert step_env(script, 0, 0, node="gpu01", path=path)["VLLM_HOST_IP"] == "127.0.1.1"
+    # the site's NCCL interface still comes first
+    assert step_env(script, 0, 0, node="gpu01", peer="gpu02", path=path,
+                    NCCL_SOCKET_IFNAME="lo")["VLLM_HOST_IP"] == "127.0.0.1"
+
+
+def test_the_route_is_read_from_the_real_ip_command_and_a_python_socket_without_it(
+        render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", MULTI, TWO_NODES)
+    mine = own_address()
+    hosts = {"gpu01": "127.0.1.1", "same-host": "127.0.0.1", **({"gpu02": mine} if mine else {})}
+    path = fake_name_service(tmp_path, hosts)
+    no_ip_dir = tmp_path / "no-ip"  # a container's view: the step's tools, but no `ip`
+    no_ip_dir.mkdir()
+    for tool in ("getent", "python3", "env", "hostname"):
+        found = tmp_path / "bin" / tool
+        (no_ip_dir / tool).symlink_to(found if found.exists() else
+                                       shutil.which(tool, path=SYSTEM_PATH) or tool)
+    no_ip = str(no_ip_dir)
+    assert subprocess.run(["/bin/bash", "-c", "command -v ip"], env={"PATH": no_ip},
+                          check=False).returncode != 0
+    for where in (path, no_ip):
+        # every node one host (the dev cluster): loopback is right
+        assert step_env(script, 0, 0, node="gpu01", peer="same-host", path=where)[
+            "VLLM_HOST_IP"] == "127.0.0.1"
+        if mine:  # a peer at this machine's own address: the route's source is that address
+            assert step_env(script, 0, 0, node="gpu01", peer="gpu02", path=where)[
+                "VLLM_HOST_IP"] == mine
+
+
+def test_a_loopback_route_to_another_host_or_an_unknown_peer_stops_the_step(
+        render: RenderFn, tmp_path: Path) -> None:
+    script = render("slurm", MULTI, TWO_NODES)
+    path = fake_name_service(tmp_path, {"gpu01": "127.0.1.1", "gpu02": "198.18.0.2"},
+                             routes={"198.18.0.2": "127.0.0.1"})
+    looped = run_step(script, 0, 0, node="gpu01", peer="gpu02", path=path)
+    assert looped.returncode == 98 and b"env" not in looped.stdout, looped
+    assert b"a loopback address: set NCCL_SOCKET_IFNAME" in looped.stderr, looped.stderr
+    unknown = run_step(script, 0, 0, node="gpu01", peer="gpu03", path=path)
+    assert unknown.returncode == 98, unknown
+    assert b"cannot resolve gpu03 (getent ahostsv4)" in unknown.stderr, unknown.stderr
+
+
+def test_each_launch_of_an_instance_across_nodes_names_its_peer(render: RenderFn) -> None:
+    script = render("slurm", MULTI, TWO_NODES)
+    launches = re.findall(r"^launch_server 0 (\S+) (\S+) (\S+) ", script, re.M)
+    assert launches == [("head", '"${NODES[0]}"', '"${NODES[1]}"'),
+                        ("worker-1", '"${NODES[1]}"', '"${NODES[0]}"')], launches
+    one = render("slurm", VLLM_RUN)
+    assert re.findall(r"^launch_server 0 (\S+) (\S+) (\S+) ", one, re.M) == [
+        ("head", '"${NODES[0]}"', "''")]
+    assert "reached_at() {" not in one  # only scripts with an instance across nodes carry it
+
+
+def test_rays_head_address_is_the_route_to_a_joining_node_where_its_name_is_loopback(
+        render: RenderFn, tmp_path: Path) -> None:
+    run = {**MULTI, "deployment": {**MULTI["deployment"], "multi_node_backend": "ray"}}
+    script = render("slurm", run, TWO_NODES)
+    assert re.search(r'^HEAD_IP=\$\(node_ip "\$HEAD_NODE" "\$\{NODES\[1\]\}"\) \|\| exit 1$',
+                     script, re.M), script
+    code = function(script, "reached_at") + "\n" + function(script, "node_ip") + """
+log() { echo "log: $*"; }
+job_failure() { :; }
+node_ip gpu01 gpu02
+"""
+    path = fake_name_service(tmp_path, {"gpu01": "127.0.1.1", "gpu02": "198.18.0.2",
+                                        "gpu03": "198.18.0.3"},
+                             routes={"198.18.0.2": "198.18.0.1"})
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60,
+                         check=False, env={"PATH": path})
+    assert (out.returncode, out.stdout) == (0, "198.18.0.1\n"), out
+    # a head on another node: its name, as this node resolves it
+    elsewhere = code.replace("node_ip gpu01 gpu02", "node_ip gpu03 gpu02")
+    other = subprocess.run(["bash", "-c", elsewhere], capture_output=True, text=True,
+                           timeout=60, check=False, env={"PATH": path})
+    assert other.stdout == "198.18.0.3\n", other
 
 
 def test_the_sites_nccl_interface_gives_the_address_and_gloos_interface(
@@ -157,8 +289,8 @@ def test_launch_server_records_where_this_jobs_part_of_the_log_starts(
     log.write_text("an earlier job's output\n")
     code = function(script, "launch_server") + f"""
 log() {{ :; }}
-SERVER_DIR={tmp_path} SERVER_ENV=true SERVER_WHAT=model PIN_GPUS='shift 3; exec "$@"'
-launch_server 0 head n1 0 0 echo new
+SERVER_DIR={tmp_path} SERVER_ENV=true SERVER_WHAT=model PIN_GPUS='shift 4; exec "$@"'
+launch_server 0 head n1 '' 0 0 echo new
 wait
 echo "from=$HEAD_LOG_FROM"
 """

@@ -37,7 +37,7 @@ def _launch(script: str, tmp_path: Path, token: str) -> subprocess.CompletedProc
     (fake / "launch_server.py").write_text(FAKE)
     code = "\n".join([
         env_fn.group(0),
-        'launch_server() { shift 5; (server_environment; exec "$@"); }',
+        'launch_server() { shift 6; (server_environment; exec "$@"); }',
         f"HPCEVAL_JOB_TOKEN={token}  # a plain variable of the job, as in the script",
         f"NODES=(127.0.0.1) PORT_BASE=8000 SERVER_PIDS=() SERVER_DIR={tmp_path}",
         block.group(0)])
