@@ -115,15 +115,14 @@ def _launches(served: Served, nodes: list[int], first: int, count: int,
         # Ray wants IP addresses, not hostnames: the job script resolves the head's once
         # (HEAD_IP, from the name every node uses for the head) for the nodes that join it;
         # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).
+        node = ["bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node", var("RAY_TEMP_DIR")]
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
-            "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
-            "ray", "start", "--head", "--block", "--port", COORD_PORT,
-            "--temp-dir", ShellCode('"/tmp/ray-${HPCEVAL_JOB_ID}"'), "--include-dashboard=false",
+            *node, "ray", "start", "--head", "--block", "--port", COORD_PORT,
+            "--temp-dir", var("RAY_TEMP_DIR"), "--include-dashboard=false",
             "--ray-client-server-port", var("RAY_CLIENT_PORT")], peer=nodes[1])]
-        ray += [Launch(f"ray-worker-{r}", node, 0, 0, [
-            "bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node",
-            "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')],
-            peer=nodes[0]) for r, node in enumerate(nodes[1:], start=1)]
+        ray += [Launch(f"ray-worker-{r}", node_index, 0, 0, [
+            *node, "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')],
+            peer=nodes[0]) for r, node_index in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
                  ShellCode('"${HEAD_IP}:${COORD_PORT}"'), *build(served, nnodes=n, rank=0)]
         return [*ray, Launch("head", nodes[0], 0, 0, serve, True, peer=nodes[1])]

@@ -17,9 +17,12 @@ exact rendered line), so what is checked is what the job runs:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from render_helpers import RenderFn
@@ -226,12 +229,14 @@ def test_ray_is_per_job_and_every_node_starts_with_its_own_address(render: Rende
         words = " ".join(lines.split())
         # the address the step resolved on its own node (VLLM_HOST_IP: the same vLLM checks)
         assert '"$RAY_NODE" ray-node' in words, words
+        assert '"$RAY_NODE" ray-node "${RAY_TEMP_DIR}"' in words, words  # removed at its end
         if role == "ray-head":
-            assert '--temp-dir "/tmp/ray-${HPCEVAL_JOB_ID}"' in words, words
+            assert '--temp-dir "${RAY_TEMP_DIR}"' in words, words
             assert "--include-dashboard=false" in words, words
             assert '--ray-client-server-port "${RAY_CLIENT_PORT}"' in words, words
     ray_node = re.search(r"^RAY_NODE='(.*?)'$", script, re.S | re.M)
     assert ray_node and '--node-ip-address "$VLLM_HOST_IP"' in ray_node.group(1)
+    assert re.search(r'^RAY_TEMP_DIR="/tmp/ray-\$\{HPCEVAL_JOB_ID\}"', script, re.M), script
     assert re.search(r"^RAY_CLIENT_PORT=\$\(\(PORT_BASE \+ \d+ \+ 0\)\)$", script, re.M), script
     # the waiter and vLLM attach to THIS job's cluster, not the newest one on the node
     head = re.search(r"launch_server 0 head .*?\n((?:  .*\n)+)", script)
@@ -299,3 +304,27 @@ echo "from=$HEAD_LOG_FROM"
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"from={len('an earlier job' + chr(39) + 's output') + 1}"
     assert log.read_text().endswith("new\n")
+
+
+def test_a_ray_node_removes_the_jobs_temp_dir_once_ray_has_ended_on_term(
+        render: RenderFn, tmp_path: Path) -> None:
+    """hpc-admin-2 N6: /tmp/ray-<job> was left on every node. TERM at teardown goes to every
+    process of the step (scancel --signal=TERM): Ray ends, then the wrapper removes the dir."""
+    run = {**MULTI, "deployment": {**MULTI["deployment"], "multi_node_backend": "ray"}}
+    script = render("slurm", run, TWO_NODES)
+    ray_node = re.search(r"^RAY_NODE='(.*?)'$", script, re.S | re.M)
+    assert ray_node
+    temp = tmp_path / "ray-42"
+    # a stand-in for `ray start --block`: writes its session files, ends 0 on TERM after a beat
+    fake_ray = ("mkdir -p \"$0/session_latest\"; trap 'sleep 0.5; exit 0' TERM; "
+                "while :; do sleep 0.1; done")
+    step = subprocess.Popen(["bash", "-c", ray_node.group(1), "ray-node", str(temp),
+                             "bash", "-c", fake_ray, str(temp)], start_new_session=True,
+                            env={"PATH": SYSTEM_PATH, "VLLM_HOST_IP": "198.18.0.1"})
+    deadline = time.monotonic() + 30
+    while not (temp / "session_latest").exists():
+        assert time.monotonic() < deadline and step.poll() is None
+        time.sleep(0.1)
+    os.killpg(step.pid, signal.SIGTERM)  # every process of the step, as the scheduler sends it
+    assert step.wait(timeout=30) == 0
+    assert not temp.exists()

@@ -48,14 +48,15 @@ def stop(script: str, tmp_path: Path, *, squeue_works: bool = True) -> tuple[str
     direct = tmp_path / "direct"
     bin_dir = fake_slurm(tmp_path, squeue_works=squeue_works)
     stop_servers = script[script.index("SERVER_STEP_NAME="):script.index("\ncleanup() {")]
-    body = (function(script, "stop_processes") + "\n" + stop_servers
+    body = (function(script, "wait_processes") + "\n" + function(script, "stop_processes")
+            + "\n" + stop_servers
             + "SERVER_PIDS=()\nfor i in 0 1; do\n  bash -c \"$SERVER\" &\n"
             f"  SERVER_PIDS+=($!); echo $! > {tmp_path}/pid.$i\ndone\n"
             "sleep 0.5\nstarted=$SECONDS\nstop_servers\necho took=$((SECONDS - started))\n")
     proc = subprocess.run(["bash", "-c", body], capture_output=True, text=True, timeout=120,
                           check=False, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SERVER": SERVER,
                                             "SLURM_JOB_ID": "77", "DIRECT": str(direct)})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0 and "command not found" not in proc.stderr, proc.stderr
     took = float(proc.stdout.rsplit("took=", 1)[1])
     return direct.read_text() if direct.exists() else "", took
 
