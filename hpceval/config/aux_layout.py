@@ -162,7 +162,7 @@ def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:
 def env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> list[ConfigIssue]:
     """An external judge's key and the judges' own environment: names, and set when submitted
     (``environ`` None: not checked, as for the model's)."""
-    from hpceval.config.checks import ENV_NAME, env_reference
+    from hpceval.config.checks import ENV_NAME, env_reference, from_file
 
     issues: list[ConfigIssue] = []
     for name, aux in spec.auxiliary_deployments.items():
@@ -175,7 +175,7 @@ def env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> list[ConfigI
             if not ENV_NAME.match(var):
                 issues.append(ConfigIssue(key, "names no valid variable",
                                           "give the NAME of the variable, never its value"))
-            elif environ is not None and var not in environ:
+            elif environ is not None and var not in environ and not from_file(spec, var):
                 issues.append(ConfigIssue(key, f"${var} is not set", f"export {var}=... before "
                                           "submitting (the value is never stored)"))
     return issues

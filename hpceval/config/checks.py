@@ -12,6 +12,7 @@ from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
+from hpceval.config.secret_files import secret_file, secret_file_issues
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
 
@@ -51,6 +52,12 @@ def env_reference(value: str) -> str | None:
             return value[len(prefix):]
     m = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", value)
     return m.group(1) if m else None
+
+
+def from_file(spec: RunSpec, name: str) -> bool:
+    """Whether the job reads variable NAME from a secret file (execution.env_vars NAME:
+    file:PATH), so the submitting shell need not hold it."""
+    return secret_file(spec.execution.env_vars.get(name, "")) is not None
 
 
 def literal_env(value: str) -> str:
@@ -233,9 +240,13 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
             # The value is not echoed: it may be the key itself, pasted by mistake.
             yield ConfigIssue("target.api_endpoint.api_key_name", "is not a variable name",
                               "give the NAME of the variable holding the key, never the key")
-        elif environ is not None and name not in environ:
+        elif environ is not None and name not in environ and not from_file(spec, name):
             yield ConfigIssue("target.api_endpoint.api_key_name", f"${name} is not set",
-                              f"export {name}=... before submitting (the value is never stored)")
+                              f"export {name}=... before submitting (the value is never "
+                              f"stored), or read it from a file of yours: execution.env_vars."
+                              f"{name}: file:~/.hpceval/{name.lower()}.key (chmod 600)")
+    if environ is not None:
+        yield from secret_file_issues(spec)
     groups = [("execution.env_vars", spec.execution.env_vars),
               ("deployment.env_vars", spec.deployment.env_vars),
               ("evaluation.env_vars", spec.evaluation.env_vars)]

@@ -13,6 +13,7 @@ from hpceval.config.aux_layout import job_nodes
 from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key, proxy_upstream_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
+from hpceval.config.secret_files import secret_files, secret_var
 from hpceval.contract import JOB_FILES, JOB_SCRIPT, SERVER_IMAGES_DIR, model_dir
 from hpceval.engines import engine_for
 
@@ -87,6 +88,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "module_init": ex.module_init,
         "modules": ex.modules,
         "pre_commands": ex.pre_commands,
+        # env values `file:PATH`: read once at the start, into the job's own variables
+        "secret_files": [(secret_var(path), path) for path in secret_files(spec)],
         "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
         "container_prefix": prefix,
         "signal_seconds": ex.signal_seconds,

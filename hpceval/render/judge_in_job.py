@@ -59,8 +59,10 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
             "client_key": judge_client_key(aux),
             "token_var": f"HPCEVAL_AUX_{upper}_TOKEN", "timeout": aux.health_timeout,
             "exports": _exports(name, aux, base_path),
-            # fails the job at once, naming it, if the key is not set (resume finds it too)
-            "key_check": passed_env(aux.api_key_name) if aux.api_key_name else None,
+            # fails the job at once, naming it, if the key is not set (resume finds it too);
+            # none for a key execution.env_vars gives the job (a file: secret, say)
+            "key_check": passed_env(aux.api_key_name) if aux.api_key_name and
+            aux.api_key_name not in resolved.spec.execution.env_vars else None,
         })
     return views
 

