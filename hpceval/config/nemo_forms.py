@@ -150,6 +150,9 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
     """``execution.gpus_per_node: auto`` (the local profile's): the GPUs this machine has.
     Unknown (no nvidia-smi, CUDA_VISIBLE_DEVICES unset): one instance's worth, with a note."""
     execution = data.get("execution")
+    if isinstance(execution, dict) and "gpus_per_node" in execution \
+            and execution["gpus_per_node"] is None:
+        return _no_gpus(data, execution)
     if not isinstance(execution, dict) or execution.get("gpus_per_node") != AUTO:
         return [], []
     if execution.get("type") != "local":
@@ -213,3 +216,21 @@ def local_runtime(data: dict[str, Any], which: Callable[[str], str | None] | Non
     return [f"execution.container_runtime: auto chose {chosen} ({why}): the server and the "
             "harnesses run in containers, as NeMo Evaluator's local executor runs them "
             "(set execution.container_runtime to choose)"], []
+
+
+def _no_gpus(data: dict[str, Any], execution: dict[str, Any]
+             ) -> tuple[list[str], list[ConfigIssue]]:
+    """``execution.gpus_per_node: null``: NeMo Evaluator's way to ask for no GPU (its examples
+    that evaluate an endpoint elsewhere, ``deployment: none``). A CPU job, when nothing is served
+    in it; a server of the job's own needs GPUs to be named."""
+    dep = data.get("deployment") if isinstance(data.get("deployment"), dict) else {}
+    assert isinstance(dep, dict)
+    kind = dep.get("type", "none")
+    if kind in engine_names() and engine_for(str(kind)).serves:
+        return [], [ConfigIssue("execution.gpus_per_node", f"is null (no GPUs), but deployment "
+                                f"{kind} serves the model in the job",
+                                "give the GPUs per node, or use deployment: none with "
+                                "target.api_endpoint.url")]
+    execution["gpus_per_node"] = 0
+    return ["execution.gpus_per_node: null (no GPU request, as NeMo Evaluator reads it): the "
+            "job asks for no GPU"], []

@@ -368,3 +368,28 @@ def test_launcher_auto_export_becomes_a_dependent_export(tmp_path: Path) -> None
     export = r.spec.export  # type: ignore[attr-defined]
     assert export.destinations == ["mlflow"]
     assert export.mlflow.tracking_uri == "file:///m"
+
+
+EXTERNAL_ON_SLURM = EXTERNAL.replace("  - execution: local\n", "  - execution: slurm/default\n") \
+    .replace("  output_dir: /shared/runs\n", "  output_dir: /shared/runs\n  account: proj1\n"
+             "  gpus_per_node: null\n")
+
+
+def test_no_gpus_for_an_endpoint_elsewhere_is_a_cpu_job(tmp_path: Path) -> None:
+    """hpc-admin-2 item 14: NeMo Evaluator's examples that evaluate a hosted endpoint write
+    `gpus_per_node: null` (no GPU request); hpceval refused it as an empty integer."""
+    r = _load(tmp_path, EXTERNAL_ON_SLURM)
+    assert r.spec.execution.gpus_per_node == 0  # type: ignore[attr-defined]
+    assert any("gpus_per_node: null" in n for n in r.composed.notes)  # type: ignore[attr-defined]
+    result = CliRunner().invoke(cli, ["render", str(tmp_path / "run.yaml")],
+                                env={"NGC_API_KEY": "x"})
+    assert result.exit_code == 0, result.output
+    header = [ln for ln in result.output.splitlines() if ln.startswith("#SBATCH")]
+    assert header and not [ln for ln in header if "gpu" in ln.lower()], header
+
+
+def test_no_gpus_for_a_server_of_the_jobs_own_is_refused(tmp_path: Path) -> None:
+    text = SLURM.replace("  output_dir: ???\n", "  output_dir: ???\n  gpus_per_node: null\n")
+    with pytest.raises(ConfigError, match=r"execution.gpus_per_node: is null \(no GPUs\), but "
+                       r"deployment vllm serves"):
+        _load(tmp_path, text, *FILLED)
