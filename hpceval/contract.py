@@ -46,6 +46,7 @@ SERVER_IMAGES_DIR = "images"  # docker:// server images the job pulled itself (o
 LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PREEMPTIONS_FILE = "preemptions"  # models/<key>/: "<job id> <time>" per preemption Slurm requeued
+MODEL_LOCK_FILE = "lock"  # models/<key>/: flock-ed by the one live job of the model; "<job> <pid>"
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
 PROXY_READY_FILE = "proxy.ready"  # models/<key>/: the proxy's pid, once it has bound its port
 COMMAND_FILE = "command.sh"  # models/<key>/tasks/<task>/: written when the task starts
@@ -110,7 +111,7 @@ WATCH_LOG_DIR = "logs"  # tick-<job id>.log
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE, "loads": LOADS_FILE,
-    "preemptions": PREEMPTIONS_FILE,
+    "preemptions": PREEMPTIONS_FILE, "model_lock": MODEL_LOCK_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE, "local_usage": LOCAL_USAGE_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,

@@ -30,6 +30,10 @@ from hpceval.render.steps import build_steps, env_value
 from hpceval.render.urls import base_of, proxied
 from hpceval.runtimes import runtime_for
 
+# How long a job waits for the model's lock (model_lock.j2): a predecessor's teardown stops tasks
+# and servers (30 s each at most) and merges its cache shards (300 s at most).
+MODEL_LOCK_WAIT_S = 600
+
 
 def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:
     """The job script. Reads nothing but the shipped templates and writes nothing: the tasks
@@ -93,6 +97,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
         "container_prefix": prefix,
         "signal_seconds": ex.signal_seconds,
+        "lock_wait": MODEL_LOCK_WAIT_S,
         "ports": ports.view(),
         "deployment": {"type": dep.type, "template": engine.template},
         "model": model,
