@@ -9,6 +9,13 @@ An instance the job launched is down for good once marked down, and at once when
 job started for it has exited (`proxy_liveness`): a 200 on its port may come from another uid
 that took the port (review F1), and the job token must never go there. Only an API outside the
 job (`external`) is re-probed in the background and put back when it answers.
+
+A job's own server that is suspected is *held* for SETTLE_S first: no request and no probe
+goes to its port until then. A killed server drops its connections a moment before its step
+ends (the step's supervisor kills what it left and exits; the srun the proxy watches follows):
+asked at once, its port could already answer for another uid that bound it (shared-cluster-4
+F1(c): 19 of 30 answers). After the hold the pid check decides, and only a server whose step
+still runs is probed.
 """
 
 from __future__ import annotations
@@ -31,13 +38,14 @@ log = logging.getLogger(__name__)
 EXITED = "its server process exited; not trusting its port again"
 
 PROBE_TIMEOUT_S = 5.0
+SETTLE_S = 2.0  # how long a suspected server of the job's own is held (module doc)
 
 
 class Instance:
     """One upstream model server and what the proxy knows about it."""
 
-    __slots__ = ("base", "done", "down_since", "failures", "last_error", "outstanding", "pids",
-                 "probing", "socket", "token", "up", "url")
+    __slots__ = ("base", "done", "down_since", "failures", "held_until", "last_error",
+                 "outstanding", "pids", "probing", "socket", "token", "up", "url")
 
     def __init__(self, url: str, pids: tuple[int, ...] = (), token: str | None = None) -> None:
         # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
@@ -57,6 +65,7 @@ class Instance:
         self.last_error: str | None = None
         self.down_since: float | None = None
         self.probing = False
+        self.held_until = 0.0  # time.monotonic() before which nothing goes to it (SETTLE_S)
         self.pids = pids  # the job's processes for this instance; () = not known (external)
         # The key this server takes, where servers differ (a sweep judge and its successor):
         # sent with every request to it, whatever the request was built with. None: the
@@ -143,8 +152,19 @@ class Balancer:
             return
         inst.failures += 1
         inst.last_error = reason
+        if not self.external:
+            inst.held_until = max(inst.held_until, time.monotonic() + SETTLE_S)
         if inst.up and not inst.probing:
             self._spawn(self._check_suspect(inst, reason, sessions))
+
+    async def settled(self, inst: Instance) -> bool:
+        """Whether `inst` may be asked now: after its hold (SETTLE_S), if any, its processes
+        must still run."""
+        wait = inst.held_until - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+            return self.still_launched(inst)
+        return True
 
     def down_reason(self) -> str:
         parts = [f"{i.url} ({i.last_error or 'down'})" for i in self.instances if not i.up]
@@ -190,6 +210,12 @@ class Balancer:
     async def _check_suspect(
         self, inst: Instance, reason: str, sessions: Sessions
     ) -> None:
+        inst.probing = True  # (no second check meanwhile)
+        try:
+            if not await self.settled(inst):
+                return  # its server exited: down for good, its port never asked
+        finally:
+            inst.probing = False
         answered = await self.probe(inst, sessions)
         # A SIGKILLed server resets its connections a moment before it is a zombie: gone by
         # now, that is why (whatever its port said), not the failed probe.

@@ -139,6 +139,8 @@ class Forwarder:
             headers = {**headers, "Authorization": f"Bearer {inst.token}"}
         ok = checked_out = False
         try:
+            if not await self.balancer.settled(inst):  # held after a dropped connection
+                return _lost(inst)
             if not stream and inst.url in self._via_site_proxy:
                 async with self.sessions.tcp.request(method, inst.url + path_qs, data=data,
                                                 headers=headers, timeout=self._timeout) as r:

@@ -127,9 +127,11 @@ async def test_a_dropped_connection_to_a_server_that_exited_is_put_down_to_its_e
     assert not inst.up and "server process exited" in (inst.last_error or "")
 
 
-async def test_a_server_that_exits_while_its_port_is_probed_is_put_down_to_its_exit() -> None:
+async def test_a_server_that_exits_while_its_port_is_probed_is_put_down_to_its_exit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The race CI met: the reset arrives while the killed server is not yet a zombie, so the
     probe runs; by the time it fails, the process is gone, and that is the reason."""
+    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.0)  # probed at once
     server_process = subprocess.Popen(["sleep", "300"])
     try:
         balancer = Balancer(["http://127.0.0.1:9"], pids=((server_process.pid,),))
@@ -147,6 +149,51 @@ async def test_a_server_that_exits_while_its_port_is_probed_is_put_down_to_its_e
     finally:
         server_process.kill()
         server_process.wait()
+
+
+async def test_a_suspected_server_is_held_until_its_step_has_had_time_to_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """shared-cluster-4 F1(c): the killed vLLM's connections drop a moment before its step (and
+    the srun the proxy watches) ends; another uid's port answered the probe and 19 requests in
+    that moment. Now nothing goes to the port during the hold, and after it the pid decides."""
+    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.6)
+    step = subprocess.Popen(["sleep", "0.3"])  # the step ends 0.3 s after the drop
+    try:
+        balancer = Balancer(["http://127.0.0.1:9"], pids=((step.pid,),))
+        (inst,) = balancer.instances
+        balancer.suspect(inst, "connection lost: EOF", _NoProbe())  # type: ignore[arg-type]
+        # a request in the meantime waits for the hold, then is refused: not the job's server
+        assert await balancer.settled(inst) is False
+        step.wait()
+        await asyncio.sleep(0.05)
+        assert not inst.up and "server process exited" in (inst.last_error or "")
+    finally:
+        step.kill()
+        step.wait()
+
+
+async def test_a_held_server_whose_step_still_runs_is_probed_and_stays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.2)
+    step = subprocess.Popen(["sleep", "300"])
+    probed: list[float] = []
+    try:
+        balancer = Balancer(["http://127.0.0.1:9"], pids=((step.pid,),))
+        (inst,) = balancer.instances
+
+        async def answers(_inst: object, _sessions: object) -> bool:
+            probed.append(asyncio.get_running_loop().time())
+            return True
+
+        balancer.probe = answers  # type: ignore[method-assign]
+        suspected_at = asyncio.get_running_loop().time()
+        balancer.suspect(inst, "timed out", _NoProbe())  # type: ignore[arg-type]
+        assert await balancer.settled(inst) is True
+        await asyncio.sleep(0.05)
+        assert inst.up and len(probed) == 1 and probed[0] - suspected_at >= 0.19
+    finally:
+        step.kill()
+        step.wait()
 
 
 def test_external_upstreams_still_come_back_and_a_job_server_does_not() -> None:
