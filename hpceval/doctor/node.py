@@ -145,7 +145,7 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
     head += list(ex.module_init)
     head += node_site.head(ex, site_args(ex))
     return "\n".join([*head, _HELPERS.strip("\n"), listening_ports_function().rstrip("\n"),
-                      node_site.BODY.strip("\n"), _BODY.lstrip("\n")])
+                      node_site.body().strip("\n"), _BODY.lstrip("\n")])
 
 
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:

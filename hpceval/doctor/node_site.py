@@ -14,6 +14,7 @@ from collections.abc import Callable
 from hpceval.backends.slurm.commands import PARTITION_SHOW, SUBMIT, TEST_ONLY
 from hpceval.config.schema import ExecutionSpec
 from hpceval.doctor.report import Line, Status
+from hpceval.render.quoting import node_address_code
 from hpceval.shell import quote
 
 NODE = "node"
@@ -25,6 +26,14 @@ me=$(hostname)
 fact node_addr 0 "$me $(getent ahostsv4 "$me" 2>/dev/null | awk 'NR == 1 { print $1 }')"
 if command -v ip > /dev/null; then probe addresses ip -4 -o addr show
 else fact addresses 127 "no ip command"; fi
+if [ -n "$NCCL_SOCKET_IFNAME" ]; then  # the servers' own choice (node_address, as they run it)
+  node=$me
+  { NODE_ADDRESS
+  } 2> "$REPORT.address"
+  fact nccl_choice 0 "${dev:--} ${addr:--}"  # - for none
+  fact nccl_note 0 "$(cat "$REPORT.address")"
+  rm -f "$REPORT.address"
+fi
 probe flock flock -w 5 "$REPORT.lock" true
 rm -f "$REPORT.lock"
 probe space df -Pk /tmp "${REPORT%/*}"
@@ -33,10 +42,16 @@ probe submit "${SUBMIT_TEST[@]}"
 '''
 
 
+def body() -> str:
+    """The probes, with the servers' address choice pasted in where it runs."""
+    return BODY.replace("NODE_ADDRESS\n", node_address_code())
+
+
 def head(ex: ExecutionSpec, site_args: list[str]) -> list[str]:
     """The values the probes read, each quoted."""
     test = [*TEST_ONLY.split(), "--wrap=true", "--time=1", *site_args]
     return [f"PARTITION={quote(ex.partition or '')}",
+            f"NCCL_SOCKET_IFNAME={quote(ex.env_vars.get('NCCL_SOCKET_IFNAME', ''))}",
             f"PARTITION_SHOW=({quote(list(PARTITION_SHOW))})",
             f"SUBMIT_TEST=({quote(test)})"]
 
@@ -76,22 +91,20 @@ def _address_line(ex: ExecutionSpec, fact: Fact) -> Line:
 
 
 def _interface_line(nccl: str, fact: Fact) -> Line:
-    """NCCL_SOCKET_IFNAME's first entry, as the job's address choice reads it (a prefix, or
-    =exact; a ^ list excludes and names nothing to look for)."""
-    want = nccl.split(",")[0]
+    """What the servers' own address choice (node_address) made of NCCL_SOCKET_IFNAME."""
     check = "NCCL_SOCKET_IFNAME"
-    if want.startswith("^"):
+    dev, _, addr = (fact("nccl_choice") or (127, "- -"))[1].partition(" ")
+    dev = "" if dev == "-" else dev
+    note = (fact("nccl_note") or (127, ""))[1]
+    if dev:
+        return Line(NODE, check, Status.OK, f"{nccl}: {dev} has the IPv4 address {addr}")
+    if "no IPv4 address on interface" not in note:
         return Line(NODE, check, Status.OK, f"{nccl}: excludes interfaces, names none")
-    exact = want.startswith("=")
-    want = want.removeprefix("=")
     rc, out = fact("addresses") or (127, "not probed")
     names = sorted({row.split()[1] for row in out.splitlines()
                     if rc == 0 and len(row.split()) > 3})
-    found = [n for n in names if n == want or (not exact and n.startswith(want))]
-    if found:
-        return Line(NODE, check, Status.OK, f"{nccl}: {found[0]} has an IPv4 address")
-    return Line(NODE, check, Status.PROBLEM, f"{nccl}: no interface {want} with an IPv4 address "
-                f"on the node (it has: {', '.join(names) or out or 'none'})",
+    return Line(NODE, check, Status.PROBLEM, f"{nccl}: no interface {nccl.split(',')[0]} with an "
+                f"IPv4 address on the node (it has: {', '.join(names) or out or 'none'})",
                 "set NCCL_SOCKET_IFNAME in execution.env_vars to one of the node's interfaces")
 
 

@@ -138,3 +138,10 @@ def listening_ports_function() -> str:
     """The shell function `listening_ports` (templates/listening_ports.j2), as the job's
     preamble includes it: for a script that is not rendered (hpceval doctor's node job)."""
     return render_template("listening_ports.j2", {})
+
+
+def node_address_code() -> str:
+    """The code that picks the address a node's servers advertise (NCCL_SOCKET_IFNAME's
+    interface, else the node's name; templates/deployment/_node_address.j2), as the step wrapper
+    runs it for an instance on one node: for hpceval doctor's node job, which reports it."""
+    return render_template("deployment/_node_address.j2", {"spans_nodes": False})

@@ -98,3 +98,28 @@ def node_facts(**changes: Any) -> dict[str, Any]:
         "port_range": {"rc": 0, "out": "32768 60999"}}
     facts.update(changes)
     return facts
+
+
+def address_facts(nccl: str, addresses: str | None = None) -> dict[str, Any]:
+    """The doctor's nccl_choice and nccl_note facts for NCCL_SOCKET_IFNAME=NCCL, from the servers'
+    own address code (node_address_code) run in bash on a node whose `ip -4 -o addr show` prints
+    ADDRESSES (node_facts' by default), as the node job runs it."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from hpceval.render.quoting import node_address_code
+
+    out = node_facts()["addresses"]["out"] if addresses is None else addresses
+    with tempfile.TemporaryDirectory() as folder:
+        ip = Path(folder) / "ip"
+        ip.write_text(f"#!/bin/bash\n[ \"$*\" = '-4 -o addr show' ] || exit 2\ncat <<'EOF'\n"
+                      f"{out}\nEOF\n")
+        ip.chmod(0o755)
+        code = (f"node=node1\n{{\n{node_address_code()}}} 2> {folder}/note\n"
+                f'echo "${{dev:--}} ${{addr:--}}"; cat {folder}/note')
+        done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60,
+                              check=True, env={"PATH": f"{folder}:/usr/bin:/bin",
+                                               "NCCL_SOCKET_IFNAME": nccl})
+    choice, _, note = done.stdout.partition("\n")
+    return {"nccl_choice": {"rc": 0, "out": choice}, "nccl_note": {"rc": 0, "out": note}}

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from doctor_helpers import NFS, FakeClient, by_check, node_facts, spec_for
+from doctor_helpers import NFS, FakeClient, address_facts, by_check, node_facts, spec_for
 
 from hpceval.backends.slurm.records import QueueEntry
 from hpceval.doctor import login, node
@@ -117,12 +117,13 @@ def test_the_node_job_asks_for_one_gpu_the_way_the_profile_does(tmp_path: Path) 
 def test_what_a_real_site_does_to_a_job_is_judged(tmp_path: Path) -> None:
     # hpc-admin-2 N11: the probes behind the failures of first jobs on a new site
     healthy = by_check(node.node_lines(spec_for(tmp_path, env_vars={"NCCL_SOCKET_IFNAME": "ib"}),
-                                       node_facts(), "/sw/py", None))
+                                       node_facts(**address_facts("ib")), "/sw/py", None))
     for check in ("node address", "NCCL_SOCKET_IFNAME", "flock", "free space in /tmp",
                   "free space in execution.output_dir", "sbatch from a node",
                   "preemption on gpu"):
         assert healthy[check].status is Status.OK, healthy[check]
-    assert healthy["NCCL_SOCKET_IFNAME"].detail == "ib: ib0 has an IPv4 address"
+    # the servers' own choice: NCCL's prefix form picks ib0
+    assert healthy["NCCL_SOCKET_IFNAME"].detail == "ib: ib0 has the IPv4 address 10.1.0.11"
     assert "queued again under its id" in healthy["preemption on gpu"].detail
     broken = node_facts(node_addr={"rc": 0, "out": "node1 127.0.1.1"},
                         flock={"rc": 1, "out": "flock: failed to get lock: Function not "
@@ -131,7 +132,8 @@ def test_what_a_real_site_does_to_a_job_is_judged(tmp_path: Path) -> None:
                                                "Capacity Mounted on\ntmpfs 4096 0 2048 50% /tmp"},
                         preempt={"rc": 0, "out": "PreemptMode=SUSPEND,GANG"},
                         submit={"rc": 1, "out": "sbatch: error: Batch job submission failed: "
-                                                "Access/permission denied"})
+                                                "Access/permission denied"},
+                        **address_facts("=ib1"))
     multi = spec_for(tmp_path, nodes=2, env_vars={"NCCL_SOCKET_IFNAME": "=ib1"})
     lines = by_check(node.node_lines(multi, broken, "/sw/py", None))
     assert lines["node address"].status is Status.PROBLEM
@@ -151,6 +153,10 @@ def test_what_a_real_site_does_to_a_job_is_judged(tmp_path: Path) -> None:
     assert single["node address"].status is Status.WARNING
     assert single["sbatch from a node"].status is Status.OK
     assert "NCCL_SOCKET_IFNAME" not in single  # not set: nothing to look for
+    excluded = by_check(node.node_lines(spec_for(tmp_path, env_vars={
+        "NCCL_SOCKET_IFNAME": "^docker,lo"}), node_facts(**address_facts("^docker,lo")),
+        "/sw/py", None))["NCCL_SOCKET_IFNAME"]
+    assert excluded.status is Status.OK and "names none" in excluded.detail
 
 
 def test_network_target_comes_from_the_option_the_proxy_or_an_external_url(
