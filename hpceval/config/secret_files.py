@@ -1,8 +1,8 @@
 """Secrets read from files (hpc-admin-2 N14): an env value ``file:PATH`` in any ``env_vars``.
 
-A key passed by NAME comes from the submitting shell's environment, and whatever ``sbatch``
-exports is kept in slurmctld's job state (and in slurmdbd where a site sets
-``AccountingStoreFlags=job_env``), then in every successor's. A ``file:`` value keeps it out of
+A key passed by NAME comes from the submitting shell's environment, and whatever the submit
+exports is kept in the scheduler's job state (and in its accounting database where a site
+stores job environments), then in every successor's. A ``file:`` value keeps it out of
 there: the job itself reads the file's first line on the node, into a shell variable of its own
 (``HPCEVAL_SECRET_<digest>``, never exported), and only the processes the value is for get it,
 as ``NAME``. The file must belong to the user and be closed to everyone else (0600 or 0400):

@@ -57,7 +57,7 @@ except OSError as exc:
 print(f"INFO Starting vLLM server on http://127.0.0.1:{port}", flush=True)
 server.serve_forever()
 """
-FUNCTIONS = ("wait_pid", "stop_processes", "forget_servers", "launch_server",
+FUNCTIONS = ("wait_pid", "wait_processes", "stop_processes", "forget_servers", "launch_server",
              "server_environment", "start_servers", "listening_ports", "free_port_block",
              "server_failed", "servers_alive", "server_error", "dead_server", "answers",
              "port_lost", "wait_for_servers", "move_servers", "servers_up")
@@ -127,7 +127,7 @@ def _bring_up(render: RenderFn, tmp_path: Path, port_base: int, mode: str = "",
     script = render("local-dev", OVERLAP if overlap else RUN)
     call = re.search(r"^PORT_BASE=\$\(free_port_block (\d+) (\d+) (\d+) ", script, re.M)
     assert call and call.groups() == ("8000", "64", "387"), "the port plan changed"
-    pin = re.search(r"^PIN_GPUS='.*?^exec \"\$@\"'$", script, re.M | re.S)
+    pin = re.search(r"^PIN_GPUS='.*?^exit \"\$status\"'$", script, re.M | re.S)
     assert pin, "no PIN_GPUS in the script"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
