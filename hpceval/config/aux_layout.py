@@ -162,7 +162,8 @@ def _kind_issues(where: str, aux: AuxiliaryDeploymentSpec) -> list[ConfigIssue]:
 def env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> list[ConfigIssue]:
     """An external judge's key and the judges' own environment: names, and set when submitted
     (``environ`` None: not checked, as for the model's)."""
-    from hpceval.config.checks import ENV_NAME, env_reference, from_file
+    from hpceval.config.checks import ENV_NAME, env_reference
+    from hpceval.config.secret_files import from_file
 
     issues: list[ConfigIssue] = []
     for name, aux in spec.auxiliary_deployments.items():

@@ -12,7 +12,7 @@ from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
-from hpceval.config.secret_files import secret_file, secret_file_issues
+from hpceval.config.secret_files import from_file, secret_file_issues
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
 
@@ -52,12 +52,6 @@ def env_reference(value: str) -> str | None:
             return value[len(prefix):]
     m = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", value)
     return m.group(1) if m else None
-
-
-def from_file(spec: RunSpec, name: str) -> bool:
-    """Whether the job reads variable NAME from a secret file (execution.env_vars NAME:
-    file:PATH), so the submitting shell need not hold it."""
-    return secret_file(spec.execution.env_vars.get(name, "")) is not None
 
 
 def literal_env(value: str) -> str:

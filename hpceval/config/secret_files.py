@@ -35,6 +35,12 @@ def secret_var(path: str) -> str:
     return "HPCEVAL_SECRET_" + hashlib.sha256(path.encode()).hexdigest()[:12].upper()
 
 
+def from_file(spec: RunSpec, name: str) -> bool:
+    """Whether the job itself reads variable NAME from a secret file (execution.env_vars NAME:
+    file:PATH): the submitting shell need not hold it, and nothing passes it on by name."""
+    return secret_file(spec.execution.env_vars.get(name, "")) is not None
+
+
 def env_groups(spec: RunSpec) -> Iterator[tuple[str, dict[str, str]]]:
     """Every env_vars map of a run, with its key path."""
     yield "execution.env_vars", spec.execution.env_vars

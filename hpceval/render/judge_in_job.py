@@ -15,6 +15,7 @@ from typing import Any
 from hpceval.config import ResolvedConfig, auxiliary
 from hpceval.config.endpoint_key import judge_client_key
 from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.config.secret_files import from_file
 from hpceval.contract import SERVER_DIR, aux_folder
 from hpceval.engines import engine_for
 from hpceval.render.ports import PortPlan
@@ -60,9 +61,9 @@ def proxy_views(resolved: ResolvedConfig, ports: PortPlan) -> list[dict[str, Any
             "token_var": f"HPCEVAL_AUX_{upper}_TOKEN", "timeout": aux.health_timeout,
             "exports": _exports(name, aux, base_path),
             # fails the job at once, naming it, if the key is not set (resume finds it too);
-            # none for a key execution.env_vars gives the job (a file: secret, say)
+            # none for a key the job reads from a file itself (execution.env_vars file:)
             "key_check": passed_env(aux.api_key_name) if aux.api_key_name and
-            aux.api_key_name not in resolved.spec.execution.env_vars else None,
+            not from_file(resolved.spec, aux.api_key_name) else None,
         })
     return views
 

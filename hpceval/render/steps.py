@@ -16,7 +16,7 @@ from hpceval.config.endpoint_key import HARNESS_KEY, harness_key_value, judge_ke
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import ExecutionSpec
 from hpceval.config.script_checks import bind_issue, extra_bind_issue
-from hpceval.config.secret_files import secret_file, secret_var
+from hpceval.config.secret_files import from_file, secret_file, secret_var
 from hpceval.config.tasks import stale
 from hpceval.contract import TASK_ROUTE, TASKS_DIR
 from hpceval.engines import engine_for
@@ -164,6 +164,6 @@ def _task_env(resolved: ResolvedConfig, rt: ResolvedTask,
             env.append((name, var(source)))
             given.add(name)
     for name in dict.fromkeys(names):
-        if name not in given and name not in ex.env_vars:  # (that one the whole job has)
+        if name not in given and not from_file(spec, name):  # (that one the job reads itself)
             env.append((name, env_value(f"host:{name}")))
     return env
