@@ -48,6 +48,8 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
         "server_srun": server_srun(resolved, served, [name for name, _ in env], pull_dir),
         "pull": server_pull(resolved, served, pull_dir),
         "server_env": [(prefix + name, value) for name, value in env],
+        # its steps make their own cache folder on their node (PIN_GPUS)
+        "private_cache": ("HPCEVAL_PRIVATE_CACHE", "1") in env,
         "server_unset": sorted(set(unset) - _env_passes(env)),
         "server_token": server_token(served),
         "multi_node": dep.multi_node_backend if served.placement.layout.nodes_per_instance > 1
@@ -119,7 +121,7 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
     return runtime.server_prefix(server_image(resolved, served, pull_dir),
                                  _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
-                                 cache=ShellCode(server_cache(resolved, served)),
+                                 cache=ShellCode(f'"{CONTAINER_CACHE}"'),
                                  env_names=env_names, site=site_options(ex))
 
 
@@ -172,7 +174,7 @@ def server_srun(resolved: ResolvedConfig, served: Served, env_names: list[str],
     assert dep.image is not None  # server_prefix refused a missing one
     return runtime.server_srun(server_image(resolved, served, pull_dir),
                                _binds(resolved, served), env_names,
-                               cache=ShellCode(server_cache(resolved, served)))
+                               cache=ShellCode(f'"{CONTAINER_CACHE}"'))
 
 
 def server_token(served: Served) -> bool:
@@ -198,13 +200,14 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     env += [("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1")]
     # vLLM, torch.compile/Triton, FlashInfer's JIT kernels, CUDA's ComputeCache and anything
     # using XDG write caches under $HOME by default: read-only or unmounted in containers, one
-    # quota shared by every job elsewhere.
-    cache = server_cache(resolved, served)
-    env += [("VLLM_CACHE_ROOT", ShellCode(cache[:-1] + '/vllm"')),
-            ("TRITON_CACHE_DIR", ShellCode(cache[:-1] + '/triton"')),
-            ("FLASHINFER_WORKSPACE_BASE", ShellCode(cache[:-1] + '/flashinfer"')),
-            ("CUDA_CACHE_PATH", ShellCode(cache[:-1] + '/nv-compute"')),
-            ("XDG_CACHE_HOME", ShellCode(cache))]
+    # quota shared by every job elsewhere. Host servers: a fresh 0700 folder per server step on
+    # its node, made by the step itself (PIN_GPUS): a fixed name in a node's /tmp (Slurm sets
+    # TMPDIR=/tmp) is every user's, and a record planted there changes what vLLM serves
+    # (shared-cluster-4 N5). Containers: bound in from the deployment's server folder.
+    if from_host(resolved, served):
+        env.append(("HPCEVAL_PRIVATE_CACHE", "1"))
+    else:
+        env += [(name, ShellCode(f'"{CONTAINER_CACHE}{sub}"')) for name, sub in SERVER_CACHES]
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
     if server_token(served):
         assert engine.token_env is not None  # server_token says it takes one
@@ -212,14 +215,14 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     return env
 
 
-def server_cache(resolved: ResolvedConfig, served: Served) -> str:
-    """The servers' cache folder, as a double-quoted shell word. Host servers: node-local under
-    the job's $TMPDIR where the site sets one. Containers: the deployment's server folder on
-    shared storage (created by the batch shell, see _instances.j2), bound in, because a bind's
-    source must exist on every node before the container starts."""
-    if from_host(resolved, served):
-        return '"${TMPDIR:-$SERVER_DIR}/hpceval-cache"'
-    return '"$SERVER_DIR/hpceval-cache"'
+# The servers' cache variables, and the folder each names under the cache root ("": the root).
+SERVER_CACHES = (("VLLM_CACHE_ROOT", "/vllm"), ("TRITON_CACHE_DIR", "/triton"),
+                 ("FLASHINFER_WORKSPACE_BASE", "/flashinfer"), ("CUDA_CACHE_PATH", "/nv-compute"),
+                 ("XDG_CACHE_HOME", ""))
+# A container server's cache root: the deployment's server folder on shared storage (made by
+# the batch shell, see _instances.j2), bound in, because a bind's source must exist on every
+# node before the container starts.
+CONTAINER_CACHE = "$SERVER_DIR/hpceval-cache"
 
 
 def layout_text(resolved: ResolvedConfig, served: Served) -> str:

@@ -236,7 +236,10 @@ def test_ray_is_per_job_and_every_node_starts_with_its_own_address(render: Rende
             assert '--ray-client-server-port "${RAY_CLIENT_PORT}"' in words, words
     ray_node = re.search(r"^RAY_NODE='(.*?)'$", script, re.S | re.M)
     assert ray_node and '--node-ip-address "$VLLM_HOST_IP"' in ray_node.group(1)
-    assert re.search(r'^RAY_TEMP_DIR="/tmp/ray-\$\{HPCEVAL_JOB_ID\}"', script, re.M), script
+    # a fresh unguessable name per start, made new (0700) by RAY_NODE on each node: a node's
+    # /tmp is every user's (shared-cluster-4 N5)
+    assert re.search(r'^RAY_TEMP_DIR=\$\(mktemp -u "/tmp/ray-\$\{HPCEVAL_JOB_ID\}-XXXXXX"\)$',
+                     script, re.M), script
     assert re.search(r"^RAY_CLIENT_PORT=\$\(\(PORT_BASE \+ \d+ \+ 0\)\)$", script, re.M), script
     # the waiter and vLLM attach to THIS job's cluster, not the newest one on the node
     head = re.search(r"launch_server 0 head .*?\n((?:  .*\n)+)", script)
@@ -328,3 +331,26 @@ def test_a_ray_node_removes_the_jobs_temp_dir_once_ray_has_ended_on_term(
     os.killpg(step.pid, signal.SIGTERM)  # every process of the step, as the scheduler sends it
     assert step.wait(timeout=30) == 0
     assert not temp.exists()
+
+
+def test_a_ray_node_makes_its_temp_dir_private_and_refuses_one_that_exists(
+        render: RenderFn, tmp_path: Path) -> None:
+    """shared-cluster-4 N5: a node's /tmp is every user's; Ray's session files (sockets, logs)
+    go only into a folder the step made itself, 0700. One that is already there (planted under
+    a guessed name) stops the step before Ray starts."""
+    run = {**MULTI, "deployment": {**MULTI["deployment"], "multi_node_backend": "ray"}}
+    ray_node = re.search(r"^RAY_NODE='(.*?)'$", render("slurm", run, TWO_NODES), re.S | re.M)
+    assert ray_node
+    temp = tmp_path / "ray-42-abcdef"
+    show = ["bash", "-c", 'stat -c %a "$0"', str(temp)]
+    made = subprocess.run(["bash", "-c", ray_node.group(1), "ray-node", str(temp), *show],
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env={"PATH": SYSTEM_PATH, "VLLM_HOST_IP": "198.18.0.1"})
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.split()[0] == "700" and not temp.exists()  # removed at its end
+    temp.mkdir(mode=0o777)
+    refused = subprocess.run(["bash", "-c", ray_node.group(1), "ray-node", str(temp), *show],
+                             capture_output=True, text=True, timeout=30, check=False,
+                             env={"PATH": SYSTEM_PATH, "VLLM_HOST_IP": "198.18.0.1"})
+    assert refused.returncode == 96 and refused.stdout == "", refused
+    assert "cannot make the Ray temp dir" in refused.stderr and temp.exists()

@@ -42,27 +42,78 @@ def test_vllm_usage_statistics_are_off(render: RenderFn, profile: str) -> None:
     assert f"export {prefix}DO_NOT_TRACK=1" in fn
 
 
-def test_host_servers_cache_node_locally_under_tmpdir(render: RenderFn, tmp_path: Path) -> None:
+CACHE_NAMES = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "FLASHINFER_WORKSPACE_BASE",
+               "CUDA_CACHE_PATH"]
+# the server command the step wrapper runs: prints its caches and the folder's mode and owner
+SHOW_CACHES = ["bash", "-c", 'for n in "$@"; do printf "%s=%s\\n" "$n" "${!n}"; done; '
+               'stat -c "mode=%a owner=%u" "$XDG_CACHE_HOME"; mkdir -p "$VLLM_CACHE_ROOT"',
+               "show", *CACHE_NAMES]
+
+
+def test_host_servers_cache_in_a_private_folder_of_their_step(render: RenderFn,
+                                                              tmp_path: Path) -> None:
+    """shared-cluster-4 N5: not under a fixed name in the node's /tmp (Slurm's TMPDIR), which
+    every user shares: a planted vLLM record turned a victim's server into a pooling model."""
     script = render("local-dev", {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
                     ["deployment.runtime=host"])
     base = {"PATH": os.environ["PATH"], "HOME": "/home/alice", "SERVER_DIR": "/runs/m/server",
             "HPCEVAL_JOB_TOKEN": "t"}
-    names = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME",
-             "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH"]
-    local = run_env_function(script, {**base, "TMPDIR": "/tmp/job-42"}, names)
-    assert local["VLLM_CACHE_ROOT"] == "/tmp/job-42/hpceval-cache/vllm"
-    assert local["TRITON_CACHE_DIR"] == "/tmp/job-42/hpceval-cache/triton"
+    exported = run_env_function(script, base, [*CACHE_NAMES, "HF_HOME", "HPCEVAL_PRIVATE_CACHE"])
+    # the batch shell names no cache folder: the step makes its own on its node
+    assert [exported[n] for n in CACHE_NAMES] == [""] * 5, exported
+    assert exported["HPCEVAL_PRIVATE_CACHE"] == "1"
+    # moving XDG_CACHE_HOME must not move the hub cache that holds the models
+    assert exported["HF_HOME"] == "/home/alice/.cache/huggingface"
+    kept = run_env_function(script, {**base, "HF_HOME": "/hub"}, ["HF_HOME"])
+    assert kept["HF_HOME"] == "/hub"
+
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir(mode=0o1777)
+    planted = node_tmp / "hpceval-cache"  # another user's folder under the old fixed name
+    planted.mkdir(mode=0o777)
+    out = run_step(script, node_tmp, SHOW_CACHES)
+    assert out.returncode == 0, out.stderr
+    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line
+               and not line.startswith("mode="))
+    root = Path(got["XDG_CACHE_HOME"])
+    assert root.parent == node_tmp and root.name.startswith("hpceval-cache.") and root != planted
+    assert got["VLLM_CACHE_ROOT"] == f"{root}/vllm"
+    assert got["TRITON_CACHE_DIR"] == f"{root}/triton"
     # FlashInfer's JIT cache and CUDA's ComputeCache default to $HOME, whose quota every job
     # of the user shares (hpc-admin-2 D12)
-    assert local["FLASHINFER_WORKSPACE_BASE"] == "/tmp/job-42/hpceval-cache/flashinfer"
-    assert local["CUDA_CACHE_PATH"] == "/tmp/job-42/hpceval-cache/nv-compute"
-    assert local["XDG_CACHE_HOME"] == "/tmp/job-42/hpceval-cache"
-    # moving XDG_CACHE_HOME must not move the hub cache that holds the models
-    assert local["HF_HOME"] == "/home/alice/.cache/huggingface"
-    shared = run_env_function(script, base, names)
-    assert shared["VLLM_CACHE_ROOT"] == "/runs/m/server/hpceval-cache/vllm"
-    kept = run_env_function(script, {**base, "HF_HOME": "/hub"}, names)
-    assert kept["HF_HOME"] == "/hub"
+    assert got["FLASHINFER_WORKSPACE_BASE"] == f"{root}/flashinfer"
+    assert got["CUDA_CACHE_PATH"] == f"{root}/nv-compute"
+    assert f"mode=700 owner={os.getuid()}" in out.stdout
+    assert not root.exists(), "the step removes its cache folder once its server has ended"
+    assert list(planted.iterdir()) == []
+
+    # no writable TMPDIR on the node: the step stops, saying what to set
+    failed = run_step(script, tmp_path / "missing", SHOW_CACHES)
+    assert failed.returncode == 96
+    assert "cannot make a private cache folder" in failed.stderr
+    assert "set TMPDIR to a writable node-local folder" in failed.stderr
+
+
+def run_step(script: str, node_tmp: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """The rendered step wrapper on node 'localhost', as launch_server starts it, with the
+    environment the server environment function gives a host server."""
+    pin = re.search(r"^PIN_GPUS='(.*?)'$", script, re.S | re.M)
+    assert pin, "no PIN_GPUS in the script"
+    return subprocess.run(["/bin/bash", "-c", pin.group(1), "pin-gpus", "localhost", "", "0", "0",
+                           *command], capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": os.environ["PATH"], "TMPDIR": str(node_tmp),
+                               "HPCEVAL_PRIVATE_CACHE": "1"})
+
+
+def test_container_servers_keep_their_cache_in_the_server_folder(render: RenderFn) -> None:
+    script = render("slurm", RUN)
+    assert "HPCEVAL_PRIVATE_CACHE" not in script and "mktemp -d" not in pin_body(script)
+
+
+def pin_body(script: str) -> str:
+    pin = re.search(r"^PIN_GPUS='(.*?)'$", script, re.S | re.M)
+    assert pin, "no PIN_GPUS in the script"
+    return pin.group(1)
 
 
 def test_container_servers_get_the_cache_bound_in(render: RenderFn) -> None:
