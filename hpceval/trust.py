@@ -87,11 +87,23 @@ def folder_problem(folder: Path, below: Path) -> str | None:
             f"{owner_name(st.st_uid)}: anyone there could plant or swap what it holds")
 
 
+def _folders_problem(path: Path) -> str | None:
+    """Why a folder above `path` (as named, links not resolved) is open to other users."""
+    for folder in path.parents:
+        problem = folder_problem(folder, path)
+        if problem is not None:
+            return problem
+    return None
+
+
 def untrusted(path: Path, owners: Collection[int] | None = None, *, root: bool = False,
               folders: bool = True, private: bool = False) -> str | None:
     """Why `path` (after resolving links) may not be trusted, as a phrase after its name
     ("it is owned by ...", "its folder F is writable ..."), or None. `folders`: every folder
-    above it is checked too (see the module doc)."""
+    above it is checked too (see the module doc), above the name as given as well as above
+    what it resolves to: a link planted in a folder others can write is refused wherever it
+    points. For a file that is then read, read_trusted: this answer can be stale by then."""
+    named = Path(os.path.abspath(path))
     real = path.resolve()
     try:
         st = real.stat()
@@ -101,11 +113,37 @@ def untrusted(path: Path, owners: Collection[int] | None = None, *, root: bool =
     if problem is not None:
         return f"it {problem}"
     if folders:
-        for folder in real.parents:
-            problem = folder_problem(folder, real)
-            if problem is not None:
-                return problem
+        return _folders_problem(named) or _folders_problem(real)
     return None
+
+
+class Untrusted(Exception):
+    """read_trusted's refusal; its text is a phrase after the file's name ("it is owned ...")."""
+
+
+def read_trusted(path: Path, owners: Collection[int] | None = None, *, root: bool = False,
+                 limit: int) -> bytes:
+    """The bytes of `path` (at most `limit` + 1), read only if trusted, and checked on the
+    descriptor they are read from, so nobody can swap the file between the check and the read
+    (shared-cluster-4 N2: a link retargeted between them ran another user's profile). The
+    folders above the name as given and above what it resolves to are checked as `untrusted`
+    does; the resolved file is opened without following a link there (a link put in its place
+    meanwhile is refused), and its owner, write bits and kind come from fstat. The folders are
+    checked after the file (a message names the file's owner first), before a byte is read."""
+    named = Path(os.path.abspath(path))
+    real = path.resolve()
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Untrusted(f"it cannot be read: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as opened:
+        problem = stat_problem(os.fstat(opened.fileno()), owners, root=root, plain=True)
+        if problem is not None:
+            raise Untrusted(f"it {problem}")
+        problem = _folders_problem(named) or _folders_problem(real)
+        if problem is not None:
+            raise Untrusted(problem)
+        return opened.read(limit + 1)
 
 
 def foreign_owner(path: Path, owners: Collection[int]) -> int | None:

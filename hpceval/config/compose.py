@@ -141,8 +141,8 @@ def _load_profile(name: str, near: Path | None, seen: tuple[str, ...] = (),
         chain = " -> ".join((*seen, name))
         raise ConfigError.at("extends", f"profiles extend each other in a loop: {chain}",
                              "remove one extends")
-    path, found = find_file(name, "profile", near, exclude=run_file)
-    raw = read_yaml(path, f"profile {name}")
+    hit = find_file(name, "profile", near, exclude=run_file)
+    path, found, raw = hit.path, hit.source, hit.data
     parent = raw.get("extends")
     layers = _load_profile(str(parent), near, (*seen, name), run_file) if parent else []
     body = split_profile(raw)
@@ -271,10 +271,10 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         body, label, origin = layers[-1]  # the chosen one; its parents come before it
         layers[-1] = (body, label, f"{origin.removesuffix(')')}; chosen by {chosen_by})")
     if chosen.get("deployment"):
-        preset_file, found = find_file(chosen["deployment"], "deployment", near)
-        preset = read_yaml(preset_file, f"deployment preset {chosen['deployment']}")
-        layers.append(({"deployment": preset}, f"preset {chosen['deployment']}",
-                       f"{preset_file} ({FOUND.get(found, found)})"))
+        hit = find_file(chosen["deployment"], "deployment", near,
+                        what=f"deployment preset {chosen['deployment']}")
+        layers.append(({"deployment": hit.data}, f"preset {chosen['deployment']}",
+                       f"{hit.path} ({FOUND.get(hit.source, hit.source)})"))
     # NeMo Evaluator's deployment/<kind>@auxiliary_deployments.<name>: the judge starts from
     # what `deployment: <kind>` gives the model, the site profile's deployment keys (its
     # image) and the preset, under the run file's keys.
@@ -283,13 +283,13 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         if isinstance(layer.get("deployment"), dict) and "auxiliary_deployments" not in layer:
             merge(site, copy.deepcopy(layer["deployment"]), {}, "")
     for name, kind in aux_presets:
-        preset_file, found = find_file(kind, "deployment", near)
+        hit = find_file(kind, "deployment", near, what=f"deployment preset {kind}")
         preset = copy.deepcopy(site)
-        merge(preset, read_yaml(preset_file, f"deployment preset {kind}"), {}, "")
+        merge(preset, hit.data, {}, "")
         label = f"{'profile deployment keys + ' if site else ''}preset {kind}"
         layers.append(({"auxiliary_deployments": {name: preset}},
                        f"{label} (auxiliary_deployments.{name})",
-                       f"{preset_file} ({FOUND.get(found, found)})"))
+                       f"{hit.path} ({FOUND.get(hit.source, hit.source)})"))
     if run_file is not None:  # listed even with nothing but defaults: (one line per layer)
         layers.append((run, "run file", str(run_file.resolve()) if run_file else ""))
     placeholders = Placeholders()

@@ -13,7 +13,8 @@ installation) and not writable by group or other, and no folder above it may be 
 group or other unless it is a root-owned sticky folder such as /tmp (there nobody can rename
 what is not theirs). Anything else is refused naming the file and its owner,
 wherever on the search path (run file's folder, ``$HPCEVAL_PROFILE_PATH``, an ``extends:``
-parent, an explicit path).
+parent, an explicit path). The file is checked on the descriptor it is parsed from
+(hpceval.trust.read_trusted), and a link counts with the folder that holds it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from typing import Any
 from hpceval.config import yamlio
 from hpceval.config.errors import ConfigError
 from hpceval.resources import install_owner, site_configs_dir
-from hpceval.trust import SITE_TRUST_FILE, my_uids, site_trusted_owners, untrusted
+from hpceval.trust import (
+    SITE_TRUST_FILE,
+    Untrusted,
+    my_uids,
+    read_trusted,
+    site_trusted_owners,
+    untrusted,
+)
 
 SECTION_KEYS = {"execution", "deployment", "target", "evaluation"}
 META_KEYS = {"extends", "description"}
@@ -60,9 +68,10 @@ def search_dirs(near: Path | None = None) -> list[ProfileDir]:
     return dirs
 
 
-def read_yaml(path: Path, what: str) -> dict[str, Any]:
+def read_yaml(path: Path, what: str, raw: bytes | None = None) -> dict[str, Any]:
+    """The mapping in ``path`` (from ``raw``, its bytes, where the caller read them)."""
     try:
-        data = yamlio.read(path)
+        data = yamlio.read(path) if raw is None else yamlio.parse_bytes(raw)
     except OSError as exc:
         raise ConfigError.at(what, f"cannot read {path}: {exc.strerror}", "check the path") from exc
     except yamlio.YamlError as exc:
@@ -97,15 +106,30 @@ def untrusted_reason(path: Path) -> str | None:
     return f"{reason} ({ignored})" if reason is not None and ignored else reason
 
 
-def _check_trusted(path: Path, kind: str, key: str) -> Path:
-    reason = untrusted_reason(path)
-    if reason is not None:
+def _read_trusted(path: Path, kind: str, key: str) -> bytes:
+    """The file's bytes, read once from the descriptor its trust was checked on."""
+    owners, ignored = trusted_owners(path)
+    try:
+        return read_trusted(path, owners, root=True, limit=yamlio.MAX_BYTES)
+    except Untrusted as exc:
+        reason = f"{exc} ({ignored})" if ignored else str(exc)
         raise ConfigError.at(key, f"refusing {kind} file {path}: {reason}",
                              "use a profile of your own (~/.config/hpceval/profiles) or ask its "
                              "owner; a profile runs shell as you (pre_commands, modules). A "
                              f"site names the accounts that own its profiles in {SITE_TRUST_FILE}"
-                             " (root's, one user per line)")
-    return path
+                             " (root's, one user per line)") from None
+
+
+@dataclass(frozen=True)
+class Found:
+    """A profile or preset found, trusted and parsed from one open of the file."""
+    path: Path
+    source: str  # how it was found: a ProfileDir source, or "path"
+    data: dict[str, Any]
+
+
+def _found(path: Path, source: str, kind: str, key: str, what: str) -> Found:
+    return Found(path, source, read_yaml(path, what, _read_trusted(path, kind, key)))
 
 
 def _candidates(name: str) -> list[str]:
@@ -117,15 +141,17 @@ def _candidates(name: str) -> list[str]:
 
 
 def find_file(name: str, kind: str, near: Path | None = None,
-              exclude: Path | None = None) -> tuple[Path, str]:
-    """Locate profile ``name`` (kind "profile") or deployment preset (kind "deployment").
+              exclude: Path | None = None, what: str = "") -> Found:
+    """Locate profile ``name`` (kind "profile") or deployment preset (kind "deployment"), and
+    read it, trusted (``what`` names it in a YAML error).
 
     ``exclude`` is the run file itself: a run file called local.yaml that asks for the
     ``local`` profile means the shipped one, not itself.
     """
     key = "defaults.execution" if kind == "profile" else "defaults.deployment"
+    what = what or f"{kind} {name}"
     if kind == "profile" and name.endswith((".yaml", ".yml")) and Path(name).expanduser().is_file():
-        return _check_trusted(Path(name).expanduser().resolve(), kind, key), "path"
+        return _found(Path(name).expanduser(), "path", kind, key, what)
     tried: list[str] = []
     for d in search_dirs(near):
         if kind == "deployment" and d.path.name == "execution":
@@ -135,7 +161,7 @@ def find_file(name: str, kind: str, near: Path | None = None,
             for ext in (".yaml", ".yml"):
                 path = base / f"{candidate}{ext}"
                 if path.is_file() and (exclude is None or path.resolve() != exclude):
-                    return _check_trusted(path, kind, key), d.source
+                    return _found(path, d.source, kind, key, what)
         tried.append(str(base))
     known = sorted({p.name for p in list_profiles()}) if kind == "profile" else []
     hint = f"known profiles: {', '.join(known)}" if known else "check the name"

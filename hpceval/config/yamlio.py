@@ -105,7 +105,11 @@ def loads(text: str) -> Any:
 def read(path: Path) -> Any:
     """Read and parse a file; OSError is left to the caller (it names the path its own way)."""
     with path.open("rb") as f:
-        raw = f.read(MAX_BYTES + 1)
+        return parse_bytes(f.read(MAX_BYTES + 1))
+
+
+def parse_bytes(raw: bytes) -> Any:
+    """Parse a file's bytes, read up to MAX_BYTES + 1 (one more tells a file too large)."""
     if len(raw) > MAX_BYTES:
         raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB")
     try:

@@ -17,9 +17,11 @@ from typing import Any
 
 from hpceval.storage import cache_dir
 from hpceval.tasks.definitions import CatalogueError
-from hpceval.trust import untrusted
+from hpceval.trust import Untrusted, read_trusted, untrusted
 
 INDEX_FORMAT = 1
+MAX_CATALOGUE_BYTES = 8 << 20  # the package's largest file is 15 KiB
+MAX_INDEX_BYTES = 64 << 20  # the whole catalogue's index is ~270 KiB; larger: rebuilt
 _CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue_data"
 _SUFFIXES = (".yaml", ".yml")
 _MEMORY: dict[str, dict[str, Any]] = {}
@@ -55,15 +57,34 @@ def check_trusted(path: Path) -> Path:
     and task command templates run as the user in the job, so it is trusted as a profile is:
     owned by the user or root, not writable by group or other, no folder above writable by
     others (a 1777 or group-writable $HPCEVAL_TASKS_PATH entry would let anyone plant one).
-    Checked on every load, the cached index too: a chmod changes no mtime."""
+    Checked on every load, the cached index too: a chmod changes no mtime. A file that is
+    parsed is checked again on the descriptor it is read from (_read_catalogue)."""
     problem = untrusted(path, root=True, folders=True)
     if problem is not None:
-        raise CatalogueError(str(path), "", f"refusing this task catalogue: {problem} (its "
-                             "command templates run as you in the job); fix: if it is yours, "
-                             "chmod go-w it and its folders, else copy it into a folder of your "
-                             "own (~/.config/hpceval/tasks) and drop the other from "
-                             "$HPCEVAL_TASKS_PATH")
+        raise _refusal(path, problem)
     return path
+
+
+def _refusal(path: Path, problem: str) -> CatalogueError:
+    return CatalogueError(str(path), "", f"refusing this task catalogue: {problem} (its "
+                          "command templates run as you in the job); fix: if it is yours, "
+                          "chmod go-w it and its folders, else copy it into a folder of your "
+                          "own (~/.config/hpceval/tasks) and drop the other from "
+                          "$HPCEVAL_TASKS_PATH")
+
+
+def _read_catalogue(path: Path) -> bytes:
+    """A catalogue file's bytes: the package's as they are, a user's read_trusted (checked on
+    the descriptor read from: nothing swaps it between the check and the read)."""
+    if path.is_relative_to(_CATALOGUE_DIR):
+        return path.read_bytes()
+    try:
+        raw = read_trusted(path, root=True, limit=MAX_CATALOGUE_BYTES)
+    except Untrusted as exc:
+        raise _refusal(path, str(exc)) from None
+    if len(raw) > MAX_CATALOGUE_BYTES:
+        raise CatalogueError(str(path), "", f"larger than {MAX_CATALOGUE_BYTES >> 20} MiB")
+    return raw
 
 
 def _yaml_files(path: Path) -> list[Path]:
@@ -138,9 +159,11 @@ def _parse_yaml(path: Path) -> object:
     # libyaml's loader is ~10x faster than the pure-Python one; fall back when it is missing.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_catalogue(path).decode("utf-8")
     except OSError as exc:
         raise CatalogueError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise CatalogueError(str(path), "", f"not UTF-8 text: {exc.reason}") from exc
     try:
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
@@ -151,14 +174,11 @@ def _parse_yaml(path: Path) -> object:
 
 
 def _read_cache(path: Path, key: str) -> dict[str, Any] | None:
-    if untrusted(path, folders=True) is not None:
+    try:
         # an index another user could have written (a shared $HPCEVAL_CACHE_DIR) could hold
         # any command template under a key anyone can compute from stat(): rebuild instead
-        return None
-    try:
-        with path.open("rb") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = json.loads(read_trusted(path, limit=MAX_INDEX_BYTES))
+    except (Untrusted, ValueError):
         return None
     if not isinstance(data, dict) or data.get("key") != key or data.get("format") != INDEX_FORMAT:
         return None

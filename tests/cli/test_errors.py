@@ -30,10 +30,12 @@ PACKAGE = Path(hpceval.__file__).parent
 # Errors of the in-job runtime that never reach a user's command: the proxy's answers to its
 # clients (a 4xx/5xx, a retry), collect's (a task's state in its job log), the watch tick's
 # retry signal, the judge hook inside lm-eval's own process, and the sweep judge's endpoint
-# record as the element's job reads it (the job's log and the proxy's 503 say why).
+# record as the element's job reads it (the job's log and the proxy's 503 say why); and
+# hpceval.trust's refusal, a phrase every caller words into its own error (trust is a leaf
+# module: it cannot import hpceval.errors).
 IN_JOB = {"BodyError", "UpstreamConnectError", "UpstreamProtocolError", "UpstreamFailure",
           "UpstreamDisconnected", "ResultsAlreadyFinal", "NoResultsFound", "SubmitFailed",
-          "JudgeError", "EndpointMissing", "EndpointUntrusted"}
+          "JudgeError", "EndpointMissing", "EndpointUntrusted", "Untrusted"}
 
 
 def _modules() -> list[str]:

@@ -100,3 +100,31 @@ def test_an_index_another_uid_planted_in_a_shared_cache_folder_is_not_read(
     loader.clear_memory_cache()
     assert any(t.description == "PLANTED BY NOBODY" for t in load_catalogue().tasks)
     os.unlink(private / "tasks-index.json")
+
+
+def test_a_catalogue_is_parsed_from_the_descriptor_its_trust_was_checked_on(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """shared-cluster-4 N2: checked by path, then read by path again, a file swapped between
+    the two was parsed unchecked. The swap here comes right after the check on the open file."""
+    private = home / "site-tasks"
+    private.mkdir(mode=0o755)
+    ours = private / "ours.yaml"
+    ours.write_text(PLANTED)
+    ours.chmod(0o644)
+    swapped = private / ".swap"
+    swapped.write_text(PLANTED.replace("planted_task", "swapped_task"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(private))
+    real_fstat = os.fstat
+
+    def swap_after_check(fd: int) -> os.stat_result:
+        result = real_fstat(fd)
+        if swapped.exists() and os.path.samestat(result, ours.stat()):
+            os.replace(swapped, ours)
+        return result
+
+    monkeypatch.setattr("hpceval.trust.os.fstat", swap_after_check)
+    loader.clear_memory_cache()
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(home / "cache"))
+    names = {t.name for t in load_catalogue().tasks}
+    assert not swapped.exists(), "the swap happened"
+    assert "planted_task" in names and "swapped_task" not in names
