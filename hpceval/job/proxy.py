@@ -10,11 +10,12 @@ Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints. Under a task'
 (job.interceptors.Routes).
 
 Other users' processes on the node can reach the port: with `api_key` set (the job passes a
-per-job token by variable name, `--api-key-env`), every path but `/health` needs
-`Authorization: Bearer <token>`, checked before a byte of the body is read, and only such
-requests are counted; bodies are bounded as sent and as inflated, each and all together, slow
-clients are cut off (proxy_body), open connections are capped and refusals are logged one
-rate-limited line each (proxy_guard).
+per-job token by variable name, `--api-key-env`), every path but `/health` and the keyless
+tokenizer routes needs `Authorization: Bearer <token>`, checked before a byte of the body is
+read, and only such requests are counted (keyless ones are bounded apart: proxy_keyless);
+bodies are bounded as sent and as inflated, each and all together, slow clients are cut off
+(proxy_body), open connections are capped and refusals are logged one rate-limited line each
+(proxy_guard).
 
 Cost matters (the target is under 0.5 ms of CPU per request, on a node whose cores the
 harnesses also need): aiohttp's low-level server, without the application and router layers; the
@@ -43,6 +44,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from hpceval.job import proxy_guard as guard
+from hpceval.job import proxy_keyless as keyless_bounds
 from hpceval.job.budget import poll_metrics
 from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, Routes, prepare
@@ -89,6 +91,8 @@ class ProxyServer:
         self._forwarder: Forwarder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.bodies = guard.BodyBudget(config.max_total_body_bytes)
+        self.keyless = keyless_bounds.KeylessBudget()
+        self.tokenizer_info = keyless_bounds.TokenizerInfo()
         self.refused = guard.refusal_logger()
         self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
         self.hold = Hold(config.hold)  # until the job's instances are ready (proxy_hold)
@@ -205,7 +209,8 @@ class ProxyServer:
         path = request.path
         if path == "/health" and request.method in ("GET", "HEAD"):
             return await self._health(request)  # no secret needed: the job's start-up check
-        if path not in guard.KEYLESS and not self._authorized(request):
+        keyless = not self._authorized(request)
+        if keyless and path not in guard.KEYLESS:
             return self._refuse(request, 401, "missing or wrong API key "
                                 "(Authorization: Bearer ...)", "unauthorized")
         if not guard.allowed(request.method, path, self.config.external_upstream) \
@@ -216,11 +221,12 @@ class ProxyServer:
             refused = await self.hold.wait(request)
             if refused is not None:
                 return error_response(503, refused, "loading", close=True)
-        lease = self.bodies.lease()
+        # keyless: bounded apart from the job's own requests (proxy_keyless)
+        lease = self.keyless.lease_for(request) if keyless else self.bodies.lease()
         try:
             if path in CACHED_PATHS:
                 return await self._openai(request, lease, task, self.routes.chain(task))
-            return await self._passthrough(request, lease)
+            return await self._passthrough(request, lease, keyless)
         except BodyError as exc:
             if path in CACHED_PATHS:
                 self.progress.failed += 1
@@ -241,10 +247,14 @@ class ProxyServer:
         given = value.strip().encode("utf-8", "replace")  # odd bytes: a mismatch, not a 500
         return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token)
 
-    async def _read(self, request: web.BaseRequest, lease: BodyLease) -> bytes:
+    async def _read(self, request: web.BaseRequest, lease: BodyLease,
+                    keyless: bool = False) -> bytes:
         config = self.config
-        return await decoded_body(request, config.max_body_bytes, config.max_inflated_bytes,
-                                  config.body_timeout, config.body_deadline, lease)
+        sent, inflated = config.max_body_bytes, config.max_inflated_bytes
+        if keyless:
+            sent, inflated = (min(cap, keyless_bounds.MAX_BODY) for cap in (sent, inflated))
+        return await decoded_body(request, sent, inflated, config.body_timeout,
+                                  config.body_deadline, lease)
 
     async def _health(self, _request: web.BaseRequest) -> web.Response:
         up = sum(i.up for i in self.balancer.instances)
@@ -343,15 +353,21 @@ class ProxyServer:
             upstream.release()
             self.balancer.release(answer.instance, ok)
 
-    async def _passthrough(self, request: web.BaseRequest,
-                           lease: BodyLease) -> web.StreamResponse:
-        raw = await self._read(request, lease)
+    async def _passthrough(self, request: web.BaseRequest, lease: BodyLease,
+                           keyless: bool = False) -> web.StreamResponse:
+        info = request.path == "/tokenizer_info"
+        kept = self.tokenizer_info.response() if info else None
+        if kept is not None:
+            return kept
+        raw = await self._read(request, lease, keyless)
         try:
             answer = await self._send(request, raw or None)
         except UpstreamFailure as exc:
             return self._failure(exc)
-        return web.Response(status=answer.status, body=answer.body,
-                            content_type=answer.content_type.split(";")[0])
+        content_type = answer.content_type.split(";")[0]
+        if info:
+            self.tokenizer_info.keep(answer.status, answer.body, content_type)
+        return web.Response(status=answer.status, body=answer.body, content_type=content_type)
 
     async def _send(self, request: web.BaseRequest, data: bytes | None,
                     stream: bool = False) -> Answer:
