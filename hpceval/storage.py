@@ -14,6 +14,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# Nothing in a run directory is writable by group or others, whatever execution.umask says:
+# a member of the group could otherwise replace a queued job's script (it then runs as its
+# owner) or plant the server image the job runs (shared-cluster-4 N4). The umask decides who
+# may read; 0007 and 0002 act as 0027 and 0022.
+NOT_WRITABLE_BY_OTHERS = 0o022
+
+
+def run_umask_bits(value: str) -> int:
+    """The umask a run is written and its jobs run with, for execution.umask ``value``."""
+    return int(value, 8) | NOT_WRITABLE_BY_OTHERS
+
 
 def current_umask() -> int:
     """This process's umask, read without changing it where /proc allows."""

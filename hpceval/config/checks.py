@@ -15,6 +15,7 @@ from hpceval.config.schema import RunSpec
 from hpceval.config.secret_files import from_file, secret_file_issues
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
+from hpceval.storage import run_umask_bits
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
@@ -264,6 +265,18 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
             elif ref is not None and environ is not None and ref not in environ:
                 yield ConfigIssue(f"{where}.{var}", f"passes ${ref} through, but it is not set",
                                   f"export {ref}=... before submitting (the value is never stored)")
+
+
+def umask_notes(spec: RunSpec) -> list[str]:
+    """execution.umask with a write bit for group or others: what it does instead."""
+    value = spec.execution.umask
+    bits = run_umask_bits(value)
+    if bits == int(value, 8):
+        return []
+    return [f"execution.umask {value} acts as {bits:04o}: nothing in a run directory is writable "
+            "by group or others (a member of the group could replace a queued job's script, "
+            f"which runs as you); group members still read it (set execution.umask {bits:04o} "
+            "to silence this)"]
 
 
 def load_fit_notes(spec: RunSpec) -> list[str]:

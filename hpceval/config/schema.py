@@ -123,8 +123,9 @@ class ExecutionSpec:
     array_parallelism: int | None = key(None, "max array elements running at once (sweeps)")
     python: str | None = key(None, "Python on shared storage that runs the in-job runtime")
     umask: Umask = key(
-        "0027", "umask for what hpceval and its jobs write (run dirs, results, caches, registry):"
-        " 0027 group-readable, not world-readable; 0007 group-writable (shared dirs)"
+        "0027", "umask for what hpceval and its jobs write (run dirs, results, caches): 0027"
+        " group-readable, not world-readable; 0077 private; 0022 world-readable. Nothing in a"
+        " run directory is ever writable by group or others: 0007 acts as 0027, 0002 as 0022"
     )
 
 

@@ -49,7 +49,7 @@ from hpceval.contract import (
     model_dir,
 )
 from hpceval.records import AuxRecord, ModelRecord, RunRecord, TaskRecord, write_run_record
-from hpceval.storage import atomic_write_text
+from hpceval.storage import atomic_write_text, run_umask_bits
 from hpceval.trust import stat_problem
 
 DEFAULT_UMASK = "0027"  # runs from before execution.umask
@@ -280,14 +280,14 @@ _umask_saved = 0
 def run_umask(value: str | None) -> Iterator[None]:
     """execution.umask for everything written meanwhile, and for the jobs started meanwhile:
     Slurm passes the submitting umask to the job (as its own umask variable), a local runner
-    inherits it.
+    inherits it. Never a write bit for group or others (storage.run_umask_bits).
 
     The umask belongs to the process: submits in several threads share it, and the one that
     was there before is restored when the last of them ends (restoring per call would leave
     whichever one an overlapping call saved)."""
     global _umask_holders, _umask_saved
     with _umask_lock:
-        previous = os.umask(int(value or DEFAULT_UMASK, 8))
+        previous = os.umask(run_umask_bits(value or DEFAULT_UMASK))
         if _umask_holders == 0:
             _umask_saved = previous
         _umask_holders += 1

@@ -196,6 +196,34 @@ def test_files_get_execution_umask_modes(tmp_path: Path, fake: FakeSlurm) -> Non
     assert json.loads((run / "run.json").read_text())["umask"] == "0027"
 
 
+@pytest.mark.parametrize(("asked", "acts_as"), [("0007", 0o027), ("0002", 0o022)])
+def test_a_group_writable_umask_leaves_nothing_of_a_run_writable_by_the_group(
+        tmp_path: Path, fake: FakeSlurm, asked: str, acts_as: int) -> None:
+    """shared-cluster-4 N4: with umask 0007 a member of the group replaced a queued sweep
+    element's job.sh (it ran as the submitter) and planted the server image in <run>/images/.
+    The run's folders and scripts, and what its jobs write (they inherit the umask), are
+    writable by their owner only; the group still reads them; the submit says so."""
+    from hpceval.runs.rundir import run_umask
+
+    old = os.umask(0o022)
+    try:
+        run = submit_configs(configs(tmp_path, execution={"umask": asked}), fake).run_dir
+        with run_umask(asked):  # what a job of the run gets (SLURM_UMASK / the local runner)
+            assert os.umask(0o077) == acts_as
+            os.umask(acts_as)
+            finish_task(run, "solo", "ut-harness.ut_one")
+            (run / "images").mkdir()
+    finally:
+        os.umask(old)
+    group_write = stat.S_IWGRP | stat.S_IWOTH
+    written = [p for p in [run, *run.rglob("*")] if p.stat().st_mode & group_write]
+    assert written == []
+    assert stat.S_IMODE(run.stat().st_mode) & stat.S_IRGRP  # the group still reads it
+    (resolved,) = configs(tmp_path / "again", execution={"umask": asked})
+    assert any(f"execution.umask {asked} acts as {acts_as:04o}" in note
+               for note in resolved.composed.notes), resolved.composed.notes
+
+
 def test_concurrent_submits_restore_the_umask_they_found(tmp_path: Path, fake: FakeSlurm
                                                           ) -> None:
     import threading
