@@ -175,9 +175,12 @@ class Collector:
         from hpceval.tasks.adapters import get_parser
 
         assert target.parser is not None
-        result = get_parser(target.parser)(self.task_dir / HARNESS_DIR, target.name)
+        parsed = get_parser(target.parser)(self.task_dir / HARNESS_DIR, target.name)
+        result = parsed.finite()
         if not result.metrics:
-            raise ValueError(f"{result.source_file or 'harness output'} holds no metrics")
+            what = "no finite metrics (NaN or Infinity: " + ", ".join(
+                result.extra["non_finite"]) + ")" if parsed.metrics else "no metrics"
+            raise ValueError(f"{result.source_file or 'harness output'} holds {what}")
         if target.harness_name and result.harness != target.harness_name:
             # results name the catalogue harness that ran; the parser only knows the format
             result = dataclasses.replace(

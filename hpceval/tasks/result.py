@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +37,28 @@ class TaskResult:
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+        # strict JSON: a bare NaN is not JSON, and readers other than Python's refuse it
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True,
+                          allow_nan=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> TaskResult:
         data = json.loads(text)
         metrics = [Metric(**m) for m in data.pop("metrics")]
         return cls(metrics=metrics, **data)
+
+    def finite(self) -> TaskResult:
+        """Only the metrics with a finite value (NaN or Infinity is no score: shared-cluster-4
+        N8); their keys go to extra["non_finite"], and a non-finite stderr becomes None."""
+        kept, dropped = [], []
+        for m in self.metrics:
+            if not math.isfinite(m.value):
+                dropped.append(f"{m.task}/{m.name}{',' + m.filter if m.filter else ''}")
+                continue
+            stderr = m.stderr if m.stderr is None or math.isfinite(m.stderr) else None
+            kept.append(dataclasses.replace(m, stderr=stderr))
+        extra = {**self.extra, "non_finite": dropped} if dropped else self.extra
+        return dataclasses.replace(self, metrics=kept, extra=extra)
 
     def value(self, name: str, task: str | None = None, filter: str | None = None) -> float:
         """The one metric matching; raises KeyError naming what exists if none or several."""

@@ -214,6 +214,14 @@ def test_success_after_failure_keeps_the_failure_in_the_manifest(tmp_path: Path)
     (lambda p: (p / "harness" / "results_x.json").write_text("{not json"), "JSONDecodeError"),
     (lambda p: (p / "harness" / "results_x.json").write_text('{"results": {"t": {}}}'),
      "holds no metrics"),
+    # shared-cluster-4 N8: no score is NaN or Infinity
+    (lambda p: (p / "harness" / "results_x.json").write_text(
+        '{"results": {"t": {"acc,none": NaN, "f1,none": Infinity}}}'),
+     "holds no finite metrics (NaN or Infinity: t/acc, t/f1)"),
+    # a results file is a summary: one past the bound is refused, not read whole
+    (lambda p: (p / "harness" / "results_x.json").write_bytes(
+        b'{"results": {"t": {"acc,none": 0.5}}, "pad": "' + b"x" * (32 << 20) + b'"}'),
+     "results_x.json is larger than 32 MiB"),
 ])
 def test_parse_failure_writes_failed_json(tmp_path: Path, setup: Callable[[Path], Any],
                                          reason: str) -> None:
@@ -224,6 +232,22 @@ def test_parse_failure_writes_failed_json(tmp_path: Path, setup: Callable[[Path]
     assert failed["stage"] == "parse"
     assert reason in failed["reason"]
     assert not (path / "done").exists()
+
+
+def test_non_finite_metrics_are_left_out_and_named_the_rest_is_stored_as_strict_json(
+        tmp_path: Path) -> None:
+    path = task_dir(tmp_path)
+    out = path / "harness" / "oracle"
+    out.mkdir(parents=True)
+    (out / "results_2026-11-30T00-00-00.json").write_text(
+        '{"results": {"gsm8k": {"exact_match,strict-match": 0.25, "exact_match_stderr,'
+        'strict-match": NaN, "f1,none": NaN}}, "lm_eval_version": "0.4.13"}')
+    assert collect(path, 0) == 0
+    text = (path / "results.json").read_text()
+    stored = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} stored"))
+    assert [(m["name"], m["value"], m["stderr"]) for m in stored["metrics"]] == [
+        ("exact_match", 0.25, None)]
+    assert stored["extra"]["non_finite"] == ["gsm8k/f1"]
 
 
 def test_task_names_the_directory_does_not(tmp_path: Path) -> None:

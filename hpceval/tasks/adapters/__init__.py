@@ -23,6 +23,21 @@ PARSERS: dict[str, str] = {
 }
 
 
+# A harness's results file is a summary (lm-eval's is tens of KiB even for MMLU's 57 subtasks);
+# one larger than this is refused before it is read, not read whole (shared-cluster-4 N8).
+MAX_RESULTS_BYTES = 32 << 20
+
+
+def read_results_text(path: Path) -> str:
+    """The text of a harness's results file, read only up to MAX_RESULTS_BYTES."""
+    with path.open("rb") as handle:
+        raw = handle.read(MAX_RESULTS_BYTES + 1)
+    if len(raw) > MAX_RESULTS_BYTES:
+        raise ValueError(f"{path.name} is larger than {MAX_RESULTS_BYTES >> 20} MiB: not a "
+                         "results summary (not read)")
+    return raw.decode("utf-8")
+
+
 class NoResultsFound(FileNotFoundError):
     """The harness finished without writing the results file its parser reads."""
 

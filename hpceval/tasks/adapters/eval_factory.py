@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from hpceval.tasks.adapters import NoResultsFound
+from hpceval.tasks.adapters import NoResultsFound, read_results_text
 from hpceval.tasks.result import Metric, TaskResult
 
 RESULTS_FILE = "results.yml"
@@ -86,7 +86,7 @@ def find_results_file(output_dir: Path) -> Path:
 
 
 def load_results_yml(path: Path) -> dict[str, Any]:
-    data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # a SafeLoader subclass
+    data = yaml.load(read_results_text(path), Loader=_Loader)  # a SafeLoader subclass
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     return data

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpceval.tasks.adapters import NoResultsFound
+from hpceval.tasks.adapters import NoResultsFound, read_results_text
 from hpceval.tasks.result import Metric, TaskResult
 
 # Numbers lm-eval keeps beside the metrics that are not scores: "sample_len" is the item count
@@ -56,5 +56,5 @@ def parse_results(data: dict[str, Any], task: str, source: str | None = None) ->
 
 def parse(output_dir: Path, task: str) -> TaskResult:
     path = newest_results_file(output_dir)
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(read_results_text(path))
     return parse_results(data, task, str(path.relative_to(output_dir)))
