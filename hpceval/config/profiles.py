@@ -77,7 +77,7 @@ def read_yaml(path: Path, what: str, raw: bytes | None = None) -> dict[str, Any]
     except yamlio.YamlError as exc:
         where = f" line {exc.line}" if exc.line is not None else ""
         raise ConfigError.at(what, f"{path}{where}: invalid YAML: {exc.problem}",
-                             "fix the YAML (indentation, quotes, colons, repeated keys)") from exc
+                             exc.fix) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

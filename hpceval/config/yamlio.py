@@ -20,6 +20,7 @@ from yaml.constructor import ConstructorError
 
 from hpceval.errors import HpcevalError
 
+TOO_LARGE_FIX = "a configuration file is a few KiB: check that the path names the file you meant"
 MAX_BYTES = 1 << 20  # run files are a few KiB; NeMo Evaluator's largest example is 14 KiB
 MAX_VALUES = 100_000  # values after alias expansion; a large sweep has a few thousand
 
@@ -39,8 +40,9 @@ _FLOAT_RE = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
 class YamlError(HpcevalError):
     """A document this reader refuses; ``line`` is 1-based where known."""
 
-    def __init__(self, problem: str, line: int | None = None) -> None:
-        super().__init__(problem)
+    def __init__(self, problem: str, line: int | None = None,
+                 fix: str = "fix the YAML (indentation, quotes, colons, repeated keys)") -> None:
+        super().__init__(problem, fix)
         self.problem = problem
         self.line = line
 
@@ -79,7 +81,8 @@ def _check_size(data: Any) -> None:
         node = stack.pop()
         budget -= 1
         if budget < 0:
-            raise YamlError(f"expands to more than {MAX_VALUES} values (nested YAML aliases?)")
+            raise YamlError(f"expands to more than {MAX_VALUES} values (nested YAML aliases?)",
+                            fix="write the values out instead of nesting aliases")
         if isinstance(node, dict):
             stack.extend(node.values())
         elif isinstance(node, list):
@@ -89,7 +92,7 @@ def _check_size(data: Any) -> None:
 def loads(text: str) -> Any:
     """Parse one document; raise YamlError with the line of the problem."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB")
+        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB", fix=TOO_LARGE_FIX)
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -97,7 +100,7 @@ def loads(text: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise YamlError(str(problem), mark.line + 1 if mark is not None else None) from exc
     except RecursionError as exc:  # deeply nested flow collections
-        raise YamlError("is nested too deeply") from exc
+        raise YamlError("is nested too deeply", fix="flatten the nesting") from exc
     _check_size(data)
     return data
 
@@ -111,12 +114,13 @@ def read(path: Path) -> Any:
 def parse_bytes(raw: bytes) -> Any:
     """Parse a file's bytes, read up to MAX_BYTES + 1 (one more tells a file too large)."""
     if len(raw) > MAX_BYTES:
-        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB")
+        raise YamlError(f"is larger than {MAX_BYTES // 1024} KiB", fix=TOO_LARGE_FIX)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise YamlError(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x})", line) from exc
+        raise YamlError(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x})", line,
+                        fix="save it as UTF-8 text") from exc
     return loads(text)
 
 

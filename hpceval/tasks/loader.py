@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ _CATALOGUE_DIR = Path(__file__).resolve().parent / "catalogue_data"
 _SUFFIXES = (".yaml", ".yml")
 _MEMORY: dict[str, dict[str, Any]] = {}
 _NORMALISING_MODULES = ("schema.py", "assemble.py", "loader.py", "definitions.py")
+log = logging.getLogger(__name__)
 
 
 def package_catalogue_dir() -> Path:
@@ -128,15 +130,16 @@ def load_index() -> dict[str, Any]:
     files = catalogue_files(user_paths)
     key = index_key(files, user_paths)
     if key in _MEMORY:
-        return _MEMORY[key]
+        return _MEMORY[key]  # warned when it was loaded
     cache_file = cache_dir() / "tasks-index.json"
     index = _read_cache(cache_file, key)
     if index is None:
-        index = build_index(files)
+        index = build_index(files, strict=False)
         index["key"] = key
         _write_cache(cache_file, index)
     _MEMORY.clear()  # one live catalogue per process is enough; drop stale ones
     _MEMORY[key] = index
+    warn_skipped(index)
     return index
 
 
@@ -145,12 +148,42 @@ def clear_memory_cache() -> None:
     _MEMORY.clear()
 
 
-def build_index(files: list[Path]) -> dict[str, Any]:
+def build_index(files: list[Path], strict: bool = True) -> dict[str, Any]:
+    """The index of ``files``; CatalogueError for a malformed one (``strict``: validation).
+    Not ``strict`` (every command's load): a user file that is malformed (or clashes with
+    another) is left out and named in the index's "skipped", not allowed to break every
+    command, unrelated runs included (shared-cluster-4 N9); one of the package's still raises."""
     from hpceval.tasks.assemble import assemble
 
-    documents = [(str(f), _parse_yaml(f)) for f in files]
-    harnesses, tasks = assemble(documents)
-    return {"format": INDEX_FORMAT, "harnesses": harnesses, "tasks": tasks}
+    skipped: list[list[str]] = []
+    documents: list[tuple[str, object]] = []
+    for path in files:
+        try:
+            documents.append((str(path), _parse_yaml(path)))
+        except CatalogueError as exc:
+            _skip_or_raise(exc, path, skipped, strict)
+    while True:
+        try:
+            harnesses, tasks = assemble(documents)
+        except CatalogueError as exc:
+            _skip_or_raise(exc, Path(exc.source), skipped, strict)
+            documents = [(source, data) for source, data in documents if source != exc.source]
+            continue
+        return {"format": INDEX_FORMAT, "harnesses": harnesses, "tasks": tasks,
+                "skipped": skipped}
+
+
+def _skip_or_raise(exc: CatalogueError, path: Path, skipped: list[list[str]],
+                   strict: bool) -> None:
+    if strict or path.is_relative_to(_CATALOGUE_DIR) or any(s[0] == str(path) for s in skipped):
+        raise exc
+    skipped.append([str(path), str(exc)])
+
+
+def warn_skipped(index: dict[str, Any]) -> None:
+    """One warning per user catalogue file the index left out, naming it and why."""
+    for source, reason in index.get("skipped", []):
+        log.warning("hpceval: warning: task catalogue %s left out: %s", source, reason)
 
 
 def _parse_yaml(path: Path) -> object:

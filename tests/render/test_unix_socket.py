@@ -44,6 +44,10 @@ def test_a_single_node_host_vllm_listens_on_a_socket_in_the_jobs_own_folder(
     assert 'SOCKET="$SOCKET_DIR/server-0.sock"' in script
     assert 'INSTANCE_URLS+=("unix:$SOCKET")' in script
     assert 'rm -rf "$SOCKET_DIR"' in script  # at the end of the job
+    # first thing in cleanup: a cancel's grace before KILL ran out while the processes were
+    # stopped, and the folder stayed in /tmp (shared-cluster-4 N9)
+    cleanup = script[script.index("\ncleanup() {"):]
+    assert cleanup.index('rm -rf "$SOCKET_DIR"') < cleanup.index("stop_processes")
     assert "--port" not in script.split("vllm serve", 1)[1].split("\n\n", 1)[0]
 
 

@@ -128,3 +128,31 @@ def test_a_catalogue_is_parsed_from_the_descriptor_its_trust_was_checked_on(
     names = {t.name for t in load_catalogue().tasks}
     assert not swapped.exists(), "the swap happened"
     assert "planted_task" in names and "swapped_task" not in names
+
+
+def test_a_malformed_user_catalogue_is_left_out_with_a_warning_not_fatal(
+        home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """shared-cluster-4 N9: one file missing a description made every command exit 1,
+    unrelated runs included. It is left out, named with its key path; the rest loads."""
+    folder = home / "site-tasks"
+    folder.mkdir(mode=0o755)
+    (folder / "good.yaml").write_text(PLANTED)
+    (folder / "broken.yaml").write_text(PLANTED.replace("planted_task", "broken_task").replace(
+        "    description: planted by another uid\n", ""))
+    (folder / "clash.yaml").write_text(PLANTED)  # sorted before good.yaml: good's task clashes
+    for name in ("good.yaml", "broken.yaml", "clash.yaml"):
+        (folder / name).chmod(0o644)
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(folder))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(home / "cache"))
+    for _ in range(2):  # built, then from the on-disk index: warned both times
+        loader.clear_memory_cache()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hpceval.tasks.loader"):
+            catalogue = load_catalogue()
+        assert catalogue.resolve("planted_task").task.source == str(folder / "clash.yaml")
+        assert "broken_task" not in {t.name for t in catalogue.tasks}
+        warned = caplog.text
+        assert f"task catalogue {folder / 'broken.yaml'} left out" in warned
+        assert "description" in warned
+        assert f"task catalogue {folder / 'good.yaml'} left out" in warned  # the clash
+        assert warned.count("left out") == 2, warned
