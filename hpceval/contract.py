@@ -67,6 +67,9 @@ TASK_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 AUX_DIR = "auxiliary"
 AUX_ENDPOINT_FILE = "endpoint.json"  # sweep judge job: its instance URLs, once all are healthy
 AUX_TOKEN_FILE = "token"  # sweep judge job: the per-job token its servers require (mode 0600)
+AUX_TLS_KEY = "tls_sha256"  # endpoint.json: the SHA-256 of the judge front's certificate
+AUX_TLS_DIR = "tls"  # auxiliary/<name>/: the judge front's key (0600) and certificate, 0700
+AUX_TLS_NAME = "hpceval-judge"  # the name in that certificate (the job's own health check)
 AUX_STOP_FILE = "stop"  # sweep judge job: written by the aggregation step; the judge job ends
 AUX_JOB_SCRIPT = "judge.sbatch"  # sweep judge job: its script, in auxiliary/<name>/
 
@@ -115,6 +118,7 @@ JOB_FILES = {
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE, "local_usage": LOCAL_USAGE_FILE,
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
+    "aux_tls_key": AUX_TLS_KEY, "aux_tls_dir": AUX_TLS_DIR, "aux_tls_name": AUX_TLS_NAME,
     "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
     "runtime": RUNTIME_FILE, "unix_url": UNIX_URL, "socket_dir": SOCKET_DIR_TEMPLATE,
     # the tree itself: folders and logs every job script builds its paths from

@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
+from hpceval.contract import AUX_TLS_KEY as TLS_KEY
 from hpceval.trust import stat_problem
 
 MAX_URLS = 64
 MAX_BYTES = 64 << 10  # a record of 64 URLs is a few KB; a huge file is not a record
 URL = re.compile(r"https?://[A-Za-z0-9._-]+:[0-9]+")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class EndpointMissing(Exception):
@@ -48,6 +50,9 @@ class JudgeEndpoint:
     urls: tuple[str, ...]
     job_id: str
     token: str = field(repr=False)  # never printed: the judge's servers accept it
+    # the SHA-256 of the certificate the judge's front presents (its https URLs): the proxy
+    # sends nothing, token included, to a server that does not present it
+    pin: bytes | None = None
 
 
 def read_endpoint(folder: Path) -> JudgeEndpoint:
@@ -69,7 +74,14 @@ def read_endpoint(folder: Path) -> JudgeEndpoint:
     bad = [u for u in urls if not isinstance(u, str) or not URL.fullmatch(u)]
     if bad:
         raise EndpointUntrusted(f"{where} holds a URL that is not http://host:port: {bad[0]!r}")
-    return JudgeEndpoint(tuple(urls[:MAX_URLS]), job_id, token)
+    pin = record.get(TLS_KEY)
+    if pin is not None and not (isinstance(pin, str) and SHA256.fullmatch(pin)):
+        raise EndpointUntrusted(f"{where}: {TLS_KEY} is not 64 hex digits")
+    if pin is None and any(u.startswith("https:") for u in urls):
+        raise EndpointUntrusted(f"{where} names https URLs without {TLS_KEY}: nothing to check "
+                                "the judge's certificate against")
+    return JudgeEndpoint(tuple(urls[:MAX_URLS]), job_id, token,
+                         bytes.fromhex(pin) if pin is not None else None)
 
 
 def _read_own(path: Path, owner_only: bool) -> str:

@@ -51,10 +51,16 @@ class JudgeSuccessor:
         self.generation = 0  # bumped at each switch: a request knows whether it is stale
         self.lost: str | None = None  # set once a wait ran out: later failures do not wait
         self._problem: str | None = None  # why the record there was last refused
-        self._in_use: tuple[tuple[str, ...], str | None] = (
-            tuple(i.url for i in balancer.instances), token)
+        # the record the job script started it with (its URLs): the certificate they must
+        # present (a judge front's https). None there: nothing to pin, and an https URL then
+        # fails every connection (no authority signed the judge's own certificate).
+        first = self._read()
+        pin = first.pin if first is not None and set(first.urls) == {
+            i.url for i in balancer.instances} else None
+        self._in_use: tuple[tuple[str, ...], str | None, bytes | None] = (
+            tuple(i.url for i in balancer.instances), token, pin)
         for inst in balancer.instances:  # each judge's instances carry that judge's token
-            inst.token = token
+            inst.token, inst.pin = token, pin
         self._waiting: asyncio.Future[bool] | None = None
 
     async def send(self, attempt: Attempt) -> Answer:
@@ -120,15 +126,16 @@ class JudgeSuccessor:
 
     def _adopt(self, record: JudgeEndpoint | None) -> bool:
         """Switch to `record` if it is not the one in use (on the event loop)."""
-        if record is None or (record.urls, record.token) == self._in_use:
+        if record is None or (record.urls, record.token, record.pin) == self._in_use:
             return False  # none, or the record of the judge that just failed us
         # New Instance objects: the old ones are down for good (a job's servers never come
         # back), and requests still out on them release into those objects, not these.
         # Each carries its judge's token: a request built with the old one that is retried on
         # these (another request switched meanwhile) must not take it to the successor.
-        self.balancer.instances = [Instance(url, token=record.token) for url in record.urls]
+        self.balancer.instances = [Instance(url, token=record.token, pin=record.pin)
+                                   for url in record.urls]
         self.token = record.token
-        self._in_use = (record.urls, record.token)
+        self._in_use = (record.urls, record.token, record.pin)
         self.generation += 1
         self.lost = self._problem = None
         log.warning("switched to the sweep judge's successor (job %s): %s",

@@ -58,6 +58,7 @@ from hpceval.job.proxy_guard import BodyLease
 from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import TaskRecorder
+from hpceval.job.proxy_tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ class ProxyServer:
         self._runner = web.ServerRunner(server, handle_signals=False,
                                         shutdown_timeout=self.config.shutdown_grace)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True,
+                           ssl_context=server_context(self.config.tls))
         await site.start()
         self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
         self._spawn(self.balancer.run_prober(self._sessions, self.config.probe_interval))

@@ -45,9 +45,10 @@ class Instance:
     """One upstream model server and what the proxy knows about it."""
 
     __slots__ = ("base", "done", "down_since", "failures", "held_until", "last_error",
-                 "outstanding", "pids", "probing", "socket", "token", "up", "url")
+                 "outstanding", "pids", "pin", "probing", "socket", "token", "up", "url")
 
-    def __init__(self, url: str, pids: tuple[int, ...] = (), token: str | None = None) -> None:
+    def __init__(self, url: str, pids: tuple[int, ...] = (), token: str | None = None,
+                 pin: bytes | None = None) -> None:
         # A server's base URL; "http://n:8000/v1" (the OpenAI client convention) means the
         # same server, and keeping /v1 would send requests to /v1/v1/... and probes to /v1/health.
         # "unix:<path>": a job's server on a Unix socket (url names it in logs and progress;
@@ -71,6 +72,10 @@ class Instance:
         # sent with every request to it, whatever the request was built with. None: the
         # request's own Authorization stands.
         self.token = token
+        # https: the SHA-256 of the certificate this server must present (a sweep judge's
+        # front, its record's tls_sha256). Checked before a byte is sent, the token included:
+        # whoever takes the port after the judge has gone cannot present it.
+        self.pin = pin
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -35,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "servers require (job scripts: the same per-job token, given to vLLM "
                         "as VLLM_API_KEY); sent upstream as 'Authorization: Bearer <token>' "
                         "in place of the client's header")
+    p.add_argument("--no-cache", action="store_true",
+                   help="keep no response cache (a sweep judge's front: each element's own "
+                        "judge proxy caches its answers, and one model's must not answer "
+                        "another's request)")
+    p.add_argument("--tls-cert", type=Path, metavar="PEM",
+                   help="serve https with this certificate (with --tls-key): a sweep judge's "
+                        "front, whose clients pin the certificate's SHA-256")
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     p.add_argument("--ready-file", type=Path, metavar="PATH",
                    help="write this process's pid here once the port is bound (the job script "
                         "waits for it, not for whatever answers on the port)")
@@ -114,7 +122,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     max_body = int(args.max_body_mb * (1 << 20))
     return ProxyConfig(
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
-        cache_dir=args.cache_dir, progress_file=args.progress_file, tasks_dir=args.tasks_dir,
+        cache_dir=None if args.no_cache else args.cache_dir,
+        progress_file=args.progress_file, tasks_dir=args.tasks_dir,
         expected_requests=args.expected_requests, request_timeout=args.request_timeout,
         max_retries=args.max_retries, interceptors=chain_from_json(args.interceptors),
         task_interceptors=tuple(routes_from_json(args.task_interceptors).items()),
@@ -124,10 +133,16 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_total_body_bytes=int(args.max_total_body_mb * (1 << 20)),
         max_connections=args.max_connections,
         max_connections_per_peer=args.max_connections_per_peer or None, api_key=api_key,
-        upstream_api_key=upstream_api_key,
+        upstream_api_key=upstream_api_key, tls=_tls(args.tls_cert, args.tls_key),
         ready_file=args.ready_file, external_upstream=args.external_upstream,
         budget=args.budget, hold=args.hold, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))
+
+
+def _tls(cert: Path | None, key: Path | None) -> tuple[Path, Path] | None:
+    if (cert is None) != (key is None):
+        raise SystemExit("hpceval proxy: --tls-cert and --tls-key go together")
+    return None if cert is None or key is None else (cert, key)
 
 
 def _secret(name: str | None, option: str) -> str | None:

@@ -87,6 +87,8 @@ class ProxyConfig:
     # follows it, waiting up to judge_wait seconds for one (hpceval.job.judge_successor).
     judge_dir: Path | None = None
     judge_wait: float = 600.0
+    # (certificate, key): serve https (a sweep judge's front; its clients pin the certificate)
+    tls: tuple[Path, Path] | None = None
     # Requests wait, unforwarded, until SIGUSR2 (the job saw every instance serve), at most this
     # many seconds after the start (hpceval.job.proxy_hold); None: nothing is held.
     hold: float | None = None

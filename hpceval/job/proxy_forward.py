@@ -150,7 +150,7 @@ class Forwarder:
             if not stream:
                 status, content_type, body = await self.http.request(
                     inst.base, method, path_qs, data, headers, self.config.request_timeout,
-                    inst.socket)
+                    inst.socket, inst.pin)
                 if not self.balancer.still_launched(inst):
                     return _lost(inst)  # its server exited while it was asked: not its answer
                 ok = status < 500

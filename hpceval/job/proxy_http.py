@@ -17,6 +17,7 @@ when it is, the request fails as `UpstreamDisconnected` and the caller retries i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ssl
 import time
 from collections import deque
@@ -180,12 +181,14 @@ class HttpClient:
 
     async def request(self, base_url: str, method: str, path_qs: str, body: bytes | None,
                       headers: dict[str, str], timeout: float,
-                      socket: str | None = None) -> Response:
+                      socket: str | None = None, pin: bytes | None = None) -> Response:
         """``socket``: connect to this Unix socket path, not to ``base_url``'s host and port
-        (which then only names the Host header)."""
-        pool_key = base_url if socket is None else socket
-        host, port, ssl_ctx, prefix, host_header = self._target(base_url, pool_key)
-        conn = await self._acquire(pool_key, host, port, ssl_ctx, socket)
+        (which then only names the Host header). ``pin``: an https server must present the
+        certificate with this SHA-256 (checked before anything is sent), instead of one a
+        certificate authority signed."""
+        pool_key = (base_url if socket is None else socket) + (f"#{pin.hex()}" if pin else "")
+        host, port, ssl_ctx, prefix, host_header = self._target(base_url, pool_key, pin)
+        conn = await self._acquire(pool_key, host, port, ssl_ctx, socket, pin)
         head = [f"{method} {prefix}{path_qs} HTTP/1.1\r\n".encode("latin-1"), host_header]
         for name, value in headers.items():
             head.append(f"{name}: {value}\r\n".encode("latin-1"))
@@ -214,7 +217,7 @@ class HttpClient:
                 conn.close()
             pool.clear()
 
-    def _target(self, base_url: str, pool_key: str
+    def _target(self, base_url: str, pool_key: str, pin: bytes | None = None
                 ) -> tuple[str, int, ssl.SSLContext | None, str, bytes]:
         target = self._targets.get(pool_key)
         if target is None:
@@ -222,14 +225,15 @@ class HttpClient:
             secure = parts.scheme == "https"
             host = parts.hostname or "localhost"
             port = parts.port or (443 if secure else 80)
-            target = (host, port, ssl.create_default_context() if secure else None,
+            target = (host, port, _client_context(pin) if secure else None,
                       parts.path.rstrip("/"), f"Host: {parts.netloc}\r\n".encode("latin-1"))
             self._targets[pool_key] = target
             self._pools[pool_key] = deque()
         return target
 
     async def _acquire(self, pool_key: str, host: str, port: int,
-                       ssl_ctx: ssl.SSLContext | None, socket: str | None) -> _Conn:
+                       ssl_ctx: ssl.SSLContext | None, socket: str | None,
+                       pin: bytes | None = None) -> _Conn:
         pool = self._pools[pool_key]
         stale_before = time.monotonic() - self.keepalive
         while pool and (pool[0].closed or pool[0].idle_since < stale_before):
@@ -248,7 +252,26 @@ class HttpClient:
                 from exc
         except OSError as exc:
             raise UpstreamConnectError(exc.strerror or str(exc)) from exc
+        if pin is not None and ssl_ctx is not None:
+            transport = conn.transport
+            peer = transport.get_extra_info("ssl_object") if transport is not None else None
+            cert = peer.getpeercert(binary_form=True) if peer is not None else None
+            if cert is None or hashlib.sha256(cert).digest() != pin:
+                conn.close()  # before a byte of the request (its token) is sent
+                raise UpstreamConnectError("its certificate is not the one pinned for it "
+                                           "(another process holds the address)")
         return conn
+
+
+def _client_context(pin: bytes | None) -> ssl.SSLContext:
+    """Certificate authorities and the host name, or, given a pin, neither: the pin is checked
+    instead, after the handshake (which proves the server holds the certificate's key)."""
+    if pin is None:
+        return ssl.create_default_context()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _expire(waiter: asyncio.Future[Response]) -> None:

@@ -1,4 +1,5 @@
-"""The proxy's aiohttp sessions: one over TCP, and one per upstream on a Unix socket.
+"""The proxy's aiohttp sessions: one over TCP, one per upstream on a Unix socket, and one per
+pinned certificate (an upstream that must prove it is the job's: a sweep judge's front).
 
 A job's server on a Unix socket has the instance URL ``unix:<path>`` (contract.UNIX_URL).
 aiohttp's UnixConnector sends every request of its session to one socket path, so each such
@@ -33,9 +34,12 @@ class Sessions:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
             auto_decompress=True, trust_env=trust_env)
         self._unix: dict[str, aiohttp.ClientSession] = {}
+        self._pins: dict[bytes, aiohttp.ClientSession] = {}
 
     def of(self, inst: Instance) -> aiohttp.ClientSession:
         """The session that reaches ``inst``."""
+        if inst.pin is not None:
+            return self._pinned(inst.pin)
         if inst.socket is None:
             return self.tcp
         session = self._unix.get(inst.socket)
@@ -47,7 +51,20 @@ class Sessions:
             self._unix[inst.socket] = session
         return session
 
+    def _pinned(self, pin: bytes) -> aiohttp.ClientSession:
+        """A session whose every connection must present the certificate `pin` names
+        (aiohttp checks it after the handshake, before the request is sent)."""
+        session = self._pins.get(pin)
+        if session is None:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S,
+                                               ssl=aiohttp.Fingerprint(pin)),
+                auto_decompress=True)
+            self._pins[pin] = session
+        return session
+
     async def close(self) -> None:
-        for session in [self.tcp, *self._unix.values()]:
+        for session in [self.tcp, *self._unix.values(), *self._pins.values()]:
             await session.close()
         self._unix.clear()
+        self._pins.clear()

@@ -125,7 +125,9 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
     assert state.phase is Phase.DONE, (state, logs)
     assert endpoint is not None, "endpoint.json never appeared while the sweep ran"
     assert endpoint["model_id"] == "judge-model" and endpoint["job_id"] == judge
-    assert len(endpoint["urls"]) == 1 and endpoint["urls"][0].startswith("http://")
+    # its https front, whose certificate the elements pin (shared-cluster-4 N1)
+    assert len(endpoint["urls"]) == 1 and endpoint["urls"][0].startswith("https://")
+    assert len(endpoint["tls_sha256"]) == 64
     # seen serving (or, on a slow sacct, already stopped: the sweep is short)
     assert serving is not None and (serving.judges[0].phase, serving.judges[0].reason) in (
         (Phase.RUNNING, "serving 1 instance(s)"), (Phase.DONE, "stopped after the sweep")), \
@@ -155,7 +157,10 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
     assert records[aggregate][0] == "COMPLETED", records
     assert not (folder / "endpoint.json").exists()
     log = (folder / f"slurm-{judge}.log").read_text()
-    assert "judge serves at http://" in log and "the sweep is done" in log, log
+    assert "judge serves at https://" in log and "the sweep is done" in log, log
+    # its front proxy ran with the certificate of a 0700 folder, and stopped with the job
+    assert stat.S_IMODE((folder / "tls").stat().st_mode) == 0o700
+    assert "hpceval proxy stopping" in (folder / "proxy.log").read_text()
 
     # ONE load for three models; every element started after the judge job had started
     lines = loads.read_text().splitlines()

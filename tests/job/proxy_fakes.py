@@ -58,7 +58,7 @@ class FakeUpstream:
         self._runner: web.AppRunner | None = None
 
     async def start(self, ssl_context: ssl.SSLContext | None = None, host: str = "127.0.0.1",
-                    unix: str | None = None) -> str:
+                    unix: str | None = None, port: int = 0) -> str:
         """``ssl_context``: serve https; ``host``: the name the URL gives (it must resolve to
         127.0.0.1 for the client, or be known to a proxy in between); ``unix``: listen on
         this Unix socket path instead (the URL is then "unix:<path>", as a job gives it)."""
@@ -86,7 +86,8 @@ class FakeUpstream:
             await web.UnixSite(self._runner, unix).start()
             self.url = f"{UNIX_URL}{unix}"
             return self.url
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
+        site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ssl_context,
+                           reuse_address=True)
         await site.start()
         scheme = "https" if ssl_context is not None else "http"
         self.url = f"{scheme}://{host}:{self._runner.addresses[0][1]}"

@@ -73,9 +73,12 @@ def test_judge_job_shape(tmp_path: Path) -> None:
     assert text.index('mv -f "$tmp" "$MODEL_DIR/token"') < text.index(
         'mv -f "$tmp" "$MODEL_DIR/endpoint.json"')
     assert "'\"qwen-judge\"'" in text  # model_id as JSON, shell-quoted by the renderer
-    # no tasks, no proxy, no auto-resume, no "every task is done" exit
-    for absent in ("run_task()", "hpceval.job proxy", "submit_successor", "UNFINISHED_DIRS"):
+    # no tasks, no auto-resume, no "every task is done" exit; its only proxy is its https
+    # front, whose certificate the models' jobs pin (shared-cluster-4 N1)
+    for absent in ("run_task()", "submit_successor", "UNFINISHED_DIRS", "start_model_proxy"):
         assert absent not in text, absent
+    assert text.count('start_proxy "$MODEL_DIR"') == 1
+    assert '--tls-cert "$PROXY_CERT" --tls-key "$PROXY_KEY" "${UPSTREAM_ARGS[@]}"' in text
     assert "--auto-resume" not in text
     assert judge_config(resolved, "judge", "inv").spec.execution.auto_resume is False
 
@@ -163,11 +166,11 @@ def test_endpoint_json_written_by_the_script_is_json(tmp_path: Path) -> None:
     start = text.index("publish_endpoint() {")
     body = text[start:text.index("\n}\n", start) + 3]
     script = (f"MODEL_DIR={tmp_path}\nHPCEVAL_JOB_TOKEN=abc\nSLURM_JOB_ID=77\n"
-              + backend_env(text) + "INSTANCE_URLS=(http://n1:8000 http://n1:8001)\n" + body
-              + "publish_endpoint\n")
+              + backend_env(text) + "FRONT_URL=https://n1:8063 TLS_PIN=" + "ab" * 32 + "\n"
+              + body + "publish_endpoint\n")
     subprocess.run(["bash", "-c", script], check=True)
     data = json.loads((tmp_path / "endpoint.json").read_text())
-    assert data == {"urls": ["http://n1:8000", "http://n1:8001"],
+    assert data == {"urls": ["https://n1:8063"], "tls_sha256": "ab" * 32,
                     "model_id": 'judge "72b" \\ v2', "job_id": "77"}
     token = tmp_path / "token"
     assert token.read_text() == "abc\n" and (token.stat().st_mode & 0o777) == 0o600
