@@ -7,17 +7,20 @@ every client for a key, checked before a byte of the body is read:
 - the endpoint's own key, where it has one (`target.api_endpoint.api_key_name`): the harness
   sends it as before, and the proxy passes it on (an external API) or sends the job's token in
   its place (the job's own servers);
-- else the per-job token (`JOB_TOKEN`: 32 random bytes made in the job, on no command line and
-  in no file), which the harness gets in its environment as `HARNESS_KEY`: what lm-eval's
-  local-(chat-)completions send, and the variable eval-factory images are told to read
+- else the per-job client key (`CLIENT_TOKEN`: 32 random bytes made in the job, on no command
+  line and in no file), which the harness gets in its environment as `HARNESS_KEY`: what
+  lm-eval's local-(chat-)completions send, and the variable eval-factory images are told to read
   (`--api_key_name`). A harness of one's own reads `$OPENAI_API_KEY` and sends it as
-  `Authorization: Bearer ...` (docs/tasks.md).
+  `Authorization: Bearer ...` (docs/tasks.md). It is not the token the job's servers take
+  (`JOB_TOKEN`, which only the proxies send): a process that takes the proxy's port after the
+  proxy has died receives the client key from a harness for up to a second before the job
+  stops the tasks, and that key opens nothing (shared-cluster-4, its audit of F1).
 
 A harness that calls an external endpoint directly (`proxy: false`) gets only the endpoint's key.
 
 Each judge (auxiliary deployment) has a proxy of its own, on a port of the job's block that
 anyone on the node can reach: it asks for a key by the same rule (the judge's own
-`api_key_name`, else the job's token), which the tasks get as `<PREFIX>_API_KEY` (JUDGE_API_KEY
+`api_key_name`, else the job's client key), which the tasks get as `<PREFIX>_API_KEY` (JUDGE_API_KEY
 for a judge named judge: what the shipped judged_qa sends) and `HPCEVAL_AUX_<NAME>_API_KEY`,
 unless a task sets that variable or names it in its required_env (a judge it calls itself).
 
@@ -31,7 +34,8 @@ from hpceval.config.auxiliary import env_prefix, job_variable
 from hpceval.config.schema import AuxiliaryDeploymentSpec, RunSpec
 from hpceval.engines import engine_for
 
-JOB_TOKEN = "HPCEVAL_JOB_TOKEN"
+JOB_TOKEN = "HPCEVAL_JOB_TOKEN"  # the job's servers take it; only its proxies send it
+CLIENT_TOKEN = "HPCEVAL_CLIENT_TOKEN"  # the job's proxies ask their clients (harnesses) for it
 HARNESS_KEY = "OPENAI_API_KEY"
 
 
@@ -43,7 +47,7 @@ def through_proxy(spec: RunSpec) -> bool:
 
 def proxy_client_key(spec: RunSpec) -> str:
     """The variable holding the key the model's proxy asks its clients for."""
-    return spec.target.api_endpoint.api_key_name or JOB_TOKEN
+    return spec.target.api_endpoint.api_key_name or CLIENT_TOKEN
 
 
 def proxy_upstream_key(spec: RunSpec, servers_take_token: bool) -> str:
@@ -57,7 +61,7 @@ def proxy_upstream_key(spec: RunSpec, servers_take_token: bool) -> str:
 
 def judge_client_key(aux: AuxiliaryDeploymentSpec) -> str:
     """The variable holding the key a judge's proxy asks its clients for."""
-    return aux.api_key_name or JOB_TOKEN
+    return aux.api_key_name or CLIENT_TOKEN
 
 
 def judge_keys(spec: RunSpec) -> list[tuple[str, str]]:
@@ -75,6 +79,7 @@ def harness_key(spec: RunSpec) -> str | None:
 
 
 def harness_key_value(spec: RunSpec) -> str | None:
-    """The job variable `HARNESS_KEY` is set from, when the harness gets the job's token."""
-    return JOB_TOKEN if harness_key(spec) == HARNESS_KEY and not \
+    """The job variable `HARNESS_KEY` is set from, when the harness gets the job's client key
+    (the one the model's proxy asks for)."""
+    return proxy_client_key(spec) if harness_key(spec) == HARNESS_KEY and not \
         spec.target.api_endpoint.api_key_name else None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpceval.contract import RUNTIME_FILE, TASK_ROUTE
 from hpceval.interceptors import chain_from_json, routes_from_json
-from hpceval.job.proxy_config import JOB_TOKEN_ENV, ProxyConfig
+from hpceval.job.proxy_config import CLIENT_KEY_ENV, ProxyConfig
 from hpceval.job.proxy_liveness import parse_pids
 
 
@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to bind (default 127.0.0.1: harnesses run on the same node; "
                         "0.0.0.0 opens it to the cluster network)")
     p.add_argument("--api-key-env", metavar="NAME",
-                   help="name of the environment variable holding the per-job token (job "
-                        f"scripts use {JOB_TOKEN_ENV}); requests (all but /health) must then "
+                   help="name of the environment variable holding the per-job client key (job "
+                        f"scripts use {CLIENT_KEY_ENV}); requests (all but /health) must then "
                         "send 'Authorization: Bearer <token>'. The token is never taken on the "
                         "command line, where ps shows it")
     p.add_argument("--upstream-api-key-env", metavar="NAME",

@@ -10,9 +10,9 @@ from hpceval.contract import UNIX_URL, unix_socket
 from hpceval.interceptors import Interceptor
 from hpceval.interceptors.log_requests import LogRequests
 
-# The variable a job script puts its per-job token in (a random value made in the job, never
-# written to a file): the proxy's `--api-key-env`, and the API key name the harnesses are given.
-JOB_TOKEN_ENV = "HPCEVAL_JOB_TOKEN"
+# The variable a job script puts its per-job client key in (a random value made in the job,
+# never written to a file): the proxy's `--api-key-env`; the harnesses get it as their API key.
+CLIENT_KEY_ENV = "HPCEVAL_CLIENT_TOKEN"
 
 
 @dataclass(frozen=True)

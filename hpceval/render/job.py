@@ -10,7 +10,7 @@ from hpceval._version import __version__
 from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
-from hpceval.config.endpoint_key import JOB_TOKEN, proxy_client_key, proxy_upstream_key
+from hpceval.config.endpoint_key import CLIENT_TOKEN, proxy_client_key, proxy_upstream_key
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.config.secret_files import secret_files, secret_var
@@ -129,7 +129,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "model_token": model["server_token"],
         # the key the model's proxy asks its clients for (config/endpoint_key.py, review F3)
         "client_key": proxy_client_key(spec),
-        "client_token": proxy_client_key(spec) == JOB_TOKEN,
+        "client_token": proxy_client_key(spec) == CLIENT_TOKEN,
         "upstream_key": proxy_upstream_key(spec, model["server_token"]),
         "proxy_args": proxy_arguments(spec.evaluation.interceptors,
                                       spec.evaluation.proxy_budget,
@@ -138,7 +138,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
                                        if s.route}),
         "aux_proxies": aux_views,
         # a judge's proxy asks for the job's token: the job makes one (preamble.j2)
-        "aux_token": any(a["client_key"] == JOB_TOKEN for a in aux_views),
+        "aux_token": any(a["client_key"] == CLIENT_TOKEN for a in aux_views),
         "endpoint": {"fixed_url": fixed_url, "fixed_base": base_of(fixed_url),
                      **proxied(fixed_url), "model_id": spec.request_model or ""},
         "steps": steps,

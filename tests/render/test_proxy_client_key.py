@@ -102,14 +102,15 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
     call = re.search(r'^ *start_proxy "\$MODEL_DIR" "\$PROXY_PORT" .*$', script, re.M)
     assert call, "the script starts no model proxy"
     functions = "\n".join(function(script, name) for name in (
-        "answers", "start_proxy", "task_environment_1"))
+        "answers", "proxy_answers", "start_proxy", "task_environment_1"))
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     port = free_port()
     stranger = stranger_curl()
     code = "\n".join([
         PREAMBLE, functions,
-        "HPCEVAL_JOB_TOKEN=tok-0123456789abcdef  # a plain variable of the job, as in the script",
+        "HPCEVAL_CLIENT_TOKEN=tok-0123456789abcdef  # a plain variable of the job, as in it",
+        "HPCEVAL_JOB_TOKEN=srv-0123456789abcdef  # the servers' token: only proxies send it",
         f"HPCEVAL_PYTHON={sys.executable} MODEL_DIR={model_dir} PROXY_PORT={port}",
         f"PROXY_PIDS=() PROXY_DIRS=() PROXY_ARGS=(--upstream {url})",
         call.group(0),
@@ -127,7 +128,7 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
     assert lines.get("harness") == "200", output
     assert seen == ["/v1/chat/completions"]  # only the harness's request reached the server
     # the key by name: never on the proxy's command line (ps shows it to every user)
-    assert "--api-key-env HPCEVAL_JOB_TOKEN" in lines["argv"]
+    assert "--api-key-env HPCEVAL_CLIENT_TOKEN" in lines["argv"]
     assert "tok-0123456789abcdef" not in lines["argv"] + script
     progress = json.loads((model_dir / "progress.json").read_text())["requests"]
     assert (progress["done"], progress["failed"]) == (1, 0)  # strangers are not counted
@@ -135,7 +136,10 @@ def test_the_jobs_proxy_serves_the_harness_and_refuses_everyone_else(
 
 def test_the_harness_key_follows_the_endpoint(render: RenderFn) -> None:
     served = render("local-dev", RUN)
-    assert 'export OPENAI_API_KEY="${HPCEVAL_JOB_TOKEN}"' in served
+    # the client key, not the servers' token: a process that takes the proxy's port after the
+    # proxy died gets it from a harness (for up to a second), and it opens no server
+    assert 'export OPENAI_API_KEY="${HPCEVAL_CLIENT_TOKEN}"' in served
+    assert "OPENAI_API_KEY=\"${HPCEVAL_JOB_TOKEN}\"" not in served
     external = {"deployment": {"type": "none"}, "evaluation": RUN["evaluation"],
                 "target": {"api_endpoint": {"url": "https://api.example.com/v1/chat/completions",
                                             "model_id": "m", "api_key_name": "EXAMPLE_KEY"}}}
@@ -162,17 +166,17 @@ def test_a_judges_proxy_asks_for_the_key_and_keeps_the_token_from_its_upstream(
     section = re.search(r"^# auxiliary_deployments\.judge: .*?"
                         r"^export HPCEVAL_AUX_JUDGE_CHAT_URL=.*?$", script, re.M | re.S)
     assert section, "the script starts no judge proxy"
-    assert re.search(r"^start_proxy .*auxiliary/judge.* '' HPCEVAL_JOB_TOKEN ", section.group(0),
+    assert re.search(r"^start_proxy .*auxiliary/judge.* '' HPCEVAL_CLIENT_TOKEN ", section.group(0),
                      re.M), section.group(0)
     functions = "\n".join(function(script, name) for name in (
-        "answers", "start_proxy", "upstream_args", "task_environment_1"))
+        "answers", "proxy_answers", "start_proxy", "upstream_args", "task_environment_1"))
     model_dir = tmp_path / "model"
     port = free_port()
     stranger = stranger_curl()
     judge_key = '-H @<(echo "Authorization: Bearer $JUDGE_API_KEY")'
     code = "\n".join([
         PREAMBLE, functions,
-        "HPCEVAL_JOB_TOKEN=tok-0123456789abcdef",
+        "HPCEVAL_CLIENT_TOKEN=tok-0123456789abcdef HPCEVAL_JOB_TOKEN=srv-0123456789abcdef",
         f"HPCEVAL_PYTHON={sys.executable} MODEL_DIR={model_dir} PORT_BASE={port}",
         "PROXY_PIDS=() PROXY_DIRS=()", section.group(0), f"TASK_DIR={tmp_path}",
         "ASK=(-s -o /dev/null -w '%{http_code}\\n' -H 'Content-Type: application/json' "
