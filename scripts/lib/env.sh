@@ -4,9 +4,10 @@
 
 # --- system packages: only what is missing, so a warm machine skips apt entirely ---------------
 system_packages() {
-  # curl: the job health wait; chromium: the HTML report's headless-browser test; podman, runc
-  # and debootstrap: the local job whose harness runs in a container (scripts/podman/)
-  local want=(shellcheck curl chromium podman runc debootstrap) missing=() p
+  # curl: the job health wait; openssl: a sweep judge job's own certificate; chromium: the HTML
+  # report's headless-browser test; podman, runc and debootstrap: the local job whose harness
+  # runs in a container (scripts/podman/)
+  local want=(shellcheck curl openssl chromium podman runc debootstrap) missing=() p
   python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
   command -v git >/dev/null || want+=(git)
   for p in "${want[@]}"; do
