@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from render_helpers import resolve
+from render_helpers import RenderFn, resolve
 
 from hpceval.config import with_tasks
 from hpceval.render import JobContext, render_job
@@ -52,3 +52,33 @@ def test_the_log_names_the_harness_or_the_collection_as_what_failed(
         assert "task exiter.exit_with: collecting its results failed" in log, log
         assert "task exiter.exit_with: FAILED (status 1)" in log
         assert failed["stage"] == "parse"
+
+
+DP2 = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
+                      "tensor_parallel_size": 1, "data_parallel_size": 2},
+       "evaluation": {"tasks": [{"name": "gsm8k"}]}}
+
+
+def test_a_server_lost_while_tasks_passed_on_the_others_is_said(render: RenderFn) -> None:
+    """shared-cluster-4 (the audit of F1): with data_parallel_size > 1 an instance lost while
+    tasks ran was dropped quietly, and the job logged "all tasks passed" alone. The rendered end
+    of the job, run in bash with one server process gone and one alive."""
+    script = render("local-dev", DP2, ["execution.gpus_per_node=2", "deployment.runtime=host"])
+    start = script.index('if [ -n "$LOST" ]; then')
+    end = script.index("exit 0\n", start) + len("exit 0\n")
+    alive_fn = script.index("servers_alive() {")
+    code = "\n".join([
+        'log() { printf "%s\\n" "$*"; }',
+        'server_failed() { echo "model server instance $1 exited (status 137)"; }',
+        script[alive_fn:script.index("\n}\n", alive_fn) + 3],
+        "sleep 30 & alive=$!; (exit 0) & gone=$!; wait $gone; trap 'kill $alive' EXIT",
+        'SERVER_PIDS=("$alive" "$gone") LOST=""',
+        script[start:end]])
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "model server instance 1 exited (status 137)", lines
+    assert lines[1].startswith("a model server exited while tasks ran (see above): the proxy "
+                               "sent its requests to the instances left"), lines
+    assert lines[-1] == "all 1 task(s) passed", lines
