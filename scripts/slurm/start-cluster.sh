@@ -5,7 +5,10 @@
 #   Debian 13 trixie:   Slurm 24.11.5, munge 0.5.16, MariaDB 11.8.9 (verified; same configs work unchanged)
 #   The release is read from /etc/debian_version; other releases are attempted with a warning.
 #
-#   * munge + slurmctld + N x slurmd (one per fake node, all on 127.0.0.1, distinct ports)
+#   * munge + slurmctld + N x slurmd (one per fake node, distinct ports)
+#   * each node its own network host (SLURM_NETNS=1): a network namespace with its own address on
+#     a bridge, no default route (no internet, as compute nodes at most sites); the controller,
+#     slurmdbd and the user's shell are "login" (the bridge's address, the machine's own namespace)
 #   * slurmdbd + MariaDB so that `sacct` works
 #   * fake GPUs via GRES (gpu:G per node, backed by dummy char devices /dev/fakegpuK)
 #   * each slurmd in its own UTS namespace, so `hostname` inside a job == node name
@@ -24,9 +27,14 @@
 #   SLURM_ACCOUNTING  (1)      1 = slurmdbd + MariaDB (sacct works), 0 = none
 #   SLURM_CGROUP      (0)      1 = proctrack/cgroup + task/cgroup (cgroup v1 works here)
 #   SLURM_UTS_NS      (1)      1 = run each slurmd in its own UTS namespace
+#   SLURM_NETNS       (1)      1 = each slurmd in its own network namespace (see scripts/slurm/net.sh);
+#                              0 = every node on 127.0.0.1 (the kind old dev cluster)
+#   SLURM_NET_PREFIX  (198.18.0) the site's /24: login .1, nodeI .(10+I) (RFC 2544 benchmark range)
 #   SLURM_PORT_BASE   (6820)   slurmd on nodeI listens on SLURM_PORT_BASE+I
 #   SLURM_DB_PASS     (slurmdbpass)
 #   SLURM_EXTRA_USERS ("")     extra unix users to add to the accounting db
+#   SLURM_SITE_USERS  (alice bob) ordinary users of the site, made here: members of the project
+#                              group SLURM_SITE_GROUP (hpcproj), homes /home/<user> mode 0700
 #   SLURM_MARIADB_INITD (1)    1 = start MariaDB with /etc/init.d/mariadb when it exists,
 #                              0 = always start mariadbd-safe by hand (fallback path)
 set -euo pipefail
@@ -40,9 +48,13 @@ NGPUS=${SLURM_NODE_GPUS:-4}
 ACCT=${SLURM_ACCOUNTING:-1}
 CGROUP=${SLURM_CGROUP:-0}
 UTS_NS=${SLURM_UTS_NS:-1}
+NETNS=${SLURM_NETNS:-1}
+NET_PREFIX=${SLURM_NET_PREFIX:-198.18.0}
 PORT_BASE=${SLURM_PORT_BASE:-6820}
 DB_PASS=${SLURM_DB_PASS:-slurmdbpass}
 EXTRA_USERS=${SLURM_EXTRA_USERS:-}
+SITE_USERS=${SLURM_SITE_USERS-alice bob}
+SITE_GROUP=${SLURM_SITE_GROUP:-hpcproj}
 MARIADB_INITD=${SLURM_MARIADB_INITD:-1}
 CLUSTER=local
 ETC=/etc/slurm
@@ -75,6 +87,8 @@ esac
 # pid_alive PIDFILE -> 0 if the pid in PIDFILE is a live (non-zombie) process
 # shellcheck source=scripts/slurm/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/slurm/net.sh
+. "$(dirname "${BASH_SOURCE[0]}")/net.sh"
 # wait_for SECONDS CMD... -> poll CMD every 0.2 s
 wait_for() {
   local t=$1; shift; local n=$(( t * 5 ))
@@ -126,10 +140,19 @@ for n in "${NODES[@]}"; do install -d -m 0755 "/var/lib/slurm/slurmd/$n"; done
 if ! grep -qE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' /etc/hosts; then
   printf '127.0.0.1 localhost # added by start-cluster.sh\n' | cat - /etc/hosts > /etc/hosts.slurmtmp; cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp
 fi
-hosts_line="127.0.0.1 ${NODES[*]} # slurm-local-cluster"
-if ! grep -qxF "$hosts_line" /etc/hosts; then
+if [ "$NETNS" = 1 ]; then
+  net_check || die "SLURM_NETNS=1 needs network namespaces, veth pairs and a bridge: $NET_ERROR (or run with SLURM_NETNS=0, every node on 127.0.0.1)"
+  # the login address first: slurmctld reaches slurmdbd at it
+  for n in "${NODES[@]}"; do net_node_up "$n" "${n#node}" || die "network of $n: $NET_ERROR"; done
+  hosts_lines=$(net_hosts_lines "${NODES[@]}")
+  LOGIN_ADDR=$(net_login_addr)
+else
+  hosts_lines="127.0.0.1 ${NODES[*]} # slurm-local-cluster"
+  LOGIN_ADDR=127.0.0.1
+fi
+if [ "$(grep '# slurm-local-cluster$' /etc/hosts)" != "$hosts_lines" ]; then
   grep -v '# slurm-local-cluster$' /etc/hosts > /etc/hosts.slurmtmp || true
-  echo "$hosts_line" >> /etc/hosts.slurmtmp
+  echo "$hosts_lines" >> /etc/hosts.slurmtmp
   cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp   # /etc/hosts may be a bind mount: rewrite in place
 fi
 
@@ -140,6 +163,19 @@ if [ "$NGPUS" -gt 0 ]; then
     [ -c "/dev/fakegpu$k" ] || { rm -f "/dev/fakegpu$k"; mknod -m 0666 "/dev/fakegpu$k" c 240 "$k"; }
   done
 fi
+
+# the site's ordinary users (jobs of tests and the demo run as them, not as root): one project
+# group; homes not readable by others, as sites make them. Marked in their GECOS field so that
+# stop-cluster.sh --purge removes only the users made here.
+getent group "$SITE_GROUP" >/dev/null || groupadd "$SITE_GROUP"
+for u in $SITE_USERS; do
+  if ! id -u "$u" >/dev/null 2>&1; then
+    log "adding user $u (group $SITE_GROUP)"
+    useradd --create-home --home-dir "/home/$u" --shell /bin/bash --groups "$SITE_GROUP" \
+      --comment "hpceval dev site user" "$u"
+  fi
+  chmod 0700 "/home/$u"
+done
 
 # ---------------------------------------------------------------- 3. munge
 if [ ! -s /etc/munge/munge.key ]; then
@@ -169,7 +205,8 @@ if [ "$CGROUP" = 1 ]; then PROCTRACK=proctrack/cgroup; TASKPLUGIN=task/cgroup,ta
 else PROCTRACK=proctrack/linuxproc; TASKPLUGIN=task/none; fi
 if [ "$ACCT" = 1 ]; then
   ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+# the login address, not localhost: sacct in a job on a node reaches slurmdbd across the bridge
+AccountingStorageHost=$LOGIN_ADDR
 AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu
 # as many sites do (hpc-admin-2 N14): each job's submit environment is kept in the database,
@@ -185,8 +222,10 @@ gen_slurm_conf() {
 cat <<EOF
 # generated by start-cluster.sh
 ClusterName=$CLUSTER
-# 'localhost' is accepted by slurmctld whatever the machine's hostname is
+# 'localhost' is accepted by slurmctld whatever the machine's hostname is; nodes and the jobs on
+# them reach it at the login address (their own localhost is their own namespace's)
 SlurmctldHost=localhost
+SlurmctldAddr=$LOGIN_ADDR
 SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
@@ -234,7 +273,7 @@ JobCompType=jobcomp/none
 $GRES_TYPES
 EOF
 for i in $(seq 1 "$NNODES"); do
-  echo "NodeName=node$i NodeAddr=127.0.0.1 Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
+  echo "NodeName=node$i NodeAddr=$(node_addr "$i") Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
 done
 node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
 echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP PriorityTier=10"
@@ -338,7 +377,7 @@ EOF
     [ -e /run/slurm/slurmctld.pid ] && kill_pidfile /run/slurm/slurmctld.pid   # let it re-register
   fi
   sacctmgr -n -P list account format=account | grep -qx default || sacctmgr -i add account default Description=default Organization=local >/dev/null
-  for u in root $EXTRA_USERS; do
+  for u in root $SITE_USERS $EXTRA_USERS; do
     sacctmgr -n -P list user format=user | grep -qx "$u" || sacctmgr -i add user "$u" DefaultAccount=default >/dev/null
   done
   # a QOS with a MaxWall, the way sites usually cap walltime (hpceval reads it with sacctmgr;
@@ -357,15 +396,35 @@ wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' || die "slurmctld not answer
 use_uts=0
 if [ "$UTS_NS" = 1 ] && unshare --uts true 2>/dev/null; then use_uts=1; fi
 for n in "${NODES[@]}"; do
+  # a slurmd outside its node's namespace (started with SLURM_NETNS=0, or the namespace was
+  # made again after a crash) restarts in it
+  if [ "$NETNS" = 1 ] && pid_alive "/run/slurm/slurmd-$n.pid" && ! net_node_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
+    log "slurmd $n runs outside its network namespace: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
+  fi
   if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
-    log "starting slurmd $n (uts namespace: $use_uts)"
+    enter=()
+    if [ "$NETNS" = 1 ]; then enter=(nsenter "--net=$(net_ns_path "$n")"); fi
+    log "starting slurmd $n (uts namespace: $use_uts, address: $(node_addr "${n#node}"))"
     if [ "$use_uts" = 1 ]; then
-      unshare --uts sh -c "hostname $n && exec /usr/sbin/slurmd -N $n" </dev/null >/dev/null 2>&1 9>&-
+      "${enter[@]}" unshare --uts sh -c "hostname $n && exec /usr/sbin/slurmd -N $n" </dev/null >/dev/null 2>&1 9>&-
     else
-      /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1 9>&-
+      "${enter[@]}" /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1 9>&-
     fi
   fi
 done
+
+# ---------------------------------------------------------------- 6b. the site's HTTP proxy
+# The nodes' only way out, as on sites that give compute nodes a proxy: http://login:3128
+# (scripts/slurm/site_proxy.py; it reaches this machine's loopback under *.outside.test names,
+# and the site's /24, nothing else). Jobs that need the outside export https_proxy/http_proxy.
+PROXY_PID=/run/slurm/site-proxy.pid
+if [ "$NETNS" = 1 ] && ! pid_alive "$PROXY_PID"; then
+  log "starting the site's HTTP proxy on $LOGIN_ADDR:3128"
+  setsid python3 "$(dirname "${BASH_SOURCE[0]}")/site_proxy.py" --host "$LOGIN_ADDR" --port 3128 \
+    --allow "$NET_PREFIX.0/24" --log /var/log/slurm/site-proxy.log --pid-file "$PROXY_PID" \
+    </dev/null >>/var/log/slurm/site-proxy.err 2>&1 9>&- &
+  wait_for 10 test -s "$PROXY_PID" || die "the site's HTTP proxy did not start (see /var/log/slurm/site-proxy.err)"
+fi
 
 # ---------------------------------------------------------------- 7. wait until every node is usable
 nodes_ready() {

@@ -4,7 +4,8 @@
 #   stop-cluster.sh            cancel all jobs, stop slurmd(s), slurmctld, slurmdbd, MariaDB, munged
 #   stop-cluster.sh --purge    same, and also wipe all state: slurmctld state (job ids restart at 1),
 #                              slurmd spool, logs, the accounting database, generated configs,
-#                              /etc/hosts entry and /dev/fakegpu* devices. Packages stay installed.
+#                              /etc/hosts entry, /dev/fakegpu* devices and the site's users
+#                              (alice, bob: their homes too). Packages stay installed.
 #   stop-cluster.sh --keep-services   stop slurm daemons only; leave MariaDB and munged running
 #
 # Every process is stopped by the PID in its pid file (nothing is killed by name).
@@ -68,6 +69,17 @@ fi
 kill_pidfile /run/slurm/slurmdbd.pid slurmdbd
 rm -f /run/slurm/dbd.sha
 
+kill_pidfile /run/slurm/site-proxy.pid site-proxy
+# the site's network: every node namespace, veth pair and the bridge start-cluster.sh made (by
+# their names: hpceval-<node>, hpcv-<node>, the bridge), whatever the node count it was started with
+# shellcheck source=scripts/slurm/net.sh
+. "$(dirname "${BASH_SOURCE[0]}")/net.sh"
+made=()
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^hpceval-node[0-9]*$'); do made+=("${ns#hpceval-}"); done
+if [ ${#made[@]} -gt 0 ] || ip link show "$NET_BRIDGE" >/dev/null 2>&1; then
+  log "removing the site's network: ${made[*]:-} $NET_BRIDGE"; net_down "${made[@]}"
+fi
+
 # 3. MariaDB and munge
 if [ "$KEEP_SERVICES" = 0 ]; then
   if [ -x /etc/init.d/mariadb ] && [ -s /run/mysqld/mysqld.pid ]; then
@@ -90,6 +102,11 @@ if [ "$PURGE" = 1 ]; then
     grep -v '# slurm-local-cluster$' /etc/hosts > /etc/hosts.slurmtmp; cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp
   fi
   for d in /dev/fakegpu*; do [ -c "$d" ] && rm -f "$d"; done
+  # the site's users start-cluster.sh made (its mark in their GECOS field), their homes included
+  for u in $(getent passwd | awk -F: '$5 == "hpceval dev site user" {print $1}'); do
+    log "removing user $u"; userdel --remove "$u" 2>/dev/null
+  done
+  getent group hpcproj >/dev/null && [ -z "$(getent group hpcproj | cut -d: -f4)" ] && groupdel hpcproj
   # cgroup v1 dirs left by proctrack/cgroup (empty dirs only; rmdir fails if anything is inside)
   for d in /sys/fs/cgroup/*/slurm_node*; do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
 fi

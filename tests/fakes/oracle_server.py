@@ -5,7 +5,7 @@ as well as beside a test::
 
     python tests/fakes/oracle_server.py --port 0 --port-file /tmp/oracle.port
 
-It binds 127.0.0.1 (an ephemeral port with ``--port 0``) and writes the port to ``--port-file``
+It binds 127.0.0.1 (0.0.0.0 when $PORT is set: see ``--host``; an ephemeral port with ``--port 0``) and writes the port to ``--port-file``
 once it accepts connections; the file is renamed into place, so a reader never sees it half
 written. Standard library only.
 
@@ -252,7 +252,11 @@ def write_port_file(path: Path, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
+    # Run by hpceval's `command` deployment ($PORT set), the job reaches the server at its node's
+    # name, which on a site (and the dev cluster's site in a box) is the node's own network
+    # address, not loopback: listen on every address there, as a real server is told to.
+    parser.add_argument("--host", default="0.0.0.0" if os.environ.get("PORT") else "127.0.0.1",
+                        help="default: 0.0.0.0 when $PORT is set, else 127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 0),
                         help="0: an ephemeral port (default: $PORT, which hpceval's `command` "
                              "deployment sets, else 0)")

@@ -1,10 +1,10 @@
 """`hpceval doctor --on-node` on the real dev cluster (issue 21): the command submits its one
 CPU job to the local-dev profile's partition and prints the compute node's lines. What proves
 they came from the job: Slurm's own record of that job id, hpceval's version as the job's
-interpreter imported it, the node's default route as `ip route` prints it here (every dev
-node is this machine), a loopback listener only the job connects to, and that listener's port
-missing from the free ports, and SBATCH_EXPORT=NONE in the submit shell reported as the job saw
-it. Nothing leaves loopback."""
+interpreter imported it, the node's route and address as the site in a box made them (no
+default route, its own bridge address), a listener at the login address only the job connects
+to, and that listener's port missing from the free ports, and SBATCH_EXPORT=NONE in the submit
+shell reported as the job saw it. Nothing leaves the site's bridge."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import site
 
 import hpceval
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -26,17 +27,18 @@ pytestmark = pytest.mark.slurm
 
 
 def _listener() -> socket.socket:
-    """A TCP listener on 127.0.0.1 at a port in the doctor's range (8000-32767)."""
+    """A TCP listener where the nodes reach this host (the login address on the site in a box),
+    at a port in the doctor's range (8000-32767)."""
     for port in range(29000, 29500):
         sock = socket.socket()
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((site.login_address(), port))
         except OSError:
             sock.close()
             continue
         sock.listen(8)
         return sock
-    pytest.fail("no free loopback port in 29000-29499")
+    pytest.fail(f"no free port on {site.login_address()} in 29000-29499")
 
 
 def _final_state(client: CommandSlurmClient, job_id: str) -> str:
@@ -54,7 +56,7 @@ def _final_state(client: CommandSlurmClient, job_id: str) -> str:
 def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClient,
                                                 tmp_path: Path) -> None:
     sock = _listener()
-    port = sock.getsockname()[1]
+    target, port = sock.getsockname()
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     # as on a site that sets it: the job then has SLURM_EXPORT_ENV=NONE, which doctor reports
     env["SBATCH_EXPORT"] = "NONE"
@@ -62,7 +64,7 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     try:
         run = subprocess.run(
             [sys.executable, "-m", "hpceval", "doctor", "local-dev", "--on-node", "--json",
-             "--timeout", "180", "--network-target", f"127.0.0.1:{port}",
+             "--timeout", "180", "--network-target", f"{target}:{port}",
              "-o", f"execution.output_dir={tmp_path / 'runs'}"],
             capture_output=True, text=True, timeout=240, env=env, check=False)
     finally:
@@ -85,18 +87,25 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     assert importable["detail"].startswith(sys.executable)
 
     route = lines[("node", "default route")]
-    here = subprocess.run(["ip", "route", "show", "default"], capture_output=True, text=True,
-                          check=False).stdout.strip() if shutil.which("ip") else ""
-    if here:
-        assert route["status"] == "ok" and route["detail"] == here.splitlines()[0]
-    else:
-        assert route["status"] == "warning"
-
-    # what a real site does to a job (hpc-admin-2 N11), as the dev cluster answers: every node
-    # name is 127.0.0.1 here (a warning for this one-node profile), flock and submitting from
-    # a node work, and the debug partition cancels on preemption
     address = lines[("node", "node address")]
-    assert address["status"] == "warning" and "loopback" in address["detail"], address
+    if site.nodes_have_own_network():
+        # the site in a box: a compute node has no route out (fine for local-dev, which is
+        # offline), and its name is its own address
+        assert route["status"] == "ok" and route["detail"] == (
+            "none (empty); execution.offline is set: the job fetches nothing from the node"), route
+        node = address["detail"].partition(" is ")[0]
+        assert address["status"] == "ok" and address["detail"] == (
+            f"{node} is {site.addresses()[node]}"), address
+    else:
+        # the kind cluster: the login host's route, and every node name is 127.0.0.1 (a
+        # warning for this one-node profile)
+        here = subprocess.run(["ip", "route", "show", "default"], capture_output=True,
+                              text=True, check=False).stdout.strip() if shutil.which("ip") else ""
+        assert route["status"] == ("ok" if here else "warning"), route
+        assert address["status"] == "warning" and "loopback" in address["detail"], address
+
+    # what a real site does to a job (hpc-admin-2 N11), as the dev cluster answers: flock and
+    # submitting from a node work, and the debug partition cancels on preemption
     assert lines[("node", "flock")]["status"] == "ok"
     assert lines[("node", "sbatch from a node")]["status"] == "ok", lines[
         ("node", "sbatch from a node")]
@@ -106,10 +115,12 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     assert exported["status"] == "warning", exported
     assert exported["detail"].startswith("SLURM_EXPORT_ENV=NONE"), exported
     assert lines[("node", "outbound network")]["status"] == "ok"
-    assert lines[("node", "outbound network")]["detail"].startswith(f"reached 127.0.0.1:{port}")
+    assert lines[("node", "outbound network")]["detail"].startswith(f"reached {target}:{port}")
     ports = lines[("node", "free ports")]
     free, _, total = ports["detail"].partition(" ports free")[0].partition(" of ")
-    assert ports["status"] in ("ok", "warning") and int(free) < int(total)  # ours was taken
+    assert ports["status"] in ("ok", "warning") and 0 < int(free) <= int(total)
+    if not site.nodes_have_own_network():
+        assert int(free) < int(total)  # ours was taken: the node's ports are this host's
     assert lines[("node", "GPUs")]["status"] in ("ok", "warning")  # a CPU job: none is fine
     assert lines[("login", "sbatch --test-only")]["status"] == "ok"
     # the job's folder is kept on a problem, private to the user

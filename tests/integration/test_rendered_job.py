@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import site
 from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -212,18 +213,27 @@ def test_each_task_gets_its_own_interceptors(slurm_cluster: CommandSlurmClient,
 
 
 def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlurmClient,
-                                                       workdir: Path) -> None:
+                                                       workdir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """deployment.type none with evaluation.interceptors: the job starts the proxy in front of
-    the outside server, so the same changes apply (and requests are cached and counted)."""
+    the outside server, so the same changes apply (and requests are cached and counted). On
+    the site in a box the server is outside: on this machine's loopback under a name that
+    only the site's HTTP proxy resolves, and the job reaches it through that proxy
+    (https_proxy/http_proxy in the submit environment, as users on such sites set them)."""
     port = free_port()
     server = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--model",
                                "ref-model"], stderr=subprocess.DEVNULL)
+    outside = site.nodes_have_own_network()
+    url = f"http://{site.OUTSIDE if outside else '127.0.0.1'}:{port}/v1/chat/completions"
     try:
         wait_for(lambda: subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}/health"],
                                         capture_output=True).returncode == 0, 20, "the server")
+        if outside:  # the job's environment (sbatch passes the submit shell's)
+            monkeypatch.setenv("http_proxy", site.proxy_url())
+            monkeypatch.setenv("https_proxy", site.proxy_url())
         job_id, model_dir, _ = submit(
             slurm_cluster, workdir, "external-interceptors", tasks=[{"name": "it_think"}],
-            external_url=f"http://127.0.0.1:{port}/v1/chat/completions",
+            external_url=url,
             interceptors={"system_prompt": "be brief", "strip_reasoning": True,
                           "log_requests": 5})
         state = wait_done(slurm_cluster, job_id)
@@ -234,6 +244,9 @@ def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlu
     assert_intercepted(model_dir, "be brief")
     progress = json.loads((model_dir / "progress.json").read_text())
     assert progress["requests"]["done"] == 1
+    if outside:
+        passed = site.PROXY_LOG.read_text(encoding="utf-8").splitlines()
+        assert any(line.endswith(f" POST {url} 200") for line in passed), passed[-20:]
 
 
 def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmClient,

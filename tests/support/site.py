@@ -1,0 +1,49 @@
+"""What the dev cluster's site looks like to a test (scripts/slurm/net.sh): the address the nodes
+reach the login host at, and each node's own. With SLURM_NETNS=1 (the default) every node is its
+own network host on a bridge and has no default route; with SLURM_NETNS=0 every name is
+127.0.0.1, as on the old kind cluster. Read from /etc/hosts, which the cluster script writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["OUTSIDE", "PROXY_LOG", "addresses", "login_address", "nodes_have_own_network",
+           "proxy_url"]
+
+MARK = "# slurm-local-cluster"
+# The site's HTTP proxy on the login host (scripts/slurm/site_proxy.py): the nodes' only way
+# out. Names under OUTSIDE are this machine's loopback as the proxy alone resolves them.
+PROXY_LOG = Path("/var/log/slurm/site-proxy.log")
+OUTSIDE = "api.outside.test"
+
+
+def addresses() -> dict[str, str]:
+    """Name -> address of the cluster's hosts (login, node1, ...) as start-cluster.sh wrote them."""
+    found: dict[str, str] = {}
+    try:
+        text = Path("/etc/hosts").read_text(encoding="utf-8")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        if not line.endswith(MARK):
+            continue
+        addr, *names = line[: -len(MARK)].split()
+        found.update(dict.fromkeys(names, addr))
+    return found
+
+
+def nodes_have_own_network() -> bool:
+    """True on the site in a box: node names resolve to bridge addresses, never to loopback."""
+    node1 = addresses().get("node1", "127.0.0.1")
+    return not node1.startswith("127.")
+
+
+def login_address() -> str:
+    """Where a job on a node reaches a server a test starts here: the login host's bridge
+    address on the site in a box (a node's 127.0.0.1 is its own), else loopback."""
+    return addresses().get("login", "127.0.0.1")
+
+
+def proxy_url() -> str:
+    """The site's HTTP proxy as jobs name it (https_proxy / http_proxy)."""
+    return "http://login:3128"
