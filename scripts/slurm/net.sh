@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # NET_ERROR is read by the scripts that source this file
 # The site's network (sourced by start-cluster.sh, stop-cluster.sh and tests' helpers, not run).
 #
 # Each compute node is its own network host, as on a real site: a network namespace

@@ -7,9 +7,10 @@ It forwards plain HTTP requests in absolute form (``POST http://host:port/path H
 tunnels CONNECT (https). The "internet" of the site in a box is this machine's loopback, under
 names only the proxy resolves: ``<anything>.outside.test`` (RFC 6761 reserves .test) is
 127.0.0.1 here, and no node can resolve it or reach this host's loopback, so a job that reaches
-such a name went through the proxy. Besides those it reaches loopback and the site's own /24;
-every other destination is refused (403): no test traffic leaves this machine. One line per
-request goes to the log (method, destination, status), which tests read.
+such a name went through the proxy. Every other destination is refused (403), the site's own
+nodes too, as a site's proxy to the outside does: no test traffic leaves this machine, and a
+job that sends its own traffic to the proxy by mistake fails here as it would on a site. One
+line per request goes to the log (method, destination, status), which tests read.
 
 Standard library only; one asyncio loop.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import sys
 import time
@@ -28,18 +28,10 @@ OUTSIDE = ".outside.test"
 HEAD_LIMIT = 64 << 10  # request line and headers
 
 
-def destination(host: str, allowed: list[ipaddress.IPv4Network]) -> str | None:
+def destination(host: str) -> str | None:
     """The address to connect to for ``host``, or None when this proxy does not go there."""
-    host = host.strip("[]").lower()
-    if host.endswith(OUTSIDE) or host in ("localhost", OUTSIDE.lstrip(".")):
-        return "127.0.0.1"
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return None  # no resolver here: the site's outside names only
-    if addr.version == 4 and (addr.is_loopback or any(addr in net for net in allowed)):
-        return str(addr)
-    return None
+    host = host.lower()
+    return "127.0.0.1" if host.endswith(OUTSIDE) else None
 
 
 def split_target(target: str, default_port: int) -> tuple[str, int]:
@@ -50,8 +42,7 @@ def split_target(target: str, default_port: int) -> tuple[str, int]:
 
 
 class Proxy:
-    def __init__(self, allowed: list[ipaddress.IPv4Network], log: Path) -> None:
-        self.allowed = allowed
+    def __init__(self, log: Path) -> None:
         self.log_path = log
 
     def log(self, method: str, target: str, status: int) -> None:
@@ -88,7 +79,7 @@ class Proxy:
                        .strip().lower() not in ("connection", "proxy-connection", "keep-alive")]
             path_and_rest = "\r\n".join([f"{method} /{path if slash else ''} {version}",
                                            *headers, "Connection: close", "", ""])
-        addr = destination(host, self.allowed)
+        addr = destination(host)
         if addr is None:
             return await self.refuse(writer, method, target, 403)
         try:
@@ -127,8 +118,7 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 
 
 async def serve(args: argparse.Namespace) -> None:
-    allowed = [ipaddress.IPv4Network(net) for net in args.allow]
-    proxy = Proxy(allowed, args.log)
+    proxy = Proxy(args.log)
     server = await asyncio.start_server(proxy.handle, args.host, args.port, limit=HEAD_LIMIT * 2)
     if args.pid_file:
         tmp = args.pid_file.with_suffix(".tmp")
@@ -142,8 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", required=True, help="the login address")
     parser.add_argument("--port", type=int, default=3128)
-    parser.add_argument("--allow", action="append", default=[],
-                        help="a network it may reach besides loopback (the site's /24)")
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--pid-file", type=Path)
     args = parser.parse_args(argv)

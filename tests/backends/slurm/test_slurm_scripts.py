@@ -13,6 +13,7 @@ SCRIPTS = [
     ROOT / "scripts/slurm/start-cluster.sh",
     ROOT / "scripts/slurm/stop-cluster.sh",
     ROOT / "scripts/slurm/verify.sh",
+    ROOT / "scripts/slurm/net.sh",
     ROOT / "scripts/run-tests.sh",
     ROOT / "scripts/demo.sh",
     ROOT / "scripts/lib/env.sh",
