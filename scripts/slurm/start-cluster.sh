@@ -259,6 +259,9 @@ SlurmdParameters=config_overrides
 # fast kill on scancel/timeout (default KillWait=30)
 KillWait=2
 OverTimeLimit=0
+# as most sites: a job above its partition's limits (MaxTime, nodes) is refused at submit, not
+# left pending for ever
+EnforcePartLimits=ALL
 # partitions with a higher PriorityTier preempt lower ones (only "lowprio" is lower)
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
@@ -277,6 +280,9 @@ for i in $(seq 1 "$NNODES"); do
 done
 node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
 echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP PriorityTier=10"
+# a site's short partition: 30 minutes at most (a sweep judge there is capped and continues in
+# successors; a model job asking more is refused)
+echo "PartitionName=short Nodes=$(node_range 1 "$NCOMPUTE") Default=NO MaxTime=30 State=UP PriorityTier=10"
 if [ "$NDRILL" -gt 0 ]; then
   local drill; drill=$(node_range $((NCOMPUTE + 1)) "$NNODES")
   echo "PartitionName=drill Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=10"
@@ -416,12 +422,12 @@ done
 # ---------------------------------------------------------------- 6b. the site's HTTP proxy
 # The nodes' only way out, as on sites that give compute nodes a proxy: http://login:3128
 # (scripts/slurm/site_proxy.py; it reaches this machine's loopback under *.outside.test names,
-# and the site's /24, nothing else). Jobs that need the outside export https_proxy/http_proxy.
+# nothing else). Jobs that need the outside export https_proxy/http_proxy.
 PROXY_PID=/run/slurm/site-proxy.pid
 if [ "$NETNS" = 1 ] && ! pid_alive "$PROXY_PID"; then
   log "starting the site's HTTP proxy on $LOGIN_ADDR:3128"
   setsid python3 "$(dirname "${BASH_SOURCE[0]}")/site_proxy.py" --host "$LOGIN_ADDR" --port 3128 \
-    --allow "$NET_PREFIX.0/24" --log /var/log/slurm/site-proxy.log --pid-file "$PROXY_PID" \
+    --log /var/log/slurm/site-proxy.log --pid-file "$PROXY_PID" \
     </dev/null >>/var/log/slurm/site-proxy.err 2>&1 9>&- &
   wait_for 10 test -s "$PROXY_PID" || die "the site's HTTP proxy did not start (see /var/log/slurm/site-proxy.err)"
 fi

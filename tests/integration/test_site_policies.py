@@ -1,0 +1,61 @@
+"""The site in a box's policies as Slurm itself applies them (scripts/slurm/start-cluster.sh):
+partition `short` has a MaxTime of 30 minutes and `EnforcePartLimits=ALL` refuses a job above it
+at submit. hpceval learns the limit from Slurm (one sinfo) and refuses such a run before it
+writes or submits anything, naming the key and the fix; a run within the limit renders."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpceval.backends.slurm.client import CommandSlurmClient
+
+pytestmark = pytest.mark.slurm
+
+
+def run_file(tmp_path: Path) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "defaults": [{"execution": "local-dev"}],
+        "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "runs"),
+                      "partition": "short"},
+        "deployment": {"type": "command", "runtime": "host", "command": "exec true"},
+        "evaluation": {"tasks": [{"name": "ask_a", "params": {"extra": {
+            "question": "What is 2+2?", "answer": "4"}}}]},
+    }), encoding="utf-8")
+    return path
+
+
+def hpceval(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hpceval", *args], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_slurm_refuses_a_job_above_the_partitions_max_time(
+        slurm_cluster: CommandSlurmClient) -> None:
+    over = subprocess.run(["sbatch", "--test-only", "-p", "short", "-t", "60", "--wrap", "true"],
+                          capture_output=True, text=True, check=False)
+    assert over.returncode != 0 and "time limit" in over.stderr.lower(), over.stderr
+    within = subprocess.run(["sbatch", "--test-only", "-p", "short", "-t", "30", "--wrap",
+                             "true"], capture_output=True, text=True, check=False)
+    assert within.returncode == 0, within.stderr
+
+
+def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
+                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = run_file(tmp_path)
+    refused = hpceval("submit", str(path), "-o", "execution.walltime=01:00:00")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "execution.walltime" in refused.stderr and "30 minutes" in refused.stderr, (
+        refused.stderr)
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+    fits = hpceval("submit", str(path), "--dry-run", "-o", "execution.walltime=00:30:00")
+    assert fits.returncode == 0, fits.stdout + fits.stderr
