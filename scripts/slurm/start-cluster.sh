@@ -147,6 +147,7 @@ if [ "$NETNS" = 1 ]; then
   hosts_lines=$(net_hosts_lines "${NODES[@]}")
   LOGIN_ADDR=$(net_login_addr)
 else
+  net_down "${NODES[@]}"  # namespaces of an earlier SLURM_NETNS=1 start: start-node.sh would enter them
   hosts_lines="127.0.0.1 ${NODES[*]} # slurm-local-cluster"
   LOGIN_ADDR=127.0.0.1
 fi
@@ -399,8 +400,6 @@ if ! pid_alive /run/slurm/slurmctld.pid; then
 fi
 wait_for 30 sh -c 'scontrol ping | grep -q "is UP"' || die "slurmctld not answering (see /var/log/slurm/slurmctld.log)"
 
-use_uts=0
-if [ "$UTS_NS" = 1 ] && unshare --uts true 2>/dev/null; then use_uts=1; fi
 for n in "${NODES[@]}"; do
   # a slurmd outside its node's namespace (started with SLURM_NETNS=0, or the namespace was
   # made again after a crash) restarts in it
@@ -408,14 +407,9 @@ for n in "${NODES[@]}"; do
     log "slurmd $n runs outside its network namespace: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
   fi
   if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
-    enter=()
-    if [ "$NETNS" = 1 ]; then enter=(nsenter "--net=$(net_ns_path "$n")"); fi
-    log "starting slurmd $n (uts namespace: $use_uts, address: $(node_addr "${n#node}"))"
-    if [ "$use_uts" = 1 ]; then
-      "${enter[@]}" unshare --uts sh -c "hostname $n && exec /usr/sbin/slurmd -N $n" </dev/null >/dev/null 2>&1 9>&-
-    else
-      "${enter[@]}" /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1 9>&-
-    fi
+    log "starting slurmd $n (address $(node_addr "${n#node}"))"
+    SLURM_UTS_NS=$UTS_NS bash "$(dirname "${BASH_SOURCE[0]}")/start-node.sh" "$n" </dev/null >/dev/null 2>&1 9>&- \
+      || die "slurmd $n did not start (see /var/log/slurm/slurmd-$n.log)"
   fi
 done
 

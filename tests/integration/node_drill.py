@@ -34,6 +34,7 @@ from tests.integration.scheduler_drills import assert_status, drill_env, holding
 DRILL_NODE = "node3"  # alone in partition "drill": killing its slurmd touches no other job
 SLURMD_PID = Path(f"/run/slurm/slurmd-{DRILL_NODE}.pid")
 CLUSTER_LOCK = Path("/run/hpceval-slurm-cluster.lock")  # scripts/slurm/start-cluster.sh's
+START_NODE = Path(__file__).resolve().parents[2] / "scripts" / "slurm" / "start-node.sh"
 
 
 def job_processes(job_id: str) -> list[int]:
@@ -83,23 +84,24 @@ def node_state() -> str:
 
 
 def restore_node() -> None:
-    """slurmd back on node3, started as scripts/slurm/start-cluster.sh starts it (own UTS
-    namespace, under the script's lock, without inheriting the lock), and node3 usable again
-    (ReturnToService=2 returns it once slurmd registers; else `scontrol update ... resume`).
-    Only this slurmd: the script itself would also apply any slurm.conf change in the
-    working tree, restarting daemons other people's jobs depend on."""
+    """slurmd back on node3, started by scripts/slurm/start-node.sh as start-cluster.sh starts
+    it (its network and UTS namespaces; under the script's lock, without inheriting the lock),
+    and node3 usable again: responding (no `*`: a slurmd started outside the node's network
+    namespace is listed, unreachable, as idle*), ReturnToService=2 returns it once slurmd
+    registers, else `scontrol update ... resume`. Only this slurmd: start-cluster.sh would also
+    apply any slurm.conf change in the working tree, restarting daemons other people's jobs
+    depend on."""
     import fcntl
 
     alive = SLURMD_PID.exists() and Path(f"/proc/{SLURMD_PID.read_text().strip()}").exists()
     if not alive:
         with CLUSTER_LOCK.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            subprocess.run(["unshare", "--uts", "sh", "-c",
-                            f"hostname {DRILL_NODE} && exec /usr/sbin/slurmd -N {DRILL_NODE}"],
+            subprocess.run(["bash", str(START_NODE), DRILL_NODE],
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
                            check=True, close_fds=True)
     deadline = time.monotonic() + 90
-    while node_state().rstrip("*~#") not in ("idle", "mixed", "allocated", "completing"):
+    while node_state().rstrip("~#") not in ("idle", "mixed", "allocated", "completing"):
         if time.monotonic() > deadline:
             raise AssertionError(f"{DRILL_NODE} stays {node_state()} after its slurmd restart")
         if node_state().startswith(("down", "drain", "fail")):

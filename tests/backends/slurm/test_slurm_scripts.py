@@ -14,6 +14,7 @@ SCRIPTS = [
     ROOT / "scripts/slurm/stop-cluster.sh",
     ROOT / "scripts/slurm/verify.sh",
     ROOT / "scripts/slurm/net.sh",
+    ROOT / "scripts/slurm/start-node.sh",
     ROOT / "scripts/run-tests.sh",
     ROOT / "scripts/demo.sh",
     ROOT / "scripts/lib/env.sh",
