@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hpceval.errors import HpcevalError
+
 
 @dataclass(frozen=True)
 class ArrayPart:
@@ -42,8 +44,10 @@ def split_sweep(models: Sequence[int], max_array_size: int,
     """The fewest arrays whose indices all stay below `max_array_size`, each model in exactly
     one: a part starts at its first model (offset 0 when every model fits one array)."""
     if max_array_size < 1:
-        raise ValueError(f"job arrays are disabled on this cluster (MaxArraySize="
-                         f"{max_array_size})")
+        raise HpcevalError(f"job arrays are disabled on this cluster (MaxArraySize="
+                           f"{max_array_size}), and a sweep is one array job or several",
+                           "submit each model as a run of its own, or ask the admins for "
+                           "arrays")
     todo = sorted(set(models))
     if not todo:
         raise ValueError("a sweep needs at least one model")

@@ -15,9 +15,10 @@ from support.slurm import SACCT_SAMPLES, FakeSlurm
 from hpceval.backends import JobQuery, JobRequest
 from hpceval.backends.slurm.arrays import split_sweep
 from hpceval.backends.slurm.backend import SlurmBackend
-from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.backends.slurm.client import CommandSlurmClient, SlurmError
 from hpceval.backends.slurm.records import parse_max_array_size
 from hpceval.backends.slurm.states import Phase
+from hpceval.errors import HpcevalError
 from hpceval.records import Role
 from hpceval.runs.submit import submit_jobs
 
@@ -123,6 +124,29 @@ def test_status_of_a_split_sweep_is_one_sacct_call(tmp_path: Path) -> None:
     assert sorted({i.split("_")[0] for i in fake.sacct_calls[0]}) == sorted(e.id for e in entries)
     assert [s.phase for s in states] == [Phase.RUNNING if m % 2 else Phase.DONE
                                          for m in range(2500)]
+
+
+class RefusingSecond(FakeSlurm):
+    def submit(self, script_path: Path, **kw: Any) -> str:
+        if len(self.submits) == 1:
+            raise SlurmError(["sbatch"], 1, "sbatch: error: Slurm temporarily unable to accept "
+                             "job")
+        return super().submit(script_path, **kw)
+
+
+def test_a_refused_array_cancels_the_arrays_submitted_before_it(tmp_path: Path) -> None:
+    fake = RefusingSecond()
+    with pytest.raises(SlurmError, match="temporarily unable"):
+        SlurmBackend(fake).submit(tmp_path, sweep(2500))
+    assert fake.cancels == [[fake.submits[0]["id"]]]
+
+
+def test_a_cluster_without_arrays_is_refused_with_the_reason(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    fake.max_array = 0
+    with pytest.raises(HpcevalError, match=r"arrays are disabled.*MaxArraySize=0"):
+        SlurmBackend(fake).submit(tmp_path, sweep(3))
+    assert fake.submits == []
 
 
 class Runner:
