@@ -131,10 +131,8 @@ class SlurmBackend:
             extra = [*extra, f"--begin={request.begin}"]
         submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
         script = run_dir / request.script
-        # script_args only where there are some: a SlurmClient written before them still works
-        job_id = (self.client.submit(script, extra_args=extra, dependency=dependency,
-                                     script_args=script_args) if script_args else
-                  self.client.submit(script, extra_args=extra, dependency=dependency))
+        job_id = self.client.submit(script, extra_args=extra, dependency=dependency,
+                                    script_args=script_args)
         return JobEntry(job_id, self.name, request.role, request.models, request.sweep,
                         submitted_at, request.reason, aux=request.aux)
 
