@@ -1,6 +1,11 @@
 """One sweep submit, timed; run by sweep_submit.py with PYTHONPATH naming the hpceval to time.
 
-    python benchmarks/sweep_submit_child.py SIZE WORK_DIR   (prints one JSON line)
+    python benchmarks/sweep_submit_child.py SIZE WORK_DIR [real|recorded]   (one JSON line)
+
+`real` submits to the dev cluster with `sbatch --hold` and cancels what it submitted; every job
+id is also appended to WORK_DIR/submitted.txt as sbatch returns it, so the parent cancels them
+if this process dies first. `recorded` stops at the sbatch call (a hpceval from before sweeps
+were split cannot submit more than MaxArraySize models). Default: real up to MAX_ARRAY models.
 
 No import from the benchmark's helpers: they would put this checkout's hpceval first on the
 path, and the baseline is another hpceval.
@@ -15,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-MAX_ARRAY = 1001  # the dev cluster's MaxArraySize
+MAX_ARRAY = 1001  # the dev cluster's MaxArraySize (the parent passes real/recorded itself)
+SUBMITTED = "submitted.txt"  # in WORK_DIR: every job id submitted, one a line
 
 
 def run_yaml(folder: Path, models: int) -> Path:
@@ -43,9 +49,12 @@ class RecordingClient:
         self.calls = 0
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         self.calls += 1
         return str(900000 + self.calls)
+
+    def max_array_size(self) -> int:
+        return MAX_ARRAY
 
     def sacct(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {}
@@ -57,23 +66,28 @@ class RecordingClient:
         return {}
 
 
-def child(size: int, folder: Path) -> dict[str, Any]:
+def child(size: int, folder: Path, real: bool) -> dict[str, Any]:
     """One submit of a `size`-model sweep with whichever hpceval is on sys.path."""
-    from hpceval.backends.slurm.client import CommandSlurmClient
+    try:
+        from hpceval.backends.slurm.client import CommandSlurmClient
+    except ImportError:  # the baseline's hpceval, before hpceval/slurm/ moved into backends
+        from hpceval.slurm.client import CommandSlurmClient  # type: ignore[no-redef]
     from hpceval.config import load_run
     from hpceval.runs.submit import create_run, submit_prepared
 
     path = run_yaml(folder, size)
-    real = size <= MAX_ARRAY
     client: Any
     submitted: list[str] = []
+    log = folder / SUBMITTED
     if real:
         class Held(CommandSlurmClient):
             def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-                       dependency: str | None = None) -> str:
+                       dependency: str | None = None, **more: Any) -> str:
                 job = super().submit(script_path, extra_args=["--hold", *extra_args],
-                                     dependency=dependency)
+                                     dependency=dependency, **more)
                 submitted.append(job)
+                with log.open("a", encoding="utf-8") as out:
+                    out.write(f"{job}\n")
                 return job
         client = Held()
     else:
@@ -89,13 +103,18 @@ def child(size: int, folder: Path) -> dict[str, Any]:
     finally:
         if real:
             client.cancel(submitted)
+    chain = json.loads((run.run_dir / "jobs.json").read_text())["chain"]
+    arrays = sum(1 for entry in chain if entry["role"] == "main")
     return {"total_s": end - start, "load_s": loaded - start, "write_s": written - loaded,
-            "submit_s": end - written, "sbatch": "real --hold" if real else "recorded",
+            "submit_s": end - written, "arrays": arrays,
+            "sbatch": "real --hold" if real else "recorded",
             "files": sum(1 for _ in run.run_dir.rglob("*"))}
 
 
 if __name__ == "__main__":
     import hpceval
 
-    result = child(int(sys.argv[1]), Path(sys.argv[2]))
+    size = int(sys.argv[1])
+    mode = sys.argv[3] if len(sys.argv) > 3 else ("real" if size <= MAX_ARRAY else "recorded")
+    result = child(size, Path(sys.argv[2]), mode == "real")
     print(json.dumps({**result, "hpceval": str(Path(hpceval.__file__).resolve().parent)}))

@@ -27,7 +27,7 @@ class JobEntry:
     kind: str  # the backend that runs it: slurm | local
     role: Role
     models: tuple[int, ...]  # model indices this job runs (array elements of a sweep)
-    array: bool  # True: model i runs as array task "<id>_<i>"
+    array: bool  # True: model i runs as array task "<id>_<i - offset>"
     submitted_at: float
     reason: Reason = Reason.SUBMIT
     pid: int | None = None  # local runs: the runner's pid (its own session and group)
@@ -35,9 +35,16 @@ class JobEntry:
     host: str | None = None
     cancelled_at: float | None = None
     aux: str | None = None  # role judge: the auxiliary deployment it serves
+    # an array: the model its element 0 runs (a sweep larger than the scheduler allows in one
+    # array is several, each from its own offset; the dispatcher adds it to its element index)
+    offset: int = 0
+
+    def element(self, model_index: int) -> int:
+        """The array element that runs model `model_index`."""
+        return model_index - self.offset
 
     def scheduler_id(self, model_index: int) -> str:
-        return f"{self.id}_{model_index}" if self.array else self.id
+        return f"{self.id}_{self.element(model_index)}" if self.array else self.id
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -65,7 +72,7 @@ class JobRequest:
     sweep: bool = False  # a sweep: one array element per model
     elements: tuple[int, ...] | None = None  # run only these elements (None: as the script says)
     max_parallel: int | None = None  # at most this many elements at once (with `elements`)
-    after: str | None = None  # a job id this one waits for, whatever its end
+    after: tuple[str, ...] = ()  # job ids this one waits for, whatever their end
     begin: str | None = None  # start no earlier than this (sbatch --begin: "now+600")
     singleton: bool = False  # never alongside another job of the same name (a watch's tick)
     role: Role = Role.MAIN
@@ -193,8 +200,10 @@ class Backend(Protocol):
         """Scripts this backend adds to a new run directory (relative path -> text)."""
         ...
 
-    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
-        """Start (or queue) the request; the returned entry goes into jobs.json."""
+    def submit(self, run_dir: Path, request: JobRequest) -> list[JobEntry]:
+        """Start (or queue) the request; the returned entries go into jobs.json. One job,
+        except a sweep larger than the scheduler takes as one array: several arrays, each
+        entry with the models it runs (what depends on the sweep waits for all of them)."""
         ...
 
     def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:

@@ -66,7 +66,7 @@ class LocalBackend:
     def scripts(self, files: BackendFiles) -> dict[str, str]:
         return {LOCAL_RUNNER: runner_script(files)}
 
-    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
+    def submit(self, run_dir: Path, request: JobRequest) -> list[JobEntry]:
         """Start local.sh in the background, in its own session (the runner runs the request's
         models in turn, or every model when it names none)."""
         log = (run_dir / LOCAL_RUNNER_LOG).open("ab")
@@ -78,9 +78,9 @@ class LocalBackend:
         finally:
             log.close()
         started = _proc_start(proc.pid)
-        return JobEntry(f"local-{proc.pid}", self.name, request.role, request.models, False,
-                        time.time(), request.reason, pid=proc.pid,
-                        pid_start=started[0] if started else None, host=socket.gethostname())
+        return [JobEntry(f"local-{proc.pid}", self.name, request.role, request.models, False,
+                         time.time(), request.reason, pid=proc.pid,
+                         pid_start=started[0] if started else None, host=socket.gethostname())]
 
     def states(self, queries: Sequence[JobQuery], *, force: bool = False) -> list[JobStatus]:
         return [local_status(q.entry, q.model_dir) for q in queries]

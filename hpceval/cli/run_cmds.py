@@ -111,9 +111,11 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     # SubmitFailed (the backend refused it) names the run directory, kept for inspection
     result = api.submit(configs, aggregate=not no_aggregate)
     click.echo(f"submitted {result.invocation_id}: {result.what}")
-    after = {"aggregate": "aggregation job {} (runs after the array; ends any judge job)",
+    after = {"aggregate": "aggregation job {} (runs after the sweep; ends any judge job)",
              "export": "export job {} (runs after the main job)"}
-    for job_id, role in list(zip(result.job_ids, result.roles, strict=True))[1:]:
+    for job_id, role in zip(result.job_ids, result.roles, strict=True):
+        if role == "main":  # in `what` (several: a sweep beyond the scheduler's array limit)
+            continue
         click.echo(after[role].format(job_id) if role in after else
                    f"{role} job {job_id} (the array starts once it has started)")
     click.echo(f"run directory: {result.run_dir}")

@@ -140,7 +140,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     click.echo(f"submitted  {time.ctime(manifest.created_at)} by {manifest.user or '?'}"
                f" (hpceval {manifest.data.get('hpceval_version')})")
     for e in jobs.chain:
-        tasks = f" array tasks {','.join(map(str, e.models))}" if e.array else ""
+        tasks = (f" array tasks {','.join(str(e.element(m)) for m in e.models)}"
+                 + (f" (models from {e.offset})" if e.offset else "") if e.array else "")
         extra = f" pid {e.pid} on {e.host}" if e.pid is not None else ""
         gone = " (cancelled)" if e.cancelled_at else ""
         role = f"{e.role} {e.aux}" if e.aux else e.role  # a sweep's judge: its name
@@ -247,8 +248,10 @@ def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ..
 
     ref = find(run, output_dirs)
     entries = api.resume(ref, force=force, aggregate=not no_aggregate)
-    main = entries[0]
-    models = ", ".join(map(str, main.models))
-    click.echo(f"{ref.invocation_id}: resumed as {main.kind} job {main.id} "
-               f"(model indices {models})" + (f"; aggregation job {entries[1].id}"
-                                              if len(entries) > 1 else ""))
+    # several main jobs: a sweep beyond the scheduler's array limit, one array per part
+    mains = [e for e in entries if e.role == "main"]
+    aggregation = [e.id for e in entries if e.role == "aggregate"]
+    resumed = "; ".join(f"{e.kind} job {e.id} (model indices {', '.join(map(str, e.models))})"
+                        for e in mains)
+    click.echo(f"{ref.invocation_id}: resumed as {resumed}"
+               + (f"; aggregation job {aggregation[0]}" if aggregation else ""))

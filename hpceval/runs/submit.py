@@ -1,10 +1,11 @@
 """Submit: write the run directory, hand the entry script to the run's backend, record the jobs.
 
-One submission per run: a single model is one job, a sweep is one array job. A sweep on a
-backend that runs aggregation as a job of its own (Slurm) adds one dependent CPU job that
-writes the results table. A sweep's judge (an auxiliary deployment with scope: sweep) is one job
-submitted FIRST; the array starts once it has started (--dependency=after), and the aggregation
-job, which always comes with a judge, ends it.
+One submission per run: a single model is one job, a sweep is one array job (or as few as the
+scheduler allows: Slurm's MaxArraySize bounds an array's indices). A sweep on a backend that
+runs aggregation as a job of its own (Slurm) adds one dependent CPU job that writes the results
+table once every array has ended. A sweep's judge (an auxiliary deployment with scope: sweep)
+is one job submitted FIRST; the arrays start once it has started (--dependency=after), and the
+aggregation job, which always comes with a judge, ends it.
 """
 
 from __future__ import annotations
@@ -76,16 +77,19 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
     if not written:
         write_run(run)
     backend = backend_for(run.kind, client=client)
-    main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep)
+    main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep,
+                      max_parallel=run.resolved.spec.execution.array_parallelism)
     # A judge job is ended by the aggregation job's stop file: with a judge it always comes.
     with_aggregate = run.aggregate is not None and (aggregate or bool(run.judges))
     entries = submit_jobs(run.run_dir, backend, main,
                           AGGREGATE_SCRIPT if with_aggregate else None,
                           EXPORT_SCRIPT if run.export is not None else None,
                           judges=tuple(run.judges.items()))
+    mains = [e for e in entries if e.role == Role.MAIN]
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
                        tuple(m.key for m in run.models),
-                       backend.describe(entries[0], len(run.models)),
+                       "; ".join(backend.describe(e, len(e.models) if len(mains) > 1
+                                                  else len(run.models)) for e in mains),
                        tuple(f"judge {e.aux}" if e.aux else e.role for e in entries))
     _register(run, result)
     return result
@@ -96,32 +100,29 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
                 judges: Sequence[tuple[str, str]] = ()) -> list[JobEntry]:
     """Submit a run's judge jobs (`judges`: (name, script)), its main job, which starts once
     they have started, then (if `aggregate` / `export` name a script) the aggregation and
-    export jobs that wait for it; each entry goes into jobs.json as soon as it exists (the
-    main entry first in the returned list). Submit and resume both come here."""
+    export jobs that wait for it (for all of its jobs: a sweep may be several arrays); each
+    entry goes into jobs.json as soon as it exists (the main entries first in the returned
+    list). Submit and resume both come here."""
     judged: list[JobEntry] = []
     for name, script in judges:
-        judge = backend.submit(run_dir, JobRequest(script, role=Role.JUDGE, reason=main.reason,
-                                                   aux=name))
+        (judge,) = backend.submit(run_dir, JobRequest(script, role=Role.JUDGE,
+                                                      reason=main.reason, aux=name))
         # Recorded at once: if a later submission fails, `kill` still finds the judge.
         append_jobs(run_dir, backend.name, [judge])
         judged.append(judge)
     if judged:
         main = dataclasses.replace(
             main, started_after=(*main.started_after, *(j.id for j in judged)))
-    entry = backend.submit(run_dir, main)
-    # Recorded before the aggregation job: if that submission fails, the main job is known.
-    append_jobs(run_dir, backend.name, [entry])
-    entries = [entry]
-    if aggregate is not None:
-        agg = backend.submit(run_dir, JobRequest(aggregate, after=entry.id, role=Role.AGGREGATE,
-                                                 reason=main.reason))
-        append_jobs(run_dir, backend.name, [agg])
-        entries.append(agg)
-    if export is not None:
-        job = backend.submit(run_dir, JobRequest(export, after=entry.id, role=Role.EXPORT,
-                                                 reason=main.reason))
-        append_jobs(run_dir, backend.name, [job])
-        entries.append(job)
+    entries = backend.submit(run_dir, main)
+    # Recorded before the aggregation job: if that submission fails, the main jobs are known.
+    append_jobs(run_dir, backend.name, entries)
+    after = tuple(e.id for e in entries)
+    for dependent, role in ((aggregate, Role.AGGREGATE), (export, Role.EXPORT)):
+        if dependent is not None:
+            jobs = backend.submit(run_dir, JobRequest(dependent, after=after, role=role,
+                                                      reason=main.reason))
+            append_jobs(run_dir, backend.name, jobs)
+            entries += jobs
     return [*entries, *judged]
 
 

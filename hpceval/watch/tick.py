@@ -278,7 +278,7 @@ def queue_tick(watch_dir: Path, spec: WatchSpec, state: st.WatchState,
     delay = spec.interval_s if delay_s is None else delay_s
     request = JobRequest(WATCH_SCRIPT, begin=f"now+{delay}" if delay > 0 else None,
                          singleton=True, role=Role.WATCH, reason=Reason.TICK)
-    entry = backend.submit(watch_dir, request)
+    (entry,) = backend.submit(watch_dir, request)
     state.ticks.append(st.TickEntry(entry.id, entry.kind, entry.submitted_at, at + delay))
     del state.ticks[:-KEEP_TICKS]
     return entry.id

@@ -106,7 +106,7 @@ def test_info_logs_kill_resume(tmp_path: Path, fake: FakeSlurm) -> None:
 
 class RefusingSlurm(FakeSlurm):
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         raise HpcevalError("sbatch: error: invalid partition", "pick another partition")
 
 

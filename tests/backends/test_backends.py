@@ -81,14 +81,16 @@ def test_backend_for_knows_both_execution_types_and_refuses_others() -> None:
 def test_slurm_submit_passes_elements_limit_and_dependency(tmp_path: Path) -> None:
     fake = FakeSlurm()
     backend = SlurmBackend(fake)
-    main = backend.submit(tmp_path, JobRequest("sweep.sbatch", (1, 3), sweep=True,
-                                               elements=(1, 3), max_parallel=2, reason="resume"))
-    agg = backend.submit(tmp_path, JobRequest("aggregate.sbatch", after=main.id,
-                                              role="aggregate"))
+    (main,) = backend.submit(tmp_path, JobRequest("sweep.sbatch", (1, 3), sweep=True,
+                                                  elements=(1, 3), max_parallel=2,
+                                                  reason="resume"))
+    (agg,) = backend.submit(tmp_path, JobRequest("aggregate.sbatch", after=(main.id,),
+                                                 role="aggregate"))
     assert fake.submits[0]["extra_args"] == ["--array=1,3%2"]
     assert fake.submits[0]["dependency"] is None
     assert fake.submits[1] == {"script": tmp_path / "aggregate.sbatch", "extra_args": [],
-                               "dependency": f"afterany:{main.id}", "id": agg.id}
+                               "dependency": f"afterany:{main.id}", "id": agg.id,
+                               "script_args": []}
     assert (main.kind, main.array, main.models, main.reason) == ("slurm", True, (1, 3), "resume")
     assert (agg.role, agg.models, agg.array) == ("aggregate", (), False)
 

@@ -64,7 +64,7 @@ def _fake_slurm(tmp_path: Path) -> Rig:
     backend = SlurmBackend(fake)
 
     def short() -> tuple[JobEntry, JobUsage]:
-        entry = backend.submit(tmp_path, JobRequest("job.sbatch"))
+        (entry,) = backend.submit(tmp_path, JobRequest("job.sbatch"))
         fake.states[entry.id], fake.usage[entry.id] = "COMPLETED", (8, 4, 1)
         return entry, JobUsage(entry.id, 8, 4, 1, True)
 
@@ -85,7 +85,7 @@ def _local(tmp_path: Path) -> Rig:
         (run_dir / LOCAL_RUNNER).write_text(backend.scripts(BackendFiles(
             run_dir, (("m", "job.sbatch"),), "0:01:00", 10, sys.executable,
             render=render_template, gpus=2))[LOCAL_RUNNER])
-        entry = backend.submit(run_dir, JobRequest(LOCAL_RUNNER, (0,), ("m",)))
+        (entry,) = backend.submit(run_dir, JobRequest(LOCAL_RUNNER, (0,), ("m",)))
         deadline = time.monotonic() + 30
         while not (model_dir(run_dir, "m") / LOCAL_RC_FILE).is_file():
             assert time.monotonic() < deadline, "the local runner did not finish"
@@ -118,7 +118,7 @@ def test_a_backend_declares_its_name_capabilities_and_words(rig: Rig) -> None:
 
 def test_submit_query_cancel_query(rig: Rig) -> None:
     backend = rig.backend
-    entry = backend.submit(rig.run_dir, rig.request)
+    (entry,) = backend.submit(rig.run_dir, rig.request)
     assert (entry.kind, entry.role, entry.reason) == (backend.name, "main", "submit")
     try:
         rig.started(entry)

@@ -40,7 +40,7 @@ def rig(tmp_path: Path, slurm_cluster: CommandSlurmClient) -> Rig:
 
     def short() -> tuple[JobEntry, JobUsage]:
         # a 2-second job on 2 of a node's (fake) GPUs, followed until sacct has its end
-        entry = backend.submit(tmp_path, JobRequest("short.sbatch"))
+        (entry,) = backend.submit(tmp_path, JobRequest("short.sbatch"))
         deadline = time.monotonic() + 60
         while not backend.query([entry.id]).get(entry.id, UNSEEN).status.phase.terminal:
             assert time.monotonic() < deadline, "the short job did not end"

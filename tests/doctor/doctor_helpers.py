@@ -43,7 +43,7 @@ class FakeClient:
         return "sbatch: Job 7 to start at 2026-01-01T00:00:00 using 1 processors"
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         self.calls.append(("submit", list(extra_args)))
         if self.facts is not None:  # "the job ran": its report where the script says
             report = script_path.parent / node.REPORT_FILE

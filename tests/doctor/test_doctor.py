@@ -183,7 +183,7 @@ def test_api_doctor_of_a_profile(tmp_path: Path, sinfo: Path) -> None:
 def test_an_unreadable_report_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     class Garbled(FakeClient):
         def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-                   dependency: str | None = None) -> str:
+                   dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
             (script_path.parent / node.REPORT_FILE).write_bytes(b'{"facts": {"node": \xff')
             return "43"
 

@@ -42,9 +42,10 @@ class CountingClient(CommandSlurmClient):
         self.calls: dict[str, int] = {"sbatch": 0, "sacct": 0, "scancel": 0, "squeue": 0}
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         self.calls["sbatch"] += 1
-        return super().submit(script_path, extra_args=extra_args, dependency=dependency)
+        return super().submit(script_path, extra_args=extra_args, dependency=dependency,
+                              script_args=script_args)
 
     def sacct(self, job_ids: Sequence[str], *, starttime: datetime | None = None
               ) -> dict[str, JobRecord]:

@@ -72,9 +72,9 @@ class HoldingClient(CommandSlurmClient):
     job runs the same script unheld."""
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         return super().submit(script_path, extra_args=["--hold", *extra_args],
-                              dependency=dependency)
+                              dependency=dependency, script_args=script_args)
 
 
 # --- 1. cancelled while queued ------------------------------------------------------------------

@@ -181,7 +181,7 @@ def test_slurm_backend_dependency_text(tmp_path: Path, fake: FakeSlurm,
     from hpceval.backends.slurm.backend import SlurmBackend
 
     backend = SlurmBackend(fake)
-    backend.submit(tmp_path, JobRequest("x.sbatch", after="7", started_after=started))
+    backend.submit(tmp_path, JobRequest("x.sbatch", after=("7",), started_after=started))
     backend.submit(tmp_path, JobRequest("y.sbatch", started_after=("5", "6")))
     want = "after:5,afterany:7" if started else "afterany:7"
     assert [s["dependency"] for s in fake.submits] == [want, "after:5:6"]

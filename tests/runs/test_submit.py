@@ -72,7 +72,44 @@ def test_the_dispatcher_runs_the_element_slurm_names(tmp_path: Path, fake: FakeS
     env["SLURM_ARRAY_TASK_ID"] = "7"
     bad = subprocess.run(["bash", dispatcher], env=env, capture_output=True, text=True,
                          check=False, timeout=30)
-    assert bad.returncode == 2 and "array element '7' is not one of 0-2" in bad.stderr
+    assert bad.returncode == 2 and "array element '7' (model 7) is not one of 0-2" in bad.stderr
+
+
+def test_a_sweep_beyond_max_array_size_is_several_arrays_each_from_its_offset(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """Three arrays of at most 8 elements for 20 models (MaxArraySize 8): the dispatcher adds
+    its first argument to its element's index, jobs.json maps each model back to its element,
+    and the aggregation job waits for all three arrays."""
+    fake.max_array = 8
+    result = submit_configs(configs(tmp_path, 20), fake)
+    *arrays, aggregate = fake.submits
+    assert [a["extra_args"] for a in arrays] == [["--array=0-7%1"], ["--array=0-7%1"],
+                                                 ["--array=0-3%1"]]  # array_parallelism 2
+    assert [a["script_args"] for a in arrays] == [[], ["8"], ["16"]]
+    assert [a["dependency"] for a in arrays] == [None, None, f"afterany:{arrays[0]['id']}"]
+    assert aggregate["dependency"] == "afterany:" + ":".join(a["id"] for a in arrays)
+    assert result.job_ids == (*(a["id"] for a in arrays), aggregate["id"])
+    assert result.roles == ("main", "main", "main", "aggregate")
+    jobs = read_jobs(result.run_dir)
+    assert [jobs.current(m).scheduler_id(m) for m in (0, 7, 8, 19)] == [
+        f"{arrays[0]['id']}_0", f"{arrays[0]['id']}_7", f"{arrays[1]['id']}_0",
+        f"{arrays[2]['id']}_3"]
+    for i in range(20):
+        (result.run_dir / "models" / f"model-{i:02d}" / "job.sh").write_text(
+            f"echo ran model-{i:02d}\n")
+    dispatcher = str(result.run_dir / "sweep.sbatch")
+
+    def element(index: int, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": os.environ["PATH"], "SLURM_ARRAY_TASK_ID": str(index)}
+        return subprocess.run(["bash", dispatcher, *args], env=env, capture_output=True,
+                              text=True, check=False, timeout=30)
+
+    assert element(3, "16").stdout == "ran model-19\n"
+    assert element(0, "8").stdout == "ran model-08\n"
+    assert element(5).stdout == "ran model-05\n"
+    bad = element(4, "16")
+    assert bad.returncode == 2 and "array element '4' (model 20) is not one of 0-19" in bad.stderr
+    assert element(0, "x").returncode == 2
 
 
 def test_sweep_without_aggregation(tmp_path: Path, fake: FakeSlurm) -> None:

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends.slurm.client import SlurmError
-from hpceval.backends.slurm.records import JobRecord, QueueEntry, base_job_id, parse_sacct
+from hpceval.backends.slurm.records import (
+    DEFAULT_MAX_ARRAY_SIZE,
+    JobRecord,
+    QueueEntry,
+    base_job_id,
+    parse_sacct,
+)
 from support import TESTS
 
 __all__ = ["FakeSlurm", "RecordedSlurm"]
@@ -40,15 +46,22 @@ class FakeSlurm:
         self.sacct_failures = 0  # the next N sacct calls fail as with slurmdbd down
         # job or array-task id -> (Elapsed seconds, AllocTRES gres/gpu, node): what it held
         self.usage: dict[str, tuple[int, int, int]] = {}
+        self.max_array = DEFAULT_MAX_ARRAY_SIZE  # scontrol show config's MaxArraySize
+        self.config_calls = 0  # how often MaxArraySize was asked
 
     def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None) -> str:
+               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
         job_id = str(next(self._ids))
         self.submits.append({"script": Path(script_path), "extra_args": list(extra_args),
-                             "dependency": dependency, "id": job_id})
+                             "dependency": dependency, "id": job_id,
+                             "script_args": list(script_args)})
         if Path(script_path).is_file():
             self.comments[job_id] = header_comment(Path(script_path).read_text())
         return job_id
+
+    def max_array_size(self) -> int:
+        self.config_calls += 1
+        return self.max_array
 
     def _record(self, job_id: str, state: str) -> JobRecord:
         code = self.exit_codes.get(job_id, 1 if state == "FAILED" else 0)

@@ -359,8 +359,8 @@ def test_slurm_backend_renders_begin_and_singleton(tmp_path: Path, fake: FakeSlu
     from hpceval.backends import JobRequest, backend_for
 
     backend = backend_for("slurm", client=fake)
-    backend.submit(tmp_path, JobRequest("x.sbatch", after="5", begin="now+9", singleton=True))
-    backend.submit(tmp_path, JobRequest("y.sbatch", after="6"))
+    backend.submit(tmp_path, JobRequest("x.sbatch", after=("5",), begin="now+9", singleton=True))
+    backend.submit(tmp_path, JobRequest("y.sbatch", after=("6",)))
     assert [(s["extra_args"], s["dependency"]) for s in fake.submits] == [
         (["--begin=now+9"], "afterany:5,singleton"), ([], "afterany:6")]
     assert backend.schedules_later and not backend_for("local").schedules_later

@@ -7,6 +7,7 @@ calls never ask sacct about them again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -24,12 +25,14 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
+from hpceval.backends.slurm.arrays import ArrayPart, split_sweep
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.formats import carries_run, log_file
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
+from hpceval.errors import HpcevalError
 from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
 
@@ -91,27 +94,45 @@ class SlurmBackend:
             scripts[EXPORT_SCRIPT] = files.export
         return scripts
 
-    def submit(self, run_dir: Path, request: JobRequest) -> JobEntry:
-        extra: list[str] = []
-        if request.elements is not None:
-            spec = ",".join(map(str, request.elements))
-            if request.max_parallel:
-                spec += f"%{request.max_parallel}"
-            # --array on the command line overrides the script's: the same dispatcher runs
-            # only these elements, each keeping its index (so its model).
-            extra.append(f"--array={spec}")
+    def submit(self, run_dir: Path, request: JobRequest) -> list[JobEntry]:
+        if not request.sweep or not request.models:
+            return [self._submit(run_dir, request, [], _dependency(request))]
+        # A sweep: as few arrays as MaxArraySize allows (hpceval.backends.slurm.arrays). One
+        # that fits keeps the script's own --array unless only some elements run (a resume).
+        parts = split_sweep(request.elements if request.elements is not None
+                            else request.models, self.client.max_array_size(),
+                            request.max_parallel)
+        entries: list[JobEntry] = []
+        try:
+            for part in parts:
+                entries.append(self._submit_part(run_dir, request, part, len(parts), entries))
+        except HpcevalError:
+            # all or none: arrays without the rest of their sweep would run unrecorded
+            with contextlib.suppress(HpcevalError):
+                self.client.cancel([e.id for e in entries])
+            raise
+        return entries
+
+    def _submit_part(self, run_dir: Path, request: JobRequest, part: ArrayPart, parts: int,
+                     earlier: Sequence[JobEntry]) -> JobEntry:
+        # --array on the command line overrides the script's: the same dispatcher runs only
+        # these elements, each running model offset + its index (the script's argument).
+        whole = parts == 1 and request.elements is None
+        extra = [] if whole else [f"--array={part.spec()}"]
+        waits = () if part.waits_for is None else (earlier[part.waits_for].id,)
+        needs = _dependency(dataclasses.replace(request, after=(*request.after, *waits)))
+        entry = self._submit(run_dir, request, extra, needs,
+                             [str(part.offset)] if part.offset else [])
+        return dataclasses.replace(entry, models=part.models, offset=part.offset)
+
+    def _submit(self, run_dir: Path, request: JobRequest, extra: list[str],
+                dependency: str | None, script_args: Sequence[str] = ()) -> JobEntry:
         if request.begin is not None:
-            extra.append(f"--begin={request.begin}")
-        # after: the judge has STARTED (the elements then wait for its endpoint themselves);
-        # afterany: the main job has ENDED, however; singleton: no other job of this name
-        # runs (a watch's ticks). A comma means all of them.
-        needs = [f"after:{':'.join(request.started_after)}"] if request.started_after else []
-        needs += [f"afterany:{request.after}"] if request.after else []
-        needs += ["singleton"] if request.singleton else []
-        dependency = ",".join(needs) or None
+            extra = [*extra, f"--begin={request.begin}"]
         submitted_at = time.time()  # before sbatch: sacct -S must not hide this job
-        job_id = self.client.submit(run_dir / request.script, extra_args=extra,
-                                    dependency=dependency)
+        script = run_dir / request.script
+        job_id = self.client.submit(script, extra_args=extra, dependency=dependency,
+                                    script_args=script_args)
         return JobEntry(job_id, self.name, request.role, request.models, request.sweep,
                         submitted_at, request.reason, aux=request.aux)
 
@@ -213,14 +234,17 @@ class SlurmBackend:
     def log_path(self, run_dir: Path, key: str, index: int, entry: JobEntry) -> Path:
         # the --output of the rendered header (backends/slurm/header.py)
         if entry.array:
-            return run_dir / LOG_DIR / log_file(entry.id, index)
+            return run_dir / LOG_DIR / log_file(entry.id, entry.element(index))
         return self.own_log(model_dir(run_dir, key), entry)
 
     def own_log(self, folder: Path, entry: JobEntry) -> Path:
         return folder / log_file(entry.id)
 
     def describe(self, entry: JobEntry, models: int) -> str:
-        return f"array job {entry.id} ({models} models)" if entry.array else f"job {entry.id}"
+        if not entry.array:
+            return f"job {entry.id}"
+        first = f", from model {entry.offset}" if entry.offset else ""
+        return f"array job {entry.id} ({models} models{first})"
 
     # -- internals --------------------------------------------------------------------------
 
@@ -230,7 +254,7 @@ class SlurmBackend:
             if self._cached(q.entry, q.index) is not None:
                 continue
             if q.entry.array:
-                arrays.setdefault(q.entry.id, (q.entry, []))[1].append(q.index)
+                arrays.setdefault(q.entry.id, (q.entry, []))[1].append(q.entry.element(q.index))
             else:
                 self.poller.register(q.entry.id, submitted_at=_dt(q.entry.submitted_at))
         for base, (entry, indices) in arrays.items():
@@ -270,6 +294,16 @@ class SlurmBackend:
         # Only a cache: if it cannot be written, status still works and asks sacct next time.
         with contextlib.suppress(OSError):
             atomic_write_json(cache_dir() / STATES_FILE, self._cache)
+
+
+def _dependency(request: JobRequest) -> str | None:
+    # after: the judge has STARTED (the elements then wait for its endpoint themselves);
+    # afterany: every job of `after` has ENDED, however (a split sweep's arrays, all of
+    # them); singleton: no other job of this name runs (a watch's ticks). A comma means all.
+    needs = [f"after:{':'.join(request.started_after)}"] if request.started_after else []
+    needs += [f"afterany:{':'.join(request.after)}"] if request.after else []
+    needs += ["singleton"] if request.singleton else []
+    return ",".join(needs) or None
 
 
 def _dt(ts: float) -> datetime:

@@ -1,4 +1,4 @@
-"""The only place in hpceval that runs sbatch, sacct, scancel and squeue.
+"""The only place in hpceval that runs sbatch, sacct, scancel, squeue and scontrol.
 
 Everything else talks to the small `SlurmClient` protocol, so unit tests inject a fake and the
 integration tests use `CommandSlurmClient` against the real dev cluster (scripts/slurm/).
@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Protocol
 
 from hpceval.backends.slurm.records import (
+    DEFAULT_MAX_ARRAY_SIZE,
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     JobRecord,
     QueueEntry,
     SlurmParseError,
+    parse_max_array_size,
     parse_sacct,
     parse_sbatch_id,
     parse_squeue,
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 _GONE_MARKERS = ("Invalid job id specified", "already completing or completed")
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+# MaxArraySize, read once per process (and Slurm installation, and runner: a test's fake runner
+# is a cluster of its own): it changes only when an admin edits slurm.conf
+_MAX_ARRAY_SIZES: dict[tuple[Path | None, Runner], int] = {}
 
 
 class SlurmError(HpcevalError, RuntimeError):
@@ -57,7 +63,10 @@ class SlurmClient(Protocol):
         *,
         extra_args: Sequence[str] = (),
         dependency: str | None = None,
+        script_args: Sequence[str] = (),
     ) -> str: ...
+
+    def max_array_size(self) -> int: ...
 
     def sacct(
         self, job_ids: Sequence[str], *, starttime: datetime | None = None
@@ -97,16 +106,33 @@ class CommandSlurmClient:
         *,
         extra_args: Sequence[str] = (),
         dependency: str | None = None,
+        script_args: Sequence[str] = (),
     ) -> str:
+        """sbatch; `script_args` follow the script (the job script's own $1, $2, ...)."""
         args = ["--parsable", *extra_args]
         if dependency:
             args.append(f"--dependency={dependency}")
-        args.append(str(script_path))
+        args += [str(script_path), *script_args]
         command, result = self._run("sbatch", args)
         try:
             return parse_sbatch_id(result.stdout)
         except SlurmParseError as exc:
             raise SlurmError(command, result.returncode, f"{exc}; stderr: {result.stderr}") from exc
+
+    def max_array_size(self) -> int:
+        """The cluster's MaxArraySize (an array's indices stay below it): ONE ``scontrol show
+        config`` per process. Slurm's default (1001) when it cannot be read, said in a debug
+        line (sbatch then names the real limit if a sweep exceeds it)."""
+        key = (self._bin_dir, self._runner)
+        if key not in _MAX_ARRAY_SIZES:
+            try:
+                _, result = self._run("scontrol", ["show", "config"])
+                _MAX_ARRAY_SIZES[key] = parse_max_array_size(result.stdout)
+            except (SlurmError, SlurmParseError) as exc:
+                log.debug("MaxArraySize unreadable (%s); assuming Slurm's default %d", exc,
+                          DEFAULT_MAX_ARRAY_SIZE)
+                _MAX_ARRAY_SIZES[key] = DEFAULT_MAX_ARRAY_SIZE
+        return _MAX_ARRAY_SIZES[key]
 
     def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str:
         """``sbatch --test-only``: would Slurm take this job (partition, account, QOS, limits)?

@@ -1,4 +1,4 @@
-"""Pure parsers for the text that sbatch, sacct and squeue print.
+"""Pure parsers for the text that sbatch, sacct, squeue and scontrol print.
 
 Kept free of subprocess calls so the unit tests can feed them recorded output from several Slurm
 releases (22.05 and 24.11 were both checked on the dev cluster) without a cluster.
@@ -40,6 +40,9 @@ SQUEUE_FORMAT = "%i|%T|%r|%N|%U|%k"
 # output is almost certainly garbage and must not make us allocate millions of records.
 _MAX_EXPANDED_TASKS = 100_000
 
+# Slurm's default MaxArraySize: array indices 0..1000 (slurm.conf may set another)
+DEFAULT_MAX_ARRAY_SIZE = 1001
+_MAX_ARRAY_SIZE = re.compile(r"^\s*MaxArraySize\s*=\s*(\d+)\s*$", re.M)
 _SBATCH_ID = re.compile(r"^(\d+)(?:;\S+)?$")
 _ARRAY_RANGE = re.compile(r"^(?P<base>\d+)_\[(?P<spec>[^\]]+)\]$")
 _TRES_TAIL = re.compile(r"^(?:[a-z][\w/:.-]*=[^,|]*(?:,[a-z][\w/:.-]*=[^,|]*)*)?$")
@@ -110,6 +113,14 @@ def parse_sbatch_id(stdout: str) -> str:
     if match is None:
         raise SlurmParseError(f"cannot read a job id from sbatch output: {lines[-1]!r}")
     return match.group(1)
+
+
+def parse_max_array_size(text: str) -> int:
+    """MaxArraySize from ``scontrol show config`` output (an array's indices stay below it)."""
+    match = _MAX_ARRAY_SIZE.search(text)
+    if match is None:
+        raise SlurmParseError("scontrol show config printed no MaxArraySize line")
+    return int(match.group(1))
 
 
 def expand_array_ids(job_id: str) -> list[str]:
