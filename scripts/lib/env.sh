@@ -9,6 +9,7 @@ system_packages() {
   # runs in a container (scripts/podman/)
   local want=(shellcheck curl openssl chromium podman runc debootstrap) missing=() p
   python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
+  [ ! -x /usr/bin/python3 ] || /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
   command -v git >/dev/null || want+=(git)
   for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +22,24 @@ system_packages() {
   apt-get update -qq </dev/null && apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 }
 
+# --- an interpreter every user of the site can run -------------------------------------------
+# The dev cluster's jobs run as its ordinary users (alice, bob), so the project venv's interpreter
+# must be one they can run: python3 as PATH finds it when every folder above its real file is
+# open to others, else Debian's /usr/bin/python3 (a pyenv in root's 0700 home is not).
+world_runnable() {  # world_runnable FILE -> others may run FILE (and reach it)
+  local path=$1
+  [ -n "$path" ] && [ -x "$path" ] || return 1
+  [ "$(( 0$(stat -L -c %a "$path") & 01 ))" != 0 ] || return 1
+  while path=$(dirname "$path"); [ "$path" != / ]; do
+    [ "$(( 0$(stat -L -c %a "$path") & 01 ))" != 0 ] || return 1
+  done
+}
+site_python() {
+  local py
+  py=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)
+  if world_runnable "$py"; then echo "$py"; else echo /usr/bin/python3; fi
+}
+
 # --- virtualenv + editable install; reinstall only when pyproject.toml changed ------------------
 python_env() {
   local stamp="$VENV/.hpceval-install.sha" sha lock
@@ -29,8 +48,13 @@ python_env() {
   exec 8>"$lock"
   flock -w 900 8 || { echo "another run-tests.sh holds $lock" >&2; return 1; }
   sha=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  # a venv made from an interpreter the site's users cannot run (an older checkout's) is made again
+  if [ -x "$VENV/bin/python" ] && ! world_runnable "$(readlink -f "$VENV/bin/python")"; then
+    echo "$VENV: its interpreter $(readlink -f "$VENV/bin/python") is closed to other users: making the venv again from $(site_python)"
+    rm -rf "$VENV"
+  fi
   if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV" || return 1
+    "$(site_python)" -m venv "$VENV" || return 1
   fi
   if [ "$(cat "$stamp" 2>/dev/null)" = "$sha" ] && "$VENV/bin/python" -c 'import hpceval' 2>/dev/null; then
     echo "up to date (pyproject.toml unchanged)"

@@ -23,7 +23,8 @@ def run_file(tmp_path: Path) -> Path:
         "defaults": [{"execution": "local-dev"}],
         "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "runs"),
                       "partition": "short"},
-        "deployment": {"type": "command", "runtime": "host", "command": "exec true"},
+        "deployment": {"type": "command", "runtime": "host", "command": "exec true",
+                       "served_model_name": "m"},
         "evaluation": {"tasks": [{"name": "ask_a", "params": {"extra": {
             "question": "What is 2+2?", "answer": "4"}}}]},
     }), encoding="utf-8")

