@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import site
 from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -82,7 +83,7 @@ def run_rendered_lm_eval(model_url: str, judge: dict[str, str], output_dir: Path
     env.update({"HPCEVAL_ENDPOINT_URL": f"{model_url}/v1/chat/completions",
                 "HPCEVAL_OUTPUT_DIR": str(output_dir), "HF_HOME": str(hf_home),
                 "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "OPENAI_API_KEY": "EMPTY", "no_proxy": "127.0.0.1",
+                "OPENAI_API_KEY": "EMPTY", "no_proxy": f"127.0.0.1,{site.login_address()}",
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
     return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True,
                           timeout=600, check=False)

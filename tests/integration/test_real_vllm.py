@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import site
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
@@ -186,7 +187,8 @@ def test_job_scores_equal_lm_evals_own_direct_run(
         task_dir = model / "tasks" / key
         env = {**os.environ, "HPCEVAL_ENDPOINT_URL": f"{server}/v1/completions",
                "HPCEVAL_OUTPUT_DIR": str(tmp_path / key), "HF_DATASETS_OFFLINE": "1",
-               "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "no_proxy": "127.0.0.1",
+               "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+               "no_proxy": f"127.0.0.1,{site.login_address()}",
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
         runs[key] = subprocess.Popen(
             ["bash", "-c", 'source "$1" && "$(declare -F | awk \'{print $3; exit}\')"', "direct",

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import site
 from support.ports import free_port
 
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -117,7 +118,9 @@ def call(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int,
 class Launched:
     """`vllm serve MODEL` started on a free local port and not yet waited for, so that its
     start-up can overlap another's (a CPU start keeps about one core busy). Its own log
-    (access lines included) goes to ``log_path``; ``stop`` ends its process group."""
+    (access lines included) goes to ``log_path``; ``stop`` ends its process group. It listens
+    where jobs on the dev cluster's nodes reach this host (the login address on the site in a
+    box, whose nodes cannot reach this host's loopback), which tests here reach as well."""
 
     def __init__(self, vllm_bin: Path, model_dir: Path, name: str, log_path: Path,
                  args: Sequence[str]) -> None:
@@ -127,9 +130,10 @@ class Launched:
         with log_path.open("w") as log:
             self.proc = subprocess.Popen(
                 [str(vllm_bin / "vllm"), "serve", str(model_dir), "--served-model-name", name,
-                 "--host", "127.0.0.1", "--port", str(port), "--enable-tokenizer-info-endpoint",
+                 "--host", site.login_address(), "--port", str(port),
+                 "--enable-tokenizer-info-endpoint",
                  *args], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.base = f"http://127.0.0.1:{port}"
+        self.base = f"http://{site.login_address()}:{port}"
 
     def healthy(self) -> str:
         """Wait until it answers /health (600 s at most); its base URL."""
