@@ -5,9 +5,9 @@ as well as beside a test::
 
     python tests/fakes/oracle_server.py --port 0 --port-file /tmp/oracle.port
 
-It binds 127.0.0.1 (0.0.0.0 when $PORT is set: see ``--host``; an ephemeral port with ``--port 0``) and writes the port to ``--port-file``
-once it accepts connections; the file is renamed into place, so a reader never sees it half
-written. Standard library only.
+It binds 127.0.0.1 (0.0.0.0 when $PORT is set: see ``--host``; an ephemeral port with
+``--port 0``) and writes the port to ``--port-file`` once it accepts connections; the file
+is renamed into place, so a reader never sees it half written. Standard library only.
 
 Endpoints: ``/v1/completions`` and ``/v1/chat/completions`` (generation only: ``echo`` with
 ``logprobs`` is refused, so a log-likelihood task fails loudly instead of scoring noise),
