@@ -88,8 +88,7 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
     mains = [e for e in entries if e.role == Role.MAIN]
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
                        tuple(m.key for m in run.models),
-                       "; ".join(backend.describe(e, len(e.models) if len(mains) > 1
-                                                  else len(run.models)) for e in mains),
+                       "; ".join(backend.describe(e, len(e.models)) for e in mains),
                        tuple(f"judge {e.aux}" if e.aux else e.role for e in entries))
     _register(run, result)
     return result

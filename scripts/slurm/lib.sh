@@ -1,5 +1,12 @@
 # Helpers shared by start-cluster.sh and stop-cluster.sh (sourced, not run).
 
+# The site's ordinary users: their project group, and the mark in their GECOS field by which
+# stop-cluster.sh --purge knows the users start-cluster.sh made (and removes only those).
+# shellcheck disable=SC2034  # read by the scripts that source this file
+SITE_GROUP=${SLURM_SITE_GROUP:-hpcproj}
+# shellcheck disable=SC2034
+SITE_USER_MARK="hpceval dev site user"
+
 # pid_alive PIDFILE -> true while the pid in PIDFILE runs (a zombie counts as gone)
 pid_alive() {
   local f=$1 p

@@ -52,12 +52,11 @@ net_bridge_up() {
   ip link set "$NET_BRIDGE" up
 }
 
-# net_node_up NODE I -> NODE's namespace, veth pair, address and loopback exist and are up
-# (idempotent: only what is missing is made)
+# net_node_up NODE I -> NODE's namespace, veth pair, address and loopback exist and are up,
+# on the bridge (net_bridge_up first; idempotent: only what is missing is made)
 net_node_up() {
   local node=$1 i=$2 ns veth
   ns=$(net_ns_name "$node"); veth=$(net_veth "$node")
-  net_bridge_up || return 1
   [ -e "$(net_ns_path "$node")" ] || ip netns add "$ns" || { NET_ERROR="cannot add namespace $ns"; return 1; }
   if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
     ip link del "$veth" 2>/dev/null || true   # a half-made pair of a crashed start
@@ -75,7 +74,7 @@ net_node_up() {
 
 # net_node_ok NODE PID -> true when PID runs in NODE's namespace
 net_node_ok() {
-  local ns_file=$1 pid=$2
+  local ns_file pid=$2
   ns_file=$(net_ns_path "$1")
   [ -e "$ns_file" ] && [ "$(stat -L -c %i "$ns_file")" = "$(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null)" ]
 }

@@ -54,7 +54,6 @@ PORT_BASE=${SLURM_PORT_BASE:-6820}
 DB_PASS=${SLURM_DB_PASS:-slurmdbpass}
 EXTRA_USERS=${SLURM_EXTRA_USERS:-}
 SITE_USERS=${SLURM_SITE_USERS-alice bob}
-SITE_GROUP=${SLURM_SITE_GROUP:-hpcproj}
 MARIADB_INITD=${SLURM_MARIADB_INITD:-1}
 CLUSTER=local
 ETC=/etc/slurm
@@ -142,7 +141,8 @@ if ! grep -qE '^127\.0\.0\.1[[:space:]].*\blocalhost\b' /etc/hosts; then
 fi
 if [ "$NETNS" = 1 ]; then
   net_check || die "SLURM_NETNS=1 needs network namespaces, veth pairs and a bridge: $NET_ERROR (or run with SLURM_NETNS=0, every node on 127.0.0.1)"
-  # the login address first: slurmctld reaches slurmdbd at it
+  # the bridge (the login address, where slurmctld reaches slurmdbd), then each node on it
+  net_bridge_up || die "the site's bridge: $NET_ERROR"
   for n in "${NODES[@]}"; do net_node_up "$n" "${n#node}" || die "network of $n: $NET_ERROR"; done
   hosts_lines=$(net_hosts_lines "${NODES[@]}")
   LOGIN_ADDR=$(net_login_addr)
@@ -165,15 +165,15 @@ if [ "$NGPUS" -gt 0 ]; then
   done
 fi
 
-# the site's ordinary users (jobs of tests and the demo run as them, not as root): one project
-# group; homes not readable by others, as sites make them. Marked in their GECOS field so that
-# stop-cluster.sh --purge removes only the users made here.
+# the site's ordinary users (jobs of tests run as them, not as root): one project group
+# (SITE_GROUP, lib.sh); homes not readable by others, as sites make them; marked (SITE_USER_MARK)
+# so that stop-cluster.sh --purge removes only the users made here.
 getent group "$SITE_GROUP" >/dev/null || groupadd "$SITE_GROUP"
 for u in $SITE_USERS; do
   if ! id -u "$u" >/dev/null 2>&1; then
     log "adding user $u (group $SITE_GROUP)"
     useradd --create-home --home-dir "/home/$u" --shell /bin/bash --groups "$SITE_GROUP" \
-      --comment "hpceval dev site user" "$u"
+      --comment "$SITE_USER_MARK" "$u"
   fi
   chmod 0700 "/home/$u"
 done

@@ -102,11 +102,12 @@ if [ "$PURGE" = 1 ]; then
     grep -v '# slurm-local-cluster$' /etc/hosts > /etc/hosts.slurmtmp; cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp
   fi
   for d in /dev/fakegpu*; do [ -c "$d" ] && rm -f "$d"; done
-  # the site's users start-cluster.sh made (its mark in their GECOS field), their homes included
-  for u in $(getent passwd | awk -F: '$5 == "hpceval dev site user" {print $1}'); do
+  # the site's users start-cluster.sh made (SITE_USER_MARK in their GECOS field), their homes too
+  for u in $(getent passwd | awk -F: -v mark="$SITE_USER_MARK" '$5 == mark {print $1}'); do
     log "removing user $u"; userdel --remove "$u" 2>/dev/null
   done
-  getent group hpcproj >/dev/null && [ -z "$(getent group hpcproj | cut -d: -f4)" ] && groupdel hpcproj
+  getent group "$SITE_GROUP" >/dev/null && [ -z "$(getent group "$SITE_GROUP" | cut -d: -f4)" ] &&
+    groupdel "$SITE_GROUP"
   # cgroup v1 dirs left by proctrack/cgroup (empty dirs only; rmdir fails if anything is inside)
   for d in /sys/fs/cgroup/*/slurm_node*; do [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
 fi
