@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, OTHER = "alice", "bob"
+LIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 
 def as_user(user: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -70,11 +71,19 @@ def home_dir(slurm_cluster: CommandSlurmClient, lucebench: None) -> Iterator[Pat
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
-def sacct_users(job_id: str) -> set[str]:
-    """The user Slurm's accounting records for every element of job ``job_id``."""
-    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "User"],
-                         capture_output=True, text=True, check=True).stdout
-    return set(out.split())
+def sacct_ended(job_id: str, timeout: float = 90) -> tuple[set[str], set[str]]:
+    """(users, states) Slurm's accounting records for the elements of job ``job_id`` once
+    every one has ended: slurmdbd lags the controller by seconds (a job just queued or ended
+    may not be there yet), so it is asked again until then, within ``timeout``."""
+    deadline, rows = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "User,State"],
+                             capture_output=True, text=True, check=True).stdout
+        rows = [line.split("|") for line in out.splitlines() if line]
+        if rows and all(state.split()[0] not in LIVE for _, state in rows):
+            break
+        time.sleep(2)
+    return {user for user, _ in rows}, {state for _, state in rows}
 
 
 def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
@@ -99,14 +108,12 @@ def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
     run_dir = Path(run["run_dir"])
     assert run_dir.parent == home_dir / "runs"
 
-    # Slurm's record: alice's jobs, the array and its aggregation job
+    # Slurm's record: alice's jobs, the array and the aggregation job that follows it, each
+    # ended COMPLETED (then nothing of the run is still being written)
     jobs = {job["role"]: job["id"] for job in run["jobs"]}
     assert sorted(jobs) == ["aggregate", "main"], run["jobs"]
-    assert all(sacct_users(job_id) == {USER} for job_id in jobs.values()), jobs
-
-    deadline = time.monotonic() + 60  # the afterany aggregation job follows the array
-    while not (run_dir / "results.csv").exists() and time.monotonic() < deadline:
-        time.sleep(1)
+    for job_id in jobs.values():
+        assert sacct_ended(job_id) == ({USER}, {"COMPLETED"}), job_id
     results = run_dir / "results.csv"
     assert results.is_file(), sorted(p.name for p in run_dir.iterdir())
     # everything the run wrote is hers and, with the profile's umask (0027), not world-readable
