@@ -29,6 +29,7 @@ SWEEP_SCRIPT = "sweep.sbatch"  # sweep: the array dispatcher exactly as submitte
 ELEMENT_SCRIPT = "job.sh"  # sweep: models/<key>/job.sh, one model's job script
 AGGREGATE_SCRIPT = "aggregate.sbatch"  # sweep on Slurm: the dependent aggregation job
 EXPORT_SCRIPT = "export.sbatch"  # export.destinations on Slurm: the dependent export job
+PULL_SCRIPT = "pull.sbatch"  # Slurm: the CPU job that pulls the run's images before any GPU job
 EXPORT_DIR = "export"  # the W&B exporter's own files (WANDB_DIR), written by the export step
 LOCAL_RUNNER = "local.sh"  # local execution: runs the job script(s) here with bash
 LOG_DIR = "logs"  # array element and aggregation logs
@@ -42,7 +43,7 @@ AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregatio
 # after auto-resume successors: the aggregation script then leaves the sweep's judge running
 WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
-SERVER_IMAGES_DIR = "images"  # docker:// server images the job pulled itself (once per run)
+SERVER_IMAGES_DIR = "images"  # docker:// server images pulled for the run (once per run)
 LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PREEMPTIONS_FILE = "preemptions"  # models/<key>/: "<job id> <time>" per preemption Slurm requeued

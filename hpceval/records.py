@@ -31,6 +31,7 @@ class Role(str, Enum):
     EXPORT = "export"  # export.destinations: the dependent export job
     JUDGE = "judge"  # a sweep's own judge job (auxiliary deployment, scope sweep)
     WATCH = "watch"  # a checkpoint watch's tick job
+    PULL = "pull"  # the CPU job that pulls the run's unstaged images before its GPU jobs
 
     def __str__(self) -> str:  # f-strings and click.echo print the word, as before
         return self.value
@@ -110,6 +111,8 @@ class RunRecord:
     jobs_tagged: bool = False
     output_dir: str = ""  # the folder the run directory was made in, as submit saw it
     schema: int = RUN_SCHEMA
+    # the image files the run's pull job writes (PULL_SCRIPT; none: its jobs pull nothing)
+    pulled_images: tuple[str, ...] = ()
 
     @property
     def judge_names(self) -> list[str]:
@@ -142,7 +145,8 @@ class RunRecord:
                        None if parallel is None else int(parallel), aux, digests, data,
                        jobs_tagged=bool(data.get("jobs_tagged")),
                        output_dir=str(data.get("output_dir") or ""),
-                       schema=int(data.get("schema") or RUN_SCHEMA))
+                       schema=int(data.get("schema") or RUN_SCHEMA),
+                       pulled_images=tuple(str(f) for f in data.get("pulled_images") or ()))
         except KeyError as exc:
             raise RunFileError(path, f"no {exc.args[0]!r} where submit writes one") from exc
         except (TypeError, ValueError, AttributeError) as exc:
@@ -160,6 +164,7 @@ class RunRecord:
             "array_parallelism": self.array_parallelism, "jobs_tagged": self.jobs_tagged,
             "auxiliary": [{"name": a.name, "script": a.script} for a in self.auxiliary],
             "models": [m.to_json() for m in self.models],
+            "pulled_images": list(self.pulled_images),
         }
 
 

@@ -187,6 +187,10 @@ class Backend(Protocol):
     side_by_side: ClassVar[bool]
     # its jobs go to partitions with a MaxTime (sinfo): a walltime above it is refused at submit
     partitions: ClassVar[bool]
+    # a CPU job of the run pulls the images nothing staged before any job that holds GPUs
+    # starts (PULL_SCRIPT): a server never waits for a pull with its GPUs idle. Without it (one
+    # workstation, nothing held for others) the job that needs an image pulls it itself.
+    pulls_ahead: ClassVar[bool]
     # the command that lists the user's own jobs with their ids, for messages that ask for one
     own_jobs_command: ClassVar[str]
     # its in-job dialect: a folder of templates/ with the partials every job script includes

@@ -112,7 +112,9 @@ def submit(config_file: str | None, config_opt: str | None, config_dir: str | No
     result = api.submit(configs, aggregate=not no_aggregate)
     click.echo(f"submitted {result.invocation_id}: {result.what}")
     after = {"aggregate": "aggregation job {} (runs after the sweep; ends any judge job)",
-             "export": "export job {} (runs after the main job)"}
+             "export": "export job {} (runs after the main job)",
+             "pull": "pull job {} (a CPU job that pulls the server images first; the jobs "
+                     "that hold GPUs start once it has ended)"}
     for job_id, role in zip(result.job_ids, result.roles, strict=True):
         if role == "main":  # in `what` (several: a sweep beyond the scheduler's array limit)
             continue

@@ -251,7 +251,9 @@ def resume(run: str, force: bool, no_aggregate: bool, output_dirs: tuple[str, ..
     # several main jobs: a sweep beyond the scheduler's array limit, one array per part
     mains = [e for e in entries if e.role == "main"]
     aggregation = [e.id for e in entries if e.role == "aggregate"]
+    pulls = [e.id for e in entries if e.role == "pull"]
     resumed = "; ".join(f"{e.kind} job {e.id} (model indices {', '.join(map(str, e.models))})"
                         for e in mains)
     click.echo(f"{ref.invocation_id}: resumed as {resumed}"
-               + (f"; aggregation job {aggregation[0]}" if aggregation else ""))
+               + (f"; aggregation job {aggregation[0]}" if aggregation else "")
+               + (f"; after pull job {pulls[0]} (a server image is missing)" if pulls else ""))

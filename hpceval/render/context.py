@@ -41,9 +41,12 @@ class JobContext:
         return str(self.run_dir)
 
 
-def backend_view(kind: str) -> dict[str, str]:
+def backend_view(kind: str) -> dict[str, str | bool]:
     """The `backend` every template gets: the folder of templates/ with the in-job dialect of
     the execution type `kind` (Backend.partials). The neutral templates include its env,
     discover, launch, successor, preempted and detach partials by that name and read only
-    the variables env.j2 sets (HPCEVAL_JOB_ID, HPCEVAL_NODELIST, ...), never the scheduler's."""
-    return {"partials": backend_for(kind).partials}
+    the variables env.j2 sets (HPCEVAL_JOB_ID, HPCEVAL_NODELIST, ...), never the scheduler's.
+    ``pulls_ahead``: the run's pull job pulled the servers' images before this job started
+    (Backend.pulls_ahead); the job only checks they are there."""
+    backend = backend_for(kind)
+    return {"partials": backend.partials, "pulls_ahead": backend.pulls_ahead}

@@ -14,7 +14,7 @@ from hpceval.config.endpoint_key import CLIENT_TOKEN, proxy_client_key, proxy_up
 from hpceval.config.errors import ConfigError
 from hpceval.config.schema import InterceptorsSpec
 from hpceval.config.secret_files import secret_files, secret_var
-from hpceval.contract import JOB_FILES, JOB_SCRIPT, SERVER_IMAGES_DIR, model_dir
+from hpceval.contract import JOB_FILES, JOB_SCRIPT, model_dir
 from hpceval.engines import engine_for
 
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
@@ -24,6 +24,7 @@ from hpceval.render.context import JobContext, backend_view
 from hpceval.render.deployments import SERVER_CACHES, deployment_view
 from hpceval.render.judge_in_job import proxy_views
 from hpceval.render.ports import PortPlan
+from hpceval.render.pull import pull_dir
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served
 from hpceval.render.steps import build_steps, env_value
@@ -47,6 +48,22 @@ def render_job(resolved: ResolvedConfig, ctx: JobContext) -> str:
     return text
 
 
+def site_context(resolved: ResolvedConfig) -> dict[str, Any]:
+    """What templates/site_setup.j2 reads: the site's set-up of every job that runs site
+    tools (modules, the admin's commands, the environment, secrets read from files)."""
+    spec = resolved.spec
+    ex = spec.execution
+    return {
+        "module_init": ex.module_init,
+        "modules": ex.modules,
+        "pre_commands": ex.pre_commands,
+        # env values `file:PATH`: read once at the start, into the job's own variables
+        "secret_files": [(secret_var(path), path) for path in secret_files(spec)],
+        "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
+        "container_prefix": runtime_for(ex.container_runtime).env_prefix,
+    }
+
+
 def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = True
                   ) -> dict[str, Any]:
     """``sockets``: the servers may listen on Unix sockets (serves_on_socket); False where
@@ -54,7 +71,6 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     spec, layout = resolved.spec, resolved.layout
     ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
     run_dir = ctx.run_dir_text
-    prefix = runtime_for(ex.container_runtime).env_prefix
     judges = auxiliary_served(resolved)
     ports = PortPlan(dep.port, layout.instances,
                      tuple((n, s.placement.layout.instances) for n, s in judges.items()),
@@ -69,13 +85,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     # Secrets the tasks read by name are none of the servers' business (a judge's key):
     # they are unset before a server starts. The servers' own (env_vars) stay.
     unset = sorted(_passed_names(v for step in steps for _, v in step.env))
-    # A docker:// server image nothing staged is pulled by the job once for the whole run,
-    # into the run directory (shared storage every node reads), before any server starts.
-    pull_dir = f"{run_dir}/{SERVER_IMAGES_DIR}"
+    # A docker:// server image nothing staged is pulled once for the whole run, into the run
+    # directory (shared storage every node reads), before any server starts (render/pull.py).
+    pulls_to = pull_dir(ctx)
     model = deployment_view(resolved, model_served(resolved), key="model", ports=ports,
-                            unset=unset, pull_dir=pull_dir, sockets=sockets)
+                            unset=unset, pull_dir=pulls_to, sockets=sockets)
     served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset,
-                                        pull_dir=pull_dir, sockets=sockets)
+                                        pull_dir=pulls_to, sockets=sockets)
                         for name, s in judges.items()]
     served = [d for d in served if d["instances"]]
     pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
@@ -89,13 +105,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
                 "invocation_id": ctx.invocation_id,
                 "version": ctx.hpceval_version or __version__},
         "vllm_version": VLLM_VERSION,
-        "module_init": ex.module_init,
-        "modules": ex.modules,
-        "pre_commands": ex.pre_commands,
-        # env values `file:PATH`: read once at the start, into the job's own variables
-        "secret_files": [(secret_var(path), path) for path in secret_files(spec)],
-        "job_env": [(name, env_value(value)) for name, value in ex.env_vars.items()],
-        "container_prefix": prefix,
+        **site_context(resolved),
         "signal_seconds": ex.signal_seconds,
         "lock_wait": MODEL_LOCK_WAIT_S,
         "ports": ports.view(),

@@ -18,6 +18,7 @@ from hpceval.contract import (
     AUX_TOKEN_FILE,
     EXPORT_SCRIPT,
     JOB_FAILURE_FILE,
+    PULL_SCRIPT,
     aux_folder,
     element_script,
 )
@@ -143,7 +144,23 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
     with_aggregate = with_aggregate or (sweep and bool(judges)
                                         and (ref.run_dir / AGGREGATE_SCRIPT).is_file())
     return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None,
-                       EXPORT_SCRIPT if with_export else None, judges=stale)
+                       EXPORT_SCRIPT if with_export else None, judges=stale,
+                       pull=PULL_SCRIPT if _missing_images(ref.run_dir, run) else None)
+
+
+def _missing_images(run_dir: Path, run: RunRecord) -> bool:
+    """Whether an image the run's pull job writes is not there (its pull failed, or someone
+    removed it): the resumed jobs then wait for that job again. Seen from the login node, on
+    the shared storage the jobs read."""
+    if not (run_dir / PULL_SCRIPT).is_file():
+        return False
+    for image in run.pulled_images:
+        try:
+            if Path(image).stat().st_size == 0:
+                return True
+        except OSError:
+            return True
+    return False
 
 
 def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,

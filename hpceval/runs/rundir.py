@@ -44,6 +44,7 @@ from hpceval.contract import (
     EXPORT_SCRIPT,
     JOB_SCRIPT,
     LOG_DIR,
+    PULL_SCRIPT,
     SWEEP_SCRIPT,
     element_script,
     model_dir,
@@ -99,6 +100,9 @@ class PreparedRun:
     aggregate: str | None = None  # a sweep whose backend runs aggregation as a job: its script
     export: str | None = None  # export.destinations, where the backend runs it as a job
     judges: dict[str, str] = dataclasses.field(default_factory=dict)  # scope sweep: name -> script
+    # the CPU job that pulls the run's unstaged images before its GPU jobs (render/pull.py)
+    pull: str | None = None
+    pulled: tuple[str, ...] = ()  # the image files it writes
 
     @property
     def sweep(self) -> bool:
@@ -123,6 +127,7 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     from hpceval.render import JobContext, render_job
     from hpceval.render.export_args import export_arguments
     from hpceval.render.judge_job import judge_script
+    from hpceval.render.pull import render_pull
     from hpceval.render.quoting import render_template
     from hpceval.render.sweep import render_export, render_sweep
 
@@ -155,6 +160,9 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         ModelPlan(key, i, resolved, name,
                   tuple((t.key, t.task.qualified_name) for t in resolved.tasks))
         for i, (key, resolved, name) in enumerate(zip(keys, runs, names, strict=True)))
+    pull = render_pull(runs, ctx)  # None: nothing to pull, or each job pulls for itself
+    if pull is not None:
+        scripts[PULL_SCRIPT] = pull.script
     destinations = runs[0].spec.export
     export = render_export(runs[0], ctx) if destinations.destinations else None
     export_args = tuple(export_arguments(destinations, ctx.run_dir_text)) if export else ()
@@ -163,7 +171,8 @@ def prepare_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
         ex.signal_seconds, ctx.python, aggregate, export, export_args, render_template,
         gpus=ex.nodes * ex.gpus_per_node)))
     return PreparedRun(inv, run_dir, models, scripts, entry, scripts.get(AGGREGATE_SCRIPT),
-                       scripts.get(EXPORT_SCRIPT), judges)
+                       scripts.get(EXPORT_SCRIPT), judges, scripts.get(PULL_SCRIPT),
+                       pull.files if pull is not None else ())
 
 
 def redacted(value: Any) -> Any:
@@ -232,6 +241,7 @@ def run_manifest(run: PreparedRun) -> RunRecord:
         jobs_tagged=True,  # every job's header carries the run's id (kill checks it)
         # a sweep's judge jobs (scope: sweep): resume resubmits one that no longer runs
         auxiliary=tuple(AuxRecord(name, script) for name, script in run.judges.items()),
+        pulled_images=run.pulled,  # resume submits the pull job again if one is missing
         models=tuple(
             ModelRecord(m.key, m.index, tuple(TaskRecord(k, t) for k, t in m.tasks),
                         m.script_name, m.resolved.spec.deployment.type,

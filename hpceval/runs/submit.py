@@ -4,8 +4,10 @@ One submission per run: a single model is one job, a sweep is one array job (or 
 scheduler allows: Slurm's MaxArraySize bounds an array's indices). A sweep on a backend that
 runs aggregation as a job of its own (Slurm) adds one dependent CPU job that writes the results
 table once every array has ended. A sweep's judge (an auxiliary deployment with scope: sweep)
-is one job submitted FIRST; the arrays start once it has started (--dependency=after), and the
-aggregation job, which always comes with a judge, ends it.
+is one job submitted before them; the arrays start once it has started (--dependency=after), and
+the aggregation job, which always comes with a judge, ends it. Where the backend pulls images
+ahead (Slurm), a CPU job that pulls the run's unstaged server images comes first of all, and
+every job that holds GPUs waits for it to end.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
 from hpceval.backends.slurm.client import SlurmClient
 from hpceval.config import ResolvedConfig
-from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT
+from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, PULL_SCRIPT
 from hpceval.records import Role
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
@@ -84,7 +86,8 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
     entries = submit_jobs(run.run_dir, backend, main,
                           AGGREGATE_SCRIPT if with_aggregate else None,
                           EXPORT_SCRIPT if run.export is not None else None,
-                          judges=tuple(run.judges.items()))
+                          judges=tuple(run.judges.items()),
+                          pull=PULL_SCRIPT if run.pull is not None else None)
     mains = [e for e in entries if e.role == Role.MAIN]
     result = Submitted(run.invocation_id, run.run_dir, tuple(e.id for e in entries), run.kind,
                        tuple(m.key for m in run.models),
@@ -96,15 +99,23 @@ def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate:
 
 def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
                 aggregate: str | None = None, export: str | None = None, *,
-                judges: Sequence[tuple[str, str]] = ()) -> list[JobEntry]:
-    """Submit a run's judge jobs (`judges`: (name, script)), its main job, which starts once
-    they have started, then (if `aggregate` / `export` name a script) the aggregation and
-    export jobs that wait for it (for all of its jobs: a sweep may be several arrays); each
-    entry goes into jobs.json as soon as it exists (the main entries first in the returned
-    list). Submit and resume both come here."""
+                judges: Sequence[tuple[str, str]] = (), pull: str | None = None
+                ) -> list[JobEntry]:
+    """Submit a run's pull job (if `pull` names its script), its judge jobs (`judges`:
+    (name, script)) and its main job, which start once the pull job has ended (the main job
+    once the judges have started too), then (if `aggregate` / `export` name a script) the
+    aggregation and export jobs that wait for the main job (for all of its jobs: a sweep may
+    be several arrays); each entry goes into jobs.json as soon as it exists (the main
+    entries first in the returned list). Submit and resume both come here."""
+    pulled: list[JobEntry] = []
+    if pull is not None:
+        pulled = backend.submit(run_dir, JobRequest(pull, role=Role.PULL, reason=main.reason))
+        append_jobs(run_dir, backend.name, pulled)  # at once, as the judges below
+        main = dataclasses.replace(main, after=(*main.after, *(e.id for e in pulled)))
     judged: list[JobEntry] = []
     for name, script in judges:
         (judge,) = backend.submit(run_dir, JobRequest(script, role=Role.JUDGE,
+                                                      after=tuple(e.id for e in pulled),
                                                       reason=main.reason, aux=name))
         # Recorded at once: if a later submission fails, `kill` still finds the judge.
         append_jobs(run_dir, backend.name, [judge])
@@ -122,7 +133,7 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
                                                       reason=main.reason))
             append_jobs(run_dir, backend.name, jobs)
             entries += jobs
-    return [*entries, *judged]
+    return [*entries, *judged, *pulled]
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],

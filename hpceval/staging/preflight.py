@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hpceval.backends import backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
@@ -66,15 +67,17 @@ def preflight_notes(configs: ResolvedConfig | Sequence[ResolvedConfig]) -> list[
         if ex.offline:
             continue
         runtime = runtime_for(ex.container_runtime)
+        when = ("by the run's pull job, a CPU job that the jobs holding GPUs wait for"
+                if backend_for(ex.type).pulls_ahead else
+                "by the job, before its servers start: the job's walltime pays for it")
         for need in image_needs(resolved):
             if need.purpose != "server" or not need.pulled_at_run_time:
                 continue
             where = (f"in {need.sif}" if need.sif else
                      "(set execution.image_dir to a shared folder first)")
             notes.append(ConfigIssue(
-                need.where, f"{need.in_job} is pulled and converted at run time, by every "
-                "job that serves it (once per run, under a lock, before its servers start: "
-                "the job's walltime pays for it)",
+                need.where, f"{need.in_job} is pulled and converted at run time, once for "
+                f"each run ({when})",
                 f"stage it once {where} with `{stage_command(resolved)}`; jobs then run that "
                 f"{runtime.staged_kind}"))
     return list(dict.fromkeys(notes))

@@ -50,3 +50,17 @@ def render(tmp_path: Path) -> RenderFn:
     return _render
 
 
+
+
+@pytest.fixture
+def render_pull(tmp_path: Path) -> RenderFn:
+    """The run's pull job script (render/pull.py) for one model; '' when it has none."""
+    from hpceval.render.pull import render_pull as pull_job
+
+    def _render(profile: str, run: dict[str, Any], overrides: list[str] | None = None,
+                **ctx: Any) -> str:
+        resolved = resolve(profile, run, tmp_path, overrides)
+        pull = pull_job([resolved], context(resolved))
+        return pull.script if pull is not None else ""
+
+    return _render

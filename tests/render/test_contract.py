@@ -137,7 +137,8 @@ def test_every_tree_name_of_the_contract_reaches_the_templates_or_is_python_only
     # a new name in contract.py is either handed to the job scripts (JOB_FILES) or read and
     # written by Python alone: this list says which, so none is forgotten
     python_only = {"RUN_FILE", "JOB_SCRIPT", "SWEEP_SCRIPT", "AGGREGATE_SCRIPT", "EXPORT_SCRIPT",
-                   "LOCAL_RUNNER", "JOBS_FILE", "EXPORT_WAITED_FILE", "AGGREGATE_WAITED_FILE",
+                   "PULL_SCRIPT", "LOCAL_RUNNER", "JOBS_FILE", "EXPORT_WAITED_FILE",
+                   "AGGREGATE_WAITED_FILE",
                    "FAILED_FILE", "MANIFEST_FILE", "AUX_JOB_SCRIPT", "LOCAL_RUNNER_LOG",
                    "CONFIG_FILE", "EXPORT_DIR", "WATCH_DIR_PREFIX", "WATCH_FILE",
                    "WATCH_STATE_FILE", "WATCH_LOCK_FILE", "WATCH_SCRIPT", "WATCH_LOG_DIR"}

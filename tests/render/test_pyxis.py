@@ -67,14 +67,19 @@ def test_staged_file_names_follow_the_runtime() -> None:
     assert runtime_for("apptainer").image_file("simple-evals_26.03.sif") == "simple-evals_26.03.sif"
 
 
-def test_servers_and_harnesses_run_through_srun_flags(render: RenderFn) -> None:
-    text = render("slurm", RUN, [*PYXIS, "execution.extra_binds=['/data/with space:/d:ro']",
-                                 "target.api_endpoint.api_key_name=MY_KEY"])
+def test_servers_and_harnesses_run_through_srun_flags(render: RenderFn,
+                                                     render_pull: RenderFn) -> None:
+    overrides = [*PYXIS, "execution.extra_binds=['/data/with space:/d:ro']",
+                 "target.api_endpoint.api_key_name=MY_KEY"]
+    text = render("slurm", RUN, overrides)
     assert "apptainer exec" not in text and "export APPTAINERENV_HF_HOME" not in text
-    # the docker:// server image: pulled once by the job (issue 21, defect 4), run as a file
+    # the docker:// server image: pulled once for the run, by its pull job (issue 21, defect
+    # 4; issue 38, N7), run as a file
     assert "--container-image=/home/alice/hpceval-runs/inv-0123456789abcdef/images/" \
         "vllm_vllm-openai_v0.13.0.sqsh \\" in text
-    assert 'enroot import --output "${tmp}" docker://vllm/vllm-openai:v0.13.0' in text
+    assert 'enroot import --output "${tmp}" docker://vllm/vllm-openai:v0.13.0' \
+        in render_pull("slurm", RUN, overrides)
+    assert "enroot import" not in text
     # the mount with a space stays one word, inside the comma-separated list
     assert "'/data/with space':/d:ro" in text
     harness_env = re.findall(r"--container-env=(\S+)", text)[-1].split(",")

@@ -141,70 +141,117 @@ DOCKER_IMAGE = "docker://vllm/vllm-openai:v0.32.0"
 
 @pytest.mark.parametrize(("runtime", "staged"), [("apptainer", "vllm_vllm-openai_v0.32.0.sif"),
                                                  ("pyxis", "vllm_vllm-openai_v0.32.0.sqsh")])
-def test_a_staged_server_image_is_run_from_image_dir(render: RenderFn, tmp_path: Path,
-                                                     runtime: str, staged: str) -> None:
+def test_a_staged_server_image_is_run_from_image_dir(render: RenderFn, render_pull: RenderFn,
+                                                     tmp_path: Path, runtime: str,
+                                                     staged: str) -> None:
     """Issue 21, defect 4: not pulled and converted by every instance at run time."""
     image_dir = tmp_path / "images"
     image_dir.mkdir()
     run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
     overrides = [f"execution.image_dir={image_dir}", f"execution.container_runtime={runtime}"]
-    before = render("slurm", run, overrides)
-    assert DOCKER_IMAGE in before or "vllm/vllm-openai:v0.32.0" in before  # nothing staged yet
+    assert "vllm/vllm-openai:v0.32.0" in render_pull("slurm", run, overrides)  # nothing staged
     (image_dir / staged).write_bytes(b"staged image")
     after = render("slurm", run, overrides)
-    assert str(image_dir / staged) in after
+    assert str(image_dir / staged) in after and render_pull("slurm", run, overrides) == ""
     launches = after[after.index("launch_server 0 head"):]
     assert "docker://vllm" not in launches and "--container-image=vllm/" not in after
 
 
 def pull_block(script: str) -> str:
-    start = script.index("\nPULL_FILE=") + 1
+    start = script.index("\nPULL_FAILED=()") + 1
     end = script.index("\nfi\n", script.index("could not pull", start)) + 4
     return script[start:end]
+
+
+PULLED = "/inv-0123456789abcdef/images/vllm_vllm-openai_v0.32.0"
 
 
 @pytest.mark.parametrize(("runtime", "suffix", "tool"), [("apptainer", ".sif", "apptainer"),
                                                          ("pyxis", ".sqsh", "enroot")])
 def test_an_unstaged_server_image_is_pulled_once_for_the_run(
-        render: RenderFn, tmp_path: Path, runtime: str, suffix: str, tool: str) -> None:
-    """Issue 21, defect 4, second part: nothing staged, so the job pulls the image ONCE, under
-    a lock, before any server starts, and every instance runs the file; two jobs at once (a
-    sweep's elements) pull it once between them."""
+        render: RenderFn, render_pull: RenderFn, tmp_path: Path, runtime: str, suffix: str,
+        tool: str) -> None:
+    """Issue 21, defect 4, second part, and issue 38, N7: nothing staged, so the run's pull
+    job (a CPU job that every job holding GPUs waits for) pulls the image ONCE, under a lock,
+    and every instance runs the file; the GPU job pulls nothing. Two pulls at once (a resumed
+    run's pull job beside the first) pull it once between them, with their temporary files on
+    the node's scratch, not on shared storage."""
     run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
-    script = render("slurm", run, [f"execution.container_runtime={runtime}"])
-    block = pull_block(script)
-    assert script.index("PULL_FILE=") < script.index("launch_server 0 head")
-    pulled = f"/inv-0123456789abcdef/images/vllm_vllm-openai_v0.32.0{suffix}"
+    overrides = [f"execution.container_runtime={runtime}"]
+    script = render("slurm", run, overrides)
+    pulled = PULLED + suffix
     launches = script[script.index("SERVER_DIR="):]
     assert pulled in launches and "docker://vllm" not in launches
     assert "vllm/vllm-openai" not in launches.replace(pulled, "")  # 4 instances: one file
+    assert "vllm/vllm-openai" not in script.replace(pulled, "")  # the GPU job pulls nothing
+    assert script.index("PULLED_IMAGES=") < script.index("launch_server 0 head")
+    pull_job = render_pull("slurm", run, overrides)
+    assert "#SBATCH --gpus" not in pull_job and "#SBATCH --cpus-per-task=1" in pull_job
+    block = pull_block(pull_job)
     # run the block twice at once, with a pull tool that is slow and counts its calls
     run_dir = tmp_path / "run"
     (run_dir / "images").mkdir(parents=True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     calls = tmp_path / "calls"
     (fake_bin / tool).write_text(
         "#!/bin/bash\n"
-        f'echo "$* cache=${{APPTAINER_CACHEDIR:-}}${{ENROOT_CACHE_PATH:+ enroot}}" >> {calls}\n'
+        f'echo "$* cache=${{APPTAINER_CACHEDIR:-}}${{ENROOT_CACHE_PATH:+ enroot}}'
+        f' tmp=${{APPTAINER_TMPDIR:-}}${{ENROOT_TEMP_PATH:-}}" >> {calls}\n'
         'for a; do case "$a" in *.tmp-*) dest=$a;; esac; done\n'
         'sleep 1; echo image > "$dest"\n')
     (fake_bin / tool).chmod(0o755)
     file = run_dir / "images" / Path(pulled).name
-    body = ("log() { echo \"$*\"; }\njob_failure() { echo \"FAILED $*\"; }\n"
-            + backend_env(script)
-            + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M) + "echo ok\n")
-    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir)}
+    body = ("log() { echo \"$*\"; }\n" + backend_env(script)
+            + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M)
+            + 'echo "failed=${#PULL_FAILED[@]}"\n')
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir),
+           "TMPDIR": str(scratch)}
     jobs = [subprocess.Popen(["bash", "-c", body], env={**env, "SLURM_JOB_ID": str(j)},
                              stdout=subprocess.PIPE, text=True) for j in (11, 12)]
     outs = [p.communicate(timeout=60)[0] for p in jobs]
-    assert all(p.returncode == 0 and out.endswith("ok\n") for p, out in zip(jobs, outs,
-                                                                             strict=True)), outs
+    assert all(p.returncode == 0 and out.endswith("failed=0\n")
+               for p, out in zip(jobs, outs, strict=True)), outs
     assert file.read_text() == "image\n"
     (call,) = calls.read_text().splitlines()  # one pull between the two jobs
     assert "docker://vllm/vllm-openai:v0.32.0" in call and ".tmp-1" in call
-    assert ".cache" in call or "enroot" in call  # a cache of its own, not ~/.apptainer's
+    assert f"tmp={scratch}/hpceval-pull." in call  # the node's scratch, not shared storage
+    assert f"cache={scratch}/" in call or "enroot" in call  # not ~/.apptainer's cache
     assert not list((run_dir / "images").glob("*.tmp-*"))  # nothing half-written left
+    assert list(scratch.iterdir()) == []  # and nothing left on the node
+
+
+def test_a_gpu_job_stops_at_once_when_its_image_was_not_pulled(render: RenderFn,
+                                                               tmp_path: Path) -> None:
+    """Issue 38, N7: the pull job failed, so the image is missing: the job that holds GPUs
+    says so (job-failure, which status shows) and stops, instead of pulling it itself."""
+    run = {**RUN, "deployment": {**MODEL, "image": DOCKER_IMAGE}}
+    script = render("slurm", run)
+    start = script.index("PULLED_IMAGES=")
+    block = script[start:script.index("\ndone\n", start) + 6]
+    image = tmp_path / "images" / (Path(PULLED).name + ".sif")
+    image.parent.mkdir()
+    body = ('log() { :; }\njob_failure() { echo "FAILED $*"; }\n'
+            + re.sub(r"^PULLED_IMAGES=.*$", f"PULLED_IMAGES=({image})", block, flags=re.M)
+            + "echo servers start\n")
+    missing = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
+                             env={**os.environ, "RUN_DIR": str(tmp_path)}, check=False)
+    assert missing.returncode == 1 and "servers start" not in missing.stdout
+    assert "was not pulled: the run's pull job failed" in missing.stdout
+    image.write_bytes(b"image")
+    there = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
+                           env={**os.environ, "RUN_DIR": str(tmp_path)}, check=False)
+    assert there.returncode == 0 and there.stdout == "servers start\n"
+
+
+def test_a_local_job_pulls_its_own_image(render: RenderFn, render_pull: RenderFn) -> None:
+    """No queue to wait in and nothing held for others: a local job pulls for itself."""
+    run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 1, "image": DOCKER_IMAGE}}
+    script = render("local", run, ["execution.container_runtime=apptainer"])
+    assert "apptainer pull --force" in script and "PULLED_IMAGES=" not in script
+    assert render_pull("local", run, ["execution.container_runtime=apptainer"]) == ""
 
 
 def test_a_staged_server_image_is_not_pulled(render: RenderFn, tmp_path: Path) -> None:

@@ -34,12 +34,13 @@ tasks:
 
 
 def write_run_file(tmp_path: Path, n_models: int = 1, *, tasks: int = 2,
-                   execution: dict[str, Any] | None = None, name: str = "run") -> Path:
+                   execution: dict[str, Any] | None = None, name: str = "run",
+                   deployment: dict[str, Any] | None = None) -> Path:
     run: dict[str, Any] = {
         "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "out"),
                       "python": "/shared/venv/bin/python", **(execution or {})},
-        "deployment": {"type": "command", "runtime": "host",
-                       "command": "exec my-server --port $PORT"},
+        "deployment": deployment or {"type": "command", "runtime": "host",
+                                     "command": "exec my-server --port $PORT"},
         "evaluation": {"tasks": [{"name": n} for n in ("ut_one", "ut_two")[:tasks]]},
     }
     if n_models == 1:

@@ -55,6 +55,7 @@ class SlurmBackend:
     schedules_later: ClassVar[bool] = True  # --begin and --dependency=singleton
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
+    pulls_ahead: ClassVar[bool] = True
     own_jobs_command: ClassVar[str] = OWN_JOBS
     partials: ClassVar[str] = "backends/slurm"  # templates/backends/slurm/: srun, sbatch, ...
 
