@@ -148,10 +148,23 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
                       node_site.body().strip("\n"), _BODY.lstrip("\n")])
 
 
+# The profile's sbatch_extra_flags that choose nodes: the node job goes where its jobs go.
+_PLACEMENT_FLAGS = ("nodelist", "exclude", "constraint")
+
+
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
-    return [*site_args(ex), "--job-name=hpceval-doctor", f"--time={NODE_WALLTIME}",
-            "--nodes=1", "--ntasks=1", "--cpus-per-task=1", *_one_gpu(ex),
-            f"--output={folder / 'doctor-%j.log'}"]
+    return [*site_args(ex), *_placement(ex), "--job-name=hpceval-doctor",
+            f"--time={NODE_WALLTIME}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+            *_one_gpu(ex), f"--output={folder / 'doctor-%j.log'}"]
+
+
+def _placement(ex: ExecutionSpec) -> list[str]:
+    """The node features and node lists the profile's jobs ask for (execution.constraint, and
+    those of sbatch_extra_flags): the node job then runs on a node like theirs."""
+    flags = {"constraint": ex.constraint} if ex.constraint else {}
+    flags |= {flag: value for flag, value in ex.sbatch_extra_flags.items()
+              if flag in _PLACEMENT_FLAGS and value not in (None, False, "")}
+    return [f"--{flag}={value}" for flag, value in flags.items()]
 
 
 def _one_gpu(ex: ExecutionSpec) -> list[str]:

@@ -23,6 +23,43 @@ net_ns_path() { echo "/run/netns/$(net_ns_name "$1")"; }
 # host side of nodeI's veth pair (interface names are at most 15 characters)
 net_veth() { echo "hpcv-$1"; }
 
+# Nodes whose own name resolves to a loopback address on the node itself, as Debian's and
+# Ubuntu's installers and cloud-init write it ("127.0.1.1 <hostname>" in /etc/hosts): a real
+# site's most common surprise for software that advertises "the node's address". Each such node
+# sees a hosts file of its own (net_node_hosts: that line first, then the site's), bind-mounted
+# over /etc/hosts in a mount namespace of its slurmd's (start-node.sh); every other host
+# resolves the node to its bridge address.
+NET_LOOPBACK_NAME_NODES=${SLURM_LOOPBACK_NAME_NODES-node2}
+NET_HOSTS_DIR=/run/hpceval-hosts
+net_node_hosts() { echo "$NET_HOSTS_DIR/$1"; }
+net_self_loopback() { case " $NET_LOOPBACK_NAME_NODES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# net_node_hosts_write NODE... -> each node named in NET_LOOPBACK_NAME_NODES gets its own hosts
+# file (from /etc/hosts as it is now); the others' are removed. Rewritten in place: a running
+# slurmd's bind mount keeps the same file.
+net_node_hosts_write() {
+  local n file
+  mkdir -p "$NET_HOSTS_DIR"
+  for n in "$@"; do
+    file=$(net_node_hosts "$n")
+    if net_self_loopback "$n"; then
+      { echo "127.0.1.1 $n # this node's own name, as Debian's installer writes it (net.sh)"
+        cat /etc/hosts; } > "$file.tmp"
+      cat "$file.tmp" > "$file"; rm -f "$file.tmp"
+    else
+      rm -f "$file"
+    fi
+  done
+}
+
+# net_node_hosts_ok NODE PID -> true when PID sees the hosts file NODE should see: a mount
+# namespace of its own for a node with its own hosts file, this machine's otherwise
+net_node_hosts_ok() {
+  local own=0
+  [ "$(readlink "/proc/$2/ns/mnt" 2>/dev/null)" != "$(readlink /proc/self/ns/mnt)" ] && own=1
+  if [ -s "$(net_node_hosts "$1")" ]; then [ "$own" = 1 ]; else [ "$own" = 0 ]; fi
+}
+
 # net_hosts_lines NODE... -> /etc/hosts lines naming login and every node by its own address
 net_hosts_lines() {
   local n
@@ -88,4 +125,5 @@ net_down() {
     ip netns del "$(net_ns_name "$n")" 2>/dev/null || true
   done
   ip link del "$NET_BRIDGE" 2>/dev/null || true
+  rm -rf "$NET_HOSTS_DIR"
 }

@@ -30,6 +30,8 @@
 #   SLURM_NETNS       (1)      1 = each slurmd in its own network namespace (see scripts/slurm/net.sh);
 #                              0 = every node on 127.0.0.1 (the kind old dev cluster)
 #   SLURM_NET_PREFIX  (198.18.0) the site's /24: login .1, nodeI .(10+I) (RFC 2544 benchmark range)
+#   SLURM_LOOPBACK_NAME_NODES (node2) nodes whose own name resolves to 127.0.1.1 on themselves, as
+#                              Debian's installer and cloud-init write /etc/hosts ("" = none)
 #   SLURM_PORT_BASE   (6820)   slurmd on nodeI listens on SLURM_PORT_BASE+I
 #   SLURM_DB_PASS     (slurmdbpass)
 #   SLURM_EXTRA_USERS ("")     extra unix users to add to the accounting db
@@ -156,6 +158,7 @@ if [ "$(grep '# slurm-local-cluster$' /etc/hosts)" != "$hosts_lines" ]; then
   echo "$hosts_lines" >> /etc/hosts.slurmtmp
   cat /etc/hosts.slurmtmp > /etc/hosts; rm -f /etc/hosts.slurmtmp   # /etc/hosts may be a bind mount: rewrite in place
 fi
+[ "$NETNS" = 1 ] && net_node_hosts_write "${NODES[@]}"  # nodes whose own name is 127.0.1.1 there
 
 if [ "$NGPUS" -gt 0 ]; then
   # Dummy char devices. Use an unused major (240 = "local/experimental"), NOT /dev/null's 1:3:
@@ -405,6 +408,9 @@ for n in "${NODES[@]}"; do
   # made again after a crash) restarts in it
   if [ "$NETNS" = 1 ] && pid_alive "/run/slurm/slurmd-$n.pid" && ! net_node_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
     log "slurmd $n runs outside its network namespace: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
+  fi
+  if [ "$NETNS" = 1 ] && pid_alive "/run/slurm/slurmd-$n.pid" && ! net_node_hosts_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
+    log "slurmd $n does not see its own hosts file: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
   fi
   if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
     log "starting slurmd $n (address $(node_addr "${n#node}"))"

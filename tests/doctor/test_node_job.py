@@ -294,3 +294,16 @@ def test_a_healthy_site_exits_0_and_leaves_nothing_behind(tmp_path: Path, sinfo:
     assert report.exit_code == 0, report.table()  # GPUs absent in a CPU job: a warning only
     assert report.status is Status.WARNING
     assert report.job_dir is None and not list((tmp_path / "out").iterdir())
+
+
+def test_the_node_job_goes_where_the_profiles_jobs_go(tmp_path: Path) -> None:
+    # a profile that picks its nodes (features, a node list) had its doctor job land on any
+    # node of the partition, whose lines then said nothing of the nodes the runs get
+    picky = spec_for(tmp_path, constraint="h100&ib",
+                     sbatch_extra_flags={"nodelist": "gpu[01-04]", "exclude": "gpu03",
+                                         "mail-type": "END"})
+    args = node.job_args(picky.execution, tmp_path)
+    assert {"--constraint=h100&ib", "--nodelist=gpu[01-04]", "--exclude=gpu03"} <= set(args)
+    assert not [a for a in args if a.startswith("--mail")]  # not about where it runs
+    assert not [a for a in node.job_args(spec_for(tmp_path).execution, tmp_path)
+                if a.startswith(("--constraint", "--nodelist", "--exclude"))]

@@ -65,7 +65,9 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
         run = subprocess.run(
             [sys.executable, "-m", "hpceval", "doctor", "local-dev", "--on-node", "--json",
              "--timeout", "180", "--network-target", f"{target}:{port}",
-             "-o", f"execution.output_dir={tmp_path / 'runs'}"],
+             "-o", f"execution.output_dir={tmp_path / 'runs'}",
+             # node1: node2's own name resolves to loopback on it (the next test)
+             "-o", "execution.sbatch_extra_flags={nodelist: node1}"],
             capture_output=True, text=True, timeout=240, env=env, check=False)
     finally:
         sock.close()
@@ -127,3 +129,37 @@ def test_doctor_on_node_reports_from_a_real_job(slurm_cluster: CommandSlurmClien
     kept = Path(report["job_dir"])
     assert kept.parent == tmp_path / "runs" and (kept.stat().st_mode & 0o077) == 0
     assert (kept / f"doctor-{job_id}.log").is_file()
+
+
+def test_doctor_on_node_reports_each_fault_of_a_broken_profile(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path) -> None:
+    """hpc-admin-2's "done when": a profile with the faults a real site shows, each reported as
+    a problem with its fix, by a real node job: a node whose own name resolves to 127.0.1.1
+    (node2 of the site in a box, as Debian's installer writes /etc/hosts) for a profile whose
+    jobs span nodes, an interface that the node lacks, more GPUs per node than the nodes have,
+    and SBATCH_EXPORT=NONE (a warning: a site may want it; the job's steps pass --export=ALL)."""
+    if not site.nodes_have_own_network():
+        pytest.skip("the kind cluster: every node name is 127.0.0.1 (SLURM_NETNS=0)")
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    env["SBATCH_EXPORT"] = "NONE"
+    (tmp_path / "runs").mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "hpceval", "doctor", "local-dev", "--on-node", "--json",
+         "--timeout", "180", "-o", f"execution.output_dir={tmp_path / 'runs'}",
+         "-o", "execution.sbatch_extra_flags={nodelist: node2}",
+         "-o", "execution.env_vars={NCCL_SOCKET_IFNAME: ib0}",
+         "-o", "execution.nodes=2", "-o", "execution.gpus_per_node=8"],
+        capture_output=True, text=True, timeout=240, env=env, check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    lines = {line["check"]: line for line in report["lines"]}
+    assert lines["node"]["detail"].startswith("node2"), lines["node"]
+    for check, words in (("node address", "node2 resolves to 127.0.1.1"),
+                         ("NCCL_SOCKET_IFNAME", "no interface ib0"),
+                         ("sbatch --test-only", "Requested node configuration")):
+        assert lines[check]["status"] == "problem" and words in lines[check]["detail"], (
+            lines[check])
+        assert lines[check]["fix"], lines[check]
+    exported = lines["job environment"]
+    assert exported["status"] == "warning" and exported["detail"].startswith(
+        "SLURM_EXPORT_ENV=NONE"), exported
