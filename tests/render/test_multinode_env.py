@@ -93,6 +93,9 @@ def fake_name_service(tmp_path: Path, hosts: dict[str, str],
     if routes is not None:
         cases = "".join(f"  '-4 -o route get {dst}') echo '{dst} dev eth1 src {src} uid 1000 "
                         "\\    cache ';;\n" for dst, src in routes.items())
+        cases += "  '-4 -o addr show') /usr/sbin/ip -4 -o addr show | grep -w lo; " + "".join(
+            f"echo '2: eth1    inet {src}/24 scope global eth1\\       valid_lft forever'; "
+            for src in routes.values()) + ";;\n"  # this machine's loopback, and eth1
         ip = bin_dir / "ip"
         ip.write_text(f'#!/bin/bash\ncase "$*" in\n{cases}  *route*) echo "ip $*" >&2; exit 1;;\n'
                       '  *) exec /usr/sbin/ip "$@";;\nesac\n')  # addresses: the real ones
@@ -116,8 +119,12 @@ def test_a_node_that_resolves_its_own_name_to_loopback_advertises_its_route_to_t
     got = step_env(script, 0, 0, node="gpu01", peer="gpu02", path=path)
     # before: 127.0.1.1, and the workers waited for the head until the health timeout
     assert got["VLLM_HOST_IP"] == got["APPTAINERENV_VLLM_HOST_IP"] == "198.18.0.1", got
+    # and gloo that address's interface: else it advertised 127.0.1.1, what the node's own name
+    # resolves to, and the other node connected to its own loopback (the site in a box's node2)
+    assert got["GLOO_SOCKET_IFNAME"] == got["APPTAINERENV_GLOO_SOCKET_IFNAME"] == "eth1", got
     # one node (no peer): the node's own name, as before (loopback is right for itself)
-    assert step_env(script, 0, 0, node="gpu01", path=path)["VLLM_HOST_IP"] == "127.0.1.1"
+    alone = step_env(script, 0, 0, node="gpu01", path=path)
+    assert alone["VLLM_HOST_IP"] == "127.0.1.1" and "GLOO_SOCKET_IFNAME" not in alone
     # the site's NCCL interface still comes first
     assert step_env(script, 0, 0, node="gpu01", peer="gpu02", path=path,
                     NCCL_SOCKET_IFNAME="lo")["VLLM_HOST_IP"] == "127.0.0.1"

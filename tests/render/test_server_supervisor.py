@@ -62,6 +62,10 @@ def test_a_killed_server_ends_the_step_at_once(render: RenderFn, tmp_path: Path)
     os.kill(server, signal.SIGKILL)  # as the review killed vLLM's API server
     killed_at = time.monotonic()
     assert step.wait(timeout=20) == 128 + signal.SIGKILL
+    # SIGKILL to the group is delivered, not yet acted on, when kill() returns: on a loaded
+    # machine the engine may take a moment to die (the full suite failed so once)
+    while alive(engine) and time.monotonic() - killed_at < 2:
+        time.sleep(0.02)
     assert time.monotonic() - killed_at < 2 and not alive(engine)
 
 
