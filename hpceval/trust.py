@@ -15,6 +15,7 @@ staging) can use it without an arrow pointing the wrong way.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Collection
@@ -118,31 +119,48 @@ def untrusted(path: Path, owners: Collection[int] | None = None, *, root: bool =
 
 
 class Untrusted(Exception):
-    """read_trusted's refusal; its text is a phrase after the file's name ("it is owned ...")."""
+    """read_trusted's refusal. Its text is a phrase after the file's name ("it is owned by
+    ..."); `about(name)` says the same with the name as its subject ("NAME is owned by ...");
+    `missing`: the file is not there at all (a caller may wait for it)."""
+
+    def __init__(self, problem: str, *, own: bool = True, missing: bool = False) -> None:
+        super().__init__(f"it {problem}" if own else problem)
+        self.problem, self.own, self.missing = problem, own, missing
+
+    def about(self, name: object) -> str:
+        return f"{name} {self.problem}" if self.own else f"{name}: {self.problem}"
 
 
 def read_trusted(path: Path, owners: Collection[int] | None = None, *, root: bool = False,
-                 limit: int) -> bytes:
+                 limit: int, private: bool = False, links: bool = True,
+                 folders: bool = True) -> bytes:
     """The bytes of `path` (at most `limit` + 1), read only if trusted, and checked on the
     descriptor they are read from, so nobody can swap the file between the check and the read
     (shared-cluster-4 N2: a link retargeted between them ran another user's profile). The
     folders above the name as given and above what it resolves to are checked as `untrusted`
     does; the resolved file is opened without following a link there (a link put in its place
     meanwhile is refused), and its owner, write bits and kind come from fstat. The folders are
-    checked after the file (a message names the file's owner first), before a byte is read."""
+    checked after the file (a message names the file's owner first), before a byte is read.
+    `private`: nobody else may even read it (a token); `links` False: the name itself must not
+    be a link (it is not resolved: a judge's record is its job's own file, never a link);
+    `folders` False: the folders above are not checked (the file alone is what is trusted)."""
     named = Path(os.path.abspath(path))
-    real = path.resolve()
+    real = path.resolve() if links else named
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise Untrusted(f"it cannot be read: {exc.strerror}") from exc
+        if exc.errno == errno.ELOOP and not links:
+            raise Untrusted("is a symbolic link") from exc
+        raise Untrusted(f"cannot be read: {exc.strerror}",
+                        missing=exc.errno == errno.ENOENT) from exc
     with os.fdopen(fd, "rb") as opened:
-        problem = stat_problem(os.fstat(opened.fileno()), owners, root=root, plain=True)
-        if problem is not None:
-            raise Untrusted(f"it {problem}")
-        problem = _folders_problem(named) or _folders_problem(real)
+        problem = stat_problem(os.fstat(opened.fileno()), owners, root=root, private=private,
+                               plain=True)
         if problem is not None:
             raise Untrusted(problem)
+        problem = (_folders_problem(named) or _folders_problem(real)) if folders else None
+        if problem is not None:
+            raise Untrusted(problem, own=False)
         return opened.read(limit + 1)
 
 

@@ -1,6 +1,8 @@
 """A strict fake `sinfo` first on PATH, for the tests of what hpceval learns from it. Its script
-records its arguments in `calls` beside it; partition_info caches sinfo's answers per process,
-so the cache is cleared before and after."""
+records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reaches no
+accounting database, as on a site without slurmdbd (a test that needs its answers writes its
+own fake over it), so no test asks the machine's real one. partitions caches sinfo's and
+sacctmgr's answers per process, so the caches are cleared before and after."""
 
 from __future__ import annotations
 
@@ -11,7 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.backends.slurm.partitions import partition_info
+from hpceval.backends.slurm.partitions import associations, partition_info, qos_max_minutes
+
+NO_ACCOUNTING = r'''#!/bin/bash
+echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
+exit 1
+'''
+
+
+def _clear() -> None:
+    for cached in (partition_info, qos_max_minutes, associations):
+        cached.cache_clear()
 
 
 @contextmanager
@@ -19,11 +31,12 @@ def fake_sinfo_on_path(bin_dir: Path, script: str,
                        monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """`script` as `bin_dir/sinfo`, first on PATH; yields the path of its `calls` file."""
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "sinfo").write_text(script)
-    (bin_dir / "sinfo").chmod(0o755)
+    for name, text in (("sinfo", script), ("sacctmgr", NO_ACCOUNTING)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    partition_info.cache_clear()
+    _clear()
     try:
         yield bin_dir / "calls"
     finally:
-        partition_info.cache_clear()
+        _clear()

@@ -76,7 +76,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if environ is not None and wall and _has_partitions(ex.type):  # at submit: ask Slurm
         from hpceval.backends.slurm.partitions import time_limit
 
-        limit = time_limit(ex.partition, ex.qos)
+        limit = time_limit(ex.partition, ex.qos, ex.account)
         if limit is not None and wall > limit.minutes:
             yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than {limit.what} "
                               f"({limit.minutes} minutes): {SUBMIT} would refuse the job or "

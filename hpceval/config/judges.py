@@ -3,11 +3,12 @@
 One place for both: the loader checks a run with them (``load_run``: nothing is submitted when
 they fail), and render/judge_job.py builds the judge job's config with them. The judge job is a
 RunSpec whose deployment is the judge's, on ``num_nodes`` nodes of its own, with no tasks; its
-walltime is ``execution.max_walltime``, at most the partition's MaxTime or the QOS's MaxWall
-(it must outlive every element, which may run in waves or be resumed; the aggregation job's
-stop file ends it as soon as the sweep is done). Where the limit is shorter, the judge job
-continues in successor jobs
-(auto-resume, templates/teardown.j2), recorded in its folder's jobs.chain.
+walltime is ``execution.max_walltime``, at most the partition's MaxTime and the QOS's or the
+association's MaxWall (it must outlive every element, which may run in waves or be resumed; the
+aggregation job's stop file ends it as soon as the sweep is done). Where the limit is shorter,
+or where no partition can be seen (render without Slurm: no limit is known, so it asks for
+``execution.walltime``, which submit checks against them), the judge job continues in successor
+jobs (auto-resume, templates/teardown.j2), recorded in its folder's jobs.chain.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hpceval.backends.slurm.partitions import capped_walltime
+from hpceval.backends.slurm.partitions import capped_walltime, partition_seen
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout, fit_explicit_layout
 from hpceval.config.schema import (
     ApiEndpointSpec,
     AuxiliaryDeploymentSpec,
     DeploymentSpec,
+    ExecutionSpec,
     RunSpec,
     TargetSpec,
 )
@@ -78,20 +80,34 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
     deployment = DeploymentSpec(**{f: getattr(aux, f) for f in _DEPLOYMENT_FIELDS})
     if aux.num_instances is not None and deployment.data_parallel_size is None:
         deployment = dataclasses.replace(deployment, data_parallel_size=aux.num_instances)
-    # Never more than the partition or the QOS allows: Slurm refuses that (EnforcePartLimits)
-    # or leaves it pending for ever, and every model element waits on the judge's start.
-    # Capped, the judge continues in a successor job at its walltime, as a model's job does (up
-    # to max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
-    walltime, capped = capped_walltime(spec.execution.max_walltime, spec.execution.partition,
-                                       spec.execution.qos)
+    walltime, capped = _judge_walltime(spec.execution)
     ex = dataclasses.replace(
         spec.execution, nodes=aux.num_nodes, walltime=walltime,
-        auto_resume=spec.execution.auto_resume and capped is not None, node_failure_retries=0,
+        auto_resume=spec.execution.auto_resume and capped, node_failure_retries=0,
         job_name=f"hpceval-{invocation_id}-judge-{name}")
     return dataclasses.replace(
         spec, execution=ex, deployment=deployment, auxiliary_deployments={},
         target=TargetSpec(ApiEndpointSpec(model_id=aux.request_model)),
         evaluation=dataclasses.replace(spec.evaluation, tasks=[]))
+
+
+def _judge_walltime(ex: ExecutionSpec) -> tuple[str, bool]:
+    """(the judge job's walltime, whether it continues in successor jobs). Never more than the
+    partition, the QOS or the association allows: Slurm refuses that (EnforcePartLimits) or
+    leaves it pending for ever, and every model element waits on the judge's start. Capped,
+    the judge continues in a successor job at its walltime, as a model's job does (up to
+    max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
+    Where no partition can be seen (render on a machine without Slurm), no limit is known: it
+    asks for execution.walltime, what one allocation of this site may take (submit refuses a
+    longer one), not for max_walltime, which a site's limits rarely allow."""
+    from hpceval.backends import backend_for
+
+    if not backend_for(ex.type).partitions:  # no Slurm limits: one allocation to the end
+        return ex.max_walltime, False
+    if not partition_seen(ex.partition):
+        return ex.walltime, True
+    walltime, capped = capped_walltime(ex.max_walltime, ex.partition, ex.qos, ex.account)
+    return walltime, capped is not None
 
 
 def judge_issues(spec: RunSpec, name: str, invocation_id: str = "judge"

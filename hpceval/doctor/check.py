@@ -53,6 +53,7 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
         client = cast(login.ProbingClient, SlurmBackend().client)
     report = Report()
     report.lines += login.partition_lines(ex)
+    report.lines.append(login.association_line(ex))
     folder, lines = login.private_folder(ex.output_dir, table)
     report.lines += lines
     # the job's own header: a run's first model's (what submit writes), else the profile's

@@ -1,7 +1,8 @@
 """The login-node half of ``hpceval doctor``: what can be checked before any job is queued.
 
 Partition and MaxTime come from the one cached sinfo call of hpceval.backends.slurm.partitions,
-account/QOS from a test-only submission through the Slurm client, staged images and data from
+the QOS's and the association's MaxWall from its cached sacctmgr calls, account/QOS from a
+test-only submission through the Slurm client, staged images and data from
 the submit preflight (hpceval.staging.preflight): the doctor adds no rule of its own there, it
 only shows them as lines. Shared storage is judged by the mount table.
 """
@@ -16,10 +17,17 @@ from pathlib import Path
 from typing import Protocol
 
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
-from hpceval.backends.slurm.commands import SUBMIT, TEST_ONLY
+from hpceval.backends.slurm.commands import LIMITS, SUBMIT, TEST_ONLY
 from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.header import HeaderLine, header_lines
-from hpceval.backends.slurm.partitions import partition_info, qos_max_minutes
+from hpceval.backends.slurm.partitions import (
+    association_limit,
+    associations,
+    job_association,
+    partition_info,
+    qos_max_minutes,
+    user_name,
+)
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.report import Line, Status
@@ -89,6 +97,39 @@ def _qos_line(ex: ExecutionSpec, qos: str) -> Line:
                     f"execution.walltime {ex.walltime} is longer", f"-o execution.walltime="
                     f"{wall} or less (auto-resume continues in a new allocation)")
     return Line(LOGIN, "execution.qos", Status.OK, f"{qos}: MaxWall {wall} minutes")
+
+
+def association_line(ex: ExecutionSpec) -> Line:
+    """The MaxWall of the user's association (user, account, partition; its accounts' where it
+    sets none), the other usual way sites cap walltime (one sacctmgr call, cached). Slurm
+    takes a MaxWall from the job's QOS first, then from the association: a QOS of the job
+    that sets one is what counts then."""
+    key, user = "execution.account", user_name()
+    assoc = job_association(ex.partition, ex.account)
+    if assoc is None:
+        if user is None or associations(user, ex.account) is None:
+            return Line(LOGIN, key, Status.OK, f"association: no MaxWall known ({LIMITS} "
+                        "could not be asked: no accounting database here)")
+        account = f"account {ex.account}" if ex.account else "your default account"
+        return Line(LOGIN, key, Status.WARNING, f"{LIMITS} shows no single association of "
+                    f"{user} with {account} for this partition", "check execution.account "
+                    f"(`{LIMITS} show assoc user=$USER format=cluster,account,partition`)")
+    wall, wanted = association_limit(assoc, named_qos=ex.qos is not None), \
+        walltime_minutes(ex.walltime)
+    qos_wall = qos_max_minutes(ex.qos) if ex.qos else None
+    own = "no MaxWall" if assoc.max_minutes is None else f"MaxWall {assoc.max_minutes} minutes"
+    if qos_wall is not None:
+        return Line(LOGIN, key, Status.OK, f"{assoc.label}: {own}; QOS {ex.qos}'s MaxWall "
+                    "counts instead")
+    if wall is None:
+        return Line(LOGIN, key, Status.OK, f"{assoc.label}: {own}")
+    limit = f"{wall.what} is {wall.minutes} minutes"
+    if wanted is not None and wanted > wall.minutes:
+        return Line(LOGIN, key, Status.PROBLEM, f"{limit}, execution.walltime {ex.walltime} "
+                    f"is longer ({SUBMIT} refuses the job or it pends for ever)",
+                    f"-o execution.walltime="
+                    f"{wall.minutes} or less (auto-resume continues in a new allocation)")
+    return Line(LOGIN, key, Status.OK, limit)
 
 
 def test_only_line(spec: RunSpec, client: ProbingClient, folder: Path | None) -> Line:

@@ -10,17 +10,16 @@ through `read_endpoint`, so what is trusted is decided here only.
 A record is trusted only as this user's own plain files: not links, owned by the user, not
 writable by group or others, and the token readable by its owner only. Another user who can
 write the folder (shared scratch) could otherwise plant a record that sends the job's
-requests, and the judge's token, to a server of theirs (the rule is hpceval.trust's, with a
-plain file required and, for the token, no access by anyone else). Each file is opened
-without following links and checked through the open descriptor, so what is read is what was
-checked.
+requests, and the judge's token, to a server of theirs. The rule and the reading are
+hpceval.trust's (read_trusted: each file opened without following a link and checked through
+the open descriptor, so what is read is what was checked), with the name itself never a link,
+the token private, and the folders above not judged: a run directory may sit in a project
+folder its group can write, and what is trusted here is the two files themselves.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
 from hpceval.contract import AUX_TLS_KEY as TLS_KEY
-from hpceval.trust import stat_problem
+from hpceval.trust import Untrusted, read_trusted
 
 MAX_URLS = 64
 MAX_BYTES = 64 << 10  # a record of 64 URLs is a few KB; a huge file is not a record
@@ -86,22 +85,12 @@ def read_endpoint(folder: Path) -> JudgeEndpoint:
 
 def _read_own(path: Path, owner_only: bool) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise EndpointMissing(f"{path} is not there yet") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise EndpointUntrusted(f"{path} is a symbolic link: not trusted") from None
-        raise EndpointUntrusted(f"cannot open {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        problem = stat_problem(st, plain=True, private=owner_only)
-        if problem:
-            raise EndpointUntrusted(f"{path} {problem}: not trusted")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_BYTES + 1)
-    finally:
-        os.close(fd)
+        data = read_trusted(path, limit=MAX_BYTES, private=owner_only, links=False,
+                            folders=False)
+    except Untrusted as exc:
+        if exc.missing:
+            raise EndpointMissing(f"{path} is not there yet") from None
+        raise EndpointUntrusted(f"{exc.about(path)}: not trusted") from None
     if len(data) > MAX_BYTES:
         raise EndpointUntrusted(f"{path} is larger than {MAX_BYTES} bytes")
     return data.decode("utf-8", "replace")

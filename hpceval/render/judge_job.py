@@ -30,8 +30,9 @@ from hpceval.render.quoting import ShellCode, shipped_environment
 JUDGE_TEMPLATE = "judge.sbatch.j2"
 # the model job's header comments, as they read for the judge job
 _JUDGE_WHY = {"nodes": "auxiliary_deployments.<name>.num_nodes: the judge's own nodes",
-              "time": "execution.max_walltime (at most the partition's MaxTime, the QOS's "
-                      "MaxWall): the stop file ends it sooner",
+              "time": "execution.max_walltime within the partition, QOS and association "
+                      "limits (execution.walltime where no partition is seen): the stop file "
+                      "ends it sooner",
               "no-requeue": "a resumed sweep submits a new judge job"}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_sinfo import fake_sinfo_on_path
 
 from hpceval.config import ConfigError, load_run
 from hpceval.config.judges import judge_issues
@@ -44,10 +45,14 @@ def refused(tmp_path: Path, judge: dict[str, Any], **kw: Any) -> list[tuple[str,
     return [(i.path, i.message) for i in err.value.issues]
 
 
-def test_a_valid_sweep_judge_loads(tmp_path: Path) -> None:
-    runs = load(tmp_path, JUDGE)
+UNLIMITED = '#!/bin/bash\necho "gpu* infinite"\n'  # sinfo: a default partition, no MaxTime
+
+
+def test_a_valid_sweep_judge_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with fake_sinfo_on_path(tmp_path / "bin", UNLIMITED, monkeypatch):  # not this machine's
+        runs = load(tmp_path, JUDGE)
+        built, issues = judge_issues(runs[0].spec, "judge", "inv-1")
     assert len(runs) == 3
-    built, issues = judge_issues(runs[0].spec, "judge", "inv-1")
     assert issues == [] and built is not None
     spec, layout = built
     assert spec.execution.job_name == "hpceval-inv-1-judge-judge"

@@ -98,3 +98,40 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(private: Path) -> None:
     os.mkfifo(fifo, 0o644)
     with pytest.raises(Untrusted, match="is not a plain file"):
         read_trusted(fifo, limit=1 << 20)
+
+
+def test_the_options_a_judges_record_reads_with(private: Path, tmp_path: Path) -> None:
+    """read_trusted for a file that must be private (a token), whose name must not be a link
+    (a job's own record), and whose folders are not judged; the refusal names the file as its
+    subject (Untrusted.about) and says when it is only missing (a caller waits for it)."""
+    token = private / "token"
+    token.write_text("s3cret")
+    token.chmod(0o640)
+    assert read_trusted(token, limit=64) == b"s3cret"
+    with pytest.raises(Untrusted) as refused:
+        read_trusted(token, limit=64, private=True)
+    assert refused.value.about(token) == \
+        f"{token} is readable by other users (mode 640; a secret is 0600)"
+    token.chmod(0o600)
+    assert read_trusted(token, limit=64, private=True) == b"s3cret"
+    link = private / "link"
+    link.symlink_to(token)
+    assert read_trusted(link, limit=64) == b"s3cret"  # a link of the user's own: resolved
+    with pytest.raises(Untrusted) as refused:
+        read_trusted(link, limit=64, links=False)
+    assert str(refused.value) == "it is a symbolic link" and not refused.value.missing
+    with pytest.raises(Untrusted) as refused:
+        read_trusted(private / "not-yet", limit=64, links=False)
+    assert refused.value.missing and str(refused.value) == \
+        "it cannot be read: No such file or directory"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o770)
+    record = shared / "endpoint.json"
+    record.write_text("{}")
+    record.chmod(0o644)
+    with pytest.raises(Untrusted) as refused:
+        read_trusted(record, limit=64)
+    assert not refused.value.own and refused.value.about(record).startswith(
+        f"{record}: its folder {shared} is writable by other users")
+    assert read_trusted(record, limit=64, folders=False) == b"{}"

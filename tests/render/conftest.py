@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from render_helpers import DATA, SITE_ENV, RenderFn, context, resolve
 
+from hpceval.backends.slurm.partitions import Partition
 from hpceval.render import JobContext, render_job
 from hpceval.tasks import Catalogue
 from hpceval.tasks.loader import build_index
@@ -30,10 +31,14 @@ def site_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     # The config layer checks task names against the catalogue: add the test catalogue to it.
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(DATA))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
-    # Scripts must not depend on the machine's Slurm: no partition or QOS limit is learned here
-    # (tests/backends/slurm/test_partitions.py covers that with a strict fake sinfo, sacctmgr).
-    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_max_minutes", lambda _p: None)
+    # Scripts must not depend on the machine's Slurm: every partition is there and unlimited,
+    # no QOS or association limit is learned (tests/backends/slurm/test_partitions.py covers
+    # those with a strict fake sinfo and sacctmgr).
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_info",
+                        lambda p: Partition(p, True, None))
     monkeypatch.setattr("hpceval.backends.slurm.partitions.qos_max_minutes", lambda _q: None)
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.job_association",
+                        lambda _p, _a: None)
     yield
 
 

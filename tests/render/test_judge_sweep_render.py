@@ -256,3 +256,20 @@ def test_an_uncapped_judge_has_no_successor(tmp_path: Path) -> None:
     models = sweep_models(tmp_path)
     text = render_judge_job(models[0][1], "judge", context(models[0][1]))
     assert "submit_successor" not in text and "MAX_ALLOCATIONS" not in text
+
+
+def test_a_judge_rendered_where_no_partition_is_seen_asks_for_one_allocation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hpc-admin-2 D1 (k): `render` on a machine where sinfo cannot be asked learned no limit
+    and wrote the judge's `--time=72:00:00` (execution.max_walltime), above most sites'
+    limits: the script, submitted as rendered, is refused or pends for ever. It now asks for
+    execution.walltime (what one allocation of the site may take; submit checks it against
+    the limits) and continues in successor jobs up to max_walltime."""
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_info", lambda _p: None)
+    models = sweep_models(tmp_path)
+    resolved = dataclasses.replace(models[0][1], spec=dataclasses.replace(
+        models[0][1].spec, execution=dataclasses.replace(
+            models[0][1].spec.execution, walltime="12:00:00", max_walltime="72:00:00")))
+    text = render_judge_job(resolved, "judge", context(resolved))
+    assert "#SBATCH --time=12:00:00 " in text and "#SBATCH --time=72:00:00" not in text
+    assert "submit_successor" in text and "\nMAX_ALLOCATIONS=6\n" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 SUBMIT = "sbatch"  # what a job script is handed to
 ACCOUNTING = "sacct"  # where ended jobs and what they held (AllocTRES, Elapsed) are kept
 QUEUE = "squeue"  # the live queue
+LIMITS = "sacctmgr"  # the accounting database's associations and QOS, with their MaxWall
 TEST_ONLY = f"{SUBMIT} --test-only"  # asks whether a job would be accepted, queues nothing
 WHY_PENDING = f"{QUEUE} -j ID -o %R"  # why a job still waits
 OWN_JOBS = f"{QUEUE} --me"  # the user's own jobs, with their ids

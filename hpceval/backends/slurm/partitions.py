@@ -1,15 +1,18 @@
 """What the cluster allows, learned from Slurm itself: whether a partition exists, its MaxTime,
-and the MaxWall of the QOS a profile names (the usual way sites cap walltime).
+the MaxWall of the QOS a profile names, and the MaxWall of the user's association (user,
+account, partition: the usual ways sites cap walltime).
 
-One ``sinfo`` call per partition and one ``sacctmgr`` call per QOS and process (cached): a sweep
-of a thousand models asks once, and ``hpceval doctor`` reads the same answers. No sinfo or
-sacctmgr here (render on a laptop), an error, or a time-out: None, and nothing is capped or
+One ``sinfo`` call per partition, one ``sacctmgr`` call per QOS and one per account (the
+association's, all its partitions at once), per process (cached): a sweep of a thousand models
+asks once, and ``hpceval doctor`` reads the same answers. No sinfo or sacctmgr here (render on a
+laptop; a site without slurmdbd), an error, or a time-out: None, and nothing is capped or
 refused on its account.
 """
 
 from __future__ import annotations
 
 import functools
+import getpass
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -26,22 +29,33 @@ class Partition:
     max_minutes: int | None  # None: unlimited (or not found)
 
 
+def _ask(argv: list[str]) -> str | None:
+    """What ``argv`` (its tool found on PATH) prints; None when it cannot be run, fails or
+    times out."""
+    tool = shutil.which(argv[0])
+    if tool is None:
+        return None
+    try:
+        proc = subprocess.run([tool, *argv[1:]], capture_output=True, text=True,
+                              timeout=SINFO_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _limit_minutes(text: str) -> int | None:
+    """Minutes of a MaxWall as sacctmgr prints it; None for none ('', UNLIMITED)."""
+    return walltime_minutes(text.strip()) if text.strip() else None
+
+
 @functools.cache
 def partition_info(partition: str | None) -> Partition | None:
     """``partition`` (None: the cluster's default partition) as sinfo reports it; None when
     sinfo cannot be asked (absent, failing, timing out)."""
-    sinfo = shutil.which("sinfo")
-    if sinfo is None:
+    out = _ask(["sinfo", "-h", "-o", "%P %l", *(["-p", partition] if partition else [])])
+    if out is None:
         return None
-    argv = [sinfo, "-h", "-o", "%P %l", *(["-p", partition] if partition else [])]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    for line in proc.stdout.splitlines():
+    for line in out.splitlines():
         name, _, limit = line.strip().partition(" ")
         if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
             minutes = None if limit.strip() in ("infinite", "UNLIMITED", "") else \
@@ -49,6 +63,12 @@ def partition_info(partition: str | None) -> Partition | None:
             return Partition(name.rstrip("*"), True, minutes)
     # sinfo answered, and no line names it: Slurm prints nothing for an unknown partition
     return Partition(partition, False, None)
+
+
+def partition_seen(partition: str | None) -> bool:
+    """Whether sinfo could be asked here and shows ``partition`` (None: a default one)."""
+    info = partition_info(partition)
+    return info is not None and info.found
 
 
 def partition_max_minutes(partition: str | None) -> int | None:
@@ -62,20 +82,81 @@ def partition_max_minutes(partition: str | None) -> int | None:
 def qos_max_minutes(qos: str) -> int | None:
     """MaxWall of QOS ``qos`` in minutes, as the accounting database holds it; None when it is
     unlimited or cannot be learned (no sacctmgr, no such QOS, an error)."""
-    sacctmgr = shutil.which("sacctmgr")
-    if sacctmgr is None:
-        return None
-    argv = [sacctmgr, "-n", "-P", "show", "qos", qos, "format=name,maxwall"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=name,maxwall"])
+    for line in (out or "").splitlines():
         name, _, limit = line.strip().partition("|")
-        if name == qos and limit.strip():
-            return walltime_minutes(limit.strip())
+        if name == qos:
+            return _limit_minutes(limit)
     return None
+
+
+@dataclass(frozen=True)
+class Association:
+    user: str
+    cluster: str
+    account: str
+    partition: str  # "": the user's association for the partitions without one of their own
+    max_minutes: int | None  # None: no MaxWall, on it or on an account above it
+    default_qos: str = ""  # the QOS of a job that names none ("": none set)
+
+    @property
+    def label(self) -> str:
+        where = f" and partition {self.partition}" if self.partition else ""
+        return f"{self.user}'s association with account {self.account}{where}"
+
+    @property
+    def what(self) -> str:
+        """Whose limit it is, for messages."""
+        return f"the MaxWall of {self.label}"
+
+
+def user_name() -> str | None:
+    """The name Slurm knows this user by (None: none)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+@functools.cache
+def associations(user: str, account: str | None) -> tuple[Association, ...] | None:
+    """The associations of ``user`` with ``account`` (None: the user's default account, as a
+    job without --account gets), one per cluster and partition; None when sacctmgr cannot be
+    asked (no accounting database here). sacctmgr shows an association's MaxWall with the
+    parents' limits filled in (its default; WOPLimits would leave them out), so a row without
+    one of its own carries its account's, or that account's parent's."""
+    which = f"account={account}" if account else "onlydefaults"
+    out = _ask(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", which,
+                "format=cluster,account,partition,maxwall,defaultqos"])
+    if out is None:
+        return None
+    rows = [line.strip().split("|") for line in out.splitlines()]
+    return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), qos)
+                 for cluster, acct, part, limit, qos in (row for row in rows if len(row) == 5))
+
+
+def job_association(partition: str | None, account: str | None) -> Association | None:
+    """The association a job of ``partition`` (None: the cluster's default partition) and
+    ``account`` runs under, as Slurm picks it: the user's association for that partition,
+    else the one for no partition in particular. None when it cannot be learned: no
+    sacctmgr, no such association (sbatch refuses the job then), the user unknown, or
+    clusters of one accounting database that disagree (which one is this one is not asked)."""
+    user = user_name()
+    rows = associations(user, account) if user else None
+    if not rows:
+        return None
+    if partition is None:
+        info = partition_info(None)
+        partition = info.name if info is not None and info.found else None
+    picked = set()
+    for cluster in {row.cluster for row in rows}:
+        mine = [row for row in rows if row.cluster == cluster]
+        own = [row for row in mine if partition and row.partition.lower() == partition.lower()]
+        general = [row for row in mine if not row.partition]
+        if own or general:
+            picked.add((own or general)[0])
+    limits = {(row.max_minutes, row.default_qos) for row in picked}
+    return min(picked, key=lambda row: row.cluster) if len(limits) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -84,8 +165,14 @@ class TimeLimit:
     what: str  # whose limit it is, for messages: "the partition's MaxTime", "QOS x's MaxWall"
 
 
-def time_limit(partition: str | None, qos: str | None) -> TimeLimit | None:
-    """The shortest walltime limit a job of this partition and QOS meets; None if none."""
+def time_limit(partition: str | None, qos: str | None,
+               account: str | None = None) -> TimeLimit | None:
+    """The walltime limit a job of this partition, QOS (None: its association's default QOS)
+    and account (None: the user's default account) meets; None if none is known. It is the
+    shorter of the partition's MaxTime and the MaxWall Slurm takes from the first of these
+    that sets one: the job's QOS, then the user's association (which shows its accounts'
+    limits where it sets none itself). A QOS's MaxWall longer than the association's is
+    what such a QOS is for, so the association's does not count then."""
     limits = []
     part = partition_max_minutes(partition)
     if part is not None:
@@ -93,14 +180,29 @@ def time_limit(partition: str | None, qos: str | None) -> TimeLimit | None:
     wall = qos_max_minutes(qos) if qos else None
     if wall is not None:
         limits.append(TimeLimit(wall, f"QOS {qos}'s MaxWall"))
+    else:
+        assoc = job_association(partition, account)
+        below = association_limit(assoc, named_qos=qos is not None) if assoc else None
+        limits += [below] if below is not None else []
     return min(limits, key=lambda limit: limit.minutes, default=None)
 
 
-def capped_walltime(walltime: str, partition: str | None,
-                    qos: str | None = None) -> tuple[str, TimeLimit | None]:
-    """(``walltime``, or the partition's MaxTime or the QOS's MaxWall in minutes where that is
-    shorter; the limit when it capped, else None)."""
-    wanted, limit = walltime_minutes(walltime), time_limit(partition, qos)
+def association_limit(assoc: Association, *, named_qos: bool) -> TimeLimit | None:
+    """The MaxWall that counts at ``assoc``'s level when the job's own QOS sets none: that of
+    its default QOS if the job names no QOS (``named_qos``) and that QOS sets one, else the
+    association's own (None: neither sets one)."""
+    wall = qos_max_minutes(assoc.default_qos) if assoc.default_qos and not named_qos else None
+    if wall is not None:
+        return TimeLimit(wall, f"QOS {assoc.default_qos}'s MaxWall (the default QOS of "
+                               f"{assoc.label})")
+    return None if assoc.max_minutes is None else TimeLimit(assoc.max_minutes, assoc.what)
+
+
+def capped_walltime(walltime: str, partition: str | None, qos: str | None = None,
+                    account: str | None = None) -> tuple[str, TimeLimit | None]:
+    """(``walltime``, or the shortest limit of time_limit in minutes where that is shorter;
+    the limit when it capped, else None)."""
+    wanted, limit = walltime_minutes(walltime), time_limit(partition, qos, account)
     if wanted is None or limit is None or wanted <= limit.minutes:
         return walltime, None
     return str(limit.minutes), limit

@@ -1,11 +1,12 @@
-"""A partition's MaxTime learned from sinfo (issue 21, defect 1): a sweep judge never asks for
-more than the partition allows, a model job above it is refused at submit, one sinfo call per
-partition. sinfo is a strict fake here (it records its calls and answers only `-h -o "%P %l"
-[-p NAME]`); the dev cluster's real sinfo is asked in the last test."""
+"""A partition's MaxTime learned from sinfo (issue 21, defect 1), a QOS's and an association's
+MaxWall learned from sacctmgr (hpc-admin-2 D1): a sweep judge never asks for more than they
+allow, a model job above them is refused at submit, one sinfo call per partition, one sacctmgr
+call per QOS and per account. sinfo and sacctmgr are strict fakes here (they record their calls
+and answer only the arguments hpceval passes); the dev cluster's real ones are asked in a test
+marked slurm."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from fake_sinfo import fake_sinfo_on_path
 from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.partitions import (
     TimeLimit,
+    associations,
     capped_walltime,
+    job_association,
     partition_info,
     partition_max_minutes,
     qos_max_minutes,
@@ -59,26 +62,46 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
     assert capped_walltime("72:00:00", "free") == ("72:00:00", None)
 
 
+# Association rows as `sacctmgr -n -P show associations user=alice account=A|onlydefaults
+# format=cluster,account,partition,maxwall,defaultqos` prints them: a row's MaxWall is its own
+# or, where it sets none, its account's (sacctmgr fills the parents' limits in by default).
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
-[ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall" ] || { echo "bad: $*" >&2; exit 2; }
-case $5 in
-  short) echo "short|00:30:00" ;;
-  long) echo "long|2-00:00:00" ;;
-  open) echo "open|" ;;
+if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall" ]; then
+  case $5 in
+    short) echo "short|00:30:00" ;;
+    long) echo "long|2-00:00:00" ;;
+    open) echo "open|" ;;
+  esac
+  exit 0
+fi
+[ "$1 $2 $3 $4 $5 $7 $#" = \
+  "-n -P show associations user=alice format=cluster,account,partition,maxwall,defaultqos 7" ] \
+  || { echo "bad: $*" >&2; exit 2; }
+case $6 in
+  account=proj1|onlydefaults) printf 'c1|proj1||04:00:00|\nc1|proj1|gpu|01:00:00|\n' ;;
+  account=proj2) echo "c1|proj2|||short" ;;
+  account=twins) printf 'c1|twins||04:00:00|\nc2|twins||04:00:00|\n' ;;
+  account=split) printf 'c1|split||04:00:00|\nc2|split||08:00:00|\n' ;;
+  account=down) echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
+                exit 1 ;;
 esac
 '''
 
 
 @pytest.fixture
-def fake_sacctmgr(fake_sinfo: Path) -> Iterator[Path]:
-    """A strict fake sacctmgr beside the fake sinfo (same folder, first on PATH)."""
+def fake_sacctmgr(fake_sinfo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A strict fake sacctmgr beside the fake sinfo (same folder, first on PATH), asked as
+    user alice."""
     tool = fake_sinfo.parent / "sacctmgr"
     tool.write_text(FAKE_SACCTMGR)
     tool.chmod(0o755)
+    monkeypatch.setenv("LOGNAME", "alice")
     qos_max_minutes.cache_clear()
+    associations.cache_clear()
     yield fake_sinfo.parent / "sacctmgr.calls"
     qos_max_minutes.cache_clear()
+    associations.cache_clear()
 
 
 def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
@@ -87,7 +110,9 @@ def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
     assert qos_max_minutes("open") is None and qos_max_minutes("missing") is None
     assert time_limit("gpu", "short") == TimeLimit(30, "QOS short's MaxWall")
     assert time_limit("debug", "long") == TimeLimit(30, "the partition's MaxTime")
-    assert time_limit("free", None) is None and time_limit("free", "open") is None
+    # (account "other": alice has no association with it, so none of its limits counts)
+    assert time_limit("free", None, "other") is None
+    assert time_limit("free", "open", "other") is None
     assert capped_walltime("72:00:00", "gpu", "short") == \
         ("30", TimeLimit(30, "QOS short's MaxWall"))
     for _ in range(3):
@@ -152,8 +177,128 @@ def test_a_model_walltime_above_max_time_is_refused_at_submit(fake_sinfo: Path) 
     assert not [i for i in semantic_issues(spec, None) if i.path == "execution.walltime"]
 
 
-@pytest.mark.skipif(shutil.which("sinfo") is None, reason="no Slurm here")
-def test_the_dev_clusters_own_partitions() -> None:
+ALICE = "the MaxWall of alice's association with account"
+
+
+def test_an_association_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
+    """hpc-admin-2 D1: a job above its association's MaxWall pends for ever
+    (AssocMaxWallDurationPerJobLimit). Slurm uses the user's association for the job's
+    partition, else the one for no partition; sacctmgr shows the account's MaxWall on it where
+    it sets none of its own."""
+    week = 7 * 24 * 60  # partition long's MaxTime
+    assert time_limit("long", None, "proj1") == TimeLimit(240, f"{ALICE} proj1")
+    assert time_limit("gpu", None, "proj1") == TimeLimit(60, f"{ALICE} proj1 and partition gpu")
+    assert time_limit(None, None, "proj1") == TimeLimit(60, f"{ALICE} proj1 and partition gpu")
+    assert time_limit("debug", None, "proj1") == TimeLimit(30, "the partition's MaxTime")
+    # no account: the user's default association (what a job without --account gets)
+    assert time_limit("long", None, None) == TimeLimit(240, f"{ALICE} proj1")
+    assert capped_walltime("72:00:00", "long", None, "proj1") == \
+        ("240", TimeLimit(240, f"{ALICE} proj1"))
+    # Slurm takes the MaxWall of the job's QOS first: a long QOS is what lets a job past its
+    # association's, and a QOS that sets none leaves the association's in force
+    assert time_limit("long", "long", "proj1") == TimeLimit(2 * 24 * 60, "QOS long's MaxWall")
+    assert time_limit("long", "open", "proj1") == TimeLimit(240, f"{ALICE} proj1")
+    # a job that names no QOS gets its association's default QOS, whose MaxWall counts then
+    assert time_limit("long", None, "proj2") == TimeLimit(
+        30, "QOS short's MaxWall (the default QOS of alice's association with account proj2)")
+    assert time_limit("long", "open", "proj2") == TimeLimit(week, "the partition's MaxTime")
+    # two clusters of one accounting database: known only where they agree
+    assert time_limit("long", None, "twins") == TimeLimit(240, f"{ALICE} twins")
+    assert job_association("long", "split") is None
+    assert time_limit("long", None, "split") == TimeLimit(week, "the partition's MaxTime")
+    # none of alice's: no limit of its own (sbatch refuses the job for its account)
+    assert time_limit("long", None, "other") == TimeLimit(week, "the partition's MaxTime")
+    for _ in range(3):
+        time_limit("gpu", None, "proj1")
+        time_limit("long", None, "proj1")
+    asked = fake_sacctmgr.read_text().splitlines()
+    assert asked.count("-n -P show associations user=alice account=proj1 "
+                       "format=cluster,account,partition,maxwall,defaultqos") == 1
+    assert [line for line in asked if "onlydefaults" in line] == [
+        "-n -P show associations user=alice onlydefaults "
+        "format=cluster,account,partition,maxwall,defaultqos"]
+
+
+def test_no_accounting_is_no_association_limit_and_never_a_refusal(
+        fake_sacctmgr: Path, tmp_path: Path) -> None:
+    from hpceval.config.build import build_run_spec
+    from hpceval.config.checks import semantic_issues
+
+    assert associations("alice", "down") is None  # sacctmgr failed (no slurmdbd)
+    assert time_limit("long", None, "down") == TimeLimit(7 * 24 * 60, "the partition's MaxTime")
+    spec = build_run_spec({"execution": {"partition": "long", "account": "down",
+                                         "walltime": "2-00:00:00", "max_walltime": "3-00:00:00",
+                                         "output_dir": "/out"},
+                           "deployment": {"type": "none"},
+                           "evaluation": {"tasks": [{"name": "t"}]}})
+    assert not [i for i in semantic_issues(spec, {}) if i.path == "execution.walltime"]
+
+
+def test_a_walltime_above_the_association_max_wall_is_refused_naming_it(
+        fake_sacctmgr: Path, tmp_path: Path) -> None:
+    from hpceval.config import load_config
+    from hpceval.config.errors import ConfigError
+
+    run = tmp_path / "run.yaml"
+    run.write_text("deployment: {type: none}\n"
+                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
+                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(run, ["execution.partition=long", "execution.account=proj1",
+                          "execution.walltime=05:00:00"], profile="slurm")
+    assert f"more than {ALICE} proj1 (240 minutes)" in str(refused.value)
+    assert "execution.walltime to 240 minutes or less" in str(refused.value)
+    load_config(run, ["execution.partition=long", "execution.account=proj1",  # its QOS: 2 days
+                      "execution.qos=long", "execution.walltime=05:00:00"], profile="slurm")
+
+
+def test_a_sweep_judge_asks_for_no_more_than_its_association(fake_sacctmgr: Path) -> None:
+    from hpceval.config.build import build_run_spec
+    from hpceval.config.judges import judge_spec
+
+    spec = build_run_spec({
+        "execution": {"partition": "gpu", "account": "proj1", "walltime": "01:00:00",
+                      "max_walltime": "72:00:00", "output_dir": "/out"},
+        "evaluation": {"tasks": [{"name": "t"}]},
+        "deployment": {"type": "none"},
+        "auxiliary_deployments": {"judge": {"type": "vllm", "image": "/i.sif",
+                                            "checkpoint_path": "/m", "served_model_name": "j",
+                                            "num_nodes": 1, "scope": "sweep"}}})
+    judge = judge_spec(spec, "judge", "inv").execution
+    assert (judge.walltime, judge.auto_resume) == ("60", True)  # then successor jobs
+
+
+def test_doctor_reports_the_association_max_wall(fake_sacctmgr: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpceval.config.schema import ExecutionSpec
+    from hpceval.doctor.login import association_line
+    from hpceval.doctor.report import Status
+
+    def line(**execution: str) -> tuple[Status, str, str]:
+        found = association_line(ExecutionSpec(**execution))  # type: ignore[arg-type]
+        assert found.check == "execution.account"
+        return found.status, found.detail, found.fix
+
+    status, detail, fix = line(partition="long", account="proj1", walltime="05:00:00")
+    assert status is Status.PROBLEM and f"{ALICE} proj1 is 240 minutes" in detail
+    assert "execution.walltime 05:00:00 is longer" in detail and "walltime=240 or less" in fix
+    assert line(partition="gpu", account="proj1", walltime="01:00:00")[:2] == (
+        Status.OK, f"{ALICE} proj1 and partition gpu is 60 minutes")
+    assert line(partition="long", account="proj1", qos="long", walltime="05:00:00")[:2] == (
+        Status.OK, "alice's association with account proj1: MaxWall 240 minutes; QOS long's "
+                   "MaxWall counts instead")
+    assert line(partition="long", account="proj2", qos="open")[:2] == (
+        Status.OK, "alice's association with account proj2: no MaxWall")
+    status, detail, _ = line(partition="long", account="other")
+    assert status is Status.WARNING and "no single association of alice with account other" \
+        in detail
+    assert line(partition="long", account="down")[:2] == (
+        Status.OK, "association: no MaxWall known (sacctmgr could not be asked: no accounting "
+                   "database here)")
+
+
+@pytest.mark.slurm
+def test_the_dev_clusters_own_partitions(slurm_cluster: object) -> None:
     partition_info.cache_clear()
     assert partition_max_minutes("debug") is None  # the dev cluster's partitions: infinite
     assert partition_max_minutes("no-such-partition") is None
@@ -161,6 +306,13 @@ def test_the_dev_clusters_own_partitions() -> None:
     qos_max_minutes.cache_clear()
     assert qos_max_minutes("short") == 30 and qos_max_minutes("normal") is None
     assert time_limit("debug", "short") == TimeLimit(30, "QOS short's MaxWall")
+    # the site's users (account "default") and root (account "root"): no MaxWall set on
+    # their associations or above them, no default QOS
+    associations.cache_clear()
+    assoc = job_association("debug", None)
+    if assoc is not None:  # this user has an association there
+        assert (assoc.partition, assoc.max_minutes, assoc.default_qos) == ("", None, "")
+    assert time_limit("debug", None) is None
 
 
 def test_walltime_minutes_round_up_as_slurm_does(fake_sinfo: Path) -> None:
