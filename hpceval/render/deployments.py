@@ -34,7 +34,7 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
     env = server_env(resolved, served)
     model = key == "model"
     base = ports.first_slot(None if model else key)
-    instances = build_instances(served, sockets and serves_on_socket(resolved, served))
+    instances = build_instances(served, ports, sockets and serves_on_socket(resolved, served))
     return {
         "key": key, "type": dep.type, "where": served.where,
         "shell_command": engine.needs_command,
