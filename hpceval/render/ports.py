@@ -32,6 +32,10 @@ EPHEMERAL_FIRST = 32768
 RAY_NODE_OPTIONS = ("--node-manager-port", "--object-manager-port", "--runtime-env-agent-port",
                     "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port",
                     "--metrics-export-port", "--dashboard-port")
+# The head's autoscaler monitor and dashboard export Prometheus metrics on fixed ports (44217,
+# 44227, on every interface, even with --include-dashboard=false) that only these variables
+# move (Ray's autoscaler/_private/constants.py, dashboard/consts.py); next in a node's ports.
+RAY_HEAD_ENV = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
 # A Ray node's worker range: one port per worker process, vLLM's Ray workers one per GPU of the
 # node, plus this margin for the drivers (vLLM's engine, the job's wait for the nodes, each a
 # core worker with a port of the range) and whatever tasks Ray runs for them. Idle workers Ray
@@ -58,10 +62,11 @@ class PortPlan:
 
     @property
     def ray_node(self) -> int:
-        """The ports of one Ray node: RAY_NODE_OPTIONS', then its worker range."""
+        """The ports of one Ray node: RAY_NODE_OPTIONS', RAY_HEAD_ENV's (a head's), then its
+        worker range."""
         if not self.ray_nodes:
             return 0
-        return len(RAY_NODE_OPTIONS) + self.gpus_per_node + RAY_WORKER_MARGIN
+        return len(RAY_NODE_OPTIONS) + len(RAY_HEAD_ENV) + self.gpus_per_node + RAY_WORKER_MARGIN
 
     @property
     def block(self) -> int:
@@ -92,8 +97,14 @@ class PortPlan:
         first Ray port of the block (view's "ray")."""
         own = node * self.ray_node
         named = [(option, own + i) for i, option in enumerate(RAY_NODE_OPTIONS)]
-        return [*named, ("--min-worker-port", own + len(RAY_NODE_OPTIONS)),
+        workers = own + len(RAY_NODE_OPTIONS) + len(RAY_HEAD_ENV)
+        return [*named, ("--min-worker-port", workers),
                 ("--max-worker-port", own + self.ray_node - 1)]
+
+    def ray_head_env(self, node: int) -> list[tuple[str, int]]:
+        """RAY_HEAD_ENV for a head on job node ``node``, with offsets as ray_ports'."""
+        own = node * self.ray_node + len(RAY_NODE_OPTIONS)
+        return [(name, own + i) for i, name in enumerate(RAY_HEAD_ENV)]
 
     def view(self) -> dict[str, int]:
         first, block = self.first, self.block

@@ -125,8 +125,11 @@ def _launches(served: Served, ports: PortPlan, nodes: list[int], first: int, cou
         # (HEAD_IP, from the name every node uses for the head) for the nodes that join it;
         # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).
         node = ["bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node", var("RAY_TEMP_DIR")]
+        # the head's metrics exporters that only the environment moves (ports.RAY_HEAD_ENV)
+        head_env = [ShellCode(f'{name}="$((RAY_PORTS + {int(offset)}))"')
+                    for name, offset in ports.ray_head_env(nodes[0])]
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
-            *node, "ray", "start", "--head", "--block", "--port", COORD_PORT,
+            *node, "env", *head_env, "ray", "start", "--head", "--block", "--port", COORD_PORT,
             "--temp-dir", var("RAY_TEMP_DIR"), "--include-dashboard=false",
             *_ray_ports(ports, nodes[0])], peer=nodes[1])]
         ray += [Launch(f"ray-worker-{r}", node_index, 0, 0, [

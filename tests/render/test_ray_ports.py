@@ -3,7 +3,8 @@ job's port block, on the head and on every node that joins it.
 
 Ray listens on more than its GCS and client server: each node runs a raylet (node manager and
 object manager), a dashboard agent (HTTP on 52365 by default, and gRPC), a runtime-env agent, a
-metrics exporter, and one port per worker process (10002-19999 by default). Left to Ray, two
+metrics exporter, and one port per worker process (10002-19999 by default); the head also
+runs the autoscaler's and the dashboard's metrics exporters (44217, 44227). Left to Ray, two
 jobs on a node collide on the fixed defaults, and a random or default one can land in another
 job's block. The test runs the rendered start_servers in bash (srun stubbed: launch_server
 records its arguments), reads the ports each `ray start` got, and checks them against the
@@ -30,6 +31,9 @@ NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--runtime-env-age
               "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port",
               "--metrics-export-port", "--dashboard-port", "--ray-client-server-port")
 HEAD_PORTS = ("--port",)  # the GCS
+# the head's autoscaler and dashboard Prometheus exporters (fixed 44217, 44227 by default): only
+# their environment variables move them (Ray's autoscaler and dashboard constants)
+HEAD_ENV = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
 GPUS = 8  # the slurm profile's gpus_per_node
 
 RAY = {**VLLM_RUN, "deployment": {**VLLM_RUN["deployment"], "tensor_parallel_size": 8,
@@ -64,12 +68,14 @@ def start_servers(script: str) -> str:
     return script[start:end + 3]
 
 
-def launches(script: str, port_base: int, tmp_path: Path) -> list[dict[str, Any]]:
+def launches(script: str, port_base: int, tmp_path: Path,
+             address: str = "") -> list[dict[str, Any]]:
     """Run the script's start_servers with PORT_BASE set; each launch_server call's role, node
-    and command words, as bash expanded them."""
+    and command words, as bash expanded them. Node names resolve to 10.0.0.<n>, or all to
+    ``address``."""
     record = tmp_path / f"launches-{port_base}"
-    stubs = """
-getent() { echo "10.0.0.$(( ${#2} % 200 + 1 )) STREAM $2"; }
+    resolved = address or "10.0.0.$(( ${#2} % 200 + 1 ))"
+    stubs = f"getent() {{ echo \"{resolved} STREAM $2\"; }}" + """
 log() { :; }; job_failure() { echo "job_failure: $*" >&2; }
 launch_server() { printf '%s\\0' "$@" >> "$RECORD"; printf '\\n\\0' >> "$RECORD"; }
 declare -A URL_PIDS
@@ -100,12 +106,23 @@ def ray_options(argv: list[str]) -> dict[str, str]:
     return opts
 
 
-def bound_ports(opts: dict[str, str], head: bool) -> list[int]:
-    """What one `ray start` binds: its named ports and its worker range; the client server and
-    the dashboard on the head only."""
+def ray_env(argv: list[str]) -> dict[str, str]:
+    """The NAME=VALUE words of an `env` before the `ray start` of a launch's argv."""
+    start = next(i for i in range(len(argv) - 1) if argv[i:i + 2] == ["ray", "start"])
+    env = argv[argv.index("env") + 1:start] if "env" in argv[:start] else []
+    return dict(word.split("=", 1) for word in env)
+
+
+def bound_ports(call: dict[str, Any]) -> list[int]:
+    """What one `ray start` binds: its named ports and its worker range; the client server, the
+    dashboard and the metrics exporters of HEAD_ENV on the head only."""
+    head = call["role"] == "ray-head"
+    opts = ray_options(call["argv"])
     named = [o for o in NODE_PORTS if head or o not in ("--ray-client-server-port",
                                                          "--dashboard-port")]
     ports = [int(opts[o]) for o in (*named, *(HEAD_PORTS if head else ()))]
+    if head:
+        ports += [int(v) for v in ray_env(call["argv"]).values()]
     return ports + list(range(int(opts["--min-worker-port"]), int(opts["--max-worker-port"]) + 1))
 
 
@@ -125,8 +142,11 @@ def test_every_port_ray_listens_on_is_in_the_jobs_block(render: RenderFn, shape:
         opts = ray_options(call["argv"])
         missing = [o for o in (*NODE_PORTS, "--min-worker-port", "--max-worker-port",
                                *(HEAD_PORTS if head else ())) if o not in opts]
+        env = ray_env(call["argv"])
+        missing += [name for name in HEAD_ENV if head and name not in env]
         assert not missing, f"{call['role']} on {call['node']}: {missing} left to Ray's defaults"
         ports = [int(opts[o]) for o in opts if o.endswith("-port") or o == "--port"]
+        ports += [int(env[name]) for name in HEAD_ENV if name in env]
         assert all(base <= p < base + block for p in ports), (call["role"], opts, base, block)
         # Ray refuses to start when two of a node's ports are one (its pre-selected port check,
         # the worker range included): the client port a joining node is given counts there too
@@ -137,7 +157,7 @@ def test_every_port_ray_listens_on_is_in_the_jobs_block(render: RenderFn, shape:
         workers = int(opts["--max-worker-port"]) - int(opts["--min-worker-port"]) + 1
         assert workers >= GPUS + 4, (call["role"], opts)
         # no two nodes' ports are one: the dev cluster's nodes share one network stack
-        for port in bound_ports(opts, head):
+        for port in bound_ports(call):
             assert port not in taken, f"{call['role']}: {port} is {taken[port]}'s too"
             taken[port] = f"{call['node']} {call['role']}"
     # and none is a port of the job's servers or proxies
@@ -157,7 +177,7 @@ def test_two_jobs_blocks_share_no_ray_port(render: RenderFn, shape: str, tmp_pat
         got: set[int] = set()
         for call in launches(script, base, tmp_path):
             if call["role"].startswith("ray-"):
-                got |= set(bound_ports(ray_options(call["argv"]), call["role"] == "ray-head"))
+                got |= set(bound_ports(call))
         return got
 
     one, two = ports(first), ports(first + block)
@@ -203,7 +223,11 @@ def test_the_block_parts_never_overlap(served: int, aux: tuple[tuple[str, int], 
     if nodes:
         ray = [plan.ray_ports(node) for node in range(nodes)]
         for node, options in enumerate(ray):
+            options = options + plan.ray_head_env(node)
             offsets = dict(options)
-            assert offsets["--max-worker-port"] - offsets["--min-worker-port"] + 1 >= GPUS + 4
+            workers = range(offsets["--min-worker-port"], offsets["--max-worker-port"] + 1)
+            assert len(workers) >= GPUS + 4
+            named = [off for name, off in options if not name.endswith("-worker-port")]
+            assert len(set(named)) == len(named) and not set(named) & set(workers), options
             assert all(node * view["ray_node"] <= off < (node + 1) * view["ray_node"]
                        for _, off in options)
