@@ -122,7 +122,17 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
                                  _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
                                  cache=ShellCode(f'"{CONTAINER_CACHE}"'),
-                                 env_names=env_names, site=site_options(ex))
+                                 env_names=env_names, site=site_options(ex),
+                                 home=needs_home(resolved, served))
+
+
+def needs_home(resolved: ResolvedConfig, served: Served) -> bool:
+    """Whether a container server may read the user's home folder. Its caches are in the
+    job's folder, bound in (SERVER_CACHES), and HF_HOME is the hub cache where it already was
+    (server_env): under $HOME by default. So only a model named on the hub, with no
+    execution.hf_cache_dir bound in, may be there; a model from checkpoint_path needs no home
+    (anything else under $HOME a server reads: execution.extra_binds)."""
+    return not (served.dep.checkpoint_path or resolved.spec.execution.hf_cache_dir)
 
 
 def server_image(resolved: ResolvedConfig, served: Served, pull_dir: str) -> str:
