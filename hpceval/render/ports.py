@@ -5,9 +5,9 @@ server instances count up from slot 0 (the model's first, then each judge's), th
 coordination port of a multi-node instance is half a block above its slot, a Ray instance's
 client-server port (Ray's default 10001 is one per node, whoever takes it first) is one
 instance count above its slot, the ports of the job's Ray nodes follow the coordination ports
-(job node i from ``ray + i * ray_node``: RAY_NODE_OPTIONS, then its worker range), and the
-proxies count down from the top (the model's proxy last slot, then one per auxiliary
-deployment).
+(job node i from ``ray + i * ray_node``: RAY_NODE_OPTIONS, RAY_HEAD_ENV, then its worker
+range), and the proxies count down from the top (the model's proxy last slot, then one per
+auxiliary deployment).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def _launches(served: Served, ports: PortPlan, nodes: list[int], first: int, cou
         # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).
         node = ["bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node", var("RAY_TEMP_DIR")]
         # the head's metrics exporters that only the environment moves (ports.RAY_HEAD_ENV)
-        head_env = [ShellCode(f'{name}="$((RAY_PORTS + {int(offset)}))"')
+        head_env = [ShellCode(f"{name}={_ray_port(offset)}")
                     for name, offset in ports.ray_head_env(nodes[0])]
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
             *node, "env", *head_env, "ray", "start", "--head", "--block", "--port", COORD_PORT,
@@ -153,5 +153,9 @@ def _ray_ports(ports: PortPlan, node: int) -> list[Any]:
     10001) against the node's other ports and refuses to start on a clash."""
     words: list[Any] = ["--ray-client-server-port", var("RAY_CLIENT_PORT")]
     for option, offset in ports.ray_ports(node):
-        words += [option, ShellCode(f'"$((RAY_PORTS + {int(offset)}))"')]
+        words += [option, _ray_port(offset)]
     return words
+
+
+def _ray_port(offset: int) -> ShellCode:
+    return ShellCode(f'"$((RAY_PORTS + {int(offset)}))"')
