@@ -34,7 +34,7 @@ def deployment_view(resolved: ResolvedConfig, served: Served, *, key: str, ports
     env = server_env(resolved, served)
     model = key == "model"
     base = ports.first_slot(None if model else key)
-    instances = build_instances(served, sockets and serves_on_socket(resolved, served))
+    instances = build_instances(served, ports, sockets and serves_on_socket(resolved, served))
     return {
         "key": key, "type": dep.type, "where": served.where,
         "shell_command": engine.needs_command,
@@ -122,7 +122,17 @@ def server_prefix(resolved: ResolvedConfig, served: Served,
                                  _binds(resolved, served),
                                  gpus=served.placement.layout.gpus_per_instance > 0,
                                  cache=ShellCode(f'"{CONTAINER_CACHE}"'),
-                                 env_names=env_names, site=site_options(ex))
+                                 env_names=env_names, site=site_options(ex),
+                                 home=needs_home(resolved, served))
+
+
+def needs_home(resolved: ResolvedConfig, served: Served) -> bool:
+    """Whether a container server may read the user's home folder. Its caches are in the
+    job's folder, bound in (SERVER_CACHES), and HF_HOME is the hub cache where it already was
+    (server_env): under $HOME by default. So only a model named on the hub, with no
+    execution.hf_cache_dir bound in, may be there; a model from checkpoint_path needs no home
+    (anything else under $HOME a server reads: execution.extra_binds)."""
+    return not (served.dep.checkpoint_path or resolved.spec.execution.hf_cache_dir)
 
 
 def server_image(resolved: ResolvedConfig, served: Served, pull_dir: str) -> str:

@@ -26,7 +26,7 @@ from hpceval.render.judge_in_job import proxy_views
 from hpceval.render.ports import PortPlan
 from hpceval.render.pull import pull_dir
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
-from hpceval.render.servers import auxiliary_served, model_served
+from hpceval.render.servers import auxiliary_served, model_served, runs_ray
 from hpceval.render.steps import build_steps, env_value
 from hpceval.render.urls import base_of, proxied
 from hpceval.runtimes import runtime_for
@@ -72,9 +72,13 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     ex, dep, ep = spec.execution, spec.deployment, spec.target.api_endpoint
     run_dir = ctx.run_dir_text
     judges = auxiliary_served(resolved)
+    served_model = model_served(resolved)
+    # every node of the job gets Ray's ports in the block once an instance runs Ray
+    ray = any(runs_ray(s) for s in [served_model, *judges.values()])
     ports = PortPlan(dep.port, layout.instances,
                      tuple((n, s.placement.layout.instances) for n, s in judges.items()),
-                     tuple(spec.auxiliary_deployments))
+                     tuple(spec.auxiliary_deployments),
+                     ray_nodes=job_nodes(spec) if ray else 0, gpus_per_node=ex.gpus_per_node)
     engine = engine_for(dep.type)
     fixed_url = ep.url if not engine.serves else None
     # An external endpoint gets the proxy too: its cache is what lets a resumed job replay the
@@ -88,7 +92,7 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     # A docker:// server image nothing staged is pulled once for the whole run, into the run
     # directory (shared storage every node reads), before any server starts (render/pull.py).
     pulls_to = pull_dir(ctx)
-    model = deployment_view(resolved, model_served(resolved), key="model", ports=ports,
+    model = deployment_view(resolved, served_model, key="model", ports=ports,
                             unset=unset, pull_dir=pulls_to, sockets=sockets)
     served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset,
                                         pull_dir=pulls_to, sockets=sockets)

@@ -16,6 +16,7 @@ from hpceval.config.schema import DeploymentSpec
 from hpceval.engines import engine_for
 from hpceval.engines import model_source as model_source
 from hpceval.engines import served_name as served_name
+from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
 
 # Ports inside a job's block: instance i listens on PORT_BASE+i; the coordination port of a
@@ -74,11 +75,19 @@ def auxiliary_served(resolved: ResolvedConfig) -> dict[str, Served]:
             for name, placement in resolved.auxiliary.items()}
 
 
-def build_instances(served: Served, sockets: bool = False) -> list[Instance]:
+def runs_ray(served: Served) -> bool:
+    """Whether the instances of ``served`` each run a Ray cluster across their nodes."""
+    layout = served.placement.layout
+    return layout.instances > 0 and engine_for(served.dep.type).uses_ray(
+        served.dep, layout.nodes_per_instance)
+
+
+def build_instances(served: Served, ports: PortPlan, sockets: bool = False) -> list[Instance]:
     """The instances of one deployment, on the job's nodes and GPUs its placement gives it.
-    ``sockets``: the deployment serves on Unix sockets where it can (serves_on_socket): its
-    single-node instances on the job's first node, the node the batch script, the health wait
-    and the proxy run on (a socket is reached from its own node only)."""
+    ``ports``: the job's port plan (where a Ray node's ports are); ``sockets``: the deployment
+    serves on Unix sockets where it can (serves_on_socket): its single-node instances on the
+    job's first node, the node the batch script, the health wait and the proxy run on (a
+    socket is reached from its own node only)."""
     place = served.placement
     layout = place.layout
     if not engine_for(served.dep.type).serves or layout.instances == 0:
@@ -95,12 +104,12 @@ def build_instances(served: Served, sockets: bool = False) -> list[Instance]:
             count = layout.gpus_per_instance if place.pin else 0
             first = place.gpu_offset + (i % per_node) * layout.gpus_per_instance
         on_socket = sockets and nodes == [0]
-        instances.append(Instance(i, nodes, _launches(served, nodes, first, count, on_socket),
-                                  on_socket))
+        instances.append(Instance(i, nodes, _launches(served, ports, nodes, first, count,
+                                                      on_socket), on_socket))
     return instances
 
 
-def _launches(served: Served, nodes: list[int], first: int, count: int,
+def _launches(served: Served, ports: PortPlan, nodes: list[int], first: int, count: int,
               on_socket: bool = False) -> list[Launch]:
     dep = served.dep
     engine = engine_for(dep.type)
@@ -116,12 +125,16 @@ def _launches(served: Served, nodes: list[int], first: int, count: int,
         # (HEAD_IP, from the name every node uses for the head) for the nodes that join it;
         # each node starts with its own address (RAY_NODE adds VLLM_HOST_IP, from its step).
         node = ["bash", "-c", ShellCode('"$RAY_NODE"'), "ray-node", var("RAY_TEMP_DIR")]
+        # the head's metrics exporters that only the environment moves (ports.RAY_HEAD_ENV)
+        head_env = [ShellCode(f"{name}={_ray_port(offset)}")
+                    for name, offset in ports.ray_head_env(nodes[0])]
         ray: list[Launch] = [Launch("ray-head", nodes[0], 0, 0, [
-            *node, "ray", "start", "--head", "--block", "--port", COORD_PORT,
+            *node, "env", *head_env, "ray", "start", "--head", "--block", "--port", COORD_PORT,
             "--temp-dir", var("RAY_TEMP_DIR"), "--include-dashboard=false",
-            "--ray-client-server-port", var("RAY_CLIENT_PORT")], peer=nodes[1])]
+            *_ray_ports(ports, nodes[0])], peer=nodes[1])]
         ray += [Launch(f"ray-worker-{r}", node_index, 0, 0, [
-            *node, "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"')],
+            *node, "ray", "start", "--block", "--address", ShellCode('"${HEAD_IP}:${COORD_PORT}"'),
+            *_ray_ports(ports, node_index)],
             peer=nodes[0]) for r, node_index in enumerate(nodes[1:], start=1)]
         serve = ["bash", "-c", ShellCode('"$WAIT_FOR_RAY"'), "wait-for-ray", n,
                  ShellCode('"${HEAD_IP}:${COORD_PORT}"'), *build(served, nnodes=n, rank=0)]
@@ -131,3 +144,18 @@ def _launches(served: Served, nodes: list[int], first: int, count: int,
     launches += [Launch(f"worker-{r}", node, 0, 0, build(served, nnodes=n, rank=r),
                         peer=nodes[0]) for r, node in enumerate(nodes[1:], start=1)]
     return launches
+
+
+def _ray_ports(ports: PortPlan, node: int) -> list[Any]:
+    """Every port `ray start` listens on, on job node ``node``: its own of the job's block
+    (ports.py), from RAY_PORTS (the block's first Ray port, _instances.j2). The client-server
+    port on every node: only the head starts that server, but Ray checks the port (by default
+    10001) against the node's other ports and refuses to start on a clash."""
+    words: list[Any] = ["--ray-client-server-port", var("RAY_CLIENT_PORT")]
+    for option, offset in ports.ray_ports(node):
+        words += [option, _ray_port(offset)]
+    return words
+
+
+def _ray_port(offset: int) -> ShellCode:
+    return ShellCode(f'"$((RAY_PORTS + {int(offset)}))"')

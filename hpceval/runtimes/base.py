@@ -73,14 +73,18 @@ class Runtime:
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
                       cache: ShellCode | None = None, env_names: list[str] | None = None,
-                      site: SiteOptions = NO_SITE) -> list[Any]:
+                      site: SiteOptions = NO_SITE, home: bool = True) -> list[Any]:
         """Words before a server's command line: ``<tool> exec ... IMAGE``; ``cache``: the
         servers' cache folder (bound at the same path); ``env_names``: the variables the
-        server environment sets (apptainer passes them by env_prefix instead)."""
+        server environment sets (apptainer passes them by env_prefix instead); ``home``:
+        False where nothing the server reads is in the user's home folder
+        (render/deployments.needs_home)."""
         argv: list[Any] = [self.name, "exec"]
         if gpus:
             argv.append("--nv")
         argv.append("--cleanenv")  # the site's host Python must not leak into the image
+        if not home:  # apptainer binds $HOME unasked: one quota every job of the user shares
+            argv.append("--no-home")
         argv += [item for b in binds for item in ("--bind", b)]
         if cache is not None:
             argv += ["--bind", cache]

@@ -65,7 +65,8 @@ class Docker(Runtime):
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
                       cache: ShellCode | None = None, env_names: list[str] | None = None,
-                      site: SiteOptions = NO_SITE) -> list[Any]:
+                      site: SiteOptions = NO_SITE, home: bool = True) -> list[Any]:
+        # home: docker mounts only the volumes it is given
         volumes: list[Any] = [_volume(b) for b in binds]
         if cache is not None:  # the servers' cache folder, at the same path
             volumes.append(ShellCode(f"{cache}:{cache}"))

@@ -89,7 +89,8 @@ class Pyxis(Runtime):
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
                       cache: ShellCode | None = None, env_names: list[str] | None = None,
-                      site: SiteOptions = NO_SITE) -> list[Any]:
+                      site: SiteOptions = NO_SITE, home: bool = True) -> list[Any]:
+        # home: pyxis containers never mount it (container_flags: --no-container-mount-home)
         return []  # the image and binds are srun's options then: server_srun
 
     def server_srun(self, image: str, binds: list[str], env_names: list[str],

@@ -263,3 +263,68 @@ def test_a_staged_server_image_is_not_pulled(render: RenderFn, tmp_path: Path) -
     assert "PULL_FILE=" not in script and "apptainer pull" not in script
     sif = render("slurm", {**RUN, "deployment": {**MODEL, "image": "/sif/vllm.sif"}})
     assert "PULL_FILE=" not in sif
+
+
+def server_launches(script: str) -> list[list[str]]:
+    """The lines of every launch_server call's command, as rendered (a word, or an option and
+    its value, a line; still quoted)."""
+    calls = re.findall(r"^launch_server .*\n((?:  .*\n)+)", script, re.M)
+    return [[line.strip().removesuffix(" \\").strip() for line in call.splitlines()]
+            for call in calls]
+
+
+def container_prefix(words: list[str]) -> list[str]:
+    return words[:next(i for i, w in enumerate(words) if w.endswith((".sif", ".sif\"")))]
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity"])
+def test_container_servers_leave_the_home_folder_out(render: RenderFn, runtime: str) -> None:
+    """hpc-admin-2 D12: apptainer binds $HOME unless told not to (--no-home), and the servers
+    then shared the quota'd home of every job of the user. Nothing of a server's is there: its
+    caches are in the job's folder, bound in, and the model comes from a bound path. Every
+    server step, Ray's nodes too."""
+    ray = {**RUN, "deployment": {**MODEL, "pipeline_parallel_size": 2,
+                                 "multi_node_backend": "ray"}}
+    script = render("slurm", ray, [f"execution.container_runtime={runtime}",
+                                   "execution.nodes=2"])
+    launches = server_launches(script)
+    assert len(launches) == 3, launches  # ray-head, ray-worker-1, head
+    for words in launches:
+        prefix = container_prefix(words)
+        assert prefix[0] == f"{runtime} exec" and "--no-home" in prefix, prefix
+    # the premise: every cache folder the server environment names is under a bound folder
+    binds = [line.removeprefix("--bind ").strip('"').split(":")[0] for line in prefix
+             if line.startswith("--bind ")]
+    env = env_function(script)
+    env_prefix = f"{runtime.upper()}ENV_"
+    for name in CACHE_NAMES:
+        value = re.search(rf"^ *export {env_prefix}{name}=(.*)$", env, re.M)
+        assert value, (name, env)
+        assert any(value.group(1).strip('"').startswith(b) for b in binds), (name, binds)
+
+
+HUB_MODEL = {**MODEL, "checkpoint_path": None, "hf_model_handle": "org/m"}
+
+
+def test_a_hub_model_keeps_home_unless_the_hub_cache_is_bound_in(render: RenderFn) -> None:
+    """A model named on the hub loads from HF_HOME, by default under $HOME: home stays bound
+    then, unless execution.hf_cache_dir names the hub cache (bound in)."""
+    run = {**RUN, "deployment": HUB_MODEL}
+    (kept,) = server_launches(render("slurm", run))
+    assert "--no-home" not in container_prefix(kept)
+    (left,) = server_launches(render("slurm", run, ["execution.hf_cache_dir=/shared/hf"]))
+    prefix = container_prefix(left)
+    assert "--no-home" in prefix and "--bind /shared/hf:/shared/hf" in prefix
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity", "pyxis"])
+def test_flashinfer_and_cuda_caches_are_the_servers_for_every_runtime(render: RenderFn,
+                                                                      runtime: str) -> None:
+    """FlashInfer's JIT cache and CUDA's ComputeCache default to $HOME (hpc-admin-2 D12):
+    every container runtime points them into the server's cache folder (host servers:
+    test_host_servers_cache_in_a_private_folder_of_their_step)."""
+    env = env_function(render("slurm", RUN, [f"execution.container_runtime={runtime}"]))
+    prefix = {"apptainer": "APPTAINERENV_", "singularity": "SINGULARITYENV_", "pyxis": ""}
+    for name, sub in (("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+                      ("CUDA_CACHE_PATH", "nv-compute")):
+        assert f'export {prefix[runtime]}{name}="$SERVER_DIR/hpceval-cache/{sub}"' in env, env
