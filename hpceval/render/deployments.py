@@ -14,12 +14,17 @@ from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
 from hpceval.contract import SERVER_DIR, UNIX_URL, aux_folder, server_socket
 from hpceval.engines import engine_for
-from hpceval.images import sif_name
 from hpceval.render.judge_in_job import urls_var
 from hpceval.render.ports import PortPlan
 from hpceval.render.quoting import ShellCode, var
 from hpceval.render.servers import Instance, Served, build_instances
-from hpceval.render.steps import bind, checked_extra_bind, env_value, site_options
+from hpceval.render.steps import (
+    bind,
+    checked_extra_bind,
+    env_value,
+    image_pull,
+    site_options,
+)
 from hpceval.runtimes import runtime_for
 
 
@@ -143,24 +148,18 @@ def server_image(resolved: ResolvedConfig, served: Served, pull_dir: str) -> str
     assert image is not None  # server_prefix refused a missing one
     runtime = runtime_for(ex.container_runtime)
     staged = runtime.staged_server_image(image, ex.image_dir)
-    if pull_dir and runtime.pulled_in_job(staged):
-        return f"{pull_dir}/{runtime.image_file(sif_name(staged))}"
-    return staged
+    return runtime.pulled_file(staged, pull_dir) or staged
 
 
 def server_pull(resolved: ResolvedConfig, served: Served, pull_dir: str
                 ) -> dict[str, Any] | None:
-    """The job's one pull of this server's image (None: it runs a file or its runtime's
-    store): the file, and the pull command with the file's temporary name as "$tmp"."""
+    """The run's one pull of this server's image (None: it runs a file or its runtime's
+    store): render/steps.image_pull of what staged_server_image left."""
     ex, dep = resolved.spec.execution, served.dep
     if not (dep.image and dep.serves_from_image):
         return None
-    runtime = runtime_for(ex.container_runtime)
-    staged = runtime.staged_server_image(dep.image, ex.image_dir)
-    if not (pull_dir and runtime.pulled_in_job(staged)):
-        return None
-    return {"source": staged, "file": server_image(resolved, served, pull_dir),
-            "argv": runtime.pull_words(runtime.tool, var("tmp"), staged)}
+    staged = runtime_for(ex.container_runtime).staged_server_image(dep.image, ex.image_dir)
+    return image_pull(ex, staged, pull_dir)
 
 
 def _binds(resolved: ResolvedConfig, served: Served) -> list[str]:

@@ -27,7 +27,7 @@ from hpceval.render.ports import PortPlan
 from hpceval.render.pull import pull_dir
 from hpceval.render.quoting import ShellCode, passed_env_names, shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served, runs_ray
-from hpceval.render.steps import build_steps, env_value
+from hpceval.render.steps import build_steps, env_value, harness_pulls
 from hpceval.render.urls import base_of, proxied
 from hpceval.runtimes import runtime_for
 
@@ -85,20 +85,22 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     # answers it already paid for, its progress file is what status shows, and interceptors
     # apply to it as to the job's own servers.
     external_proxy = fixed_url is not None and ep.proxy
-    steps = build_steps(resolved)
+    # A docker:// image nothing staged (a server's, a harness's) is pulled once for the whole
+    # run, into the run directory (shared storage every node reads), before any server starts
+    # (render/pull.py), and run as that file.
+    pulls_to = pull_dir(ctx)
+    steps = build_steps(resolved, pulls_to)
     # Secrets the tasks read by name are none of the servers' business (a judge's key):
     # they are unset before a server starts. The servers' own (env_vars) stay.
     unset = sorted(_passed_names(v for step in steps for _, v in step.env))
-    # A docker:// server image nothing staged is pulled once for the whole run, into the run
-    # directory (shared storage every node reads), before any server starts (render/pull.py).
-    pulls_to = pull_dir(ctx)
     model = deployment_view(resolved, served_model, key="model", ports=ports,
                             unset=unset, pull_dir=pulls_to, sockets=sockets)
     served = [model] + [deployment_view(resolved, s, key=name, ports=ports, unset=unset,
                                         pull_dir=pulls_to, sockets=sockets)
                         for name, s in judges.items()]
     served = [d for d in served if d["instances"]]
-    pulls = list({p["file"]: p for d in served if (p := d["pull"])}.values())
+    pulls = list({p["file"]: p for p in [*(d["pull"] for d in served if d["pull"]),
+                                          *harness_pulls(resolved, pulls_to)]}.values())
     aux_views = proxy_views(resolved, ports)
     return {
         "backend": backend_view(ex.type),

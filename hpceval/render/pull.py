@@ -1,11 +1,12 @@
-"""The run's pull job: one CPU job that pulls the docker:// server images nothing staged. Pure.
+"""The run's pull job: one CPU job that pulls the docker:// images nothing staged. Pure.
 
-A server image that ``hpceval stage`` did not put in ``execution.image_dir`` is pulled once for
-the run into its ``images/`` folder. Where the backend queues jobs after others
-(Backend.pulls_ahead: Slurm), that pull is a CPU job of its own (templates/pull.sbatch.j2) that
-every job holding GPUs waits for, so no GPU sits idle during a pull of tens of GB; those jobs
-only check that the files are there (templates/deployment/_pull.j2). The images are the same
-ones the jobs run: both come from ``server_pull`` (render/deployments.py).
+A server image that ``hpceval stage`` did not put in ``execution.image_dir``, or a harness's
+docker:// image, is pulled once for the run into its ``images/`` folder and run as that file.
+Where the backend queues jobs after others (Backend.pulls_ahead: Slurm), that pull is a CPU job
+of its own (templates/pull.sbatch.j2) that every job holding GPUs waits for, so no GPU sits idle
+during a pull of tens of GB; those jobs only check that the files are there
+(templates/deployment/_pull.j2). The images are the same ones the jobs run: both come from
+``image_pull`` (render/steps.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hpceval.render.context import JobContext, backend_view
 from hpceval.render.deployments import server_pull
 from hpceval.render.quoting import shipped_environment
 from hpceval.render.servers import auxiliary_served, model_served
+from hpceval.render.steps import harness_pulls
 
 PULL_TEMPLATE = "pull.sbatch.j2"
 # A vLLM image is tens of GB: its pull and conversion (one CPU) takes minutes to most of an hour.
@@ -34,8 +36,8 @@ def pull_dir(ctx: JobContext) -> str:
 
 
 def run_pulls(runs: Sequence[ResolvedConfig], ctx: JobContext) -> list[dict[str, Any]]:
-    """Every image a job of the run pulls (each file once): the models' servers, the judges
-    served in their jobs, and a sweep's judge jobs (scope: sweep)."""
+    """Every image a job of the run pulls (each file once): the models' servers and harnesses,
+    the judges served in their jobs, and a sweep's judge jobs (scope: sweep)."""
     where = pull_dir(ctx)
     judges = [judge_config(runs[0], name, ctx.invocation_id)
               for name in sweep_scoped(runs[0].spec)] if len(runs) > 1 else []
@@ -53,6 +55,8 @@ def run_pulls(runs: Sequence[ResolvedConfig], ctx: JobContext) -> list[dict[str,
             pull = server_pull(resolved, served, where)
             if pull is not None:
                 pulls.setdefault(pull["file"], pull)
+        for pull in harness_pulls(resolved, where):
+            pulls.setdefault(pull["file"], pull)
     return list(pulls.values())
 
 

@@ -71,7 +71,30 @@ def checked_extra_bind(spec: str, where: str) -> str:
     return spec
 
 
-def build_steps(resolved: ResolvedConfig) -> list[Step]:
+def image_pull(ex: ExecutionSpec, image: str, pull_dir: str) -> dict[str, Any] | None:
+    """The run's one pull of ``image`` into ``pull_dir`` (None: nothing to pull: a file, or
+    the runtime's own store): the file, the source, and the pull command with the file's
+    temporary name as "$tmp" (templates/pull_images.j2)."""
+    runtime = runtime_for(ex.container_runtime)
+    file = runtime.pulled_file(image, pull_dir)
+    if file is None:
+        return None
+    return {"source": image, "file": file, "argv": runtime.pull_words(runtime.tool, var("tmp"),
+                                                                      image)}
+
+
+def harness_pulls(resolved: ResolvedConfig, pull_dir: str) -> list[dict[str, Any]]:
+    """The pulls of the run's harness images (docker:// references nothing staged), which
+    the harnesses then run as files: not converted again by every task (hpc-admin-2 D5)."""
+    ex = resolved.spec.execution
+    pulls = [image_pull(ex, image, pull_dir) for rt in resolved.tasks
+             if rt.in_container(ex) and (image := rt.image(ex)) is not None]
+    return [pull for pull in pulls if pull is not None]
+
+
+def build_steps(resolved: ResolvedConfig, pull_dir: str = "") -> list[Step]:
+    """``pull_dir``: where the run's docker:// images are pulled once (render/pull.py); a
+    harness runs its file from there. Empty: the runtime converts the reference itself."""
     spec = resolved.spec
     ex = spec.execution
     if stale(resolved.tasks, spec):
@@ -83,7 +106,8 @@ def build_steps(resolved: ResolvedConfig) -> list[Step]:
         in_container = rt.in_container(ex)
         prefix = runtime_for(ex.container_runtime).env_prefix if in_container else ""
         env = [(prefix + name, value) for name, value in _task_env(resolved, rt, in_container)]
-        runner = _runner(resolved, rt, [name for name, _ in env]) if in_container else []
+        runner = _runner(resolved, rt, [name for name, _ in env], pull_dir) \
+            if in_container else []
         how = f"in {ex.container_runtime}" if in_container else "host-installed harness"
         title = f"{task.qualified_name} ({task.endpoint_type} endpoint, {how})"
         if rt.resolution.requested != task.qualified_name:
@@ -98,13 +122,15 @@ def build_steps(resolved: ResolvedConfig) -> list[Step]:
     return steps
 
 
-def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str]) -> list[Any]:
+def _runner(resolved: ResolvedConfig, rt: ResolvedTask, env_names: list[str],
+            pull_dir: str) -> list[Any]:
     ex = resolved.spec.execution
     image = rt.image(ex)
     if image is None:  # refused when the run was loaded (config.script_checks); a guard here
         raise ConfigError.at(f"{rt.where}.container", f"harness {rt.task.harness!r} has no "
                              "image", "set the task's container, or "
                              "execution.container_runtime=none")
+    image = runtime_for(ex.container_runtime).pulled_file(image, pull_dir) or image
     task_dir = ShellCode(f'"$MODEL_DIR/{TASKS_DIR}/{rt.key}"')
     binds = []
     if ex.hf_cache_dir:

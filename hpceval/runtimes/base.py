@@ -71,6 +71,14 @@ class Runtime:
         run image files; the others keep images in their own store and pull them there."""
         return image.startswith(DOCKER) and self.staged_files and self.containers
 
+    def pulled_file(self, image: str, folder: str) -> str | None:
+        """The file in ``folder`` (a run's images/) that a docker:// ``image`` is pulled into
+        once for the run, which servers and harnesses then run; None when this runtime keeps
+        it elsewhere (its own store) or ``image`` is not docker://."""
+        if not (folder and self.pulled_in_job(image)):
+            return None
+        return f"{folder}/{self.image_file(sif_name(image))}"
+
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,
                       cache: ShellCode | None = None, env_names: list[str] | None = None,
                       site: SiteOptions = NO_SITE, home: bool = True) -> list[Any]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.runs import configs
+import yaml
+from support.runs import configs, write_run_file
 from support.slurm import FakeSlurm
 
-from hpceval.config import ResolvedConfig
+from hpceval.config import ResolvedConfig, load_run
 from hpceval.images import sif_name
 from hpceval.runs.control import resume_run
 from hpceval.runs.index import find_run
@@ -78,3 +79,27 @@ def test_resume_pulls_again_only_what_is_missing(tmp_path: Path, fake: FakeSlurm
     (images / FILE).write_bytes(b"image")
     resume_run(find_run(result.invocation_id), fake)
     assert [s["script"].name for s in fake.submits[4:]] == ["job.sbatch"]
+
+
+def test_a_harness_image_is_pulled_by_the_pull_job_and_run_as_a_file(tmp_path: Path,
+                                                                      fake: FakeSlurm) -> None:
+    """hpc-admin-2 D5: a harness's docker:// image was converted by the runtime for every task,
+    inside the GPU job; it is pulled once, ahead, like a server's, and every task runs the file."""
+    harness = "docker://example.org/harness:1"
+    run_file = write_run_file(tmp_path, 2, execution={
+        "type": "slurm", "container_runtime": "apptainer", "offline": False})
+    run = yaml.safe_load(run_file.read_text())
+    for task in run["evaluation"]["tasks"]:
+        task["container"] = harness
+    run_file.write_text(yaml.safe_dump(run))
+    result = submit_configs(load_run(run_file, profile="local-dev", check_environment=False),
+                            fake)
+    run_dir = result.run_dir
+    assert [s["script"].name for s in fake.submits][:2] == ["pull.sbatch", "sweep.sbatch"]
+    image = f"{run_dir}/images/{sif_name(harness.removeprefix('docker://'))}"
+    pull_job = (run_dir / "pull.sbatch").read_text()
+    assert pull_job.count(f"apptainer pull --force \"${{tmp}}\" {harness}") == 1
+    for i in range(2):
+        element = (run_dir / f"models/model-{i:02d}/job.sh").read_text()
+        assert element.count(f"      {image}\n") == 2  # both tasks run the file
+        assert harness not in element  # nothing converts the reference in the GPU job
