@@ -104,9 +104,11 @@ def hpceval_structure(run_file: Path, overrides: tuple[str, ...] = ()) -> Struct
     run = prepare_run(load_run(run_file, list(overrides), check_environment=False),
                       invocation_id="bench-structure")
     models = [run.scripts[m.script_name] for m in run.models]
-    # submit_prepared: sbatch of the entry script, then of the aggregation script if any
-    submit_sbatch = 1 + (run.aggregate is not None)
-    jobs = array_size(run.script) + (run.aggregate is not None)
+    # submit_prepared: sbatch of the pull job's script if any (the run's unstaged images,
+    # before any GPU job), of the entry script, then of the aggregation script if any
+    extra = (run.pull is not None) + (run.aggregate is not None)
+    submit_sbatch = 1 + extra
+    jobs = array_size(run.script) + extra
     figures = [hpceval_model_figures(s) for s in models]
     return Structure(
         submit_sbatch=submit_sbatch,

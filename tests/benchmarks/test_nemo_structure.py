@@ -18,8 +18,9 @@ HPCEVAL_CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
 
 
 def test_sweep_is_one_array_job_plus_aggregation_with_one_server_per_model() -> None:
+    # and the CPU job that pulls the tasks' eval-factory images (docker://) before the array
     s = hpceval_structure(HPCEVAL_CONFIGS / "sweep3x5.yaml")
-    assert (s.submit_sbatch, s.jobs, s.start_sbatch, s.server_starts) == (2, 4, 0, 3)
+    assert (s.submit_sbatch, s.jobs, s.start_sbatch, s.server_starts) == (3, 5, 0, 3)
     assert (s.gpus_allocated, s.gpus_serving) == (24, 24)
 
 
@@ -41,9 +42,11 @@ def test_sweep_submit_makes_exactly_the_counted_sbatch_calls(tmp_path: Path,
     preflight = importlib.import_module("hpceval.staging.preflight")
     monkeypatch.setattr(preflight, "check_preflight", lambda *a, **k: None)
     submitted = submit_configs(configs, fake)
-    assert len(fake.submits) == 2
-    assert fake.submits[0]["script"].name == "sweep.sbatch"
-    assert fake.submits[1]["dependency"] == f"afterany:{submitted.job_ids[0]}"
+    assert len(fake.submits) == hpceval_structure(HPCEVAL_CONFIGS / "sweep3x5.yaml").submit_sbatch
+    pull, array, aggregate = fake.submits
+    assert (pull["script"].name, array["script"].name) == ("pull.sbatch", "sweep.sbatch")
+    assert array["dependency"] == f"afterany:{pull['id']}"
+    assert aggregate["dependency"] == f"afterany:{submitted.job_ids[0]}"
     assert len(submitted.models) == 3
 
 
@@ -51,12 +54,14 @@ def test_two_nodes_of_eight_gpus_with_tp2_use_all_sixteen_in_eight_instances() -
     s = hpceval_structure(HPCEVAL_CONFIGS / "dp2x8.yaml")
     assert (s.server_starts, s.replicas) == (8, 8)
     assert (s.gpus_allocated, s.gpus_serving) == (16, 16)
-    assert (s.submit_sbatch, s.jobs, s.start_sbatch) == (1, 1, 0)
+    # one GPU job, after the CPU job that pulls the tasks' images
+    assert (s.submit_sbatch, s.jobs, s.start_sbatch) == (2, 2, 0)
 
 
 def test_seven_task_run_is_one_job_with_one_server() -> None:
     s = hpceval_structure(HPCEVAL_CONFIGS / "run7.yaml")
-    assert (s.jobs, s.server_starts, s.gpus_allocated, s.gpus_serving) == (1, 1, 8, 8)
+    # and the CPU job that pulls the tasks' images first
+    assert (s.jobs, s.server_starts, s.gpus_allocated, s.gpus_serving) == (2, 1, 8, 8)
 
 
 def test_counting_sees_a_layout_that_leaves_gpus_idle() -> None:

@@ -108,6 +108,8 @@ def test_render_prints_the_judge_job(tmp_path: Path) -> None:
     assert names == ["# ===== sweep.sbatch =====",
                      *[f"# ===== models/model-{i}/job.sh =====" for i in range(3)],
                      "# ===== auxiliary/judge/judge.sbatch =====",
+                     # the harness images are pulled ahead, by the run's CPU pull job
+                     "# ===== pull.sbatch =====",
                      "# ===== aggregate.sbatch ====="]
     assert "#SBATCH --job-name=hpceval-" in out.output and "-judge-judge" in out.output
     refused = CliRunner().invoke(cli, ["render", str(tmp_path / "run.yaml"),
