@@ -6,8 +6,8 @@ runs aggregation as a job of its own (Slurm) adds one dependent CPU job that wri
 table once every array has ended. A sweep's judge (an auxiliary deployment with scope: sweep)
 is one job submitted before them; the arrays start once it has started (--dependency=after), and
 the aggregation job, which always comes with a judge, ends it. Where the backend pulls images
-ahead (Slurm), a CPU job that pulls the run's unstaged server images comes first of all, and
-every job that holds GPUs waits for it to end.
+ahead (Slurm), a CPU job that pulls the run's unstaged images (servers', harnesses') comes
+first of all, and every job that holds GPUs waits for it to end.
 """
 
 from __future__ import annotations
