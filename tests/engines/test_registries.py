@@ -86,7 +86,7 @@ def test_the_schema_choices_are_the_registries() -> None:
                                                                 "command")
     hints = typing.get_type_hints(ExecutionSpec)
     assert typing.get_args(hints["container_runtime"]) == runtime_names() == (
-        "apptainer", "singularity", "pyxis", "none", "docker", "podman")
+        "apptainer", "singularity", "pyxis", "none", "docker", "podman", "charliecloud")
 
 
 def test_unknown_names_are_refused_naming_the_known_ones() -> None:
