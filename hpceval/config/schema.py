@@ -105,8 +105,8 @@ class ExecutionSpec:
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
     container_options: list[str] = key(
-        [], "words after `docker/podman run` that the site or a sandbox needs, e.g. "
-        "[--runtime, runc, --ulimit, host]")
+        [], "words after `docker/podman run` (or `ch-run`) that the site or a sandbox needs, "
+        "e.g. [--runtime, runc, --ulimit, host]; charliecloud >= 0.36: [--write-fake]")
     container_gpu_flags: list[str] = key(
         ["--gpus", "all"], "how docker/podman give a container GPUs: [--gpus, all] (NVIDIA "
         "runtime) or [--device, nvidia.com/gpu=all] (CDI)")
