@@ -4,7 +4,7 @@ run too.
 
 The command line (written for Charliecloud 0.31, Debian's charliecloud-runtime)::
 
-    ch-run '--unset-env=!(HPCEVAL_CH_A|...|CUDA_VISIBLE_DEVICES|...)' --set-env \\
+    env USER=... ch-run '--unset-env=!(HPCEVAL_CH_A|...|CUDA_VISIBLE_DEVICES|...)' --set-env \\
         '--set-env=A=$HPCEVAL_CH_A' ... '--unset-env=HPCEVAL_CH_*' \\
         -b SRC:DST ... [-c TASK_DIR] IMAGE -- COMMAND
 
@@ -31,7 +31,8 @@ their file systems' folders, or, from Charliecloud 0.36, add ``--write-fake`` wi
 ``execution.container_options`` (its words go right after ``ch-run``).
 
 Home: ch-run mounts none by default; ``home=True`` (a server whose hub cache may be under
-$HOME) adds ``--home``, which mounts $HOME at /home/$USER. ch-run needs $USER set.
+$HOME) adds ``--home``, which mounts $HOME at /home/$USER. ch-run needs $USER set: the line
+starts ``env USER="${USER:-$(id -un)}" ch-run``.
 
 GPUs: Charliecloud has no ``--nv``. The NVIDIA libraries are put into the image beforehand with
 ``ch-fromhost --nvidia IMAGE_DIR`` (a directory image, at staging time; converted to SquashFS
@@ -53,6 +54,7 @@ from hpceval.runtimes.docker import ALWAYS_PASSED
 from hpceval.shell import LineStart, ShellCode, env_name
 
 PREFIX = "HPCEVAL_CH_"
+USER = ShellCode('USER="${USER:-$(id -un)}"')
 # $1: ch-image, $2: the reference, $3: the SquashFS file (its name need not end in .sqfs: -o).
 # ch-image keeps the unpacked image in its storage ($CH_IMAGE_STORAGE; the pull job points it
 # at the node's scratch, which it then removes).
@@ -86,7 +88,10 @@ class Charliecloud(Runtime):
         return [*words, f"--unset-env={PREFIX}*"]
 
     def _run(self, binds: list[Any], env_names: list[str], site: SiteOptions) -> list[Any]:
-        argv: list[Any] = ["ch-run", *site.options, *self._environment(env_names)]
+        # ch-run refuses to start without $USER (it names its storage and mount point after
+        # it), and a job has none where its submitter's environment had none (sbatch under
+        # cron or a service, SBATCH_EXPORT=NONE): the job's own user then. Not a secret.
+        argv: list[Any] = ["env", USER, "ch-run", *site.options, *self._environment(env_names)]
         for b in binds:
             argv += ["-b", b]
         return argv

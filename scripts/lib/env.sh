@@ -6,8 +6,10 @@
 system_packages() {
   # curl: the job health wait; openssl: a sweep judge job's own certificate; chromium: the HTML
   # report's headless-browser test; podman, runc and debootstrap: the local job whose harness
-  # runs in a container (scripts/podman/)
-  local want=(shellcheck curl openssl chromium podman runc debootstrap) missing=() p
+  # runs in a container (scripts/podman/); charliecloud-runtime, squashfs-tools and squashfuse:
+  # the Slurm job whose harness runs in a Charliecloud SquashFS image (scripts/charliecloud/)
+  local want=(shellcheck curl openssl chromium podman runc debootstrap charliecloud-runtime
+              squashfs-tools squashfuse) missing=() p
   python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
   [ ! -x /usr/bin/python3 ] || /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || want+=(python3-venv)
   command -v git >/dev/null || want+=(git)

@@ -180,6 +180,10 @@ for u in $SITE_USERS; do
   fi
   chmod 0700 "/home/$u"
 done
+# An ordinary user's ch-run mounts a SquashFS image with squashfuse, which needs /dev/fuse
+# usable by every user (0666, as Debian's udev rule and common distributions leave it; a
+# container sandbox may start it 0600).
+[ ! -c /dev/fuse ] || chmod 0666 /dev/fuse
 
 # ---------------------------------------------------------------- 3. munge
 if [ ! -s /etc/munge/munge.key ]; then

@@ -36,8 +36,10 @@ def _words(text: str) -> list[str]:
 
 def test_server_line(render: RenderFn, tmp_path: Path) -> None:
     script = render("slurm", _run())
-    server = script[script.index("  ch-run"):script.index("vllm serve /models/m")]
-    words = _words(server)
+    server = script[script.index("  env USER="):script.index("vllm serve /models/m")]
+    # ch-run needs $USER: the job's user where the submitter's environment had none
+    assert server.startswith('  env USER="${USER:-$(id -un)}" ch-run ')
+    words = _words(server)[3:]
     assert words[0] == "ch-run" and words[-2:] == [IMAGE, "--"]
     keep = words[1]
     assert keep.startswith("'--unset-env=!(") and keep.endswith(")'")
@@ -90,7 +92,7 @@ def test_site_options_follow_ch_run_and_binds_keep_src_dst() -> None:
 
     words = runtime.harness_runner(IMAGE, ShellCode('"$T"'), ["/a", "/b:/c:ro"], ["X"],
                                    gpus=False, site=SiteOptions(("--write-fake",)))
-    assert words[:2] == ["ch-run", "--write-fake"]
+    assert words[2:4] == ["ch-run", "--write-fake"]
     text = argv(words)
     assert "-b /a:/a" in text and "-b /b:/c " in text  # ch-run has no :ro
 

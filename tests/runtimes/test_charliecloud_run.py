@@ -8,7 +8,6 @@ charliecloud-runtime) makes that a failure.
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
 import subprocess
@@ -91,7 +90,8 @@ def _run_line(image: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[
               f'{PREFIX}*) env_left="$env_left $v";; esac; done; echo "LEFT=$env_left"')
     script = (f"export {PREFIX}NOTE={argv([NOTE])} {PREFIX}EMPTY=''\n"
               f"{argv(words)} bash -c {argv([inside])}\n")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": getpass.getuser(),
+    # no USER: a job whose submitter had none (cron, SBATCH_EXPORT=NONE); ch-run needs one
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": str(home), "TMPDIR": str(scratch), "TASK_DIR": str(task_dir),
            "FAKE_SECRET": SECRET, "CUDA_VISIBLE_DEVICES": "0,1"}
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,

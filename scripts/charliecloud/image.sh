@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# image.sh - images as Charliecloud runs them on compute nodes: SquashFS files (the staged form of
+# container_runtime charliecloud; ch-run mounts one with squashfuse), for the Slurm jobs of
+# tests/integration/test_charliecloud_job.py.
+#
+#   bash scripts/charliecloud/image.sh harness VENV [DIR]   # lm_eval from VENV's site-packages
+#   bash scripts/charliecloud/image.sh server VENV [DIR]    # vllm from VENV's site-packages
+#   (prints the .sqfs file's path)
+#
+# One image flow for both: the root filesystem of the podman harness image (scripts/podman/
+# harness-image.sh builds it: Debian minbase + Debian's python3.11, nothing of hpceval's),
+# exported from podman's store, given one entry program, and packed with mksquashfs. The
+# packages are VENV's site-packages, bound read-only at run time (execution.extra_binds), on
+# the PYTHONPATH of the image's ENV (/ch/environment).
+# Content-hashed: the file's name is the hash of this script, the role, the site-packages path and
+# the podman image's tag, so a machine builds each once (about 15 s once the podman image exists);
+# DIR defaults to /var/tmp/hpceval-charliecloud, readable by every user of the dev cluster.
+set -euo pipefail
+usage="usage: image.sh harness|server VENV [DIR]"
+ROLE=${1:?$usage}
+VENV=$(cd "${2:?$usage}" && pwd)
+DIR=${3:-/var/tmp/hpceval-charliecloud}
+case $ROLE in
+  harness) ENTRY=lm_eval MODULE=lm_eval ;;
+  server) ENTRY=vllm MODULE=vllm.entrypoints.cli.main ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# the rootfs only: podman's harness image is built from the project venv's site-packages path,
+# which does not matter here (this image binds VENV's)
+TAG=$(bash "$HERE/../podman/harness-image.sh" "${HPCEVAL_VENV:-$HERE/../../.venv}")
+hash=$({ cat "${BASH_SOURCE[0]}"; echo "$ROLE $SITE $TAG"; } | sha256sum | cut -c1-12)
+OUT=$DIR/$ROLE-$hash.sqfs
+
+mkdir -p "$DIR"
+chmod 755 "$DIR"
+exec 9>"$DIR/.lock"  # one build at a time on a shared machine
+flock -w 900 9 || { echo "another build holds $DIR/.lock" >&2; exit 1; }
+if [ -s "$OUT" ]; then
+  echo "image $OUT: up to date" >&2
+  echo "$OUT"
+  exit 0
+fi
+t=$(date +%s)
+work=$(mktemp -d /var/tmp/hpceval-chroot.XXXXXX)
+cid=""
+trap 'rm -rf "$work"; [ -z "$cid" ] || podman rm -f "$cid" >/dev/null 2>&1 || true' EXIT
+cid=$(podman create "$TAG" /bin/true)
+mkdir "$work/rootfs"
+podman export "$cid" | tar -C "$work/rootfs" -x
+# ch-run 0.31 (Debian 12's) binds only onto folders the image has (it cannot make one in a
+# read-only image; --write-fake came in 0.32): the usual ones, and the site-packages path the
+# jobs bind in. The host's /tmp, where the tests' runs are, is bound whole by ch-run.
+mkdir -p "$work/rootfs"/{dev,proc,sys,tmp,home,mnt,run} "$work/rootfs$SITE"
+# the image's ENV as Charliecloud keeps it (ch-image writes /ch/environment; hpceval's ch-run
+# line applies it with a bare --set-env, and ch-run refuses an image without the file)
+mkdir -p "$work/rootfs/ch"
+printf 'PATH=/usr/local/bin:/usr/bin:/bin\nPYTHONPATH=%s\n' "$SITE" > "$work/rootfs/ch/environment"
+rm -f "$work/rootfs/usr/local/bin/lm_eval"
+printf '#!/bin/sh\nexec python3.11 -m %s "$@"\n' "$MODULE" > "$work/rootfs/usr/local/bin/$ENTRY"
+chmod 755 "$work/rootfs/usr/local/bin/$ENTRY"
+mksquashfs "$work/rootfs" "$work/image.sqfs" -noappend -no-progress -quiet -comp gzip >&2
+chmod 644 "$work/image.sqfs"
+mv "$work/image.sqfs" "$OUT"  # whole or not at all: a reader never sees half a file
+# older builds of this role (other hashes), unused for an hour, go: each is ~110 MB
+find "$DIR" -maxdepth 1 -name "$ROLE-*.sqfs" ! -name "${OUT##*/}" -mmin +60 -delete
+echo "image $OUT: built in $(( $(date +%s) - t )) s ($(du -h "$OUT" | cut -f1))" >&2
+echo "$OUT"

@@ -1,0 +1,155 @@
+"""A real Slurm job on the dev cluster whose harness runs in a Charliecloud container: the
+real lm-evaluation-harness, in the SquashFS image that scripts/charliecloud/image.sh
+packs (the podman harness image's root filesystem: Debian minbase + Debian's python3.11, the
+venv's site-packages bound read-only), started by ``ch-run`` on the compute node, mounted with
+squashfuse, against the job's server (the deterministic oracle behind the in-job proxy, on the
+host), offline.
+
+It must score exactly what the same task scores on the host (tests/integration/
+test_lm_eval_job.py: the answer key's numbers), and the harness must really have run in the
+image: the job's PATH holds a Python but no ``lm_eval`` (only the image has one), so a harness
+started on the host would fail; the job log names ``ch-run`` and the image.
+
+Needs ch-run (Debian's charliecloud-runtime), squashfuse, mksquashfs, podman (root, to build the
+image the first time); skipped without them unless HPCEVAL_REQUIRE_CHARLIECLOUD=1 (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
+
+from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.config import load_run
+from hpceval.runs.submit import submit_configs
+from hpceval.staging import preflight_all
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+QUALIFIED = f"lm-eval-upstream.{TASK_NAME}"
+LIMIT = 10
+FILTERS = ("strict-match", "flexible-extract")
+TIMEOUT = 300  # seconds; about 60 once a node is free
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("HPCEVAL_REQUIRE_CHARLIECLOUD") == "1":
+        pytest.fail(f"HPCEVAL_REQUIRE_CHARLIECLOUD=1 but {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def image() -> Path:
+    """The harness image as a SquashFS file, built once per machine (content-hashed name)."""
+    missing = [tool for tool in ("ch-run", "squashfuse", "mksquashfs", "podman")
+               if shutil.which(tool) is None]
+    if missing or os.geteuid() != 0:
+        _unavailable(f"cannot build or run the Charliecloud image here (missing: {missing}, "
+                     f"root: {os.geteuid() == 0})")
+    proc = subprocess.run(["bash", str(ROOT / "scripts/charliecloud/image.sh"), "harness",
+                           sys.prefix], capture_output=True, text=True, timeout=1200,
+                          check=False)
+    if proc.returncode != 0:
+        _unavailable(f"the harness image did not build: {proc.stderr[-2000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _run_file(work: Path, image: Path) -> Path:
+    tasks_dir = write_task_dir(work / "lm_eval_tasks")
+    site = sysconfig.get_paths()["purelib"]
+    run = {
+        "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
+        "execution": {"nodes": 1, "output_dir": str(work / "runs"),
+                      "container_runtime": "charliecloud",
+                      "extra_binds": [f"{site}:{site}:ro"]},
+        "deployment": {"served_model_name": MODEL, "health_timeout": 120,
+                       "command": 'exec python3 "$HPCEVAL_REPO/tests/fakes/oracle_server.py" '
+                                  f"--model {MODEL}"},
+        "evaluation": {"params": {"limit_samples": LIMIT, "parallelism": 4},
+                       "tasks": [{"name": QUALIFIED, "allow_unlisted": True,
+                                  "container": str(image),
+                                  "params": {"extra": {"include_path": str(tasks_dir)}}}]},
+    }
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run, sort_keys=False))
+    return path
+
+
+def _python_only_bin(work: Path) -> Path:
+    """A PATH folder with this venv's Python (what the job and the oracle run) and nothing
+    else: no lm_eval. A wrapper, not a link: a link outside the venv loses the venv."""
+    folder = work / "bin"
+    folder.mkdir()
+    for name in ("python", "python3"):
+        wrapper = folder / name
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+    return folder
+
+
+def _wait(client: CommandSlurmClient, job_id: str) -> str:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        record = client.sacct([job_id]).get(job_id)
+        if record is not None and record.state not in ("PENDING", "RUNNING", "COMPLETING",
+                                                       "CONFIGURING", "REQUEUED"):
+            return record.state
+        time.sleep(1)
+    client.cancel([job_id])
+    raise AssertionError(f"job {job_id} did not finish in {TIMEOUT} s")
+
+
+def test_a_harness_in_a_charliecloud_image_on_a_compute_node_scores_the_answer_key(
+        image: Path, slurm_cluster: CommandSlurmClient,
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_lm_eval()
+    work = tmp_path_factory.mktemp("charliecloud-job")
+    path = f"{_python_only_bin(work)}{os.pathsep}/usr/local/bin:/usr/bin:/bin"
+    assert shutil.which("lm_eval", path=path) is None  # only the image has a harness
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.setenv("HPCEVAL_REPO", str(ROOT))
+    for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR"):
+        monkeypatch.setenv(name, str(work / name.lower()))
+    for name in ("HPCEVAL_TASKS_PATH", "HPCEVAL_PROFILE", "HPCEVAL_OUTPUT_DIRS"):
+        monkeypatch.delenv(name, raising=False)
+
+    configs = load_run(_run_file(work, image))
+    assert preflight_all(configs) == []
+    submitted = submit_configs(configs, slurm_cluster, aggregate=False)
+    [job_id] = submitted.job_ids
+    [model] = submitted.models
+    model_dir = submitted.run_dir / "models" / model
+    state = _wait(slurm_cluster, job_id)
+    logs = "\n".join(p.read_text() for p in model_dir.glob("slurm-*.log"))
+    task_dir = model_dir / "tasks" / QUALIFIED
+    harness_log = task_dir / "harness.log"
+    said = harness_log.read_text()[-3000:] if harness_log.exists() else ""
+    assert state == "COMPLETED", logs[-4000:] + said
+
+    # the job ran the harness through ch-run, from the SquashFS file
+    [line] = [ln for ln in logs.splitlines() if "harness in a container:" in ln]
+    assert "ch-run" in line and str(image) in line, line
+    parsed: dict[str, Any] = json.loads((task_dir / "results.json").read_text())
+    [raw_file] = (task_dir / "harness").rglob("results_*.json")
+    raw = json.loads(raw_file.read_text())["results"][TASK_NAME]
+    expected = answer_key.expected_scores(answer_key.load_items()[:LIMIT])
+    metrics = {m["filter"]: m for m in parsed["metrics"] if m["name"] == "exact_match"}
+    assert set(metrics) == set(FILTERS)
+    for filt in FILTERS:  # exactly the host's numbers (the answer key), not approximately
+        assert metrics[filt]["value"] == raw[f"exact_match,{filt}"] == expected[filt]
+        assert metrics[filt]["n_samples"] == LIMIT
+    # nothing that mounted or ran the image outlives the job (ch-run mounts it in its own
+    # mount namespace, through libsquashfuse: a process, if anything, is what would be left)
+    left = subprocess.run(["pgrep", "-af", str(image)], capture_output=True, text=True,
+                          check=False)
+    assert left.stdout == "", left.stdout
