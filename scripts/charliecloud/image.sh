@@ -3,26 +3,32 @@
 # container_runtime charliecloud; ch-run mounts one with squashfuse), for the Slurm jobs of
 # tests/integration/test_charliecloud_job.py.
 #
-#   bash scripts/charliecloud/image.sh harness VENV [DIR]   # lm_eval from VENV's site-packages
-#   bash scripts/charliecloud/image.sh server VENV [DIR]    # vllm from VENV's site-packages
-#   (prints the .sqfs file's path)
+#   bash scripts/charliecloud/image.sh harness VENV [FOLDER...]   # lm_eval from VENV's packages
+#   bash scripts/charliecloud/image.sh server VENV [FOLDER...]    # vllm from VENV's packages
+#   (prints the .sqfs file's path; FOLDERs: more mount points the jobs bind onto, as a model's)
 #
 # One image flow for both: the root filesystem of the podman harness image (scripts/podman/
 # harness-image.sh builds it: Debian minbase + Debian's python3.11, nothing of hpceval's),
 # exported from podman's store, given one entry program, and packed with mksquashfs. The
 # packages are VENV's site-packages, bound read-only at run time (execution.extra_binds), on
 # the PYTHONPATH of the image's ENV (/ch/environment).
-# Content-hashed: the file's name is the hash of this script, the role, the site-packages path and
-# the podman image's tag, so a machine builds each once (about 15 s once the podman image exists);
-# DIR defaults to /var/tmp/hpceval-charliecloud, readable by every user of the dev cluster.
+# Content-hashed: the file's name is the hash of this script, the role, the site-packages path,
+# the FOLDERs and the podman image's tag, so a machine builds each once (about 15 s once the podman
+# image exists), in $HPCEVAL_CH_IMAGE_DIR (/var/tmp/hpceval-charliecloud: every user of the dev
+# cluster reads it).
 set -euo pipefail
-usage="usage: image.sh harness|server VENV [DIR]"
+usage="usage: image.sh harness|server VENV [FOLDER...]"
 ROLE=${1:?$usage}
 VENV=$(cd "${2:?$usage}" && pwd)
-DIR=${3:-/var/tmp/hpceval-charliecloud}
+shift 2
+MOUNTS=("$@")
+DIR=${HPCEVAL_CH_IMAGE_DIR:-/var/tmp/hpceval-charliecloud}
 case $ROLE in
-  harness) ENTRY=lm_eval MODULE=lm_eval ;;
-  server) ENTRY=vllm MODULE=vllm.entrypoints.cli.main ;;
+  harness) ENTRY=lm_eval MODULE=lm_eval PACKAGES=() ;;
+  # vLLM's CPU build links libnuma (vllm._C) and compiles with g++ at run time (torch's
+  # inductor, even with --enforce-eager: g++, Python.h, and openssl to hash), as vLLM's own CPU
+  # image has them
+  server) ENTRY=vllm MODULE=vllm.entrypoints.cli.main PACKAGES=(libnuma1 g++ python3.11-dev openssl) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +36,7 @@ SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 # the rootfs only: podman's harness image is built from the project venv's site-packages path,
 # which does not matter here (this image binds VENV's)
 TAG=$(bash "$HERE/../podman/harness-image.sh" "${HPCEVAL_VENV:-$HERE/../../.venv}")
-hash=$({ cat "${BASH_SOURCE[0]}"; echo "$ROLE $SITE $TAG"; } | sha256sum | cut -c1-12)
+hash=$({ cat "${BASH_SOURCE[0]}"; echo "$ROLE $SITE ${MOUNTS[*]} ${PACKAGES[*]} $TAG"; } | sha256sum | cut -c1-12)
 OUT=$DIR/$ROLE-$hash.sqfs
 
 mkdir -p "$DIR"
@@ -53,6 +59,15 @@ podman export "$cid" | tar -C "$work/rootfs" -x
 # read-only image; --write-fake came in 0.32): the usual ones, and the site-packages path the
 # jobs bind in. The host's /tmp, where the tests' runs are, is bound whole by ch-run.
 mkdir -p "$work/rootfs"/{dev,proc,sys,tmp,home,mnt,run} "$work/rootfs$SITE"
+if [ ${#PACKAGES[@]} -gt 0 ]; then  # Debian's packages, installed by the image's own apt
+  cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf"
+  chroot "$work/rootfs" apt-get update -qq >&2
+  chroot "$work/rootfs" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >&2
+  chroot "$work/rootfs" apt-get clean
+  rm -rf "$work/rootfs/var/lib/apt/lists/"*
+fi
+for folder in "${MOUNTS[@]}"; do mkdir -p "$work/rootfs$folder"; done
 # the image's ENV as Charliecloud keeps it (ch-image writes /ch/environment; hpceval's ch-run
 # line applies it with a bare --set-env, and ch-run refuses an image without the file)
 mkdir -p "$work/rootfs/ch"

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import charliecloud
 from support.lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -42,26 +43,10 @@ FILTERS = ("strict-match", "flexible-extract")
 TIMEOUT = 300  # seconds; about 60 once a node is free
 
 
-def _unavailable(message: str) -> None:
-    if os.environ.get("HPCEVAL_REQUIRE_CHARLIECLOUD") == "1":
-        pytest.fail(f"HPCEVAL_REQUIRE_CHARLIECLOUD=1 but {message}")
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def image() -> Path:
     """The harness image as a SquashFS file, built once per machine (content-hashed name)."""
-    missing = [tool for tool in ("ch-run", "squashfuse", "mksquashfs", "podman")
-               if shutil.which(tool) is None]
-    if missing or os.geteuid() != 0:
-        _unavailable(f"cannot build or run the Charliecloud image here (missing: {missing}, "
-                     f"root: {os.geteuid() == 0})")
-    proc = subprocess.run(["bash", str(ROOT / "scripts/charliecloud/image.sh"), "harness",
-                           sys.prefix], capture_output=True, text=True, timeout=1200,
-                          check=False)
-    if proc.returncode != 0:
-        _unavailable(f"the harness image did not build: {proc.stderr[-2000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return charliecloud.image("harness", sys.prefix)
 
 
 def _run_file(work: Path, image: Path) -> Path:

