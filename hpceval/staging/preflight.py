@@ -16,6 +16,7 @@ from hpceval.backends import backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.images import image_file_problem
 from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
@@ -103,12 +104,13 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                                       "would be pulled at run time", how))
             continue
         sif = Path(need.in_job)
-        if not sif.is_file() or sif.stat().st_size == 0:
+        problem = image_file_problem(sif)  # the rule the runtime staged it by, too
+        if problem is not None:
             how = f"run `{fix}` on the login node"
             if need.reference is None:
                 how = f"run `{fix} --pull {sif.name}=docker://REPO:TAG` on the login node"
             issues.append(ConfigIssue(need.where, f"{kind} {sif} ({need.purpose}) is "
-                                      f"missing", f"{how}; {_SHARED}"))
+                                      f"{problem}", f"{how}; {_SHARED}"))
     return issues
 
 
