@@ -1,11 +1,13 @@
 """Container image names: the docker reference, the SIF file staged from it, and the spelling
-pyxis/enroot want (which file each runtime runs is the runtime's: ``hpceval.runtimes``). Pure
-string rules, imported by config, render, staging and the runtimes alike (so it imports none
-of them)."""
+pyxis/enroot want (which file each runtime runs is the runtime's: ``hpceval.runtimes``); and
+the one rule for whether an image file is there to run (image_file_problem). Imported by
+config, render, staging, runs and the runtimes alike (so it imports none of them)."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 DOCKER = "docker://"
 _HOSTLIKE = re.compile(r"[.:]|^localhost$")
@@ -37,3 +39,37 @@ def pyxis_reference(reference: str) -> str:
     ref = reference.removeprefix(DOCKER)
     first, sep, rest = ref.partition("/")
     return f"{first}#{rest}" if sep and _HOSTLIKE.search(first) else ref
+
+
+def image_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not an image file a job can run, in words that follow "is" in a message
+    ("missing", "empty", ...); None when it is one. The one rule that the runtime's choice of a
+    staged image, the submit preflight and resume's check of the pulled images all ask, so a
+    file one of them takes is a file the others take.
+
+    A file here is a regular file (a symlink to one counts), not empty, that this user may
+    read. A directory is not one: apptainer would run it as a sandbox, but every image hpceval
+    stages or pulls is a single file (SIF, SquashFS), and a folder where one belongs is
+    someone's mistake. A runtime that runs directory images (Charliecloud) would get its own
+    rule beside this one, not a looser one here. Checked from the login node, on the shared
+    storage the jobs read."""
+    try:
+        info = os.stat(path)  # follows symlinks: a dangling one raises FileNotFoundError
+    except PermissionError:
+        return "unreadable (a folder above it cannot be searched)"
+    except OSError:
+        return "a symlink to nothing" if os.path.islink(path) else "missing"
+    if stat.S_ISDIR(info.st_mode):
+        return "a directory, not an image file"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_size == 0:
+        return "empty"  # a pull that died before writing anything
+    if not os.access(path, os.R_OK):
+        return "unreadable"
+    return None
+
+
+def usable_image_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an image file a job can run (image_file_problem finds nothing)."""
+    return image_file_problem(path) is None

@@ -26,8 +26,14 @@ from hpceval.render.servers import auxiliary_served, model_served
 from hpceval.render.steps import harness_pulls
 
 PULL_TEMPLATE = "pull.sbatch.j2"
-# A vLLM image is tens of GB: its pull and conversion (one CPU) takes minutes to most of an hour.
+# A vLLM image is tens of GB: its pull and conversion takes minutes to most of an hour.
 PULL_MINUTES = 60
+# The conversion (apptainer pull's and enroot import's mksquashfs) compresses on every CPU the
+# job is given, so one CPU made it the slowest part of the pull. Four is a few times faster and
+# fits any node (the dev cluster's have 4 CPUs), and DefMemPerCPU grows with it for the layers
+# held in memory. A constant, not a profile key: no site has needed another number, and the
+# partition's CPUs per node are not known at render time (sinfo is asked for MaxTime only).
+PULL_CPUS = 4
 
 
 def pull_dir(ctx: JobContext) -> str:
@@ -81,7 +87,8 @@ def render_pull(runs: Sequence[ResolvedConfig], ctx: JobContext) -> PullJob | No
     script = shipped_environment().get_template(PULL_TEMPLATE).render(
         header=cpu_job_header(first, ctx, "pull", PULL_MINUTES,
                               "pulling and converting an image of tens of GB",
-                              "no GPU: the run's jobs that hold GPUs wait for this one"),
+                              "mksquashfs converts on every CPU given; no GPU: the run's jobs "
+                              "that hold GPUs wait for this one", cpus=PULL_CPUS),
         invocation_id=ctx.invocation_id, run_dir=ctx.run_dir_text, pulls=pulls,
         backend=backend_view(first.spec.execution.type), files=JOB_FILES, **site_context(first))
     return PullJob(script, tuple(p["file"] for p in pulls))

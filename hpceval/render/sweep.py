@@ -125,14 +125,14 @@ def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:
 
 
 def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes: int,
-                   why: str, cpu_why: str = "no GPU: only result files are read"
-                   ) -> list[ShellCode]:
-    """The header of a run's CPU job: same partition/account/QOS/reservation."""
+                   why: str, cpu_why: str = "no GPU: only result files are read", *,
+                   cpus: int = 1) -> list[ShellCode]:
+    """The header of a run's CPU job: same partition/account/QOS/reservation; ``cpus`` CPUs."""
     name = HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
                                                "execution.job_name"))
     log = f"{slurm_filename(ctx.run_dir_text)}/{LOG_DIR}/{role}-%j.log"
     lines = cpu_job_lines(resolved.spec.execution, name, log, minutes, why, cpu_why,
-                          ctx.invocation_id)
+                          ctx.invocation_id, cpus=cpus)
     return [ShellCode(line.text()) for line in lines]
 
 

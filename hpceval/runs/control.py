@@ -23,6 +23,7 @@ from hpceval.contract import (
     element_script,
 )
 from hpceval.errors import HpcevalError
+from hpceval.images import usable_image_file
 from hpceval.records import ModelRecord, Reason, RunFileError, RunRecord, read_run
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
@@ -151,16 +152,11 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
 def _missing_images(run_dir: Path, run: RunRecord) -> bool:
     """Whether an image the run's pull job writes is not there (its pull failed, or someone
     removed it): the resumed jobs then wait for that job again. Seen from the login node, on
-    the shared storage the jobs read."""
+    the shared storage the jobs read; "there" is the rule that staging and the preflight use
+    (hpceval.images.usable_image_file)."""
     if not (run_dir / PULL_SCRIPT).is_file():
         return False
-    for image in run.pulled_images:
-        try:
-            if Path(image).stat().st_size == 0:
-                return True
-        except OSError:
-            return True
-    return False
+    return not all(usable_image_file(image) for image in run.pulled_images)
 
 
 def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hpceval.images import DOCKER, sif_name
+from hpceval.images import DOCKER, sif_name, usable_image_file
 from hpceval.shell import LineStart, ShellCode
 
 
@@ -56,14 +56,12 @@ class Runtime:
         ``image_dir`` runs from that file, as harness images do, instead of every instance
         pulling and converting the same tens-of-GB image at once (apptainer#307: concurrent
         cache use crashes; pyxis unpacks it per step); ``image`` itself otherwise. Render and
-        the submit preflight both ask this, so they agree on what the job pulls."""
+        the submit preflight both ask this, so they agree on what the job pulls; whether the
+        file is there is hpceval.images' one rule (usable_image_file)."""
         if not (image.startswith(DOCKER) and image_dir and self.staged_files):
             return image
         staged = Path(image_dir) / self.image_file(sif_name(image))
-        try:
-            return str(staged) if staged.is_file() and staged.stat().st_size > 0 else image
-        except OSError:
-            return image
+        return str(staged) if usable_image_file(staged) else image
 
     def pulled_in_job(self, image: str) -> bool:
         """Whether the job pulls ``image`` (what staged_server_image left as docker://) into

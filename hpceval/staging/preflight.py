@@ -16,6 +16,7 @@ from hpceval.backends import backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
+from hpceval.images import image_file_problem
 from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
@@ -32,6 +33,7 @@ def preflight(resolved: ResolvedConfig, *,
     """Every problem of one model's run that only shows once the job runs (empty: go)."""
     env = os.environ if environ is None else environ
     issues = _image_issues(resolved)
+    issues += _home_pull_issues(resolved)
     issues += _checkpoint_issues(resolved)
     issues += _data_issues(resolved)
     issues += _env_issues(resolved, env)
@@ -103,13 +105,60 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                                       "would be pulled at run time", how))
             continue
         sif = Path(need.in_job)
-        if not sif.is_file() or sif.stat().st_size == 0:
+        problem = image_file_problem(sif)  # the rule the runtime staged it by, too
+        if problem is not None:
             how = f"run `{fix}` on the login node"
             if need.reference is None:
                 how = f"run `{fix} --pull {sif.name}=docker://REPO:TAG` on the login node"
             issues.append(ConfigIssue(need.where, f"{kind} {sif} ({need.purpose}) is "
-                                      f"missing", f"{how}; {_SHARED}"))
+                                      f"{problem}", f"{how}; {_SHARED}"))
     return issues
+
+
+def _home_pull_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
+    """Where the backend pulls ahead (Slurm), the run's pull job writes each docker:// image
+    nothing staged into the run's images/ folder, under execution.output_dir (render/pull.py);
+    under $HOME, one vLLM image (10-20 GB) fills a home quota of a few GB and the pull fails
+    after its wait in the queue, or fills home for every job of the user. The local backend's
+    job pulls for itself, on a machine whose home is its disk. Offline runs pull nothing
+    (_image_issues refuses such an image already)."""
+    ex = resolved.spec.execution
+    if ex.offline or not backend_for(ex.type).pulls_ahead:
+        return []
+    runtime = runtime_for(ex.container_runtime)
+    pulled = sorted({need.in_job for need in image_needs(resolved)
+                     if need.pulled_at_run_time and runtime.pulled_in_job(need.in_job)})
+    home = _home()
+    if not pulled or home is None or not _is_under(Path(ex.output_dir), home):
+        return []
+    staged = ("stage them once into an execution.image_dir on scratch "
+              if ex.image_dir is None or _is_under(Path(ex.image_dir), home) else
+              "stage them once into execution.image_dir ")
+    return [ConfigIssue(
+        "execution.output_dir", f"{ex.output_dir} is in your home folder ({home}), and the "
+        f"run's pull job would pull {', '.join(pulled)} into the run's images/ folder there: "
+        "one server image is 10-20 GB, more than a home quota holds",
+        f"set execution.output_dir to a folder on scratch or project storage that every node "
+        f"mounts, or {staged}with `{stage_command(resolved)}` (then no pull job runs)")]
+
+
+def _home() -> Path | None:
+    """The user's home folder, symlinks resolved (/home -> /gpfs/home); None when there is
+    none to speak of (no $HOME and no passwd entry, or '/' as for some service accounts)."""
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        return None
+    return None if home == Path(home.anchor) else home
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (which need not exist yet) is ``folder`` or inside it, by real path:
+    a symlink on the way counts where it leads."""
+    try:
+        return path.expanduser().resolve().is_relative_to(folder)
+    except (RuntimeError, OSError):  # a symlink loop
+        return False
 
 
 def _checkpoint_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:

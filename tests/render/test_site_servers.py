@@ -186,7 +186,7 @@ def test_an_unstaged_server_image_is_pulled_once_for_the_run(
     assert "vllm/vllm-openai" not in script.replace(pulled, "")  # the GPU job pulls nothing
     assert script.index("PULLED_IMAGES=") < script.index("launch_server 0 head")
     pull_job = render_pull("slurm", run, overrides)
-    assert "#SBATCH --gpus" not in pull_job and "#SBATCH --cpus-per-task=1" in pull_job
+    assert "#SBATCH --gpus" not in pull_job and "#SBATCH --cpus-per-task=4" in pull_job
     block = pull_block(pull_job)
     # run the block twice at once, with a pull tool that is slow and counts its calls
     run_dir = tmp_path / "run"

@@ -78,11 +78,13 @@ def _requeue_line(ex: ExecutionSpec) -> HeaderLine:
 
 
 def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
-                  cpu_why: str, invocation_id: str | None = None) -> list[HeaderLine]:
-    """The header of a small CPU job beside a run (aggregation, export, a watch's tick): the
-    run's account, QOS and reservation, its cpu_partition (default: its partition); one CPU,
-    no GPU; never requeued. A run's own (`invocation_id`) carries its id in the comment, as
-    its model jobs do: `hpceval kill` cancels it too."""
+                  cpu_why: str, invocation_id: str | None = None, *,
+                  cpus: int = 1) -> list[HeaderLine]:
+    """The header of a small CPU job beside a run (aggregation, export, a watch's tick, the
+    pull job): the run's account, QOS and reservation, its cpu_partition (default: its
+    partition); ``cpus`` CPUs (one unless the job's work uses more), no GPU; never requeued.
+    A run's own (`invocation_id`) carries its id in the comment, as its model jobs do:
+    `hpceval kill` cancels it too."""
     lines = [name]
     partition, partition_key = (ex.cpu_partition, "execution.cpu_partition") \
         if ex.cpu_partition is not None else (ex.partition, "execution.partition")
@@ -94,7 +96,7 @@ def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: i
             lines.append(HeaderLine(flag, sbatch_value(value, key)))
     return [*lines, HeaderLine("time", str(minutes), why),
             HeaderLine("nodes", "1"), HeaderLine("ntasks", "1"),
-            HeaderLine("cpus-per-task", "1", cpu_why),
+            HeaderLine("cpus-per-task", str(cpus), cpu_why),
             HeaderLine("output", sbatch_value(log_file, "execution.output_dir")),
             HeaderLine("no-requeue", None),
             *([HeaderLine("comment", sbatch_value(run_comment(None, invocation_id),
