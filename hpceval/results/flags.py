@@ -161,6 +161,8 @@ def count_flags(items: ItemScores, *, asked: int | None, reported_n: int | None,
     more than before."""
     counts = Counter(items.clusters)
     known = sizes()
+    if counts and not set(counts) & set(known):
+        known = {}  # sizes under names no sample file has: about other subtasks, not these
     if asked is None and not known:
         n = len(items.scores)
         if reported_n is not None and n < reported_n:

@@ -114,3 +114,10 @@ def test_an_eval_factory_task_short_of_the_limit_is_unverified(tmp_path: Path) -
         Metric("mmlu_anatomy", "exact_match", 0.5, None, "strict-match", 50)]).to_json(),
         {"duration_s": 1.0})
     assert [f.code for f in finished_task_flags(str(folder))] == ["count-unverified"]
+
+
+def test_sizes_under_other_subtask_names_are_not_taken_for_these(tmp_path: Path) -> None:
+    """n-samples whose names match no sample file (another harness's naming) say nothing about
+    the subtasks scored: not `count` for items "missing" under names never scored."""
+    folder = task_dir(tmp_path, {"gsm8k": 150}, limit=200, sizes={"gsm8k_cot": 1319})
+    assert set(flags(folder)) == {"count-unverified"}
