@@ -21,7 +21,8 @@ from the harness's per-sample files and the run's config:
   ``effective`` count, else (no n-samples either) the n it reported for the primary metric;
   more items than asked is no shortfall;
 * ``count-unverified``: fewer items scored than asked in a subtask whose own size is unknown
-  (no n-samples: eval-factory's results.yml gives the n it scored, not the task's size). A
+  (no n-samples, or none under the sample files' subtask names: eval-factory's results.yml
+  gives the n it scored, not the task's size). A
   subtask of 198 items with a limit of 200 looks the same as 2 lost items, so this is not
   ``count``: its reason says the size is unknown, and the gate only warns by default.
 
@@ -133,8 +134,8 @@ def _json(path: str) -> Any:
 def task_sizes(task_dir: str) -> Sizes:
     """Each subtask's own size as the harness reported it: results.json's extra (lm-eval's
     adapter keeps n-samples there), else the harness's own newest results_*.json (tasks
-    finished before it did; eval-factory images built on lm-eval leave that file beside their
-    results.yml). Empty when unknown."""
+    finished before it did, and harnesses that leave lm-eval's file beside their own). Empty
+    when unknown."""
     from hpceval.tasks.adapters import NoResultsFound
     from hpceval.tasks.adapters.lm_eval import newest_results_file
 
