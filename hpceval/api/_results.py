@@ -237,7 +237,8 @@ class GateResult:
 def gate(policy: str | Path, a: str, b: str, *, tasks: Sequence[str] = (),
          output_dirs: Iterable[str | Path] = ()) -> GateResult:
     """Decide whether candidate B may replace baseline A under a policy file (YAML: alpha,
-    max_drop, min_gain, per-task overrides). ConfigError (exit 2) for a bad policy."""
+    max_drop, min_gain, flags: what each flag on B does, per-task overrides). ConfigError
+    (exit 2) for a bad policy. Each decision's ``flags`` say what every flag on B did."""
     from hpceval.results.gate import EXIT, load_policy, overall
     from hpceval.results.gate import gate as run_gate
 

@@ -46,8 +46,14 @@ def _table(diffs: list[Any], decisions: list[Any] | None = None) -> str:
         for side, s in (("A", d.a), ("B", d.b)):
             if s and s.interval:
                 notes.append(f"{side} = {s.model}: {s.value:.4g}, {s.interval.text()}")
+            if decisions is not None and side == "B":
+                continue  # the gate says what each of B's flags did, below
             for flag in s.flags if s else []:
-                notes.append(f"FLAG {side}: {flag.text()}")
+                # the gate acts on the candidate's flags only: the baseline's inform
+                notes.append(f"FLAG {side}: {flag.text()}"
+                             + (" (the baseline's: decides nothing)" if decisions else ""))
+        for done in decisions[i].flags if decisions is not None else []:
+            notes.append(f"FLAG B: {done.text()}")
         if d.mde is not None:
             notes.append(f"minimum detectable effect at n={d.paired.n if d.paired else '?'}: "
                          f"{d.mde:.3g}")
@@ -88,7 +94,8 @@ def compare(a: str, b: str, tasks: tuple[str, ...], alpha: float, as_json: bool,
 
 @click.command()
 @click.option("--policy", "policy_file", required=True, type=click.Path(dir_okay=False,
-              path_type=Path), help="YAML: alpha, max_drop, min_gain, and per task overrides.")
+              path_type=Path),
+              help="YAML: alpha, max_drop, min_gain, flags, and per task overrides.")
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option("--task", "tasks", multiple=True, help="Only this task (repeatable).")
@@ -99,11 +106,14 @@ def gate(policy_file: Path, a: str, b: str, tasks: tuple[str, ...], as_json: boo
     """Decide whether candidate B may replace baseline A: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE.
 
     The policy (YAML): `alpha` (default 0.05), `max_drop` (how far B may fall below A,
-    default 0), `min_gain` (or: how far B must rise), and `tasks: {NAME or GLOB: {...}}`.
-    Per task, B - A's interval (level 1 - alpha/tasks) entirely above the threshold is GO,
-    entirely below is NO-GO, across it INCONCLUSIVE (not enough items to decide). A task
-    flagged on B (all-zero, all-unparsable, count) or missing in B is NO-GO. Sides as for
-    `hpceval compare`; config errors exit 2.
+    default 0), `min_gain` (or: how far B must rise), `flags: {FLAG: ACTION}`, and
+    `tasks: {NAME or GLOB: {...}}`. Per task, B - A's interval (level 1 - alpha/tasks)
+    entirely above the threshold is GO, entirely below is NO-GO, across it INCONCLUSIVE (not
+    enough items to decide). Then each flag on B acts: no-go, inconclusive (no GO), or warn.
+    Defaults: all-zero, all-unparsable and missing (finished in A, not in B) no-go; count
+    inconclusive; count-unverified, length, reasoning-only warn; all-zero where A scores 0
+    too only warns. The output gives each flag's action. Sides as for `hpceval compare`;
+    config errors exit 2.
     """
     from hpceval import api
 

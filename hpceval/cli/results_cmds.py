@@ -54,7 +54,8 @@ def selection_options(func: Any) -> Any:
 @click.option("--output", "-O", "output", type=click.Path(dir_okay=False),
               help="Write to this file (required for parquet).")
 @click.option("--leaderboard", "board", is_flag=True,
-              help="One row per model, one column per task's primary metric.")
+              help="One row per model, one column per task's primary metric, their mean, "
+                   "and the run behind them.")
 @click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a static HTML report to this file: what was run, comparison "

@@ -182,10 +182,12 @@ def results_frame(run_dirs: Iterable[Path], *, models: Sequence[str] = (),
 
 
 def leaderboard(frame: Any, metric: str | None = None) -> Any:
-    """One row per model, one column per task: its primary metric (or `metric`).
+    """One row per model, one column per task: its primary metric (or `metric`), their mean,
+    and ``run``: the run behind the model's numbers.
 
-    A model evaluated in several runs shows the run `counting_rows` picks (the newest one
-    that finished the task)."""
+    A model evaluated in several runs shows, per task, the run `counting_rows` picks (the
+    newest one that finished the task); ``run`` is then each run with its tasks
+    ("RUN1 (task, task); RUN2 (task)"), so no number is shown without its run."""
     import pandas as pd
 
     if frame.empty:
@@ -194,7 +196,19 @@ def leaderboard(frame: Any, metric: str | None = None) -> Any:
     board = chosen.pivot(index="model", columns="task", values="value")
     board.columns.name = None
     board["mean"] = board.mean(axis=1, numeric_only=True)
+    board["run"] = pd.Series(_runs_of(chosen)).reindex(board.index)
     return board.sort_values("mean", ascending=False)
+
+
+def _runs_of(chosen: Any) -> dict[str, str]:
+    """model -> the run its numbers come from, or each run with its tasks where several."""
+    tasks: dict[str, dict[str, list[str]]] = {}
+    pairs = chosen[["model", "invocation_id", "task"]].drop_duplicates()
+    for model, run, task in sorted(pairs.itertuples(index=False, name=None)):
+        tasks.setdefault(str(model), {}).setdefault(str(run), []).append(str(task))
+    return {model: (next(iter(runs)) if len(runs) == 1 else "; ".join(
+        f"{run} ({', '.join(names)})" for run, names in runs.items()))
+        for model, runs in tasks.items()}
 
 
 def counting_rows(rows: Any) -> Any:

@@ -130,7 +130,7 @@ def test_aggregate_generator_small(tmp_path: Path) -> None:
     frame = results_frame(runs)
     assert len(frame) == 90 and len(aggregate_bench.naive_rows(out)) == 90
     assert frame["primary"].sum() == 45  # extra.primary_metric picks one per task
-    assert leaderboard(frame).shape == (2, 6)  # 2 models x (5 tasks + mean)
+    assert leaderboard(frame).shape == (2, 7)  # 2 models x (5 tasks + mean + run)
     target = tmp_path / "naive.csv"  # the baseline's own-process program runs as written
     subprocess.run([sys.executable, "-c", aggregate_bench.naive_csv_program(), str(out),
                     str(target)], check=True)

@@ -275,7 +275,8 @@ def test_b_intervals_and_paired_test_on_lm_evals_samples(hpceval_run: HpcevalRun
 
 def test_b_flags_on_lm_evals_samples(hpceval_run: HpcevalRun, tmp_path: Path) -> None:
     """The loose items' strict-match records, as lm-eval wrote them, are all 0 and all
-    [invalid]; with limit_samples 100 asked, their count is flagged too."""
+    [invalid]; with limit_samples 100 asked of a task of 100 items (lm-eval's n-samples,
+    from its results file), their count is flagged too."""
     from hpceval.results.flags import task_flags
 
     [path] = (hpceval_run.task_dir / "harness").rglob(f"samples_{TASK_NAME}_*.jsonl")
@@ -286,12 +287,14 @@ def test_b_flags_on_lm_evals_samples(hpceval_run: HpcevalRun, tmp_path: Path) ->
     task_dir = tmp_path / "models" / MODEL / "tasks" / QUALIFIED
     (task_dir / "harness" / MODEL).mkdir(parents=True)
     (task_dir / "harness" / MODEL / path.name).write_text("\n".join(kept) + "\n")
+    [results] = (hpceval_run.task_dir / "harness").rglob("results_*.json")
+    (task_dir / "harness" / MODEL / results.name).write_text(results.read_text())
     (tmp_path / "models" / MODEL / "run.yaml").write_text(
         "evaluation: {params: {limit_samples: 100}}\n")
     flags = {f.code: f.message for f in task_flags(str(task_dir), QUALIFIED, "exact_match",
                                                    "strict-match", 100)}
     assert set(flags) == {"all-zero", "all-unparsable", "count"}
-    assert f"scored {TASK_NAME}: {len(kept)}" in flags["count"]
+    assert f"{TASK_NAME}: {len(kept)} of 100 (100 items)" in flags["count"]
     assert task_flags(str(hpceval_run.task_dir), QUALIFIED, "exact_match", "strict-match",
                       100) == []  # the full run: no flag
 

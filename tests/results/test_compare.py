@@ -132,6 +132,65 @@ def test_gate_is_no_go_when_b_is_flagged(two_models: Path, tmp_path: Path) -> No
     assert out.exit_code == 1 and "all-zero" in out.output, out.output
 
 
+def lm_eval_sizes(task_dir: Path, sizes: dict[str, int]) -> None:
+    """lm-eval's own results file beside the sample files: its n-samples give each subtask's
+    size (what the count flag compares the scored items with)."""
+    (task_dir / "harness" / "m" / "results_2026-12-01T10-00-00.json").write_text(json.dumps(
+        {"results": {}, "n-samples": {s: {"original": n, "effective": n}
+                                      for s, n in sizes.items()}}))
+
+
+def test_gate_leaves_a_candidate_with_lost_items_inconclusive(two_models: Path,
+                                                              tmp_path: Path) -> None:
+    """B scored 50 of ut_one's 60 items: its gain on those cannot make a GO (exit 3, not 1 as
+    when every flag was a NO-GO); each flag's action is in the output; a policy that lets
+    `count` warn gives the interval's GO."""
+    short = submit(tmp_path / "short", 1)
+    lm_eval_sizes(scored(short, "solo", ONE, FIXED[:50]), {"ut_one": 60})
+    a = f"{two_models}:model-00"
+    code, verdict = _gate(tmp_path, a, str(short), {"max_drop": 0.5}, "ut_one")
+    [one] = verdict["tasks"]
+    assert (code, one["decision"]) == (3, "INCONCLUSIVE"), one
+    assert one["reason"].startswith("B is flagged count (inconclusive by the policy); B - A")
+    assert one["flag_actions"] == [{
+        "side": "B", "code": "count", "action": "inconclusive", "why": "by the policy",
+        "message": "fewer items scored than the task has: ut_one: 50 of 60 (60 items)"}]
+    text = CliRunner().invoke(cli, ["gate", "--policy", str(policy(tmp_path, max_drop=0.5)), a,
+                                    str(short), "--task", "ut_one"])
+    assert text.exit_code == 3 and "gate: INCONCLUSIVE" in text.output, text.output
+    assert ("FLAG B: count: fewer items scored than the task has: ut_one: 50 of 60 (60 items)"
+            " -> inconclusive (by the policy)") in text.output
+    code, verdict = _gate(tmp_path, a, str(short), {"max_drop": 0.5, "flags": {"count": "warn"}},
+                          "ut_one")
+    assert (code, verdict["tasks"][0]["decision"]) == (0, "GO")
+    assert verdict["tasks"][0]["flag_actions"][0]["action"] == "warn"
+
+
+def test_gate_all_zero_on_both_sides_is_no_regression(tmp_path: Path) -> None:
+    base, cand = submit(tmp_path / "a", 1, "base"), submit(tmp_path / "b", 1, "cand")
+    scored(base, "solo", ONE, [False] * 60)
+    scored(cand, "solo", ONE, [False] * 60)
+    code, verdict = _gate(tmp_path, str(base), str(cand), {"max_drop": 0.5})
+    [one] = verdict["tasks"]
+    assert (code, one["decision"]) == (0, "GO"), one
+    assert [(f["code"], f["action"], f["why"]) for f in one["flag_actions"]] == [
+        ("all-zero", "warn", "A scores 0 on this task too: not a regression")]
+
+
+def test_gate_policy_can_make_a_missing_task_inconclusive(two_models: Path,
+                                                          tmp_path: Path) -> None:
+    partial = submit(tmp_path / "partial", 1)
+    scored(partial, "solo", ONE, FIXED)  # ut_two never finished
+    code, verdict = _gate(tmp_path, f"{two_models}:model-00", str(partial),
+                          {"max_drop": 0.5, "flags": {"missing": "inconclusive"}})
+    tasks = {t["task"]: t for t in verdict["tasks"]}
+    assert code == 3 and tasks[TWO]["decision"] == "INCONCLUSIVE"
+    assert tasks[TWO]["reason"] == "finished in A, not in B (inconclusive by the policy)"
+    assert tasks[TWO]["flag_actions"] == [{
+        "side": "B", "code": "missing", "message": "finished in A, not in B",
+        "action": "inconclusive", "why": "by the policy"}]
+
+
 def test_the_newest_run_counts_everywhere(tmp_path: Path) -> None:
     """Two runs of one model: leaderboard, report, compare and gate use the newer, whatever
     order the runs are listed in; picking the oldest fails every assertion below."""

@@ -19,6 +19,7 @@ from hpceval.results.gate import (
     Rule,
     TaskDecision,
     _decide,
+    flag_actions,
     load_policy,
     overall,
 )
@@ -32,9 +33,10 @@ from hpceval.results.stats import Interval
      "(fix: write tasks: {{gsm8k: {{max_drop: 0.02}}}})"),
     ("tasks: {gsm8k: 0.1}\n", "policy.tasks.gsm8k: expected a mapping, got float "
      "(fix: write e.g. {{max_drop: 0.01}})"),
-    ("max_dorp: 0.1\n", "policy.max_dorp: unknown key (fix: use alpha, max_drop, min_gain)"),
+    ("max_dorp: 0.1\n",
+     "policy.max_dorp: unknown key (fix: use alpha, flags, max_drop, min_gain)"),
     ("tasks: {gsm8k: {zz: 1, aa: 2}}\n",
-     "policy.tasks.gsm8k.aa: unknown key (fix: use alpha, max_drop, min_gain)"),
+     "policy.tasks.gsm8k.aa: unknown key (fix: use alpha, flags, max_drop, min_gain)"),
     ("max_drop: yes\n", "policy.max_drop: expected a number, got True (fix: e.g. max_drop: 0.01)"),
     ("tasks: {gsm8k: {min_gain: '0.1'}}\n", "policy.tasks.gsm8k.min_gain: expected a number, "
      "got '0.1' (fix: e.g. min_gain: 0.01)"),
@@ -134,10 +136,12 @@ def test_each_decision_gives_its_numbers_and_rule() -> None:
     assert _decide(_diff(-0.1, 0.1), drop)[1].endswith("straddles the allowed drop 0.02")
 
 
-def test_a_flagged_candidate_is_no_go_whatever_its_interval() -> None:
-    flags = (Flag("all-zero", "every sample scored 0"), Flag("count", "198 of 200"))
+def test_the_worst_flag_action_decides_over_a_go() -> None:
+    flags = (Flag("all-zero", "every sample scored 0"), Flag("count", "150 of 198"),
+             Flag("length", "20 of 100"))
     assert _decide(_diff(0.1, 0.3, flags=flags), Rule(max_drop=1.0)) == (
-        NO_GO, "B is flagged: all-zero: every sample scored 0; count: 198 of 200")
+        NO_GO, "B is flagged all-zero (no-go by the policy), count (inconclusive by the "
+        "policy); B - A = +0.2, interval +0.1 to +0.3 (Newcombe): within the allowed drop 1")
 
 
 def test_no_interval_is_inconclusive_with_the_comparisons_note() -> None:
@@ -157,3 +161,82 @@ def test_the_overall_decision_is_the_worst_tasks(decisions: tuple[str, ...],
                                                   expected: str) -> None:
     rows = [TaskDecision(d, "", TaskDiff("t", "", None, None)) for d in decisions]
     assert overall(rows) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("flags: [count]\n", "policy.flags: expected a mapping of flag -> action "
+     "(fix: write e.g. flags: {{count: inconclusive}})"),
+    ("flags: {cuont: warn}\n", "policy.flags.cuont: unknown flag (fix: use all-unparsable, "
+     "all-zero, count, count-unverified, length, missing, reasoning-only)"),
+    ("flags: {count: stop}\n",
+     "policy.flags.count: 'stop' is no action (fix: use no-go, inconclusive, warn)"),
+    ("flags: {missing: warn}\n", "policy.flags.missing: 'warn' is no action for a task missing "
+     "in B (fix: use no-go, inconclusive)"),
+    ("tasks: {gsm8k: {flags: {length: go}}}\n",
+     "policy.tasks.gsm8k.flags.length: 'go' is no action (fix: use no-go, inconclusive, warn)"),
+])
+def test_every_flag_policy_error_names_the_key_and_the_choices(
+        tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(path)
+    assert str(caught.value) == message.format(), str(caught.value)
+    assert caught.value.exit_code == 2
+
+
+def test_the_default_flag_actions_and_their_overrides(tmp_path: Path) -> None:
+    """Scores that mean nothing block; lost items leave the decision open; what can only
+    lower B's score, or cannot be told from a small subtask, warns."""
+    assert dict(Rule().flags) == {
+        "all-zero": "no-go", "all-unparsable": "no-go", "count": "inconclusive",
+        "count-unverified": "warn", "length": "warn", "reasoning-only": "warn",
+        "missing": "no-go"}
+    path = tmp_path / "policy.yaml"
+    path.write_text("flags: {count: warn, length: inconclusive}\n"
+                    "tasks: {gsm8k: {flags: {count: no-go}}}\n")
+    policy = load_policy(path)
+    assert policy.rule_for("hellaswag").action("count") == "warn"
+    assert policy.rule_for("hellaswag").action("length") == "inconclusive"
+    assert policy.rule_for("gsm8k").action("count") == "no-go"
+    assert policy.rule_for("gsm8k").action("length") == "inconclusive"  # inherited
+    assert policy.rule_for("gsm8k").action("all-zero") == "no-go"
+
+
+def _with_a(d: TaskDiff, value: float) -> TaskDiff:
+    d.a = SideScore("run-a", "m", value, 100, None, [])
+    return d
+
+
+@pytest.mark.parametrize(("code", "low", "decision"), [
+    ("all-zero", 0.1, NO_GO),            # a meaningless score: no-go whatever the interval
+    ("count", 0.1, INCONCLUSIVE),        # items lost: a GO cannot stand
+    ("count", -0.4, NO_GO),              # ... but a NO-GO on the items scored still does
+    ("count-unverified", 0.1, GO),       # warns only
+    ("length", 0.1, GO),
+    ("reasoning-only", -0.4, NO_GO),     # the interval's own NO-GO
+])
+def test_each_flag_does_what_its_default_action_says(code: str, low: float,
+                                                     decision: str) -> None:
+    d = _with_a(_diff(low, low + 0.1, flags=(Flag(code, "why"),)), 0.5)
+    assert _decide(d, Rule(max_drop=0.2))[0] == decision
+    [done] = flag_actions(d, Rule(max_drop=0.2))
+    assert (done.code, done.action) == (code, dict(Rule().flags)[code])
+
+
+def test_all_zero_on_b_is_no_regression_where_a_scores_zero_too() -> None:
+    flagged = (Flag("all-zero", "every one of the 60 samples scored 0"),)
+    d = _with_a(_diff(-0.05, 0.05, flags=flagged), 0.0)
+    assert _decide(d, Rule(max_drop=0.1))[0] == GO  # the interval decides
+    [done] = flag_actions(d, Rule(max_drop=0.1))
+    assert done.action == "warn" and done.why == "A scores 0 on this task too: not a regression"
+    assert _decide(_with_a(_diff(-0.05, 0.05, flags=flagged), 0.2), Rule(max_drop=0.1)) == (
+        NO_GO, "B is flagged all-zero (no-go by the policy); B - A = +0, interval -0.05 to "
+        "+0.05 (Newcombe): within the allowed drop 0.1")
+
+
+def test_a_policy_can_make_a_flag_warn_only(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("max_drop: 0.2\nflags: {count: warn}\n")
+    d = _with_a(_diff(0.1, 0.2, flags=(Flag("count", "150 of 198"),)), 0.5)
+    assert _decide(d, load_policy(path).default)[0] == GO

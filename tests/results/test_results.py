@@ -69,7 +69,7 @@ def test_formats(sweep: Path, tmp_path: Path) -> None:
     assert rows[0]["model"] == "model-00" and "value" in rows[0]
     assert render(frame, "csv").splitlines()[0].startswith("invocation_id,model,task")
     markdown = render(leaderboard(frame), "markdown", index=True)
-    assert markdown.splitlines()[0] == f"| model | {ONE} | {TWO} | mean |"
+    assert markdown.splitlines()[0] == f"| model | {ONE} | {TWO} | mean | run |"
     out = CliRunner().invoke(cli, ["results", "--format", "parquet", "-O",
                                    str(tmp_path / "r.parquet"), "--run", str(sweep)])
     assert out.exit_code == 0, out.output
@@ -87,6 +87,23 @@ def test_results_cli_filters_leaderboard_and_html(sweep: Path, tmp_path: Path) -
     page = report.read_text()
     assert page.count("<svg") == 2 and f"<h3>{ONE}</h3>" in page
     assert "0.8 (95% CI 0.711–0.867, Wilson)" in page  # 80 of 100, not 0.8 ± 1.96 x 0.05
+
+
+def test_the_leaderboard_names_its_run_in_every_format(sweep: Path, tmp_path: Path) -> None:
+    """--json keeps every field it had and adds `run`; the table and the report's
+    leaderboard show it."""
+    run_id = json.loads((sweep / "run.json").read_text())["invocation_id"]
+    out = CliRunner().invoke(cli, ["results", "--leaderboard", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["model"]: r for r in json.loads(out.output)}
+    assert set(rows["model-00"]) == {"model", ONE, TWO, "mean", "run"}
+    assert rows["model-00"]["run"] == run_id and rows["model-01"]["run"] == run_id
+    table = CliRunner().invoke(cli, ["results", "--leaderboard"])
+    assert table.exit_code == 0 and f"mean  {'run'.rjust(len(run_id))}" in table.output, \
+        table.output
+    page = html_report(results_frame([sweep]), run_dirs=[sweep])
+    board = page[page.index('id="leaderboard"'):page.index('id="comparison"')]
+    assert "<th>run</th>" in board and f"<td>{run_id}</td>" in board
 
 
 def test_html_escapes_names() -> None:

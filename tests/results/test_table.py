@@ -46,13 +46,29 @@ def test_the_leaderboard_is_one_row_per_model_sorted_by_mean() -> None:
     board = leaderboard(frame(row("r", "a", "t1", 0.2), row("r", "a", "t2", 0.4),
                               row("r", "b", "t1", 0.9), row("r", "b", "t2", 0.7),
                               row("r", "b", "t2", 0.1, metric="f1", primary=False)))
-    assert list(board.index) == ["b", "a"] and list(board.columns) == ["t1", "t2", "mean"]
+    assert list(board.index) == ["b", "a"]
+    assert list(board.columns) == ["t1", "t2", "mean", "run"]
     assert board.columns.name is None and board.index.name == "model"
     assert board.loc["a", "mean"] == pytest.approx(0.3)
     by_f1 = leaderboard(frame(row("r", "b", "t2", 0.7), row("r", "b", "t2", 0.1, metric="f1",
                                                            primary=False)), metric="f1")
     assert by_f1.loc["b", "t2"] == pytest.approx(0.1)
     assert leaderboard(frame()).empty
+
+
+def test_the_leaderboard_names_the_run_behind_each_number() -> None:
+    """One run per model: its id; a model whose tasks count from several runs (the newest
+    that finished each): each run with the tasks it gave."""
+    board = leaderboard(frame(row("20261201-a", "a", "t1", 0.2), row("20261201-a", "a", "t2", 0.4),
+                              row("20261203-c", "a", "t2", 0.5, created=3.0),
+                              row("20261202-b", "b", "t1", 0.9, created=2.0),
+                              row("20261202-b", "b", "t2", 0.7, created=2.0)))
+    assert board.loc["a", "t2"] == pytest.approx(0.5)  # the newer run counts
+    assert board.loc["a", "run"] == "20261201-a (t1); 20261203-c (t2)"
+    assert board.loc["b", "run"] == "20261202-b"
+    assert board.loc["a", "mean"] == pytest.approx(0.35)  # the run column is no number
+    rows = json.loads(render(board, "json", index=True))
+    assert rows[0] == {"model": "b", "t1": 0.9, "t2": 0.7, "mean": 0.8, "run": "20261202-b"}
 
 
 SMALL = frame(row("r", "m|x", "t", 0.123456), row("r", "n", "t", 1 / 3, created=None))

@@ -50,7 +50,10 @@ def parse_results(data: dict[str, Any], task: str, source: str | None = None) ->
     return TaskResult(task=task, harness="lm-evaluation-harness",
                       harness_version=str(version) if version else None, metrics=metrics,
                       source_file=source,
+                      # n-samples: each subtask's own size ("original") and what was taken
+                      # ("effective"): the count flag tells a short run from a small subtask
                       extra={"n-shot": data.get("n-shot") or {},
+                             "n-samples": samples if isinstance(samples, dict) else {},
                              "versions": data.get("versions") or {}})
 
 
