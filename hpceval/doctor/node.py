@@ -26,7 +26,7 @@ from hpceval.doctor.report import Line, Status
 from hpceval.engines import engine_for
 from hpceval.render.ports import EPHEMERAL_FIRST
 from hpceval.render.quoting import listening_ports_function
-from hpceval.runtimes import runtime_for
+from hpceval.runtimes import runtime_for, runtime_names
 from hpceval.shell import quote
 
 NODE = "node"
@@ -34,7 +34,20 @@ REPORT_FILE = "node-report.json"
 SCRIPT_FILE = "doctor-job.sh"
 NODE_WALLTIME = "00:05:00"
 QUEUE_POLL_S = 10.0  # the queue is asked at most this often while the report is awaited
-PROGRAMS = ("apptainer", "singularity", "enroot", "podman")
+
+
+def _programs() -> dict[str, tuple[str, ...]]:
+    """Every program a container runtime runs its containers with on a node (the registry's
+    run_tool), with the arguments that print its version."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name in runtime_names():
+        runtime = runtime_for(name)
+        if runtime.containers:
+            found.setdefault(runtime.run_tool, runtime.version_args)
+    return found
+
+
+PROGRAMS = _programs()
 
 _HELPERS = r'''
 FACTS="$REPORT.facts"
@@ -70,13 +83,12 @@ for m in "${MODULES[@]}"; do
   out=$(mktemp); module load "$m" > "$out" 2>&1; rc=$?
   fact "module:$m" "$rc" "$(cat "$out")"; rm -f "$out"
 done
-for program in "${PROGRAMS[@]}"; do
-  if ! command -v "$program" > /dev/null; then fact "$program" 127 "not on PATH"; continue; fi
-  case $program in
-    enroot) probe "$program" enroot version ;;
-    *) probe "$program" "$program" --version ;;
-  esac
-done
+# program_fact NAME VERSION_ARGS...: one per runtime's program (PROGRAMS, node.py)
+program_fact() {
+  if ! command -v "$1" > /dev/null; then fact "$1" 127 "not on PATH"; return; fi
+  probe "$1" "$@"
+}
+#@PROGRAMS@
 fact cuda_visible 0 "${CUDA_VISIBLE_DEVICES:-}"
 if command -v nvidia-smi > /dev/null; then probe gpus nvidia-smi -L
 else fact gpus 127 "nvidia-smi not on PATH"; fi
@@ -140,12 +152,16 @@ def job_script(ex: ExecutionSpec, python: str, report: Path, target: NetTarget |
             "variables)."]
     head += [f"{name}={quote(value)}" for name, value in values.items()]
     head.append(f"MODULES=({quote(list(ex.modules))})")
-    head.append(f"PROGRAMS=({quote(list(PROGRAMS))})")
+    # ch-run, for one, refuses to start (even for --version) without $USER, which a job has
+    # only where its submitter's environment had it
+    head.append('export USER="${USER:-$(id -un)}"')
     # execution.module_init is shell code by definition (the job runs it verbatim too)
     head += list(ex.module_init)
     head += node_site.head(ex, site_args(ex))
+    programs = [f"program_fact {quote([name, *args])}" for name, args in PROGRAMS.items()]
+    body = _BODY.lstrip("\n").replace("#@PROGRAMS@\n", "".join(f"{p}\n" for p in programs))
     return "\n".join([*head, _HELPERS.strip("\n"), listening_ports_function().rstrip("\n"),
-                      node_site.body().strip("\n"), _BODY.lstrip("\n")])
+                      node_site.body().strip("\n"), body])
 
 
 # The profile's sbatch_extra_flags that choose nodes: the node job goes where its jobs go.
@@ -264,7 +280,7 @@ def node_lines(spec: RunSpec, facts: Mapping[str, Any], python: str,
                           "execution.module_init for a batch shell without `module`"))
     runtime = ex.container_runtime
     # the program the runtime's containers need on the node (pyxis: enroot under srun)
-    needed = runtime_for(runtime).tool if runtime_for(runtime).containers else None
+    needed = runtime_for(runtime).run_tool if runtime_for(runtime).containers else None
     for program in PROGRAMS:
         rc, out = fact(program) or (127, "not probed")
         if rc == 0:

@@ -46,6 +46,10 @@ class Runtime:
     staged_files: ClassVar[bool] = True  # False: images live in the runtime's own store
     staged_kind: ClassVar[str] = "SIF"  # what that file is called in messages
     pull_tool: ClassVar[str] = ""  # the program `hpceval stage` pulls with (default: name)
+    # the program a compute node runs containers with (default: name), and the arguments that
+    # make it print its version (hpceval doctor --on-node probes it)
+    node_tool: ClassVar[str] = ""
+    version_args: ClassVar[tuple[str, ...]] = ("--version",)
 
     def image_file(self, sif: str) -> str:
         """The staged file for this runtime, from the catalogue's SIF name."""
@@ -116,6 +120,10 @@ class Runtime:
     @property
     def tool(self) -> str:
         return self.pull_tool or self.name
+
+    @property
+    def run_tool(self) -> str:
+        return self.node_tool or self.name
 
     def pull_argv(self, binary: str, dest: Path, source: str) -> list[str]:
         """The one pull command line (the strict fakes of the tests accept exactly it);

@@ -78,6 +78,7 @@ class Charliecloud(Runtime):
     image_suffix = ".sqfs"
     staged_kind = "SquashFS"
     pull_tool = "ch-image"
+    node_tool = "ch-run"
 
     def _environment(self, env_names: list[str]) -> list[Any]:
         own = [env_name(n.removeprefix(PREFIX)) for n in dict.fromkeys(env_names)]

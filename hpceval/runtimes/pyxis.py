@@ -84,6 +84,8 @@ class Pyxis(Runtime):
     image_suffix = ".sqsh"  # the squashfs file `enroot import` writes (same stem as the SIF)
     staged_kind = "squashfs image (.sqsh)"
     pull_tool = "enroot"
+    node_tool = "enroot"  # srun's pyxis plugin runs the containers through it
+    version_args = ("version",)
     pull_verb = "import"
     pull_over_file: ClassVar[bool] = False  # enroot import refuses to write over a file
 

@@ -53,6 +53,22 @@ def test_node_problems_name_the_fix(tmp_path: Path) -> None:
     assert lines["enroot"].status is Status.OK  # absent but not needed
 
 
+def test_the_program_that_runs_containers_on_the_node_is_the_one_checked(
+        tmp_path: Path) -> None:
+    # Charliecloud pulls with ch-image on the login node, but nodes run ch-run: a node without
+    # ch-run is the problem, a node without ch-image is not (it was the other way round)
+    spec = spec_for(tmp_path, container_runtime="charliecloud")
+    facts = node_facts(**{"ch-run": {"rc": 127, "out": "not on PATH"}})
+    lines = by_check(node.node_lines(spec, facts, "/sw/py", None))
+    assert lines["ch-run"].status is Status.PROBLEM
+    assert "container_runtime charliecloud needs it" in lines["ch-run"].detail
+    assert "ch-image" not in lines
+    # every runtime's node program is probed by the job, with its own version arguments
+    script = node.job_script(spec.execution, "/sw/py", tmp_path / "r.json", None)
+    assert "program_fact ch-run --version" in script and "program_fact enroot version" in script
+    assert 'export USER="${USER:-$(id -un)}"' in script  # ch-run refuses to start without it
+
+
 def test_network_route_and_ports_decisions(tmp_path: Path) -> None:
     spec = spec_for(tmp_path)
     target = node.NetTarget("127.0.0.1", 3128, "--network-target")
