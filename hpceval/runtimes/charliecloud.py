@@ -90,8 +90,9 @@ class Charliecloud(Runtime):
 
     def _run(self, binds: list[Any], env_names: list[str], site: SiteOptions) -> list[Any]:
         # ch-run refuses to start without $USER (it names its storage and mount point after
-        # it), and a job has none where its submitter's environment had none (sbatch under
-        # cron or a service, SBATCH_EXPORT=NONE): the job's own user then. Not a secret.
+        # it), and a job has none where its submitter's environment had none (submitted from
+        # cron or a service, or with the site's export setting NONE): the job's own user
+        # then. Not a secret.
         argv: list[Any] = ["env", USER, "ch-run", *site.options, *self._environment(env_names)]
         for b in binds:
             argv += ["-b", b]

