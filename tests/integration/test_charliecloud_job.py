@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_run
 from hpceval.runs.submit import submit_configs
 from hpceval.staging import preflight_all
+from tests.integration.vllm_support import wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -82,18 +82,6 @@ def _python_only_bin(work: Path) -> Path:
     return folder
 
 
-def _wait(client: CommandSlurmClient, job_id: str) -> str:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        record = client.sacct([job_id]).get(job_id)
-        if record is not None and record.state not in ("PENDING", "RUNNING", "COMPLETING",
-                                                       "CONFIGURING", "REQUEUED"):
-            return record.state
-        time.sleep(1)
-    client.cancel([job_id])
-    raise AssertionError(f"job {job_id} did not finish in {TIMEOUT} s")
-
-
 def test_a_harness_in_a_charliecloud_image_on_a_compute_node_scores_the_answer_key(
         image: Path, slurm_cluster: CommandSlurmClient,
         tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,7 +102,7 @@ def test_a_harness_in_a_charliecloud_image_on_a_compute_node_scores_the_answer_k
     [job_id] = submitted.job_ids
     [model] = submitted.models
     model_dir = submitted.run_dir / "models" / model
-    state = _wait(slurm_cluster, job_id)
+    state = wait(slurm_cluster, job_id, submitted.run_dir, timeout=TIMEOUT)
     logs = "\n".join(p.read_text() for p in model_dir.glob("slurm-*.log"))
     task_dir = model_dir / "tasks" / QUALIFIED
     harness_log = task_dir / "harness.log"
