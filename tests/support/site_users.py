@@ -1,0 +1,50 @@
+"""The site in a box's ordinary users (alice, bob: scripts/slurm/start-cluster.sh makes them):
+running commands as them, in a login shell's environment, and reading Slurm's record of their
+jobs. The ``home_dir`` fixture (a folder in alice's home) is in tests/integration/conftest.py."""
+
+from __future__ import annotations
+
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+USER, OTHER = "alice", "bob"
+ROOT = Path(__file__).resolve().parents[2]
+LIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
+
+
+def as_user(user: str, *args: str, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``args`` run as ``user`` in a login shell's environment: their HOME, PATH with the
+    project's venv first (as a site module would set it), and none of this process's;
+    ``env``: what differs from that."""
+    home = pwd.getpwnam(user).pw_dir
+    env = {"HOME": home, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8", "SHELL": "/bin/bash",
+           "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+           "HPCEVAL_TASKS_PATH": str(ROOT / "tests" / "fakes" / "ask-harness.yaml"),
+           **(env or {})}
+    command = ["runuser", "-u", user, "--", "env", "-i",
+               *(f"{k}={v}" for k, v in env.items()), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          cwd=cwd or home, check=False)
+
+
+def hpceval(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return as_user(user, sys.executable, "-m", "hpceval", *args)
+
+
+def sacct_ended(job_id: str, timeout: float = 90) -> tuple[set[str], set[str]]:
+    """(users, states) Slurm's accounting records for the elements of job ``job_id`` once
+    every one has ended: slurmdbd lags the controller by seconds (a job just queued or ended
+    may not be there yet), so it is asked again until then, within ``timeout``."""
+    deadline, rows = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "User,State"],
+                             capture_output=True, text=True, check=True).stdout
+        rows = [line.split("|") for line in out.splitlines() if line]
+        if rows and all(state.split()[0] not in LIVE for _, state in rows):
+            break
+        time.sleep(2)
+    return {user for user, _ in rows}, {state for _, state in rows}
