@@ -3,6 +3,7 @@ job-local cache for vLLM, torch.compile/Triton and XDG users (defect 8), rendere
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from render_helpers import RenderFn, backend_env
+from support import FAKES
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
          "tensor_parallel_size": 8}
@@ -166,16 +168,20 @@ def pull_block(script: str) -> str:
 PULLED = "/inv-0123456789abcdef/images/vllm_vllm-openai_v0.32.0"
 
 
-@pytest.mark.parametrize(("runtime", "suffix", "tool"), [("apptainer", ".sif", "apptainer"),
-                                                         ("pyxis", ".sqsh", "enroot")])
+@pytest.mark.parametrize(("runtime", "suffix", "tools", "scratch_env"), [
+    ("apptainer", ".sif", ["apptainer"], ["APPTAINER_CACHEDIR", "APPTAINER_TMPDIR"]),
+    ("pyxis", ".sqsh", ["enroot"], ["ENROOT_CACHE_PATH", "ENROOT_TEMP_PATH"]),
+    ("charliecloud", ".sqfs", ["ch-image", "ch-convert"], ["CH_IMAGE_STORAGE"])])
 def test_an_unstaged_server_image_is_pulled_once_for_the_run(
         render: RenderFn, render_pull: RenderFn, tmp_path: Path, runtime: str, suffix: str,
-        tool: str) -> None:
+        tools: list[str], scratch_env: list[str]) -> None:
     """Issue 21, defect 4, second part, and issue 38, N7: nothing staged, so the run's pull
     job (a CPU job that every job holding GPUs waits for) pulls the image ONCE, under a lock,
     and every instance runs the file; the GPU job pulls nothing. Two pulls at once (a resumed
     run's pull job beside the first) pull it once between them, with their temporary files on
-    the node's scratch, not on shared storage."""
+    the node's scratch, not on shared storage. The pull line runs the strict fakes of
+    tests/fakes (behind a wrapper that is slow and records each call and its scratch
+    variables), so its words are the ones the real tools accept."""
     run = {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 2, "image": DOCKER_IMAGE}}
     overrides = [f"execution.container_runtime={runtime}"]
     script = render("slurm", run, overrides)
@@ -188,7 +194,7 @@ def test_an_unstaged_server_image_is_pulled_once_for_the_run(
     pull_job = render_pull("slurm", run, overrides)
     assert "#SBATCH --gpus" not in pull_job and "#SBATCH --cpus-per-task=4" in pull_job
     block = pull_block(pull_job)
-    # run the block twice at once, with a pull tool that is slow and counts its calls
+    # run the block twice at once
     run_dir = tmp_path / "run"
     (run_dir / "images").mkdir(parents=True)
     scratch = tmp_path / "scratch"
@@ -196,29 +202,36 @@ def test_an_unstaged_server_image_is_pulled_once_for_the_run(
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
     calls = tmp_path / "calls"
-    (fake_bin / tool).write_text(
-        "#!/bin/bash\n"
-        f'echo "$* cache=${{APPTAINER_CACHEDIR:-}}${{ENROOT_CACHE_PATH:+ enroot}}'
-        f' tmp=${{APPTAINER_TMPDIR:-}}${{ENROOT_TEMP_PATH:-}}" >> {calls}\n'
-        'for a; do case "$a" in *.tmp-*) dest=$a;; esac; done\n'
-        'sleep 1; echo image > "$dest"\n')
-    (fake_bin / tool).chmod(0o755)
+    registry = tmp_path / "registry.json"
+    registry.write_text(json.dumps({"images": {"vllm/vllm-openai:v0.32.0": {
+        "digest": "sha256:" + "5" * 64, "files": {}, "labels": {}}}}))
+    shown = " ".join(f"{name}=${{{name}:-}}" for name in scratch_env)
+    for tool in tools:
+        (fake_bin / tool).write_text(
+            "#!/bin/bash\n"
+            f'echo "{tool} $* {shown}" >> {calls}\n'
+            f'sleep 1; exec {FAKES / tool} "$@"\n')
+        (fake_bin / tool).chmod(0o755)
     file = run_dir / "images" / Path(pulled).name
     body = ("log() { echo \"$*\"; }\n" + backend_env(script)
             + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M)
             + 'echo "failed=${#PULL_FAILED[@]}"\n')
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir),
-           "TMPDIR": str(scratch)}
+           "TMPDIR": str(scratch), "FAKE_REGISTRY": str(registry)}
     jobs = [subprocess.Popen(["bash", "-c", body], env={**env, "SLURM_JOB_ID": str(j)},
-                             stdout=subprocess.PIPE, text=True) for j in (11, 12)]
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for j in (11, 12)]
     outs = [p.communicate(timeout=60)[0] for p in jobs]
     assert all(p.returncode == 0 and out.endswith("failed=0\n")
                for p, out in zip(jobs, outs, strict=True)), outs
-    assert file.read_text() == "image\n"
-    (call,) = calls.read_text().splitlines()  # one pull between the two jobs
-    assert "docker://vllm/vllm-openai:v0.32.0" in call and ".tmp-1" in call
-    assert f"tmp={scratch}/hpceval-pull." in call  # the node's scratch, not shared storage
-    assert f"cache={scratch}/" in call or "enroot" in call  # not ~/.apptainer's cache
+    assert json.loads(file.read_text())["name"] == "vllm/vllm-openai:v0.32.0"  # the fakes'
+    lines = calls.read_text().splitlines()
+    # one pull between the two jobs (charliecloud: ch-image pull, then ch-convert)
+    assert [line.split()[0] for line in lines] == tools
+    assert "vllm/vllm-openai:v0.32.0" in lines[0] and ".tmp-1" in lines[-1]
+    for line in lines:  # the node's scratch, not shared storage nor ~/.apptainer's cache
+        for name in scratch_env:
+            assert f"{name}={scratch}/hpceval-pull." in line, line
     assert not list((run_dir / "images").glob("*.tmp-*"))  # nothing half-written left
     assert list(scratch.iterdir()) == []  # and nothing left on the node
 

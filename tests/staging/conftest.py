@@ -1,5 +1,6 @@
-"""Fixtures for staging, preflight and discover: the strict fake apptainer (and skopeo) on PATH,
-a fake registry, isolated catalogue homes, and an Apptainer site in tmp_path."""
+"""Fixtures for staging, preflight and discover: the strict fake apptainer (and skopeo, enroot,
+ch-image and ch-convert when enabled) on PATH, a fake registry, isolated catalogue homes, and
+an Apptainer site in tmp_path."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
     monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}/usr/bin{os.pathsep}/bin")
     monkeypatch.setenv("FAKE_REGISTRY", str(fake.registry_file))
     monkeypatch.setenv("FAKE_APPTAINER_LOG", str(fake.log_file))
+    # the fake ch-image's storage (its default is /var/tmp/$USER.ch, outside the test)
+    monkeypatch.setenv("CH_IMAGE_STORAGE", str(tmp_path / "ch-storage"))
     fake.add_image(SIMPLE_EVALS, digest(1),
                    {FDF_PATH: (DATA / "simple_evals_framework.yml").read_text()})
     fake.add_image(LM_EVAL, digest(2))

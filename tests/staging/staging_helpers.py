@@ -49,6 +49,13 @@ class Fakes:
         rows = [json.loads(line) for line in self.log_file.read_text().splitlines()]
         return [r["argv"] for r in rows if prog is None or r["prog"] == prog]
 
+    def progs(self, about: str = "") -> list[str]:
+        """The fake tools called, in order; with ``about``, those with it in an argument."""
+        if not self.log_file.exists():
+            return []
+        rows = [json.loads(line) for line in self.log_file.read_text().splitlines()]
+        return [r["prog"] for r in rows if any(about in word for word in r["argv"])]
+
     def pulls(self) -> list[list[str]]:
         return [argv for argv in self.calls("apptainer") + self.calls("singularity")
                 if argv[0] == "pull"]

@@ -1,4 +1,5 @@
-"""``hpceval stage`` against the strict fake apptainer: what is pulled, where, how, and when not."""
+"""``hpceval stage`` against the strict fake apptainer (and enroot, ch-image and ch-convert): what
+is pulled, where, how, and when not."""
 
 from __future__ import annotations
 
@@ -141,14 +142,15 @@ def test_online_without_image_dir_leaves_pulls_to_the_job(fakes: Fakes, site: Si
     assert fakes.calls() == []
 
 
-def _vllm(site: Site, image: str, **extra: Any) -> Path:
+def _vllm(site: Site, image: str, execution: dict[str, Any] | None = None,
+          **extra: Any) -> Path:
     checkpoint = site.root / "ckpt"
     checkpoint.mkdir(exist_ok=True)
     return site.run_file(
         [{"name": "simple_evals.gpqa_diamond"}],
         deployment={"type": "vllm", "image": image, "checkpoint_path": str(checkpoint),
                      "served_model_name": "m", **extra},
-        execution={"gpus_per_node": 1}, target={"api_endpoint": {}})
+        execution={"gpus_per_node": 1, **(execution or {})}, target={"api_endpoint": {}})
 
 
 def test_a_missing_server_sif_needs_its_source_once(fakes: Fakes, site: Site) -> None:
@@ -169,13 +171,22 @@ def test_a_missing_server_sif_needs_its_source_once(fakes: Fakes, site: Site) ->
     assert {i.action for i in stage(site.load(run)).items} == {"present"}
 
 
-def test_a_docker_server_image_is_staged_and_the_switch_suggested(fakes: Fakes, site: Site) -> None:
+@pytest.mark.parametrize(("runtime", "tools", "suffix", "kind"), [
+    ("apptainer", ["apptainer"], ".sif", "SIF"),
+    ("charliecloud", ["ch-image", "ch-convert"], ".sqfs", "SquashFS")])
+def test_a_docker_server_image_is_staged_and_the_switch_suggested(
+        fakes: Fakes, site: Site, runtime: str, tools: list[str], suffix: str,
+        kind: str) -> None:
     fakes.add_image("vllm/vllm-openai:v0.11.0", digest(5))
-    report = stage(site.load(_vllm(site, "docker://vllm/vllm-openai:v0.11.0")))
-    assert (site.image_dir / "vllm_vllm-openai_v0.11.0.sif").is_file()
+    fakes.enable(*(t for t in tools if t != "apptainer"))
+    run = _vllm(site, "docker://vllm/vllm-openai:v0.11.0", {"container_runtime": runtime})
+    report = stage(site.load(run))
+    staged = site.image_dir / f"vllm_vllm-openai_v0.11.0{suffix}"
+    assert json.loads(staged.read_text())["name"] == "vllm/vllm-openai:v0.11.0"  # the fakes'
+    # one pull of it (charliecloud: pulled, then converted)
+    assert fakes.progs("vllm/vllm-openai") == tools
     assert report.hints == [f"the job still pulls docker://vllm/vllm-openai:v0.11.0 at run time; "
-                            f"to run the staged SIF: -o deployment.image="
-                            f"{site.image_dir / 'vllm_vllm-openai_v0.11.0.sif'}"]
+                            f"to run the staged {kind}: -o deployment.image={staged}"]
 
 
 def test_singularity_sites_pull_with_singularity(fakes: Fakes, site: Site) -> None:
@@ -261,6 +272,42 @@ def test_pyxis_sites_import_sqsh_images_with_enroot(fakes: Fakes, site: Site) ->
     assert f"--container-image={sqsh}" in text
     again = stage(site.load(run))
     assert {i.action for i in again.items} == {"present"} and len(fakes.calls("enroot")) == 2
+
+
+def test_charliecloud_sites_pull_sqfs_images_with_ch_image_and_ch_convert(
+        fakes: Fakes, site: Site, tmp_path: Path) -> None:
+    """The one pull line (runtimes/charliecloud.py, PULL_SCRIPT) against the strict fakes:
+    ch-image pulls the reference (no docker://) into its storage, ch-convert makes the
+    SquashFS file of it, under a hidden temporary name beside the final file."""
+    fakes.enable("ch-image", "ch-convert")
+    run = site.run_file(execution={"container_runtime": "charliecloud"})
+    report = stage(site.load(run))
+    assert report.ok, report.items
+    assert fakes.pulls() == []  # no apptainer where Charliecloud runs the images
+    assert fakes.progs() == ["ch-image", "ch-convert"] * 2
+    assert fakes.calls("ch-image") == [["pull", SIMPLE_EVALS], ["pull", LM_EVAL]]
+    se_sqfs, lm_sqfs = SE_SIF.replace(".sif", ".sqfs"), LM_SIF.replace(".sif", ".sqfs")
+    for argv, ref, final in zip(fakes.calls("ch-convert"), (SIMPLE_EVALS, LM_EVAL),
+                                (se_sqfs, lm_sqfs), strict=True):
+        assert argv[:5] == ["-i", "ch-image", "-o", "squash", ref]
+        dest = Path(argv[5])
+        assert dest.parent == site.image_dir and dest.name.startswith(f".{final}.")
+        assert not dest.exists()
+    sqfs = site.image_dir / se_sqfs
+    assert json.loads(sqfs.read_text())["name"] == SIMPLE_EVALS
+    assert json.loads((site.image_dir / f"{se_sqfs}.json").read_text())["reference"] == \
+        SIMPLE_EVALS
+    assert not list(site.image_dir.glob("*.sif")) and not list(site.image_dir.glob("*.pulling"))
+    # ch-image's storage is its own (CH_IMAGE_STORAGE, set by the fixture), not image_dir
+    assert (tmp_path / "ch-storage" / "img").is_dir()
+    # the job runs what stage wrote
+    from hpceval.render import JobContext, render_job
+
+    resolved = site.load(run)[0]
+    text = render_job(resolved, JobContext("/r/inv-1", "inv-1", "m", "/py"))
+    assert str(sqfs) in text and "ch-run" in text
+    again = stage(site.load(run))
+    assert {i.action for i in again.items} == {"present"} and len(fakes.calls("ch-image")) == 2
 
 
 def test_a_missing_enroot_is_a_clear_failure(fakes: Fakes, site: Site) -> None:
