@@ -73,18 +73,6 @@ def _run_file(work: Path, image: Path) -> Path:
     return path
 
 
-def _python_only_bin(work: Path) -> Path:
-    """A PATH folder with this venv's Python (what the job and the oracle run) and nothing
-    else: no lm_eval. A wrapper, not a link: a link outside the venv loses the venv."""
-    folder = work / "bin"
-    folder.mkdir()
-    for name in ("python", "python3"):
-        wrapper = folder / name
-        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-        wrapper.chmod(0o755)
-    return folder
-
-
 @pytest.fixture
 def scratch_dir(home_dir: Path) -> Iterator[Path]:
     """alice's folder on the site's scratch, which every node mounts: /tmp here, which ch-run
@@ -102,7 +90,7 @@ def scratch_dir(home_dir: Path) -> Iterator[Path]:
 def test_a_harness_in_a_charliecloud_image_on_a_compute_node_scores_the_answer_key(
         image: Path, slurm_cluster: CommandSlurmClient, scratch_dir: Path) -> None:
     require_lm_eval()
-    path = f"{_python_only_bin(scratch_dir)}:/usr/local/bin:/usr/bin:/bin"
+    path = f"{charliecloud.python_only_bin(scratch_dir)}:/usr/local/bin:/usr/bin:/bin"
     assert shutil.which("lm_eval", path=path) is None  # only the image has a harness
     run_file = _run_file(scratch_dir, image)
     owner = pwd.getpwnam(USER)

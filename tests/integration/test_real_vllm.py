@@ -333,11 +333,7 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     # folder (execution.extra_binds go to both), the server's the models' too
     harness_image = charliecloud.image("harness", sys.prefix, server_site)
     server_image = vllm_image(vllm_bin)
-    python_only = tmp_path / "bin"
-    python_only.mkdir()
-    (python_only / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (python_only / "python3").chmod(0o755)
-    path = f"{python_only}:/usr/local/bin:/usr/bin:/bin"
+    path = f"{charliecloud.python_only_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin"
     assert not any(shutil.which(tool, path=path) for tool in ("vllm", "lm_eval"))
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 1, "container_runtime": "charliecloud",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,17 @@ def image(role: str, venv: Path | str, *folders: Path | str) -> Path:
     if proc.returncode != 0:
         unavailable(f"the {role} image did not build: {proc.stderr[-2000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def python_only_bin(work: Path) -> Path:
+    """A PATH folder (``work``/bin) with this venv's Python (what the job and a host-side
+    oracle run) and nothing else: no lm_eval, no vllm, so a job whose PATH starts with it
+    and ends with the system's folders can only have run them from an image. A wrapper, not a
+    link: a link outside the venv loses the venv."""
+    folder = work / "bin"
+    folder.mkdir()
+    for name in ("python", "python3"):
+        wrapper = folder / name
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+    return folder
