@@ -126,6 +126,19 @@ def hpceval(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
                           check=False, timeout=120)
 
 
+def stored_environment(job_id: str) -> str:
+    """What slurmdbd keeps of the batch job's environment. slurmctld sends it with the job's
+    start record through its queue to slurmdbd, which may still hold it when a short job has
+    ended: sacct prints NONE until the record is written, so ask again for a while."""
+    deadline = time.monotonic() + 60
+    while True:
+        stored = subprocess.run(["sacct", "-j", job_id, "--env-vars"], capture_output=True,
+                                text=True, check=False, timeout=60).stdout
+        if "\nNONE\n" not in stored or time.monotonic() > deadline:
+            return stored
+        time.sleep(2)
+
+
 def sha(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
@@ -186,8 +199,7 @@ def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str]
     # of the files' (before file: values, all four were there).
     job_id = re.search(r"job (\d+)", log)
     assert job_id, log[-2000:]
-    stored = subprocess.run(["sacct", "-j", job_id.group(1), "--env-vars"], capture_output=True,
-                            text=True, check=False, timeout=60).stdout
+    stored = stored_environment(job_id.group(1))
     assert f"JUDGE_API_KEY={values['JUDGE_API_KEY']}" in stored, stored[-2000:]
     assert [var for var in FROM_FILES if values[var] in stored] == []
 
