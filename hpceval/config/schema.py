@@ -292,6 +292,8 @@ class TaskSpec:
     )
     container: str | None = key(None, "harness image for this task instead of the catalogue's")
     timeout: int | None = key(None, "seconds before a hung harness is stopped", minimum=1)
+    infra_errors_allowed: int | None = key(
+        None, "this task's own evaluation.infra_errors_allowed", minimum=0)
     allow_unlisted: bool = key(False, "run a harness.task the catalogue does not list")
     interceptors: InterceptorsSpec = field(
         default_factory=InterceptorsSpec,
@@ -321,6 +323,14 @@ class EvaluationSpec:
                                     "auto (where the model's engine answers what harnesses ask "
                                     "at start-up: vllm), true, or false (tasks start once the "
                                     "servers are ready)")
+    # Default 0: a request that failed on the infrastructure was scored by the harness as a
+    # wrong answer, and one run's errors moved a public score by 8 points (issue 36).
+    infra_errors_allowed: int = key(0, "requests of a task that may still fail after the "
+                                    "in-job proxy's retries (5xx, 429, no connection, timeout) "
+                                    "with its score published; more, and the task fails as an "
+                                    "infrastructure failure, which `hpceval resume` retries "
+                                    "(its other answers come from the response cache)",
+                                    minimum=0)
     proxy_budget: str = key("off", "in-flight requests per server instance, the rest wait in "
                             "the in-job proxy: off, adaptive (AIMD) or a fixed number")
     interceptors: InterceptorsSpec = field(
@@ -334,6 +344,11 @@ class EvaluationSpec:
         the in-job proxy); None where it is."""
         chain = task.interceptors.chain()
         return chain if chain != self.interceptors.chain() else None
+
+    def infra_errors_allowed_for(self, task: TaskSpec) -> int:
+        """The task's own allowance, else the run's."""
+        own = task.infra_errors_allowed
+        return self.infra_errors_allowed if own is None else own
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ The job script calls it after each harness (``--task-dir "$TASK_DIR" --exit-code
   ``finalize_task`` writes ``results.json``, ``manifest.json`` and, last, ``done``. A
   ``failed.json`` left by an earlier attempt is removed once ``done`` exists (its content is
   kept in the manifest as ``previous_failure``).
+* more requests failed on the infrastructure (the in-job proxy's count in ``runtime.json``) than
+  ``--infra-errors-allowed``: the harness scored them as answers, so ``failed.json`` instead of
+  a lowered score; exit 1. Resume runs the task again, its answered requests from the cache.
 * harness failed, or its output does not parse: ``DIR/failed.json`` (atomic) says why; exit 1.
   A harness failure's reason names its log, and with ``--timeout`` (the task's, which the job
   script passes) tells a harness stopped by ``timeout`` from one that failed on its own.
@@ -28,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpceval import jobenv
-from hpceval.contract import COMMAND_FILE, FAILED_FILE, HARNESS_LOG, is_done
+from hpceval.contract import COMMAND_FILE, FAILED_FILE, HARNESS_LOG, RUNTIME_FILE, is_done
 from hpceval.job import manifest as mf
+from hpceval.results.runtime import infra_errors, read_runtime
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object
 from hpceval.tasks import HarnessDef, TaskDef
@@ -53,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parser", help="results parser (default: the harness's `parser:`)")
     p.add_argument("--timeout", type=int, metavar="SECONDS",
                    help="the task's timeout (0: none); statuses 124/137 then say it timed out")
+    p.add_argument("--infra-errors-allowed", type=int, default=0, metavar="N",
+                   help="requests that may have failed on the infrastructure (the in-job "
+                        f"proxy's count, in DIR/{RUNTIME_FILE}) with the task still scored; "
+                        "more, and it fails as an infrastructure failure (default 0)")
     p.add_argument("--started-at", metavar="TIME",
                    help="harness start, epoch seconds or ISO 8601 (default: mtime of "
                         f"DIR/{COMMAND_FILE}, written just before the harness starts)")
@@ -158,10 +166,21 @@ class Collector:
             return 0
         args = self.args
         target = resolve(self.task_dir, args.task, args.harness, args.parser)
+        infra, causes = infra_errors(read_runtime(str(self.task_dir)))
+        lost = (f"{infra} request(s) failed on the infrastructure after the in-job proxy's "
+                f"retries ({causes})") if infra else ""
         if args.exit_code != 0:
             reason = harness_failure(args.exit_code, args.timeout)
-            return self.fail(target, "harness",
-                             f"{reason} (log: {self.task_dir / HARNESS_LOG})")
+            return self.fail(target, "harness", f"{reason} (log: {self.task_dir / HARNESS_LOG})"
+                             + (f"; {lost}" if lost else ""))
+        if infra > args.infra_errors_allowed:
+            # the harness scored them, most likely as wrong answers: no score rather than a
+            # lowered one. Resume asks them again; the answers that came are cached.
+            return self.fail(target, "infrastructure",
+                             f"{lost}, more than the {args.infra_errors_allowed} allowed "
+                             "(evaluation.infra_errors_allowed): the harness scored them as "
+                             "answers, so the score is not published; `hpceval resume` asks "
+                             "them again")
         if target.parser is None:
             return self.fail(target, "resolve", "no parser known for this task: "
                              + ("; ".join(target.errors) or "pass --parser"))

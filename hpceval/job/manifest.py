@@ -179,7 +179,7 @@ def build_failure(*, task_dir: Path, task_name: str, harness_name: str | None,
         "task": task_name,
         "harness": harness_name,
         "parser": parser,
-        "stage": stage,  # resolve | harness | parse | write
+        "stage": stage,  # resolve | harness | infrastructure | parse | write
         "reason": reason,
         "errors": list(errors),
         "exit_code": exit_code,

@@ -53,12 +53,13 @@ from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy_balancer import Balancer
 from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_forward import Answer, Forwarder, UpstreamFailure
+from hpceval.job.proxy_forward import INFRA_CAUSES, Answer, Forwarder, UpstreamFailure
 from hpceval.job.proxy_guard import BodyLease
 from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import TaskRecorder
 from hpceval.job.proxy_tls import server_context
+from hpceval.results.runtime import CLIENT_CLOSED
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class ProxyServer:
         """SIGUSR1 (Slurm's pre-timeout signal): make cache and progress durable, keep serving."""
         if self.cache is not None:
             await self.cache.flush()
-        await asyncio.to_thread(self.tasks.write, self.tasks.snapshot(), True)
+        await self.tasks.flush(durable=True)
         if self.config.progress_file is not None:  # snapshot here, on the loop; write in a thread
             try:
                 await asyncio.to_thread(write_atomic, self.config.progress_file, self.snapshot(),
@@ -280,21 +281,32 @@ class ProxyServer:
         progress = self.progress
         progress.in_flight += 1
         started = time.monotonic()
-        status, cached, parsed, streamed = 500, False, None, bool(body.get("stream"))
+        # no answer unless one is set below: the client went away (cancelled) or this failed
+        status, cached, parsed, streamed = CLIENT_CLOSED, False, None, bool(body.get("stream"))
+        recorded = False
         try:
             if streamed:
                 response = await self._stream(request, raw)
                 status = response.status
-                return response
-            response, payload, cached, parsed = await self._answer(
-                request, path, chain, body, raw, base_key, task is not None)
-            status = response.status
-            self.request_log.record(path, body, status, payload, cached,
-                                    time.monotonic() - started, chain.route)
+            else:
+                response, payload, cached, parsed = await self._answer(
+                    request, path, chain, body, raw, base_key, task is not None)
+                status = response.status
+                self.request_log.record(path, body, status, payload, cached,
+                                        time.monotonic() - started, chain.route)
+            cause = INFRA_CAUSES.get(status)
+            if task is not None and cause is not None and not response.prepared:
+                # on disk before the harness hears of it: `hpceval.job collect`, which runs
+                # once the harness has exited, then counts every failure it scored
+                self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
+                                  streamed, scoring=body.get("echo") is True, infra=cause)
+                recorded = True
+                await self.tasks.flush()
             return response
         finally:
-            self.tasks.record(task, status, time.monotonic() - started, cached, parsed, streamed,
-                              scoring=body.get("echo") is True)
+            if not recorded:
+                self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
+                                  streamed, scoring=body.get("echo") is True)
             progress.in_flight -= 1
             if 200 <= status < 300:
                 progress.done += 1

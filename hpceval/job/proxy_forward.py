@@ -36,7 +36,13 @@ from hpceval.job.proxy_http import (
 )
 from hpceval.job.proxy_sessions import Sessions
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The answers the proxy retries, and what each still is after the retries: an infrastructure
+# failure, not the model's answer (counted per task: results.runtime); 502-504 are the proxy's
+# own answers when no instance gave one.
+INFRA_CAUSES = {429: "429 rate limited", 500: "500 server error",
+                502: "502 connection failed or lost", 503: "503 no server up",
+                504: "504 timed out"}
+RETRY_STATUSES = frozenset(INFRA_CAUSES)
 
 
 class UpstreamFailure(Exception):

@@ -6,6 +6,8 @@ answer is counted in that task's ``results.runtime.TaskStats``. The counts go to
 ``<tasks dir>/<key>/runtime.json`` (the one definition: results.runtime) for a key whose task
 directory exists, in a thread off the event loop: every few seconds when they changed, and at
 exit. A key that is not a task of this job (no such directory) is served, never written.
+An infrastructure failure is written before its answer goes back (``flush``): once a harness
+has exited, its task's file counts every failure it was sent.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class TaskRecorder:
         self.tasks_dir = tasks_dir
         self.stats: dict[str, TaskStats] = {}
         self._dirty: set[str] = set()
+        # one write at a time, each of a snapshot taken after the one before was written: an
+        # older snapshot never replaces a newer one on disk
+        self._writing = asyncio.Lock()
 
     def route(self, request: web.BaseRequest) -> tuple[str | None, web.BaseRequest]:
         """(the task key or None, the request with the prefix taken off)."""
@@ -41,13 +46,14 @@ class TaskRecorder:
         return key, request.clone(rel_url="/" + rest + (f"?{query}" if query else ""))
 
     def record(self, key: str | None, status: int, seconds: float, cached: bool,
-               answer: object, streamed: bool = False, scoring: bool = False) -> None:
+               answer: object, streamed: bool = False, scoring: bool = False,
+               infra: str | None = None) -> None:
         if key is None:
             return
         stats = self.stats.get(key)
         if stats is None:
             stats = self.stats[key] = TaskStats()
-        stats.record(status, seconds, cached, answer, streamed, scoring)
+        stats.record(status, seconds, cached, answer, streamed, scoring, infra)
         self._dirty.add(key)
 
     def snapshot(self) -> list[tuple[Path, dict[str, object]]]:
@@ -68,8 +74,16 @@ class TaskRecorder:
             except OSError as exc:
                 log.error("could not write %s: %s", task_dir, exc)
 
+    async def flush(self, durable: bool = False) -> None:
+        """Write the changed tasks' files now, in a thread. Callers that come while a write
+        runs share the next one (its snapshot holds what each of them recorded)."""
+        async with self._writing:
+            documents = self.snapshot()
+            if documents:
+                await asyncio.to_thread(self.write, documents, durable)
+
     async def run_writer(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             if self._dirty:
-                await asyncio.to_thread(self.write, self.snapshot())
+                await self.flush()

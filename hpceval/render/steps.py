@@ -43,6 +43,7 @@ class Step:
     # its route when it has interceptors of its own: it asks the in-job proxy under
     # /task/<key>/ (contract.TASK_ROUTE; its chain, hpceval.job.interceptors.Routes); "" else
     route: str = ""
+    infra_errors_allowed: int = 0  # evaluation.infra_errors_allowed_for the task (collect)
 
 
 def env_value(value: str) -> Any:
@@ -118,7 +119,8 @@ def build_steps(resolved: ResolvedConfig, pull_dir: str = "") -> list[Step]:
         steps.append(Step(index, rt.key, task.qualified_name, title, rt.spec.timeout or 0,
                           ShellCode(rt.command), runner, env,
                           task.expected_requests(rt.params.get("limit_samples")),
-                          f"{TASK_ROUTE}/{rt.key}" if own else ""))
+                          f"{TASK_ROUTE}/{rt.key}" if own else "",
+                          spec.evaluation.infra_errors_allowed_for(rt.spec)))
     return steps
 
 

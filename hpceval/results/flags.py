@@ -9,6 +9,11 @@ From what the in-job proxy counted for the task (its runtime.json, ``results.run
   nothing where the model answered in its trace (reasoning handling missing, or the trace cut
   before its end marker);
 
+* ``infra-errors``: requests of the task still failed after the proxy's retries (5xx, 429, no
+  connection, timeout) and the harness scored them, most likely as wrong answers. A task with
+  more than ``evaluation.infra_errors_allowed`` (default 0) is not scored at all (it failed);
+  this flag marks one that was allowed them;
+
 from the harness's per-sample files and the run's config:
 
 * ``all-zero``: every sample scored 0 (a scorer that fell back to exact match, a broken
@@ -44,11 +49,11 @@ from typing import Any
 
 from hpceval.contract import CONFIG_FILE, HARNESS_OUT_DIR, RESULTS_FILE
 from hpceval.results.paired import ItemScores
-from hpceval.results.runtime import read_runtime
+from hpceval.results.runtime import infra_errors, read_runtime
 
 # Every code a flag can have: the gate's policy names them (results.gate).
-FLAG_CODES = ("length", "reasoning-only", "all-zero", "all-unparsable", "count",
-              "count-unverified")
+FLAG_CODES = ("length", "reasoning-only", "infra-errors", "all-zero", "all-unparsable",
+              "count", "count-unverified")
 LENGTH_SHARE = 0.1  # generations cut at the token limit: beyond this share, the task is flagged
 REASONING_SHARE = 0.05  # answers only in the reasoning trace: beyond this share, flagged
 
@@ -65,6 +70,11 @@ class Flag:
 def runtime_flags(stats: dict[str, Any] | None) -> list[Flag]:
     """The flags a task's runtime.json raises (none without one)."""
     out: list[Flag] = []
+    lost, causes = infra_errors(stats)
+    if lost:
+        out.append(Flag("infra-errors", f"{lost} of {stats.get('requests') if stats else '?'} "
+                                        f"requests failed after the proxy's retries ({causes});"
+                                        " the harness scored them, most likely as wrong answers"))
     choices = stats.get("choices") if stats else None
     if not isinstance(choices, int) or choices <= 0 or stats is None:
         return out

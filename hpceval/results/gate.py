@@ -47,10 +47,12 @@ MISSING_ACTIONS = ("no-go", "inconclusive")
 # parsed) or a task not run blocks; lost items (count) leave a GO unproven, since the items
 # lost are often the hard ones (timeouts); cut generations and answers left in the trace can
 # only lower B's score, so the interval's decision stands; a subtask of unknown size may just
-# be smaller than the limit.
+# be smaller than the limit; answers lost to the infrastructure were scored as wrong, so they
+# leave a GO unproven as lost items do.
 DEFAULT_ACTIONS: tuple[tuple[str, str], ...] = (
     ("all-zero", "no-go"), ("all-unparsable", "no-go"), ("count", "inconclusive"),
     ("count-unverified", "warn"), ("length", "warn"), ("reasoning-only", "warn"),
+    ("infra-errors", "inconclusive"),
     (MISSING, "no-go"))
 _DECISION = {"no-go": NO_GO, "inconclusive": INCONCLUSIVE, "warn": GO}
 _RANK = {GO: 0, INCONCLUSIVE: 1, NO_GO: 2}

@@ -21,7 +21,16 @@ reads it. Schema 1::
      "empty_with_reasoning": 0,          chat choices whose content was empty while
                                          reasoning_content (or vLLM's "reasoning") held text,
                                          as the harness got them (after the interceptors)
-     "streamed": 0}                      streamed answers: counted, not looked into
+     "streamed": 0,                      streamed answers: counted, not looked into
+     "infra_errors": 0,                  answers that still failed after the proxy's retries
+                                         (what it retries: 429, 5xx, no connection, timeout):
+                                         the harness may have scored them as wrong answers
+     "infra_causes": {"502 connection failed or lost": 1},   those, by cause
+     "client_closed": 0}                 requests the harness gave up on before an answer
+
+The proxy writes a task's file before it sends an infrastructure failure back, so once the
+harness has exited the file counts every one of them (``hpceval.job collect`` fails the task
+when there are more than it allows: ``evaluation.infra_errors_allowed``).
 
 A resumed task's requests come again (answered from the cache): the file a later job writes
 holds the whole task.
@@ -32,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +50,7 @@ from hpceval.contract import RUNTIME_FILE, TASK_KEY
 
 SCHEMA = 1
 KEY_RE = TASK_KEY  # every task key config.tasks makes (contract)
+CLIENT_CLOSED = 499  # nginx's code for a request its client gave up on: no answer was sent
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM renamed the first to the second
 
 
@@ -56,15 +67,24 @@ class TaskStats:
         self.prompt_tokens = self.completion_tokens = self.fresh_tokens = 0
         self.choices = self.scored = self.empty_with_reasoning = 0
         self.finish_reasons: dict[str, int] = {}
+        self.infra_errors = self.client_closed = 0
+        self.infra_causes: dict[str, int] = {}
         self.latencies: list[float] = []
         self.first: float | None = None
         self.last: float | None = None
 
     def record(self, status: int, seconds: float, cached: bool, answer: Any,
-               streamed: bool = False, scoring: bool = False) -> None:
+               streamed: bool = False, scoring: bool = False, infra: str | None = None) -> None:
+        """`infra`: the cause, when the answer is an infrastructure failure (the proxy's call:
+        what it retries, still failing after its retries)."""
         self.requests += 1
         if not 200 <= status < 300:
             self.errors += 1
+            if infra is not None:
+                self.infra_errors += 1
+                self.infra_causes[infra] = self.infra_causes.get(infra, 0) + 1
+            elif status == CLIENT_CLOSED:
+                self.client_closed += 1
             return
         self.cached += cached
         self.streamed += streamed
@@ -113,13 +133,17 @@ class TaskStats:
                 "tokens_per_s": round(self.fresh_tokens / span, 2) if span > 0 else None,
                 "choices": self.choices, "scored": self.scored, "finish_reasons": dict(sorted(
                     self.finish_reasons.items())),
-                "empty_with_reasoning": self.empty_with_reasoning, "streamed": self.streamed}
+                "empty_with_reasoning": self.empty_with_reasoning, "streamed": self.streamed,
+                "infra_errors": self.infra_errors,
+                "infra_causes": dict(sorted(self.infra_causes.items())),
+                "client_closed": self.client_closed}
 
 
 def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -> None:
     """Replace task_dir/runtime.json (temp file beside it, then os.replace)."""
     path = task_dir / RUNTIME_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # the thread too: the proxy writes from worker threads (proxy_stats)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with tmp.open("w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1)
         handle.write("\n")
@@ -127,6 +151,18 @@ def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def infra_errors(stats: dict[str, Any] | None) -> tuple[int, str]:
+    """(how many of the task's requests failed for good on the infrastructure, their causes
+    as text) from a runtime.json document; (0, "") without one."""
+    count = stats.get("infra_errors") if stats else None
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or stats is None:
+        return 0, ""
+    causes = stats.get("infra_causes")
+    parts = [f"{cause}: {n}" for cause, n in causes.items() if isinstance(n, int)] \
+        if isinstance(causes, dict) else []
+    return count, ", ".join(parts[:6])
 
 
 def read_runtime(task_dir: str) -> dict[str, Any] | None:

@@ -338,3 +338,51 @@ def test_failed_json_that_cannot_be_written_is_reported_not_raised(
     assert "harness exited with status 3" in out
     assert f"could not record {path / FAILED_FILE}: No space left on device" in out
     assert not (path / FAILED_FILE).exists()
+
+
+def _runtime(path: Path, lost: int) -> None:
+    from hpceval.results.runtime import TaskStats, write_runtime
+
+    stats = TaskStats()
+    for _ in range(3):
+        stats.record(200, 0.1, False, None)
+    for _ in range(lost):
+        stats.record(502, 0.1, False, None, infra="502 connection failed or lost")
+    write_runtime(path, stats.to_json())
+
+
+def test_infrastructure_failures_beyond_the_allowance_fail_the_task_unscored(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = task_dir(tmp_path)
+    lm_eval_output(path)  # the harness scored the failed requests: a lowered score
+    _runtime(path, lost=2)
+    assert collect(path) == 1
+    assert not (path / "results.json").exists() and not (path / "done").exists()
+    failed = json.loads((path / FAILED_FILE).read_text())
+    assert failed["stage"] == "infrastructure"
+    assert failed["reason"].startswith("2 request(s) failed on the infrastructure after the "
+                                       "in-job proxy's retries (502 connection failed or lost: 2)")
+    assert "infra_errors_allowed" in failed["reason"] and "resume" in failed["reason"]
+    assert "FAILED (infrastructure)" in capsys.readouterr().out
+    # allowed: scored, and the flag says how many
+    assert collect(path, 0, "--infra-errors-allowed", "2") == 0
+    from hpceval.results.flags import finished_task_flags
+
+    assert [f.code for f in finished_task_flags(str(path))] == ["infra-errors"]
+
+
+def test_a_failed_harness_names_the_infrastructure_failures_it_was_sent(tmp_path: Path) -> None:
+    path = task_dir(tmp_path)
+    _runtime(path, lost=1)
+    assert collect(path, 1) == 1
+    failed = json.loads((path / FAILED_FILE).read_text())
+    assert failed["stage"] == "harness"
+    assert failed["reason"].endswith("; 1 request(s) failed on the infrastructure after the "
+                                     "in-job proxy's retries (502 connection failed or lost: 1)")
+
+
+def test_no_infrastructure_failure_no_change(tmp_path: Path) -> None:
+    path = task_dir(tmp_path)
+    lm_eval_output(path)
+    _runtime(path, lost=0)
+    assert collect(path) == 0 and (path / "done").exists()

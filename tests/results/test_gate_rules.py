@@ -50,7 +50,7 @@ from hpceval.results.stats import Interval
     ("flags: [count]\n", "policy.flags: expected a mapping of flag -> action "
      "(fix: write e.g. flags: {{count: inconclusive}})"),
     ("flags: {cuont: warn}\n", "policy.flags.cuont: unknown flag (fix: use all-unparsable, "
-     "all-zero, count, count-unverified, length, missing, reasoning-only)"),
+     "all-zero, count, count-unverified, infra-errors, length, missing, reasoning-only)"),
     ("flags: {count: stop}\n",
      "policy.flags.count: 'stop' is no action (fix: use no-go, inconclusive, warn)"),
     ("flags: {missing: warn}\n", "policy.flags.missing: 'warn' is no action for a task missing "
@@ -181,7 +181,7 @@ def test_the_default_flag_actions_and_their_overrides(tmp_path: Path) -> None:
     assert dict(Rule().flags) == {
         "all-zero": "no-go", "all-unparsable": "no-go", "count": "inconclusive",
         "count-unverified": "warn", "length": "warn", "reasoning-only": "warn",
-        "missing": "no-go"}
+        "infra-errors": "inconclusive", "missing": "no-go"}
     path = tmp_path / "policy.yaml"
     path.write_text("flags: {count: warn, length: inconclusive}\n"
                     "tasks: {gsm8k: {flags: {count: no-go}}}\n")
