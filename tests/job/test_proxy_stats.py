@@ -146,7 +146,7 @@ async def test_writes_of_runtime_json_never_go_back_to_an_older_snapshot(
 
     recorder.write = slow_write  # type: ignore[method-assign]
     flushes = []
-    for n in range(1, 6):
+    for _n in range(1, 6):
         recorder.record("t", 502, 0.1, False, None, infra="502 connection failed or lost")
         flushes.append(asyncio.ensure_future(recorder.flush()))
         await asyncio.sleep(0.01)

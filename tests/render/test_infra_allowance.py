@@ -66,4 +66,5 @@ def test_a_negative_allowance_is_refused_naming_its_key(tmp_path: Path) -> None:
         resolve("local-dev", {"evaluation": {"tasks": [{"name": "gsm8k",
                                                         "infra_errors_allowed": -1}]}},
                 tmp_path)
-    assert "evaluation.tasks.gsm8k.infra_errors_allowed: -1 is below the minimum 0" in str(err.value)
+    assert "evaluation.tasks.gsm8k.infra_errors_allowed: -1 is below the minimum 0" \
+        in str(err.value)
