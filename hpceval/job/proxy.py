@@ -53,7 +53,14 @@ from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy_balancer import Balancer
 from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_forward import INFRA_CAUSES, Answer, Forwarder, UpstreamFailure
+from hpceval.job.proxy_forward import (
+    INFRA_CAUSES,
+    REQUEST,
+    Answer,
+    Forwarder,
+    RequestContext,
+    UpstreamFailure,
+)
 from hpceval.job.proxy_guard import BodyLease
 from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
@@ -284,6 +291,8 @@ class ProxyServer:
         # no answer unless one is set below: the client went away (cancelled) or this failed
         status, cached, parsed, streamed = CLIENT_CLOSED, False, None, bool(body.get("stream"))
         recorded = False
+        context = RequestContext(task or "")  # its queue behind the budget, its retries
+        REQUEST.set(context)
         try:
             if streamed:
                 response = await self._stream(request, raw)
@@ -299,14 +308,16 @@ class ProxyServer:
                 # on disk before the harness hears of it: `hpceval.job collect`, which runs
                 # once the harness has exited, then counts every failure it scored
                 self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
-                                  streamed, scoring=body.get("echo") is True, infra=cause)
+                                  streamed, scoring=body.get("echo") is True, infra=cause,
+                                  retries=context.retries)
                 recorded = True
                 await self.tasks.flush()
             return response
         finally:
             if not recorded:
                 self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
-                                  streamed, scoring=body.get("echo") is True)
+                                  streamed, scoring=body.get("echo") is True,
+                                  retries=context.retries)
             progress.in_flight -= 1
             if 200 <= status < 300:
                 progress.done += 1

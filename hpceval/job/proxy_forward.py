@@ -11,6 +11,10 @@ What counts as what (a wrong call here either wastes GPU hours or hides a dead s
   through when retries run out;
 - no instance up: wait a backoff and look again (the prober may have revived one), then 503.
 4xx and 2xx answers are final.
+
+The request being answered (``REQUEST``, set by the proxy's handler) names its task, whose
+queue it waits in behind the in-flight budget, and collects the causes of its retries (counted
+per task in runtime.json).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import asyncio
 import random
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections import Counter
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -43,6 +49,18 @@ INFRA_CAUSES = {429: "429 rate limited", 500: "500 server error",
                 502: "502 connection failed or lost", 503: "503 no server up",
                 504: "504 timed out"}
 RETRY_STATUSES = frozenset(INFRA_CAUSES)
+
+
+@dataclass
+class RequestContext:
+    """One client request while the proxy answers it (each aiohttp handler runs in a task of
+    its own, so the context variable is per request)."""
+
+    task: str = ""  # its task key (/task/<key>/), "" for none
+    retries: Counter[str] = field(default_factory=Counter)  # cause -> attempts retried
+
+
+REQUEST: ContextVar[RequestContext | None] = ContextVar("hpceval_request", default=None)
 
 
 class UpstreamFailure(Exception):
@@ -103,34 +121,43 @@ class Forwarder:
                    headers: dict[str, str], stream: bool = False) -> Answer:
         retries = 0
         free_failovers: set[Instance] = set()
+        context = REQUEST.get() or RequestContext()
         while True:
             inst = self.balancer.pick()
             if inst is None:
                 if retries >= self.config.max_retries:
                     raise UpstreamFailure(503, self.balancer.down_reason())
                 retries += 1
+                context.retries[INFRA_CAUSES[503]] += 1
                 await asyncio.sleep(self.backoff(retries))
                 continue
-            result = await self._admitted(inst, method, path_qs, data, headers, stream)
+            result = await self._admitted(inst, method, path_qs, data, headers, stream,
+                                          context.task)
             if isinstance(result, Answer):
                 if result.status not in RETRY_STATUSES or retries >= self.config.max_retries:
                     return result
+                cause = INFRA_CAUSES[result.status]
                 result = _Failed(502, f"{inst.url} answered {result.status}", free=False)
+            else:
+                cause = INFRA_CAUSES[result.status]
             if result.free and inst not in free_failovers:
                 free_failovers.add(inst)
+                context.retries[cause] += 1  # on another instance, no retry spent
                 continue
             if retries >= self.config.max_retries:
                 raise UpstreamFailure(result.status,
                                       f"{result.reason} (after {retries + 1} attempts)")
             retries += 1
+            context.retries[cause] += 1
             await asyncio.sleep(self.backoff(retries))
 
     async def _admitted(self, inst: Instance, method: str, path_qs: str, data: bytes | None,
-                        headers: dict[str, str], stream: bool) -> Answer | _Failed:
-        """`_attempt` inside the in-flight budget, if the proxy has one (hpceval.job.budget)."""
+                        headers: dict[str, str], stream: bool, task: str) -> Answer | _Failed:
+        """`_attempt` inside the in-flight budget, if the proxy has one (hpceval.job.budget):
+        waiting in `task`'s queue, served round-robin with the other tasks'."""
         if self.admission is None:
             return await self._attempt(inst, method, path_qs, data, headers, stream)
-        async with self.admission.slot(headers.get("X-Hpceval-Task", "")):
+        async with self.admission.slot(task):
             started = time.monotonic()
             result = await self._attempt(inst, method, path_qs, data, headers, stream)
         now = time.monotonic()

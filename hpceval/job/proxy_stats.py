@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -47,13 +48,13 @@ class TaskRecorder:
 
     def record(self, key: str | None, status: int, seconds: float, cached: bool,
                answer: object, streamed: bool = False, scoring: bool = False,
-               infra: str | None = None) -> None:
+               infra: str | None = None, retries: Mapping[str, int] | None = None) -> None:
         if key is None:
             return
         stats = self.stats.get(key)
         if stats is None:
             stats = self.stats[key] = TaskStats()
-        stats.record(status, seconds, cached, answer, streamed, scoring, infra)
+        stats.record(status, seconds, cached, answer, streamed, scoring, infra, retries)
         self._dirty.add(key)
 
     def snapshot(self) -> list[tuple[Path, dict[str, object]]]:

@@ -26,7 +26,9 @@ reads it. Schema 1::
                                          (what it retries: 429, 5xx, no connection, timeout):
                                          the harness may have scored them as wrong answers
      "infra_causes": {"502 connection failed or lost": 1},   those, by cause
-     "client_closed": 0}                 requests the harness gave up on before an answer
+     "client_closed": 0,                 requests the harness gave up on before an answer
+     "retries": 2,                       attempts the proxy made again (any request's, those
+     "retry_causes": {"500 server error": 2}}   that then succeeded too), by cause
 
 The proxy writes a task's file before it sends an infrastructure failure back, so once the
 harness has exited the file counts every one of them (``hpceval.job collect`` fails the task
@@ -43,6 +45,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +70,23 @@ class TaskStats:
         self.prompt_tokens = self.completion_tokens = self.fresh_tokens = 0
         self.choices = self.scored = self.empty_with_reasoning = 0
         self.finish_reasons: dict[str, int] = {}
-        self.infra_errors = self.client_closed = 0
+        self.infra_errors = self.client_closed = self.retries = 0
         self.infra_causes: dict[str, int] = {}
+        self.retry_causes: dict[str, int] = {}
         self.latencies: list[float] = []
         self.first: float | None = None
         self.last: float | None = None
 
     def record(self, status: int, seconds: float, cached: bool, answer: Any,
-               streamed: bool = False, scoring: bool = False, infra: str | None = None) -> None:
+               streamed: bool = False, scoring: bool = False, infra: str | None = None,
+               retries: Mapping[str, int] | None = None) -> None:
         """`infra`: the cause, when the answer is an infrastructure failure (the proxy's call:
-        what it retries, still failing after its retries)."""
+        what it retries, still failing after its retries); `retries`: the attempts the proxy
+        made again for this request, by cause."""
         self.requests += 1
+        for cause, n in (retries or {}).items():
+            self.retries += n
+            self.retry_causes[cause] = self.retry_causes.get(cause, 0) + n
         if not 200 <= status < 300:
             self.errors += 1
             if infra is not None:
@@ -136,7 +145,8 @@ class TaskStats:
                 "empty_with_reasoning": self.empty_with_reasoning, "streamed": self.streamed,
                 "infra_errors": self.infra_errors,
                 "infra_causes": dict(sorted(self.infra_causes.items())),
-                "client_closed": self.client_closed}
+                "client_closed": self.client_closed, "retries": self.retries,
+                "retry_causes": dict(sorted(self.retry_causes.items()))}
 
 
 def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -> None:
