@@ -130,10 +130,9 @@ def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -
 
 
 def read_runtime(task_dir: str) -> dict[str, Any] | None:
-    """The task's runtime statistics, or None (no proxy, an older run, unreadable)."""
-    try:
-        with open(f"{task_dir}/{RUNTIME_FILE}", "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+    """The task's runtime statistics, checked (results.runtime_view: read once through one
+    descriptor, yours, at most 1 MiB, every field of its kind), or None (no proxy, an older
+    run, a file that is not yours, too large or malformed)."""
+    from hpceval.results.runtime_view import load_runtime
+
+    return load_runtime(task_dir).facts
