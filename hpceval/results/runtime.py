@@ -4,7 +4,7 @@ The job script sends each task's requests to the proxy under ``/task/<task key>/
 (``contract.TASK_ROUTE``); the proxy takes the prefix off (the servers, the cache and the
 interceptors see the usual path), counts every answer into that task's ``TaskStats`` and writes
 them to ``models/<key>/tasks/<task>/runtime.json`` (``contract.RUNTIME_FILE``) every few seconds
-and at exit, atomically. ``read_runtime`` is how everything else (flags, status, results)
+and at exit, atomically. ``runtime_view.load_runtime`` (``read_runtime``: the facts) checks and
 reads it. Schema 1::
 
     {"schema": 1, "updated": "2026-01-01T12:05:00Z",
