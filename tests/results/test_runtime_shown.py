@@ -51,8 +51,11 @@ def _rows(run: Path, *args: str) -> dict[str, Any]:
     return {r["task"]: r for r in json.loads(out.output)}
 
 
-def test_results_json_carries_the_runtime_of_each_task(run: Path) -> None:
+def test_results_json_carries_the_runtime_of_each_task(run: Path, tmp_path: Path) -> None:
     rows = _rows(run)
+    page = CliRunner().invoke(cli, ["results", str(run), "--json", "--html",
+                                    str(tmp_path / "r.html")])  # from the wider frame
+    assert page.exit_code == 0 and 'id="served"' in (tmp_path / "r.html").read_text()
     assert rows[ONE]["runtime"]["requests"] == 4
     assert rows[ONE]["runtime"]["finish_reasons"] == {"length": 4}
     assert rows[ONE]["runtime"]["infra_causes"] == {"oom": 2}  # an extra field, as it is
