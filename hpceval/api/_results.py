@@ -45,15 +45,24 @@ def run_dirs(runs: Sequence[RunSource] | None = None, *, limit: int = 0,
 def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),
             tasks: Sequence[str] = (), leaderboard: bool = False,
             metric: str | None = None, limit: int = 0,
-            output_dirs: Iterable[str | Path] = ()) -> pd.DataFrame:
+            output_dirs: Iterable[str | Path] = (), runtime: bool = False) -> pd.DataFrame:
     """A pandas DataFrame of finished tasks (default: every known run), or the leaderboard
-    (one row per model, one column per task's primary metric, or ``metric``)."""
+    (one row per model, one column per task's primary metric, or ``metric``). ``runtime``:
+    each row also carries what the server did for its task (a ``runtime`` column: its
+    runtime.json's facts, None without one, {"unknown": why} for one that cannot be shown;
+    results.runtime_view.with_runtime); not on the leaderboard."""
     from hpceval.results.table import leaderboard as board
     from hpceval.results.table import results_frame
 
     frame = results_frame(run_dirs(runs, limit=limit, output_dirs=output_dirs),
                           models=models, tasks=tasks)
-    return board(frame, metric) if leaderboard else frame
+    if leaderboard:
+        return board(frame, metric)
+    if runtime:
+        from hpceval.results.runtime_view import with_runtime
+
+        return with_runtime(frame)
+    return frame
 
 
 def _backends(client: SlurmClient | None) -> Callable[[], BackendOf]:

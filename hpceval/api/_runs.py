@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from hpceval.api._load import ConfigSource, RunSource, find, find_watch, load
-from hpceval.contract import CONFIG_FILE, model_dir
+from hpceval.contract import CONFIG_FILE, model_dir, task_dir
 from hpceval.errors import ConfigError, ConfigIssue, HpcevalError
 from hpceval.records import RunRecord, read_run
 
 if TYPE_CHECKING:
     from hpceval.backends import CancelReport, JobEntry
     from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.results.runtime_view import Runtime
     from hpceval.runs.index import RunRef
     from hpceval.runs.jobs import Jobs
     from hpceval.runs.rundir import PreparedRun
@@ -102,7 +103,8 @@ def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What `hpceval info` shows: paths, the job chain, the scripts and the run record."""
+    """What `hpceval info` shows: paths, the job chain, the scripts, the run record and what
+    the server did for each task."""
 
     ref: RunRef
     run: RunRecord  # run.json as written at submit (its ``data``: the file as read)
@@ -110,19 +112,26 @@ class RunInfo:
     scripts: tuple[Path, ...]  # the entry script first, then each model's own
     config: Path  # the resolved run.yaml
     loads: dict[str, tuple[tuple[str, int], ...]]  # model key -> (job, s to healthy) each
+    # model key -> (task key, what the in-job proxy counted for it: its runtime.json) each
+    runtime: dict[str, tuple[tuple[str, Runtime], ...]] = field(default_factory=dict)
 
 
 def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
-    """Paths, job ids (the whole chain), scripts and load times of a run (no Slurm call)."""
+    """Paths, job ids (the whole chain), scripts, load times and each task's runtime
+    statistics of a run (no Slurm call)."""
+    from hpceval.results.runtime_view import load_runtime
     from hpceval.runs.jobs import read_jobs
     from hpceval.runs.state import read_loads
 
     ref = find(run, output_dirs)
     manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
     names = [manifest.entry, *(m.script for m in manifest.models if m.script != manifest.entry)]
+    run_dir = str(ref.run_dir)
     return RunInfo(ref, manifest, jobs, tuple(ref.run_dir / n for n in names),
                    ref.run_dir / CONFIG_FILE,
-                   {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models})
+                   {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models},
+                   {m.key: tuple((t.key, load_runtime(task_dir(run_dir, m.key, t.key)))
+                                 for t in m.tasks) for m in manifest.models})
 
 
 @dataclass(frozen=True)

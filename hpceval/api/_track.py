@@ -4,7 +4,7 @@ often as asked, one scheduler query per refresh whatever the number of runs."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,22 +15,32 @@ from hpceval.records import RunFileError, read_run
 if TYPE_CHECKING:
     from hpceval.backends.slurm.client import SlurmClient
     from hpceval.results.flags import Flag
+    from hpceval.results.runtime_view import Runtime
     from hpceval.runs.index import RunRef
     from hpceval.runs.state import RunState, Tracker
 
 
 @dataclass(frozen=True)
 class RunStatus:
-    """One run's state, and what its jobs held (GPUs x elapsed, every attempt)."""
+    """One run's state, what its jobs held (GPUs x elapsed, every attempt), and what the
+    servers of its running models did so far (``served``: model key -> Tracking.served's
+    dict, for the models that are running and have a runtime.json)."""
 
     state: RunState
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
+    served: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # A view that follows runs (status --watch, a notebook's loop) asks the scheduler at most this
 # often: every ask is an RPC to a shared controller for as long as the runs last. The run's own
 # files (task markers, request progress) are read on every refresh.
 LIVE_POLL_S = 30.0
+# The tasks' runtime.json files (a few hundred bytes each) read per refresh at most: a sweep
+# of hundreds of running models must not turn a refresh into thousands of reads. A finished
+# task's file is final and read once per Tracking.
+LIVE_READS = 256
+# A file written in this last stretch is a task being served now: its tokens/s count as live.
+LIVE_WINDOW_S = 60.0
 
 
 class Tracking:
@@ -42,6 +52,7 @@ class Tracking:
 
         self.refs, self.skipped = list(refs), list(skipped)
         self._tracker: Tracker = Tracker(client, min_interval_s=min_interval_s)
+        self._final: dict[str, Runtime] = {}  # done tasks' runtime.json, by task directory
         for ref in self.refs:
             self._tracker.add(ref)
 
@@ -56,7 +67,47 @@ class Tracking:
                                                  read_jobs(r.run_dir)) for r in self.refs])
         states = self._tracker.refresh(force=force)  # asks about `wanted` too
         collect_usage(backend_of, wanted, book)
-        return [RunStatus(s, run_cost(s.ref.run_dir, s.run, s.jobs, book)) for s in states]
+        budget = [LIVE_READS]
+        return [RunStatus(s, run_cost(s.ref.run_dir, s.run, s.jobs, book),
+                          self.served(s, budget)) for s in states]
+
+    def served(self, state: RunState, budget: list[int]) -> dict[str, dict[str, Any]]:
+        """Per running model, summed over its tasks' runtime.json: ``requests``,
+        ``tokens_per_s`` (of the files written in the last LIVE_WINDOW_S; None if none),
+        ``tasks`` (files summed), ``unread`` (tasks left for a later refresh: `budget`, a
+        one-item list shared by the runs of a refresh, ran out), ``unknown`` ({task key: why}
+        for files that cannot be shown). Models without any file are left out."""
+        import time
+
+        from hpceval.phases import Phase
+        from hpceval.results.runtime_view import live_tokens_per_s, load_runtime, totals
+
+        out: dict[str, dict[str, Any]] = {}
+        for m in state.models:
+            if m.phase is not Phase.RUNNING:
+                continue
+            found: dict[str, Runtime] = {}
+            unread = 0
+            for t in m.tasks:
+                folder = task_dir(str(state.ref.run_dir), m.key, t.key)
+                if folder in self._final:
+                    found[t.key] = self._final[folder]
+                elif budget[0] <= 0:
+                    unread += 1
+                else:
+                    budget[0] -= 1
+                    found[t.key] = load_runtime(folder)
+                    if t.phase is Phase.DONE:
+                        self._final[folder] = found[t.key]
+            present = [r for r in found.values() if not r.missing]
+            if not present and not unread:
+                continue
+            total = totals(present)
+            out[m.key] = {"requests": total["requests"], "tokens_per_s": live_tokens_per_s(
+                present, time.time(), LIVE_WINDOW_S), "tasks": total["tasks"],
+                "unread": unread, "unknown": {k: r.problem for k, r in found.items()
+                                              if r.facts is None and not r.missing}}
+        return out
 
 
 def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,

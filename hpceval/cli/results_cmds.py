@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ def _run_dirs(runs: tuple[str, ...], output_dirs: tuple[str, ...], limit: int) -
 
 
 def _frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
-           output_dirs: tuple[str, ...], limit: int) -> Any:
+           output_dirs: tuple[str, ...], limit: int, runtime: bool = False) -> Any:
     from hpceval import api
 
-    return api.results(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs)
+    return api.results(runs, models=models, tasks=tasks, limit=limit, output_dirs=output_dirs,
+                       runtime=runtime)
 
 
 def _cost_frame(runs: tuple[str, ...], models: tuple[str, ...], tasks: tuple[str, ...],
@@ -59,7 +61,7 @@ def selection_options(func: Any) -> Any:
 @click.option("--metric", help="With --leaderboard: this metric instead of the primary one.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False),
               help="Also write a static HTML report to this file: what was run, comparison "
-                   "with 95% intervals, GPU-hours, per-sample answers.")
+                   "with 95% intervals, GPU-hours, what the server did, per-sample answers.")
 @click.option("--samples", "n_samples", default=20, show_default=True, type=click.IntRange(0),
               help="With --html: per task, the first N samples (and the first N wrong ones).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
@@ -79,6 +81,10 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
     tasks with a `done` marker count. Without RUN, every run of the known output directories
     is read (see `hpceval ls runs`). A checkpoint watch (watch-...) instead gives one row per
     training step, one column per task (--html: the score-vs-step report).
+
+    Each metric row carries its task's flags; with json or parquet also its `runtime`: what the
+    in-job proxy counted for the task (runtime.json: requests, latency, tokens), null without
+    one, {"unknown": why} for a file that is not read (not yours, over 1 MiB, malformed).
     """
     from hpceval.api import is_watch as is_watch_ref
     from hpceval.results.table import leaderboard, render
@@ -104,13 +110,18 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
         shown = _cost_frame(runs, models, tasks, output_dirs, limit)
         frame = shown
     else:
-        frame = _frame(runs, models, tasks, output_dirs, limit)
+        # json and parquet: each row also carries what the server did for its task (the
+        # table, csv and markdown stay one line per metric: `hpceval info` shows it there)
+        machine = fmt in ("json", "parquet")
+        frame = _frame(runs, models, tasks, output_dirs, limit, runtime=machine and not board)
         if board:
             shown = leaderboard(frame, metric)
         else:  # each task's flags (results.flags: scores wrong without an error) on its rows
             from hpceval.results.flags import with_flags
 
-            shown = with_flags(frame, texts=fmt in ("json", "parquet"))
+            shown = with_flags(frame, texts=machine)
+            if fmt == "parquet":  # JSON text: one column type whatever each file holds
+                shown["runtime"] = [json.dumps(v) for v in shown["runtime"].tolist()]
     if html_file:
         from hpceval import api
 

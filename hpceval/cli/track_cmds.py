@@ -81,23 +81,25 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
         flags = {(str(s.ref.run_dir), m, t): v for s in states
                  for (m, t), v in api.task_flags(s).items()}
         if as_json:
-            click.echo(json.dumps([_with_flags({**state_to_dict(s), "cost": costs[s.ref.run_dir]},
-                                               flags) for s in states], indent=2))
+            click.echo(json.dumps([_with_served(_with_flags(
+                {**state_to_dict(f.state), "cost": costs[f.state.ref.run_dir]}, flags),
+                f.served) for f in found], indent=2))
         else:
             texts = {k: [f.text() for f in v] for k, v in flags.items()}
-            click.echo(format_states(states, tasks=not no_tasks, costs=costs, flags=texts),
-                       nl=False)
+            click.echo(format_states(states, tasks=not no_tasks, costs=costs, flags=texts,
+                                     served=_served_texts(found)), nl=False)
         return
     from rich.console import Console
     from rich.live import Live
 
-    with Live(rich_states(states, costs), console=Console(), refresh_per_second=2) as live:
+    with Live(rich_states(states, costs, _served_texts(found)), console=Console(),
+              refresh_per_second=2) as live:
         while not all(s.phase.terminal for s in states):
             time.sleep(max(2.0, interval))
             found = tracking.refresh()
             states = [f.state for f in found]
             costs = {f.state.ref.run_dir: f.cost for f in found}
-            live.update(rich_states(states, costs))
+            live.update(rich_states(states, costs, _served_texts(found)))
     # Live leaves its last frame on screen: that is the final state, nothing more to print.
 
 
@@ -111,6 +113,22 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
     return run
 
 
+def _with_served(run: dict[str, Any], served: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each model of status --json gets "served" (api.Tracking.served's dict; null when it is
+    not running or none of its tasks has a runtime.json)."""
+    for model in run["models"]:
+        model["served"] = served.get(model["model"])
+    return run
+
+
+def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
+    """(run_dir, model key) -> the running model's live line, for the text views."""
+    from hpceval.results.runtime_text import live_text
+
+    return {(str(f.state.ref.run_dir), key): live_text(served)
+            for f in found for key, served in f.served.items()}
+
+
 @click.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -119,8 +137,11 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
 @output_dir_option
 def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
-    """Paths, job ids (the whole chain), scripts and resolved config of a run."""
+    """Paths, job ids (the whole chain), scripts and resolved config of a run, and what the
+    server did for each task (its runtime.json: requests, latency, tokens; a total per model).
+    """
     from hpceval import api
+    from hpceval.results.runtime_view import totals
 
     found = api.info(run, output_dirs=output_dirs)
     ref, manifest, jobs = found.ref, found.run, found.jobs
@@ -128,7 +149,11 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         click.echo(json.dumps({"run": manifest.data, "run_dir": str(ref.run_dir),
                                "scripts": [str(s) for s in found.scripts],
                                "config": str(found.config),
-                               "jobs": [e.to_json() for e in jobs.chain]}, indent=2))
+                               "jobs": [e.to_json() for e in jobs.chain],
+                               "runtime": {key: {
+                                   "tasks": {t: r.to_json() for t, r in tasks},
+                                   "total": totals(r for _, r in tasks)}
+                                   for key, tasks in found.runtime.items()}}, indent=2))
         return
     n = len(manifest.models)
     sweep = f", sweep of {n} models" if manifest.sweep else ""
@@ -153,6 +178,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         for job, seconds in found.loads[m.key]:
             click.echo(f"load       {m.key}: servers healthy {seconds} s after job {job} "
                        "started")
+    _echo_runtime(manifest.models, found.runtime)
     if script:
         for path in found.scripts:
             click.echo(f"\n# ===== {path.relative_to(ref.run_dir)} =====")
@@ -160,6 +186,20 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     if show_config:
         click.echo(f"\n# ===== {found.config.name} =====")
         click.echo(found.config.read_text(), nl=False)
+
+
+def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) -> None:
+    """What the server did (each task's runtime.json): one line per task, a total per model."""
+    from hpceval.results.runtime_text import task_line, total_line
+    from hpceval.results.runtime_view import totals
+
+    for m in models:
+        tasks = runtime.get(m.key, ())
+        names = {t.key: t.task for t in m.tasks}
+        for key, found in tasks:
+            click.echo(f"runtime    {m.key} {names.get(key, key)}: {task_line(found)}")
+        if tasks:
+            click.echo(f"runtime    {m.key} total: {total_line(totals(r for _, r in tasks))}")
 
 
 @click.command()

@@ -4,7 +4,7 @@ The job script sends each task's requests to the proxy under ``/task/<task key>/
 (``contract.TASK_ROUTE``); the proxy takes the prefix off (the servers, the cache and the
 interceptors see the usual path), counts every answer into that task's ``TaskStats`` and writes
 them to ``models/<key>/tasks/<task>/runtime.json`` (``contract.RUNTIME_FILE``) every few seconds
-and at exit, atomically. ``read_runtime`` is how everything else (flags, status, results)
+and at exit, atomically. ``runtime_view.load_runtime`` (``read_runtime``: the facts) checks and
 reads it. Schema 1::
 
     {"schema": 1, "updated": "2026-01-01T12:05:00Z",
@@ -176,10 +176,9 @@ def infra_errors(stats: dict[str, Any] | None) -> tuple[int, str]:
 
 
 def read_runtime(task_dir: str) -> dict[str, Any] | None:
-    """The task's runtime statistics, or None (no proxy, an older run, unreadable)."""
-    try:
-        with open(f"{task_dir}/{RUNTIME_FILE}", "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+    """The task's runtime statistics, checked (results.runtime_view: read once through one
+    descriptor, yours, at most 1 MiB, every field of its kind), or None (no proxy, an older
+    run, a file that is not yours, too large or malformed)."""
+    from hpceval.results.runtime_view import load_runtime
+
+    return load_runtime(task_dir).facts

@@ -52,10 +52,12 @@ def _model_costs(costs: dict[Any, dict[str, Any]] | None, st: RunState
 
 def format_states(states: list[RunState], *, tasks: bool = True,
                   costs: dict[Any, dict[str, Any]] | None = None,
-                  flags: dict[tuple[str, str, str], list[str]] | None = None) -> str:
+                  flags: dict[tuple[str, str, str], list[str]] | None = None,
+                  served: dict[tuple[str, str], str] | None = None) -> str:
     """Plain text; `costs` (run_dir -> hpceval.runs.cost.run_cost) adds GPU-hours; `flags`
     ((run_dir, model key, task key) -> "code: message" texts, from results.flags) marks the
-    finished tasks whose scores look wrong."""
+    finished tasks whose scores look wrong; `served` ((run_dir, model key) -> a line, from the
+    tasks' runtime.json: hpceval.results.runtime_text.live_text) follows a running model."""
     from hpceval.runs.cost import format_cost
 
     lines: list[str] = []
@@ -82,6 +84,9 @@ def format_states(states: list[RunState], *, tasks: bool = True,
                 spent += f"  load {format_duration(m.loads[-1][1])}"
             lines.append(f"  {m.key:<{width}}  {m.phase.value:<9}  {done}/{len(m.tasks)} tasks"
                          f"  job {job}{spent}" + (f"  {detail}" if detail else ""))
+            live = (served or {}).get((str(st.ref.run_dir), m.key))
+            if live:
+                lines.append(f"    {live}")
             if tasks:
                 for t in m.tasks:
                     lines.append(f"    {t.task:<40} {t.phase.value:<9} {t.reason}".rstrip())
@@ -131,8 +136,10 @@ def _detail(m: ModelState) -> str:
     return f"{p.failed} failed, {text}" if p.failed else text
 
 
-def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None) -> Any:
-    """A rich renderable: one table per run, progress bars for tasks and requests."""
+def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None = None,
+                served: dict[tuple[str, str], str] | None = None) -> Any:
+    """A rich renderable: one table per run, progress bars for tasks and requests; `served`
+    (as format_states') adds a column to the runs that have it."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -146,16 +153,19 @@ def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None 
                       f"{st.phase.value}[/]  {st.reason}", title_justify="left",
                       caption=f"cost: {format_cost(cost)}" if cost else None,
                       caption_justify="left", expand=False, show_edge=False)
-        for name in ("model", "state", "job", "tasks", "requests", "GPU-h", "detail"):
+        live = {m.key: text for m in st.models
+                if (text := (served or {}).get((str(st.ref.run_dir), m.key)))}
+        for name in ("model", "state", "job", "tasks", "requests", "GPU-h", "detail",
+                     *(("served",) if live else ())):
             table.add_column(name)
         for m in st.models:
             done = sum(t.phase.value == "done" for t in m.tasks)
             spent = f"{by_model[m.key]['gpu_hours']:.3g}" if m.key in by_model else "-"
             table.add_row(m.key, Text(m.phase.value, style=_STYLE[m.phase.value]),
                           m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
-                          spent, _detail(m))
+                          spent, _detail(m), *((live.get(m.key, ""),) if live else ()))
         for j in st.judges:
             table.add_row(f"judge {j.name}", Text(j.phase.value, style=_STYLE[j.phase.value]),
-                          j.job_id or "-", "", "", "", j.reason)
+                          j.job_id or "-", "", "", "", j.reason, *(("",) if live else ()))
         parts.append(table)
     return Group(*parts)

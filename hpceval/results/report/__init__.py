@@ -3,13 +3,14 @@
 It answers what is asked of an evaluation: what exactly was run (config, model, layout,
 harness versions, image digests, job ids, wall times), how the models compare and whether the
 difference is real (intervals by the method each row names, paired tests on per-sample
-files), what it cost in GPU-hours, and which questions a model got wrong (per-sample answers
-from the harness's own sample files, with a wrong-answers filter). The page is built from the
-results table (hpceval.results.table), the run directories, a bounded read of each task's
-sample files for the answers shown (report.samples) and one full read of their scores for
-intervals and tests, never by inlining every sample: its size grows with tasks, not with
-samples. Its only script is the filter (inline); opening ``report.html#wrong`` starts with
-the filter on.
+files), what it cost in GPU-hours, what the server did for each task (requests, latency,
+tokens/s: the proxy's runtime.json, report.served), and which questions a model got wrong
+(per-sample answers from the harness's own sample files, with a wrong-answers filter). The
+page is built from the results table (hpceval.results.table), the run directories, a bounded
+read of each task's sample files for the answers shown (report.samples) and one full read of
+their scores for intervals and tests, never by inlining every sample: its size grows with
+tasks, not with samples. Its only script is the filter (inline); opening
+``report.html#wrong`` starts with the filter on.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hpceval.results.report.sections import (
     runs_section,
     samples_section,
 )
+from hpceval.results.report.served import served_section
 from hpceval.results.table import leaderboard
 from hpceval.storage import atomic_write_text
 
@@ -134,8 +136,8 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
            f'<p class="meta">{len(runs)} run(s): {html.escape(", ".join(runs))}. '
            f"Generated {html.escape(time.strftime('%Y-%m-%d %H:%M'))} by hpceval.</p>",
            '<nav><a href="#leaderboard">leaderboard</a><a href="#comparison">comparison</a>'
-           '<a href="#cost">cost</a><a href="#runs">what was run</a>'
-           '<a href="#samples">per-sample answers</a></nav>']
+           '<a href="#cost">cost</a><a href="#served">what the server did</a>'
+           '<a href="#runs">what was run</a><a href="#samples">per-sample answers</a></nav>']
     if frame.empty:
         out.append("<p>No finished tasks yet.</p>")
     else:
@@ -145,9 +147,10 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
         out.append("</section>")
         out.append(comparison_section(comparisons(frame)))
     out.append(cost_section(cost))
-    out.append(runs_section(infos))
-    # Only the (model, task) pairs of the table: --model / --task narrow the samples too.
+    # Only the (model, task) pairs of the table: --model / --task narrow these two too.
     wanted = set() if frame.empty else set(zip(frame["model"], frame["task"], strict=True))
+    out.append(served_section(infos, wanted))
+    out.append(runs_section(infos))
     out.append(samples_section(_samples(infos, samples, scan_limit, wanted, read), samples))
     out.append(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(out) + "\n"

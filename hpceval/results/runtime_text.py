@@ -1,0 +1,122 @@
+"""runtime.json's facts as words and table cells, the same in `info`, `status` and the report.
+
+COLUMNS is the one list of what a task's row shows, in order; a field the proxy adds later
+appears after them by its own name (``Runtime.extra_fields``) until it is given a column here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpceval.results.runtime_view import TOTALS, Runtime
+
+MAP_SHOWN = 5  # a {name: count} map shows its largest entries, then "and N more"
+
+
+def number(value: Any) -> str:
+    """1,234 for counts, 85.2 for rates, "?" for unknown."""
+    if value is None:
+        return "?"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def counts(value: Mapping[str, Any] | None, *, sep: str = " ") -> str:
+    """'stop 100, length 20': the largest MAP_SHOWN entries of a {name: count} map."""
+    if not value:
+        return "?" if value is None else "none"
+    ordered = sorted(value.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k}{sep}{number(v)}" for k, v in ordered[:MAP_SHOWN])
+    return text + (f", and {len(ordered) - MAP_SHOWN} more" if len(ordered) > MAP_SHOWN else "")
+
+
+def latency(value: Mapping[str, Any] | None) -> str:
+    """'210/900/1500' (p50/p90/p99 in ms); '?' unknown, '-' none (every answer was cached)."""
+    if value is None:
+        return "-"
+    shown = [value.get(p) for p in ("p50", "p90", "p99")]
+    # whole milliseconds: a tenth of one says nothing next to a network round trip
+    return "/".join("?" if v is None else f"{v:,.0f}" if v >= 10 else f"{v:.3g}" for v in shown)
+
+
+def extra(value: Any) -> str:
+    return counts(value) if isinstance(value, Mapping) else number(value)
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    cell: Callable[[dict[str, Any]], str]  # from a Runtime's facts
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("requests", lambda f: number(f.get("requests"))),
+    Column("cached", lambda f: number(f.get("cached"))),
+    Column("errors", lambda f: number(f.get("errors"))),
+    Column("latency p50/p90/p99 ms", lambda f: latency(f.get("latency_ms"))),
+    Column("tokens/s", lambda f: number(f.get("tokens_per_s"))),
+    Column("prompt tokens", lambda f: number(f.get("prompt_tokens"))),
+    Column("completion tokens", lambda f: number(f.get("completion_tokens"))),
+    Column("finish reasons", lambda f: counts(f.get("finish_reasons"))),
+)
+
+
+def extra_headers(found: list[Runtime]) -> list[str]:
+    """The extra fields of any of these files, for a table's extra columns."""
+    return sorted({k for r in found for k in r.extra_fields()})
+
+
+def cells(runtime: Runtime, extras: list[str]) -> list[str]:
+    """A table row: COLUMNS, then each extra field ('' where this file lacks it)."""
+    facts = runtime.facts or {}
+    return [c.cell(facts) for c in COLUMNS] + [
+        extra(facts[k]) if k in facts else "" for k in extras]
+
+
+def task_line(runtime: Runtime) -> str:
+    """One task in one line (`hpceval info`): requests (cached), latency, tokens/s, tokens,
+    finish reasons, and any extra field by its name."""
+    f = runtime.facts
+    if f is None:
+        return f"unknown: {runtime.problem}"
+    parts = [f"{number(f['requests'])} requests ({number(f['cached'])} cached"
+             + (f", {number(f['errors'])} errors" if f["errors"] != 0 else "") + ")",
+             f"latency p50/p90/p99 {latency(f['latency_ms'])} ms",
+             f"{number(f['tokens_per_s'])} tokens/s",
+             f"{number(f['prompt_tokens'])} prompt / {number(f['completion_tokens'])} "
+             "completion tokens",
+             f"finish {counts(f['finish_reasons'])}"]
+    parts += [f"{k} {extra(f[k])}" for k in runtime.extra_fields()]
+    return ", ".join(parts)
+
+
+def total_line(total: Mapping[str, Any]) -> str:
+    """A model's sums (runtime_view.totals): requests, tokens, errors, extra whole numbers."""
+    if not total["tasks"]:
+        return "no runtime.json to sum" + (f" ({total['unknown']} unknown)"
+                                           if total["unknown"] else "")
+    text = (f"{number(total['requests'])} requests, {number(total['prompt_tokens'])} prompt / "
+            f"{number(total['completion_tokens'])} completion tokens, "
+            f"{number(total['errors'])} errors")
+    text += "".join(f", {k} {number(v)}" for k, v in total.items()
+                    if k not in TOTALS and k not in ("tasks", "unknown", "cached"))
+    text += f" over {total['tasks']} task(s)"
+    return text + (f"; {total['unknown']} runtime.json unknown" if total["unknown"] else "")
+
+
+def live_text(served: Mapping[str, Any]) -> str:
+    """A running model's live figures for `status` (api._track.served's dict)."""
+    rate = served.get("tokens_per_s")
+    text = f"served {number(served['requests'])} requests"
+    text += f", {number(rate)} tokens/s" if rate is not None else ""
+    if served.get("unread"):
+        text += f" ({served['unread']} task(s) not read this refresh)"
+    unknown = served.get("unknown") or {}
+    if unknown:
+        task, why = next(iter(unknown.items()))
+        text += f"; {task}: {why}" + (f" (and {len(unknown) - 1} more unknown)"
+                                      if len(unknown) > 1 else "")
+    return text

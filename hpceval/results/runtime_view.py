@@ -1,0 +1,232 @@
+"""A task's runtime.json as every view shows it (status, info, results --json, the report):
+its facts, checked, or unknown with the reason.
+
+The file is written by the in-job proxy (``results.runtime``), but it lies in a run directory
+that others may read and, on a shared cluster, one whose files a run of someone else's or a
+hand edit may have put there. So a view reads it once, on one descriptor: not a link (it is
+written by ``os.replace``, never as one), a plain file (a FIFO would block, /dev/zero would
+never end), owned by you and not writable by others (``trust.stat_problem`` on ``os.fstat``
+of that descriptor, never the path twice), at most READ_LIMIT bytes, valid JSON of schema 1,
+every field the views know of the right kind. Anything else is ``Runtime.problem``: shown as
+unknown with that reason, and nothing of the file is used.
+
+Fields the proxy adds later (another column) need no change here to be shown: an unknown
+field holding a number or a {name: number} map is kept under its own name (``extra_fields``)
+and shown after the known ones; other unknown fields are left out. To give one a place and
+a check of its own, add it to FIELDS (and a column in ``results.runtime_text``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hpceval.contract import RUNTIME_FILE
+from hpceval.results.runtime import SCHEMA
+from hpceval.trust import stat_problem
+
+READ_LIMIT = 1 << 20  # the proxy's file is about 1 KiB; one this large is not its file
+EXTRA_LIMIT = 16  # unknown fields kept at most (a table gets one column each)
+
+COUNT, NUMBER, PERCENTILES, COUNTS_BY, TEXT = "count", "number", "percentiles", "counts", "text"
+# What each field of schema 1 must hold. Absent or null is unknown ("scored" came after the
+# first files of schema 1), never an error; the wrong kind of value is.
+FIELDS: dict[str, str] = {
+    "updated": TEXT, "requests": COUNT, "errors": COUNT, "cached": COUNT,
+    "latency_ms": PERCENTILES, "prompt_tokens": COUNT, "completion_tokens": COUNT,
+    "tokens_per_s": NUMBER, "choices": COUNT, "scored": COUNT, "finish_reasons": COUNTS_BY,
+    "empty_with_reasoning": COUNT, "streamed": COUNT}
+# The counts a model's total sums (with every extra field that holds a whole number).
+TOTALS = ("requests", "errors", "cached", "prompt_tokens", "completion_tokens")
+
+MISSING = "no runtime.json (not started yet, no in-job proxy, or an older run)"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One task's runtime.json: its checked facts, or why there are none."""
+
+    facts: dict[str, Any] | None  # schema 1's fields that were there, and the extra ones
+    problem: str | None = None  # why unknown (None with facts); MISSING without a file
+    mtime: float | None = None  # when the proxy last wrote it (fstat of the read descriptor)
+
+    @property
+    def missing(self) -> bool:
+        return self.facts is None and self.problem == MISSING
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The facts; {"unknown": why} for a file that cannot be shown; None without one."""
+        if self.facts is not None:
+            return self.facts
+        return None if self.missing else {"unknown": self.problem}
+
+    def extra_fields(self) -> list[str]:
+        """The fields beyond FIELDS that the file held (numbers or {name: number} maps)."""
+        return [k for k in (self.facts or {}) if k != "schema" and k not in FIELDS]
+
+
+def load_runtime(task_dir: str) -> Runtime:
+    """The task's runtime.json, read once through one descriptor (see the module doc)."""
+    path = f"{task_dir}/{RUNTIME_FILE}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return Runtime(None, MISSING)
+        if exc.errno == errno.ELOOP:
+            return Runtime(None, f"{RUNTIME_FILE} is a symbolic link")
+        return Runtime(None, f"{RUNTIME_FILE} cannot be read: {exc.strerror}")
+    try:
+        st = os.fstat(fd)
+        # its group may write it: a run in a setgid project folder writes with umask 002
+        problem = stat_problem(st, plain=True, group_write=True)
+        if problem is not None:
+            return Runtime(None, f"{RUNTIME_FILE} {problem}")
+        data = _read(fd, READ_LIMIT + 1)
+    except OSError as exc:
+        return Runtime(None, f"{RUNTIME_FILE} cannot be read: {exc.strerror}")
+    finally:
+        os.close(fd)
+    if len(data) > READ_LIMIT:
+        return Runtime(None, f"{RUNTIME_FILE} is larger than {READ_LIMIT >> 10} KiB (the "
+                             "proxy writes about 1 KiB): not read")
+    try:
+        doc = json.loads(data)
+    except RecursionError:  # [[[[... nested deeper than the parser goes
+        return Runtime(None, f"{RUNTIME_FILE} is not valid JSON (nested too deep)")
+    except ValueError:  # cut short (a killed writer before os.replace was used), not UTF-8
+        return Runtime(None, f"{RUNTIME_FILE} is not valid JSON (truncated?)")
+    try:
+        return Runtime(normalise(doc), None, st.st_mtime)
+    except ValueError as exc:  # its text is a phrase after the file's name
+        return Runtime(None, f"{RUNTIME_FILE} {exc}")
+
+
+def _read(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes of an open file."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _number(value: Any, where: str, *, whole: bool) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"has {where} = {_shown(value)}, not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"has {where} = {value}, not a finite number")
+    if value < 0:
+        raise ValueError(f"has {where} = {value}, below 0")
+    if whole and not isinstance(value, int):
+        raise ValueError(f"has {where} = {value}, not a whole number")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _map(value: Any, where: str, *, whole: bool) -> dict[str, int | float]:
+    if not isinstance(value, dict):
+        raise ValueError(f"has {where} = {_shown(value)}, not an object of numbers")
+    return {str(k): _number(v, f"{where}.{k}", whole=whole) for k, v in value.items()}
+
+
+def _field(key: str, kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == COUNT:
+        return _number(value, key, whole=True)
+    if kind == NUMBER:
+        return _number(value, key, whole=False)
+    if kind == PERCENTILES:
+        return _map(value, key, whole=False)
+    if kind == COUNTS_BY:
+        return _map(value, key, whole=True)
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError(f"has {key} = {_shown(value)}, not a short text")
+    return value
+
+
+def _extra(value: Any) -> Any:
+    """An unknown field's value when it is one the views can show, else None (left out)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict) and value and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value.values()):
+        return {str(k): v for k, v in value.items()}
+    return None
+
+
+def normalise(doc: Any) -> dict[str, Any]:
+    """The checked facts of a parsed runtime.json; a ValueError says what is wrong (a phrase
+    after the file's name: "has requests = "12", not a number")."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"is {type(doc).__name__}, not a JSON object")
+    schema = doc.get("schema")
+    if isinstance(schema, bool) or schema != SCHEMA:
+        raise ValueError(f"has schema {_shown(schema)}; this hpceval reads schema {SCHEMA}")
+    facts: dict[str, Any] = {"schema": SCHEMA}
+    for key, kind in FIELDS.items():
+        facts[key] = _field(key, kind, doc.get(key))
+    kept = 0
+    for key in sorted(k for k in doc if isinstance(k, str) and k not in facts):
+        value = _extra(doc[key])
+        if value is not None and kept < EXTRA_LIMIT:
+            facts[key] = value
+            kept += 1
+    return facts
+
+
+def totals(found: Iterable[Runtime]) -> dict[str, Any]:
+    """A model's sums over its tasks' runtime.json: TOTALS and every whole-number extra field;
+    ``tasks``: files summed, ``unknown``: files that could not be shown."""
+    out: dict[str, Any] = {"tasks": 0, "unknown": 0, **dict.fromkeys(TOTALS, 0)}
+    for runtime in found:
+        if runtime.facts is None:
+            out["unknown"] += not runtime.missing
+            continue
+        out["tasks"] += 1
+        for key, value in runtime.facts.items():
+            if (key in TOTALS or (key not in FIELDS and key != "schema")) \
+                    and isinstance(value, int):
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+def live_tokens_per_s(found: Iterable[Runtime], now: float, window_s: float) -> float | None:
+    """tokens/s summed over the files written in the last `window_s` (the tasks being served
+    now; each file's figure is its task's average so far); None when none was."""
+    rates = [r.facts.get("tokens_per_s") for r in found
+             if r.facts is not None and r.mtime is not None and now - r.mtime <= window_s]
+    known = [v for v in rates if isinstance(v, (int, float))]
+    return round(sum(known), 2) if known else None
+
+
+def with_runtime(frame: Any) -> Any:
+    """The results frame plus a ``runtime`` column: on each row its task's runtime.json as
+    ``Runtime.to_json`` (the facts; None without a file; {"unknown": why} for one that cannot
+    be shown), each file read once."""
+    out = frame.copy()
+    cache: dict[str, dict[str, Any] | None] = {}
+    column = []
+    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
+        if task_dir not in cache:
+            cache[task_dir] = load_runtime(str(task_dir)).to_json()
+        column.append(cache[task_dir])
+    out["runtime"] = column if column or out.empty else None
+    return out
