@@ -61,6 +61,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("prompt tokens", lambda f: number(f.get("prompt_tokens"))),
     Column("completion tokens", lambda f: number(f.get("completion_tokens"))),
     Column("finish reasons", lambda f: counts(f.get("finish_reasons"))),
+    Column("retries", lambda f: number(f.get("retries"))),
+    Column("infra errors", lambda f: number(f.get("infra_errors"))),
 )
 
 
@@ -89,6 +91,11 @@ def task_line(runtime: Runtime) -> str:
              f"{number(f['prompt_tokens'])} prompt / {number(f['completion_tokens'])} "
              "completion tokens",
              f"finish {counts(f['finish_reasons'])}"]
+    if f.get("retries"):
+        parts.append(f"{number(f['retries'])} retries ({counts(f.get('retry_causes'))})")
+    if f.get("infra_errors"):
+        parts.append(f"{number(f['infra_errors'])} failed on the infrastructure "
+                     f"({counts(f.get('infra_causes'))})")
     parts += [f"{k} {extra(f[k])}" for k in runtime.extra_fields()]
     return ", ".join(parts)
 
@@ -101,6 +108,8 @@ def total_line(total: Mapping[str, Any]) -> str:
     text = (f"{number(total['requests'])} requests, {number(total['prompt_tokens'])} prompt / "
             f"{number(total['completion_tokens'])} completion tokens, "
             f"{number(total['errors'])} errors")
+    text += "".join(f", {number(total[k])} {k.replace('_', ' ')}" for k in
+                    ("retries", "infra_errors") if total.get(k))
     text += "".join(f", {k} {number(v)}" for k, v in total.items()
                     if k not in TOTALS and k not in ("tasks", "unknown", "cached"))
     text += f" over {total['tasks']} task(s)"

@@ -40,9 +40,12 @@ FIELDS: dict[str, str] = {
     "updated": TEXT, "requests": COUNT, "errors": COUNT, "cached": COUNT,
     "latency_ms": PERCENTILES, "prompt_tokens": COUNT, "completion_tokens": COUNT,
     "tokens_per_s": NUMBER, "choices": COUNT, "scored": COUNT, "finish_reasons": COUNTS_BY,
-    "empty_with_reasoning": COUNT, "streamed": COUNT}
+    "empty_with_reasoning": COUNT, "streamed": COUNT, "infra_errors": COUNT,
+    "infra_causes": COUNTS_BY, "client_closed": COUNT, "retries": COUNT,
+    "retry_causes": COUNTS_BY}
 # The counts a model's total sums (with every extra field that holds a whole number).
-TOTALS = ("requests", "errors", "cached", "prompt_tokens", "completion_tokens")
+TOTALS = ("requests", "errors", "cached", "prompt_tokens", "completion_tokens", "retries",
+          "infra_errors")
 
 MISSING = "no runtime.json (not started yet, no in-job proxy, or an older run)"
 

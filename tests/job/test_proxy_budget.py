@@ -87,17 +87,17 @@ async def test_tasks_waiting_behind_the_budget_take_turns(make_config: MakeConfi
     (The queues were keyed by a header no harness sends, so every task shared one.)"""
     up = CountingUpstream(delay=0.2)
     async with running_upstreams(up) as urls, \
-            running_proxy(make_config(urls, budget="1", tasks_dir=tmp_path)) as (_, base):
-        async with aiohttp.ClientSession() as session:
-            async def one(task: str, i: int) -> int:
-                async with session.post(f"{base}/task/{task}/v1/chat/completions",
-                                        json=chat(f"{task}{i}")) as r:
-                    await r.read()
-                    return r.status
-            flood = [asyncio.ensure_future(one("big", i)) for i in range(6)]
-            await asyncio.sleep(0.1)  # the flood is queued
-            assert await one("small", 0) == 200
-            assert await asyncio.gather(*flood) == [200] * 6
+            running_proxy(make_config(urls, budget="1", tasks_dir=tmp_path)) as (_, base), \
+            aiohttp.ClientSession() as session:
+        async def one(task: str, i: int) -> int:
+            async with session.post(f"{base}/task/{task}/v1/chat/completions",
+                                    json=chat(f"{task}{i}")) as r:
+                await r.read()
+                return r.status
+        flood = [asyncio.ensure_future(one("big", i)) for i in range(6)]
+        await asyncio.sleep(0.1)  # the flood is queued
+        assert await one("small", 0) == 200
+        assert await asyncio.gather(*flood) == [200] * 6
     order = [body["messages"][0]["content"] for body in up.bodies]
     assert order.index("small0") <= 2, order  # not behind the whole flood
 
@@ -109,10 +109,10 @@ async def test_retries_are_counted_for_their_task_with_their_causes(
     (tmp_path / "gsm8k").mkdir()
     up = FakeUpstream(fail=2, fail_status=503)
     async with running_upstreams(up) as urls, \
-            running_proxy(make_config(urls, tasks_dir=tmp_path)) as (_, base):
-        async with aiohttp.ClientSession() as session, \
-                session.post(f"{base}/task/gsm8k/v1/chat/completions", json=chat("q")) as r:
-            assert r.status == 200
+            running_proxy(make_config(urls, tasks_dir=tmp_path)) as (_, base), \
+            aiohttp.ClientSession() as session, \
+            session.post(f"{base}/task/gsm8k/v1/chat/completions", json=chat("q")) as r:
+        assert r.status == 200
     stats = read_runtime(str(tmp_path / "gsm8k"))
     assert stats is not None
     assert (stats["retries"], stats["retry_causes"], stats["infra_errors"]) == (

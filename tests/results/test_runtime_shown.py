@@ -41,7 +41,7 @@ def run(tmp_path: Path, fake: FakeSlurm) -> Path:
     for key in (ONE, TWO):
         finish_task(result.run_dir, "solo", key)
     write_runtime(result.run_dir / "models" / "solo" / "tasks" / ONE,
-                  stats(4, infra_errors=2, infra_causes={"oom": 2}))
+                  stats(4, gpu_seconds=2, spec_accepts={"oom": 2}))
     return result.run_dir
 
 
@@ -58,7 +58,7 @@ def test_results_json_carries_the_runtime_of_each_task(run: Path, tmp_path: Path
     assert page.exit_code == 0 and 'id="served"' in (tmp_path / "r.html").read_text()
     assert rows[ONE]["runtime"]["requests"] == 4
     assert rows[ONE]["runtime"]["finish_reasons"] == {"length": 4}
-    assert rows[ONE]["runtime"]["infra_causes"] == {"oom": 2}  # an extra field, as it is
+    assert rows[ONE]["runtime"]["spec_accepts"] == {"oom": 2}  # an extra field, as it is
     assert rows[TWO]["runtime"] is None  # no file: null
     assert [f.split(":")[0] for f in rows[ONE]["flags"]] == ["length"]  # beside the flags
     table = CliRunner().invoke(cli, ["results", str(run)]).output
@@ -70,7 +70,7 @@ def test_results_json_carries_the_runtime_of_each_task(run: Path, tmp_path: Path
 def test_the_api_gives_the_same_column(run: Path) -> None:
     frame = api.results([str(run)], runtime=True)
     by_task = dict(zip(frame["task"], frame["runtime"], strict=True))
-    assert by_task[ONE]["infra_errors"] == 2 and by_task[TWO] is None
+    assert by_task[ONE]["gpu_seconds"] == 2 and by_task[TWO] is None
     assert "runtime" not in api.results([str(run)]).columns  # asked for only
 
 
@@ -122,15 +122,16 @@ def test_the_report_shows_what_the_server_did(run: Path) -> None:
     assert '<a href="#served">what the server did</a>' in page
     assert "<h3>solo · " in section
     head = ["task", "requests", "cached", "errors", "latency p50/p90/p99 ms", "tokens/s",
-            "prompt tokens", "completion tokens", "finish reasons", "infra_causes",
-            "infra_errors"]
+            "prompt tokens", "completion tokens", "finish reasons", "retries",
+            "infra errors", "gpu_seconds", "spec_accepts"]
     assert "<thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>" in section
     assert (f"<tr><td>{ONE}</td><td>4</td><td>0</td><td>0</td><td>250/250/250</td>"
-            "<td>12.5</td><td>40</td><td>28</td><td>length 4</td><td>oom 2</td><td>2</td></tr>"
+            "<td>12.5</td><td>40</td><td>28</td><td>length 4</td><td>0</td><td>0</td><td>2</td>"
+            "<td>oom 2</td></tr>"
             ) in section
     assert TWO not in section  # no file: no row
     assert '<svg xmlns="http://www.w3.org/2000/svg"' in section and "tokens/s" in section
-    assert "4 requests, 40 prompt / 28 completion tokens, 0 errors, infra_errors 2" in section
+    assert "4 requests, 40 prompt / 28 completion tokens, 0 errors, gpu_seconds 2" in section
     # --task narrows it as it narrows the samples
     only_two = html_report(results_frame([run], tasks=["ut_two"]), run_dirs=[run])
     assert "No runtime.json for these tasks" in only_two

@@ -160,23 +160,23 @@ def test_the_checks_are_made_on_the_descriptor_not_the_path(
 
 
 def test_fields_added_later_are_kept_when_they_are_numbers(tmp_path: Path) -> None:
-    """Another column of the proxy (infra_errors, infra_causes) shows without a change here;
+    """Another column of the proxy (gpu_seconds, spec_accepts) shows without a change here;
     what is not a number or a map of numbers is left out; a missing known field is unknown."""
-    data = {**proxy_stats(), "infra_errors": 3, "infra_causes": {"oom": 2, "timeout": 1},
+    data = {**proxy_stats(), "gpu_seconds": 3, "spec_accepts": {"oom": 2, "timeout": 1},
             "note": "free text", "nested": {"a": {"b": 1}}}
     del data["scored"]  # older files of schema 1 have no `scored`
     write(tmp_path, data)
     found = load_runtime(str(tmp_path))
     assert found.facts is not None and found.facts["scored"] is None
-    assert found.extra_fields() == ["infra_causes", "infra_errors"]
+    assert found.extra_fields() == ["gpu_seconds", "spec_accepts"]
     assert "note" not in found.facts and "nested" not in found.facts
-    assert task_line(found).endswith("infra_causes oom 2, timeout 1, infra_errors 3")
-    assert extra_headers([found]) == ["infra_causes", "infra_errors"]
-    assert cells(found, ["infra_errors", "other"])[-2:] == ["3", ""]
+    assert task_line(found).endswith("gpu_seconds 3, spec_accepts oom 2, timeout 1")
+    assert extra_headers([found]) == ["gpu_seconds", "spec_accepts"]
+    assert cells(found, ["gpu_seconds", "other"])[-2:] == ["3", ""]
     total = totals([found, found, load_runtime(str(tmp_path / "none"))])
-    assert (total["requests"], total["infra_errors"], total["tasks"]) == (10, 6, 2)
+    assert (total["requests"], total["gpu_seconds"], total["tasks"]) == (10, 6, 2)
     assert total_line(total) == ("10 requests, 800 prompt / 160 completion tokens, 2 errors, "
-                                 "infra_errors 6 over 2 task(s)")
+                                 "gpu_seconds 6 over 2 task(s)")
 
 
 def test_many_extra_fields_are_bounded(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def test_the_watch_view_has_a_served_column(sweep: Path, fake: FakeSlurm) -> Non
 
 def test_info_shows_each_task_and_a_total_per_model(sweep: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    data = {**stats(2), "infra_errors": 1}
+    data = {**stats(2), "infra_errors": 1, "infra_causes": {"504 timed out": 1}}
     write_runtime(task(sweep, "model-01", ONE), data)
     foreign = task(sweep, "model-01", TWO)
     write_runtime(foreign, stats(5))
@@ -132,17 +132,17 @@ def test_info_shows_each_task_and_a_total_per_model(sweep: Path,
                                "200 completion tokens, finish stop 10")
     assert lines[2] == ("runtime    model-00 total: 13 requests, 650 prompt / 260 completion "
                         "tokens, 0 errors over 2 task(s)")
-    assert lines[3].endswith(", infra_errors 1")
+    assert lines[3].endswith(", 1 failed on the infrastructure (504 timed out 1)")
     assert lines[4].startswith(f"runtime    model-01 {TWO}: unknown: runtime.json is owned by")
     assert lines[5] == ("runtime    model-01 total: 2 requests, 100 prompt / 40 completion "
-                        "tokens, 0 errors, infra_errors 1 over 1 task(s); 1 runtime.json unknown")
+                        "tokens, 0 errors, 1 infra errors over 1 task(s); 1 runtime.json unknown")
     as_json = json.loads(CliRunner().invoke(cli, ["info", str(sweep), "--json"]).output)
     model = as_json["runtime"]["model-01"]
     assert model["tasks"][ONE]["infra_errors"] == 1
     assert "not by you" in model["tasks"][TWO]["unknown"]
     assert model["total"] == {"tasks": 1, "unknown": 1, "requests": 2, "errors": 0,
                               "cached": 0, "prompt_tokens": 100, "completion_tokens": 40,
-                              "infra_errors": 1}
+                              "retries": 0, "infra_errors": 1}
 
 
 def test_info_of_a_run_without_runtime_files_says_so(tmp_path: Path, fake: FakeSlurm) -> None:
