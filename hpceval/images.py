@@ -52,7 +52,8 @@ def image_file_problem(path: str | os.PathLike[str]) -> str | None:
     stages or pulls is a single file (SIF, SquashFS), and a folder where one belongs is
     someone's mistake. A runtime that runs directory images (Charliecloud) would get its own
     rule beside this one, not a looser one here. Checked from the login node, on the shared
-    storage the jobs read."""
+    storage the jobs read; the jobs check on the node with this rule's shell spelling,
+    templates/image_file.j2 (tests/runs/test_image_file_rule.py keeps the two equal)."""
     try:
         info = os.stat(path)  # follows symlinks: a dangling one raises FileNotFoundError
     except PermissionError:

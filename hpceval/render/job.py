@@ -136,6 +136,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "server_token_env": ", ".join(sorted({str(engine_for(d["type"]).token_env)
                                               for d in served if d["server_token"]})),
         "multi_node": model["multi_node"],
+        # a server runs Ray: the teardown removes its temp dir (RAY_TEMP_DIR) on the job's node
+        "ray": ray,
         "layout_text": model["layout_text"],
         "health_path": dep.health_path,
         "files": JOB_FILES,  # the run directory's file names, as Python reads them

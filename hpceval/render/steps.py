@@ -74,14 +74,16 @@ def checked_extra_bind(spec: str, where: str) -> str:
 
 def image_pull(ex: ExecutionSpec, image: str, pull_dir: str) -> dict[str, Any] | None:
     """The run's one pull of ``image`` into ``pull_dir`` (None: nothing to pull: a file, or
-    the runtime's own store): the file, the source, and the pull command with the file's
-    temporary name as "$tmp" (templates/pull_images.j2)."""
+    the runtime's own store): the file, the source, the pull command with the file's
+    temporary name as "$tmp", and the variables that point the tool's cache and temporary
+    files at the pull's scratch folder (templates/pull_images.j2)."""
     runtime = runtime_for(ex.container_runtime)
     file = runtime.pulled_file(image, pull_dir)
     if file is None:
         return None
-    return {"source": image, "file": file, "argv": runtime.pull_words(runtime.tool, var("tmp"),
-                                                                      image)}
+    return {"source": image, "file": file,
+            "argv": runtime.pull_words(runtime.tool, var("tmp"), image),
+            "cache_env": runtime.pull_cache_env, "temp_env": runtime.pull_temp_env}
 
 
 def harness_pulls(resolved: ResolvedConfig, pull_dir: str) -> list[dict[str, Any]]:

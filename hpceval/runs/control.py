@@ -146,17 +146,34 @@ def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, 
                                         and (ref.run_dir / AGGREGATE_SCRIPT).is_file())
     return submit_jobs(ref.run_dir, backend, main, AGGREGATE_SCRIPT if with_aggregate else None,
                        EXPORT_SCRIPT if with_export else None, judges=stale,
-                       pull=PULL_SCRIPT if _missing_images(ref.run_dir, run) else None)
+                       pull=PULL_SCRIPT if _pull_again(ref, run) else None)
 
 
-def _missing_images(run_dir: Path, run: RunRecord) -> bool:
-    """Whether an image the run's pull job writes is not there (its pull failed, or someone
-    removed it): the resumed jobs then wait for that job again. Seen from the login node, on
+def _missing_images(run_dir: Path, run: RunRecord) -> list[str]:
+    """The images the run's pull job writes that are not there (its pull failed, or someone
+    removed them): the resumed jobs then wait for that job again. Seen from the login node, on
     the shared storage the jobs read; "there" is the rule that staging and the preflight use
     (hpceval.images.usable_image_file)."""
     if not (run_dir / PULL_SCRIPT).is_file():
-        return False
-    return not all(usable_image_file(image) for image in run.pulled_images)
+        return []
+    return [image for image in run.pulled_images if not usable_image_file(image)]
+
+
+def _pull_again(ref: RunRef, run: RunRecord) -> bool:
+    """Whether resume submits the pull job again (an image is missing), refused where that
+    would pull into the user's home: submit's rule (home_pull_problem), asked of the run
+    directory, for a run submitted under another $HOME or before submit checked it."""
+    from hpceval.staging.preflight import home_pull_problem
+
+    missing = _missing_images(ref.run_dir, run)
+    problem = home_pull_problem(ref.run_dir, [Path(image).name for image in missing])
+    if problem is not None:
+        raise ResumeRefused(f"{ref.invocation_id}: not resubmitting: {problem}. Put each image "
+                            "there yourself (pull it on the login node with `hpceval stage` "
+                            "into an execution.image_dir on scratch, then link it in place: a "
+                            "symlink to the file counts), or submit the config again with "
+                            "execution.output_dir on scratch")
+    return bool(missing)
 
 
 def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,

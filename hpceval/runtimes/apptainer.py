@@ -11,3 +11,5 @@ class Apptainer(Runtime):
     name = "apptainer"
     order = 0
     env_prefix = "APPTAINERENV_"
+    pull_cache_env = ("APPTAINER_CACHEDIR",)  # over a SINGULARITY_ one the user may have set
+    pull_temp_env = ("APPTAINER_TMPDIR",)

@@ -50,6 +50,14 @@ class Runtime:
     # make it print its version (hpceval doctor --on-node probes it)
     node_tool: ClassVar[str] = ""
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    # The variables that point a pull's layer cache (pull_cache_env) and its temporary files,
+    # the unpacked image of many GB (pull_temp_env), at a folder of the pull's own on the
+    # node's scratch (templates/pull_images.j2 writes them generically), not the tool's default
+    # cache in $HOME nor a node's /tmp that every user shares. No default here: each runtime
+    # declares its own (an apptainer-like one would otherwise inherit apptainer's names), ()
+    # where it pulls no image file (tests/runtimes/test_runtime_conformance.py).
+    pull_cache_env: ClassVar[tuple[str, ...]]
+    pull_temp_env: ClassVar[tuple[str, ...]]
 
     def image_file(self, sif: str) -> str:
         """The staged file for this runtime, from the catalogue's SIF name."""

@@ -79,6 +79,10 @@ class Charliecloud(Runtime):
     staged_kind = "SquashFS"
     pull_tool = "ch-image"
     node_tool = "ch-run"
+    # ch-image keeps the layers and the unpacked image in its storage, which ch-convert then
+    # reads: one folder for both
+    pull_cache_env = ("CH_IMAGE_STORAGE",)
+    pull_temp_env = ()
 
     def _environment(self, env_names: list[str]) -> list[Any]:
         own = [env_name(n.removeprefix(PREFIX)) for n in dict.fromkeys(env_names)]

@@ -48,6 +48,7 @@ class Docker(Runtime):
     staged_files = False
     leaves_the_job: ClassVar[bool] = True  # dockerd / conmon start the container
     tool_name: ClassVar[str] = "docker"
+    pull_cache_env = pull_temp_env = ()  # its images live in the daemon's store, not in files
 
     def reference(self, image: str) -> str:
         return image.removeprefix(DOCKER)

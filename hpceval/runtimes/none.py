@@ -14,3 +14,4 @@ class NoRuntime(Runtime):
     order = 3
     summary = "none (host-installed tools)"
     containers: ClassVar[bool] = False
+    pull_cache_env = pull_temp_env = ()  # no images

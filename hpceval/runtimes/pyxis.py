@@ -87,6 +87,8 @@ class Pyxis(Runtime):
     node_tool = "enroot"  # srun's pyxis plugin runs the containers through it
     version_args = ("version",)
     pull_verb = "import"
+    pull_cache_env = ("ENROOT_CACHE_PATH",)  # enroot import's layers
+    pull_temp_env = ("ENROOT_TEMP_PATH",)  # and the image it unpacks before mksquashfs
     pull_over_file: ClassVar[bool] = False  # enroot import refuses to write over a file
 
     def server_prefix(self, image: str, binds: list[str], *, gpus: bool,

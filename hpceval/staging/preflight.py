@@ -115,29 +115,42 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     return issues
 
 
+def home_pull_problem(folder: str | os.PathLike[str], pulled: Sequence[str]) -> str | None:
+    """Why the run's pull job may not pull ``pulled`` into the images/ folder of a run in
+    ``folder``: it is in the user's home; None when it may (or nothing is pulled). The one rule
+    that submit's preflight (``folder``: execution.output_dir, the run not written yet) and
+    resume, which submits the pull job again when an image is missing (``folder``: the run
+    directory), both ask. Only where a pull job pulls ahead (Slurm): one vLLM image (10-20 GB)
+    fills a home quota of a few GB and the pull fails after its wait in the queue, or fills
+    home for every job of the user; the local backend's job pulls for itself, on a machine
+    whose home is its disk."""
+    home = _home()
+    if not pulled or home is None or not _is_under(Path(folder), home):
+        return None
+    return (f"{folder} is in your home folder ({home}), and the run's pull job would pull "
+            f"{', '.join(sorted(set(pulled)))} into the run's images/ folder there: one server "
+            "image is 10-20 GB, more than a home quota holds")
+
+
 def _home_pull_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
-    """Where the backend pulls ahead (Slurm), the run's pull job writes each docker:// image
-    nothing staged into the run's images/ folder, under execution.output_dir (render/pull.py);
-    under $HOME, one vLLM image (10-20 GB) fills a home quota of a few GB and the pull fails
-    after its wait in the queue, or fills home for every job of the user. The local backend's
-    job pulls for itself, on a machine whose home is its disk. Offline runs pull nothing
-    (_image_issues refuses such an image already)."""
+    """home_pull_problem for a run about to be submitted: each docker:// image nothing staged
+    that the pull job would write under execution.output_dir (render/pull.py). Offline runs
+    pull nothing (_image_issues refuses such an image already)."""
     ex = resolved.spec.execution
     if ex.offline or not backend_for(ex.type).pulls_ahead:
         return []
     runtime = runtime_for(ex.container_runtime)
     pulled = sorted({need.in_job for need in image_needs(resolved)
                      if need.pulled_at_run_time and runtime.pulled_in_job(need.in_job)})
-    home = _home()
-    if not pulled or home is None or not _is_under(Path(ex.output_dir), home):
+    problem = home_pull_problem(ex.output_dir, pulled)
+    if problem is None:
         return []
+    home = _home()
     staged = ("stage them once into an execution.image_dir on scratch "
-              if ex.image_dir is None or _is_under(Path(ex.image_dir), home) else
-              "stage them once into execution.image_dir ")
+              if ex.image_dir is None or home is None or _is_under(Path(ex.image_dir), home)
+              else "stage them once into execution.image_dir ")
     return [ConfigIssue(
-        "execution.output_dir", f"{ex.output_dir} is in your home folder ({home}), and the "
-        f"run's pull job would pull {', '.join(pulled)} into the run's images/ folder there: "
-        "one server image is 10-20 GB, more than a home quota holds",
+        "execution.output_dir", problem,
         f"set execution.output_dir to a folder on scratch or project storage that every node "
         f"mounts, or {staged}with `{stage_command(resolved)}` (then no pull job runs)")]
 

@@ -361,3 +361,57 @@ def test_a_ray_node_makes_its_temp_dir_private_and_refuses_one_that_exists(
                              env={"PATH": SYSTEM_PATH, "VLLM_HOST_IP": "198.18.0.1"})
     assert refused.returncode == 96 and refused.stdout == "", refused
     assert "cannot make the Ray temp dir" in refused.stderr and temp.exists()
+
+
+RAY = {**MULTI, "deployment": {**MULTI["deployment"], "multi_node_backend": "ray"}}
+
+
+def teardown(script: str, ray_temp_dir: Path) -> subprocess.CompletedProcess[str]:
+    """The rendered cleanup (the EXIT trap), after servers that stop_servers stands in for."""
+    body = (function(script, "cleanup") + "\nlog() { :; }\nstop_servers() { :; }\n"
+            "TASK_PIDS=() PROXY_PIDS=() SERVER_PIDS=(1) PROXY_DIRS=() STOPPING=1 LOCK_PID=\n"
+            f"RAY_TEMP_DIR={ray_temp_dir}\ncleanup\n")
+    return subprocess.run(["bash", "-c", body], capture_output=True, text=True, timeout=60,
+                          check=False, env={"PATH": SYSTEM_PATH})
+
+
+def test_teardown_removes_the_jobs_ray_temp_dir_left_on_its_node(render: RenderFn,
+                                                                 tmp_path: Path) -> None:
+    """hpc-admin-2 N6/D11: RAY_NODE removes the temp dir once Ray ends on TERM, but a Ray that
+    outlives the grace is killed with its step, the wrapper too, and the dir (Ray's sockets,
+    logs, spilled objects) stayed in the node's /tmp. The job's teardown removes it on its
+    node; only a folder of this user's, never a link."""
+    script = render("slurm", RAY, TWO_NODES)
+    temp = tmp_path / "ray-42-abcdef"
+    (temp / "session_latest" / "sockets").mkdir(parents=True)
+    temp.chmod(0o700)
+    out = teardown(script, temp)
+    assert out.returncode == 0 and out.stderr == "", out
+    assert not temp.exists()
+    elsewhere = tmp_path / "someone-elses"
+    elsewhere.mkdir()
+    (elsewhere / "kept").write_text("x")
+    temp.symlink_to(elsewhere)
+    assert teardown(script, temp).returncode == 0
+    assert temp.is_symlink() and (elsewhere / "kept").exists()
+    # a job without Ray has nothing of the kind to remove
+    assert "RAY_TEMP_DIR" not in function(render("slurm", MULTI, TWO_NODES), "cleanup")
+
+
+# The longest path Ray puts under its temp dir: a Unix socket (whose path must fit in 107
+# bytes), in session_<date>_<time>_<microseconds>_<pid of ray start>/sockets/ (pid_max 4194304).
+RAY_SOCKET = "/session_2026-12-31_23-59-59_999999_4194304/sockets/plasma_store"
+
+
+def test_the_ray_temp_dir_leaves_room_for_rays_socket_paths(render: RenderFn) -> None:
+    """Ray's sockets go under its temp dir: the dir's path is short by construction (a fixed
+    folder in /tmp and the job's number, at most 10 digits in Slurm), with room to spare."""
+    script = render("slurm", RAY, TWO_NODES)
+    line = re.search(r"^RAY_TEMP_DIR=.*$", script, re.M)
+    assert line
+    out = subprocess.run(["bash", "-c", f'{line.group(0)}\necho "$RAY_TEMP_DIR"'],
+                         capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": SYSTEM_PATH, "HPCEVAL_JOB_ID": "4294967295"})
+    temp = out.stdout.strip()
+    assert re.fullmatch(r"/tmp/ray-4294967295-\w{6}", temp), temp
+    assert len((temp + RAY_SOCKET).encode()) <= 107 - 10, temp

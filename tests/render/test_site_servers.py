@@ -159,6 +159,13 @@ def test_a_staged_server_image_is_run_from_image_dir(render: RenderFn, render_pu
     assert "docker://vllm" not in launches and "--container-image=vllm/" not in after
 
 
+def image_check(script: str) -> str:
+    """The rendered usable_image_file function (templates/image_file.j2) that a pull block or
+    a job's check of its pulled images calls."""
+    start = script.index("\nusable_image_file() {") + 1
+    return script[start:script.index("\n}\n", start) + 3]
+
+
 def pull_block(script: str) -> str:
     start = script.index("\nPULL_FAILED=()") + 1
     end = script.index("\nfi\n", script.index("could not pull", start)) + 4
@@ -213,7 +220,7 @@ def test_an_unstaged_server_image_is_pulled_once_for_the_run(
             f'sleep 1; exec {FAKES / tool} "$@"\n')
         (fake_bin / tool).chmod(0o755)
     file = run_dir / "images" / Path(pulled).name
-    body = ("log() { echo \"$*\"; }\n" + backend_env(script)
+    body = ("log() { echo \"$*\"; }\n" + backend_env(script) + image_check(pull_job)
             + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", block, flags=re.M)
             + 'echo "failed=${#PULL_FAILED[@]}"\n')
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "RUN_DIR": str(run_dir),
@@ -246,17 +253,80 @@ def test_a_gpu_job_stops_at_once_when_its_image_was_not_pulled(render: RenderFn,
     block = script[start:script.index("\ndone\n", start) + 6]
     image = tmp_path / "images" / (Path(PULLED).name + ".sif")
     image.parent.mkdir()
-    body = ('log() { :; }\njob_failure() { echo "FAILED $*"; }\n'
+    body = ('log() { :; }\njob_failure() { echo "FAILED $*"; }\n' + image_check(script)
             + re.sub(r"^PULLED_IMAGES=.*$", f"PULLED_IMAGES=({image})", block, flags=re.M)
             + "echo servers start\n")
     missing = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
                              env={**os.environ, "RUN_DIR": str(tmp_path)}, check=False)
     assert missing.returncode == 1 and "servers start" not in missing.stdout
-    assert "was not pulled: the run's pull job failed" in missing.stdout
+    assert f"FAILED image {image} is missing: the run's pull job failed" in missing.stdout
     image.write_bytes(b"image")
     there = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
                            env={**os.environ, "RUN_DIR": str(tmp_path)}, check=False)
     assert there.returncode == 0 and there.stdout == "servers start\n"
+
+
+@pytest.mark.parametrize("left", ["directory", "empty file"])
+def test_a_gpu_job_takes_no_directory_or_empty_file_for_its_image(render: RenderFn,
+                                                                  tmp_path: Path,
+                                                                  left: str) -> None:
+    """A directory left at the pulled image's path (`[ -s dir ]` is true) passed the job's
+    check, and the servers then failed obscurely: the check is hpceval.images' rule (a regular
+    file, not empty), and its words say what is there."""
+    run = {**RUN, "deployment": {**MODEL, "image": DOCKER_IMAGE}}
+    script = render("slurm", run)
+    check = image_check(script)
+    start = script.index("PULLED_IMAGES=")
+    block = script[start:script.index("\ndone\n", start) + 6]
+    image = tmp_path / "images" / (Path(PULLED).name + ".sif")
+    image.parent.mkdir()
+    if left == "directory":
+        image.mkdir()
+        (image / "rootfs").write_bytes(b"x")
+    else:
+        image.write_bytes(b"")
+    body = ('log() { :; }\njob_failure() { echo "FAILED $*"; }\n' + check
+            + re.sub(r"^PULLED_IMAGES=.*$", f"PULLED_IMAGES=({image})", block, flags=re.M)
+            + "echo servers start\n")
+    out = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
+                         env={**os.environ, "RUN_DIR": str(tmp_path)}, check=False)
+    assert out.returncode == 1 and "servers start" not in out.stdout, out
+    what = "a directory, not an image file" if left == "directory" else "empty"
+    assert f"FAILED image {image} is {what}: " in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(("left", "pulled"), [("directory", False), ("empty file", True)])
+def test_the_pull_job_neither_skips_nor_pulls_into_a_directory(
+        render_pull: RenderFn, tmp_path: Path, left: str, pulled: bool) -> None:
+    """A directory at the image's path made the pull job skip the pull (`[ -s dir ]`), and a
+    pull over it would put the file inside it (mv): it is refused, naming it, without pulling.
+    An empty file (a pull that died) is pulled over."""
+    run = {**RUN, "deployment": {**MODEL, "image": DOCKER_IMAGE}}
+    pull_job = render_pull("slurm", run)
+    check = image_check(pull_job)
+    file = tmp_path / "run" / "images" / (Path(PULLED).name + ".sif")
+    file.parent.mkdir(parents=True)
+    if left == "directory":
+        file.mkdir()
+    else:
+        file.write_bytes(b"")
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "apptainer").write_text('#!/bin/bash\necho "pulled $*"\nprintf image > "$3"\n')
+    (fake_bin / "apptainer").chmod(0o755)
+    body = ("log() { echo \"$*\"; }\n" + check
+            + re.sub(r"^PULL_FILE=.*$", f"PULL_FILE={file}", pull_block(pull_job), flags=re.M)
+            + 'echo "failed=${#PULL_FAILED[@]}"\n')
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}",
+           "RUN_DIR": str(tmp_path / "run"), "TMPDIR": str(tmp_path)}
+    out = subprocess.run(["bash", "-c", body], capture_output=True, text=True, env=env,
+                         timeout=60, check=False).stdout
+    assert ("pulled pull" in out) is pulled, out
+    if pulled:
+        assert out.endswith("failed=0\n") and file.read_bytes() == b"image", out
+    else:
+        assert f"not pulling into {file}: it is a directory, not an image file" in out, out
+        assert out.endswith("failed=1\n") and file.is_dir() and list(file.iterdir()) == [], out
 
 
 def test_a_local_job_pulls_its_own_image(render: RenderFn, render_pull: RenderFn) -> None:

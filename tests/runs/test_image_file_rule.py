@@ -6,6 +6,7 @@ the same function and agree on each case."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,3 +120,36 @@ def test_they_agree_on_an_unreadable_file(tmp_path: Path, fake: FakeSlurm,
     monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
         str(path) not in unreadable_paths and access(path, mode, **kw)))
     assert _three_answers(tmp_path, fake, unreadable) == (False, False, False)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link_to_directory(path: Path) -> None:
+    target = path.parent / "real"
+    _directory(target)
+    path.symlink_to(target)
+
+
+# the shell's extra cases: what a job's check meets on a node, beside CASES
+SHELL_CASES = {**CASES, "fifo": (_fifo, "not a regular file"),
+               "symlink to a directory": (_link_to_directory, "a directory, not an image file")}
+
+
+@pytest.mark.parametrize("case", SHELL_CASES)
+def test_the_jobs_check_is_the_same_rule(tmp_path: Path, case: str) -> None:
+    """The rendered jobs check their image files on the node with the shell function of
+    templates/image_file.j2 (the pull job before it pulls, the jobs that hold GPUs before their
+    servers start): the same answer as image_file_problem, in the same words. `[ -s ]`, the
+    check before, took a directory for an image."""
+    from hpceval.render.quoting import render_template
+
+    make, problem = SHELL_CASES[case]
+    make(tmp_path / FILE)
+    assert image_file_problem(tmp_path / FILE) == problem
+    check = render_template("image_file.j2", {}) + 'usable_image_file "$1"\n'
+    out = subprocess.run(["bash", "-c", check, "check", str(tmp_path / FILE)],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert out.stderr == ""
+    assert (out.returncode, out.stdout) == ((0, "") if problem is None else (1, problem + "\n"))

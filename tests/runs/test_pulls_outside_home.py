@@ -1,11 +1,14 @@
 """Pulled images never land in $HOME: on Slurm the run's pull job writes each unstaged docker://
 image (10-20 GB for a vLLM one) into the run's images/ folder under execution.output_dir; a
 home quota is a few GB, so submit refuses that output_dir (ConfigError, exit 2) before
-anything is written or queued. Staged images, an output_dir elsewhere and the local backend
-are not refused."""
+anything is written or queued, and resume, which submits the pull job again when an image is
+missing, refuses a run directory there by the same function. Staged images, an output_dir
+elsewhere and the local backend are not refused."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ from support.slurm import FakeSlurm
 from hpceval.config import ResolvedConfig, load_run
 from hpceval.config.errors import ConfigError
 from hpceval.images import sif_name
+from hpceval.runs.control import ResumeRefused, resume_run
+from hpceval.runs.index import find_run
 from hpceval.runs.submit import submit_configs
 from hpceval.staging.preflight import preflight
 
@@ -103,3 +108,62 @@ def test_the_local_backend_is_not_refused(tmp_path: Path, home: Path) -> None:
     # its job pulls for itself, no quota-bound pull job ahead (and a laptop's home is its disk)
     [resolved] = pulling(tmp_path, home / "runs", kind="local")
     assert [i for i in preflight(resolved, environ={}) if i.path == "execution.output_dir"] == []
+
+
+def _failed_pull_run(tmp_path: Path, fake: FakeSlurm, output_dir: Path) -> Path:
+    """A run submitted with its output_dir outside home (or by an hpceval before the check),
+    whose pull job failed: resume would submit the pull job again."""
+    result = submit_configs(pulling(tmp_path, output_dir), fake)
+    fake.states.update({s["id"]: "FAILED" for s in fake.submits})
+    return result.run_dir
+
+
+def test_resume_refuses_to_pull_into_home_too(tmp_path: Path, home: Path, fake: FakeSlurm,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """hpceval resume submits the pull job again when an image is missing: into the run's
+    images/ folder, which is in the home folder of the user who resumes (a run submitted under
+    another $HOME, or before submit checked it). The same check as submit's, before anything
+    is submitted."""
+    run_dir = _failed_pull_run(tmp_path, fake, tmp_path / "runs")
+    monkeypatch.setenv("HOME", str(tmp_path))  # the run is now in the home folder
+    submitted = len(fake.submits)
+    with pytest.raises(ResumeRefused) as err:
+        resume_run(find_run(run_dir.name), fake)
+    assert len(fake.submits) == submitted  # nothing queued
+    message = str(err.value)
+    assert f"{run_dir} is in your home folder ({tmp_path})" in message, message
+    assert f"would pull {FILE} into the run's images/ folder there" in message, message
+    assert "hpceval stage" in message and "symlink" in message, message
+
+
+def test_resume_under_home_pulls_nothing_and_resumes(tmp_path: Path, home: Path,
+                                                     fake: FakeSlurm,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # the image is there (put in place by the user, a symlink to a copy on scratch): no pull
+    run_dir = _failed_pull_run(tmp_path, fake, tmp_path / "runs")
+    staged = tmp_path / "scratch" / FILE
+    staged.parent.mkdir()
+    staged.write_bytes(b"image")
+    (run_dir / "images").mkdir(exist_ok=True)
+    (run_dir / "images" / FILE).symlink_to(staged)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    resume_run(find_run(run_dir.name), fake)
+    assert [s["script"].name for s in fake.submits][-1:] == ["job.sbatch"]
+
+
+def test_submit_and_resume_ask_one_function(tmp_path: Path, home: Path, fake: FakeSlurm,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # the module (hpceval.staging's name `preflight` is its function)
+    checks = importlib.import_module("hpceval.staging.preflight")
+    asked: list[tuple[Path, tuple[str, ...]]] = []
+    rule = checks.home_pull_problem
+
+    def spy(folder: Path, pulled: Sequence[str]) -> str | None:
+        asked.append((Path(folder), tuple(pulled)))
+        return rule(folder, pulled)
+
+    monkeypatch.setattr(checks, "home_pull_problem", spy)
+    run_dir = _failed_pull_run(tmp_path, fake, tmp_path / "runs")
+    assert asked == [(tmp_path / "runs", (IMAGE,))]  # submit: the output_dir, the references
+    resume_run(find_run(run_dir.name), fake)
+    assert asked[1:] == [(run_dir, (FILE,))]  # resume: the run directory, its missing files
