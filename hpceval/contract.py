@@ -45,6 +45,8 @@ WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
 SERVER_IMAGES_DIR = "images"  # docker:// server images pulled for the run (once per run)
 LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
+# models/<key>/: "<job id> <epoch seconds> <mark>" as each job passes its marks (results.ledger)
+LEDGER_FILE = "ledger"
 INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its walltime
 PREEMPTIONS_FILE = "preemptions"  # models/<key>/: "<job id> <time>" per preemption Slurm requeued
 MODEL_LOCK_FILE = "lock"  # models/<key>/: flock-ed by the one live job of the model; "<job> <pid>"
@@ -115,6 +117,7 @@ WATCH_LOG_DIR = "logs"  # tick-<job id>.log
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE, "loads": LOADS_FILE,
+    "ledger": LEDGER_FILE,
     "preemptions": PREEMPTIONS_FILE, "model_lock": MODEL_LOCK_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE, "local_usage": LOCAL_USAGE_FILE,

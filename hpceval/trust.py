@@ -232,3 +232,47 @@ def site_trusted_owners(path: Path = SITE_TRUST_FILE) -> tuple[frozenset[int], s
             except KeyError:
                 continue  # an account this node does not know trusts nothing here
     return frozenset(uids), None
+
+
+class Unread(Exception):
+    """Why a file was not read, as a phrase after its name ("is a symbolic link"); `missing`:
+    there is no such file; `too_large`: it is over the caller's limit."""
+
+    def __init__(self, phrase: str, missing: bool = False, too_large: bool = False) -> None:
+        super().__init__(phrase)
+        self.missing = missing
+        self.too_large = too_large
+
+
+def read_own_file(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """A small file a job of the user's wrote, read through one descriptor: not a link, not a
+    FIFO that would block, a plain file of the user's that only they (and its group: a run in
+    a setgid project folder) may write, at most `limit` bytes. Raises Unread."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise Unread("does not exist", missing=True) from None
+        if exc.errno == errno.ELOOP:
+            raise Unread("is a symbolic link") from None
+        raise Unread(f"cannot be read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        problem = stat_problem(st, plain=True, group_write=True)
+        if problem is not None:
+            raise Unread(problem)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise Unread(f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise Unread(f"is larger than {limit >> 10} KiB: not read", too_large=True)
+    return b"".join(chunks), st

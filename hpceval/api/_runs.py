@@ -16,6 +16,7 @@ from hpceval.records import RunRecord, read_run
 if TYPE_CHECKING:
     from hpceval.backends import CancelReport, JobEntry
     from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.results.ledger import JobLedger
     from hpceval.results.runtime_view import Runtime
     from hpceval.runs.index import RunRef
     from hpceval.runs.jobs import Jobs
@@ -114,11 +115,14 @@ class RunInfo:
     loads: dict[str, tuple[tuple[str, int], ...]]  # model key -> (job, s to healthy) each
     # model key -> (task key, what the in-job proxy counted for it: its runtime.json) each
     runtime: dict[str, tuple[tuple[str, Runtime], ...]] = field(default_factory=dict)
+    # model key -> (where each job's allocation went: results.ledger, why unreadable or None)
+    ledger: dict[str, tuple[list[JobLedger], str | None]] = field(default_factory=dict)
 
 
 def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
-    """Paths, job ids (the whole chain), scripts, load times and each task's runtime
-    statistics of a run (no Slurm call)."""
+    """Paths, job ids (the whole chain), scripts, load times, each task's runtime statistics
+    and each job's time ledger of a run (no Slurm call)."""
+    from hpceval.results.ledger import read_ledger
     from hpceval.results.runtime_view import load_runtime
     from hpceval.runs.jobs import read_jobs
     from hpceval.runs.state import read_loads
@@ -131,7 +135,10 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
                    ref.run_dir / CONFIG_FILE,
                    {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models},
                    {m.key: tuple((t.key, load_runtime(task_dir(run_dir, m.key, t.key)))
-                                 for t in m.tasks) for m in manifest.models})
+                                 for t in m.tasks) for m in manifest.models},
+                   {m.key: read_ledger(model_dir(ref.run_dir, m.key), submitted={
+                       e.scheduler_id(m.index): e.submitted_at for e in jobs.main_for(m.index)})
+                    for m in manifest.models})
 
 
 @dataclass(frozen=True)

@@ -137,8 +137,9 @@ def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
 @output_dir_option
 def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
-    """Paths, job ids (the whole chain), scripts and resolved config of a run, and what the
-    server did for each task (its runtime.json: requests, latency, tokens; a total per model).
+    """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
+    server did for each task (its runtime.json: requests, latency, tokens; a total per model)
+    and where each job's allocation went (setup, load, tasks, teardown; GPU-hours).
     """
     from hpceval import api
     from hpceval.results.runtime_view import totals
@@ -153,7 +154,11 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                                "runtime": {key: {
                                    "tasks": {t: r.to_json() for t, r in tasks},
                                    "total": totals(r for _, r in tasks)}
-                                   for key, tasks in found.runtime.items()}}, indent=2))
+                                   for key, tasks in found.runtime.items()},
+                               "ledger": {key: {"jobs": [j.to_json() for j in jobs_],
+                                                "unknown": why}
+                                          for key, (jobs_, why) in found.ledger.items()}},
+                              indent=2))
         return
     n = len(manifest.models)
     sweep = f", sweep of {n} models" if manifest.sweep else ""
@@ -179,6 +184,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
             click.echo(f"load       {m.key}: servers healthy {seconds} s after job {job} "
                        "started")
     _echo_runtime(manifest.models, found.runtime)
+    _echo_ledger(found.ledger)
     if script:
         for path in found.scripts:
             click.echo(f"\n# ===== {path.relative_to(ref.run_dir)} =====")
@@ -186,6 +192,17 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
     if show_config:
         click.echo(f"\n# ===== {found.config.name} =====")
         click.echo(found.config.read_text(), nl=False)
+
+
+def _echo_ledger(ledger: dict[str, tuple[list[Any], str | None]]) -> None:
+    """Where each job's allocation went (results.ledger): one line per job."""
+    from hpceval.results.ledger import ledger_line
+
+    for key, (jobs, why) in ledger.items():
+        if why is not None:
+            click.echo(f"ledger     {key}: unknown: {why}")
+        for job in jobs:
+            click.echo(f"ledger     {key} {ledger_line(job)}")
 
 
 def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) -> None:

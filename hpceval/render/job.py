@@ -109,7 +109,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
                                              job_nodes(spec))],
         "job": {"run_dir": run_dir, "model_key": ctx.model_key, "python": ctx.python,
                 "invocation_id": ctx.invocation_id,
-                "version": ctx.hpceval_version or __version__},
+                "version": ctx.hpceval_version or __version__,
+                # what the header asks for, so what the allocation is charged for, busy or not
+                "gpus": job_nodes(spec) * ex.gpus_per_node},
         "vllm_version": VLLM_VERSION,
         **site_context(resolved),
         "signal_seconds": ex.signal_seconds,

@@ -18,17 +18,15 @@ a check of its own, add it to FIELDS (and a column in ``results.runtime_text``).
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from hpceval.contract import RUNTIME_FILE
 from hpceval.results.runtime import SCHEMA
-from hpceval.trust import stat_problem
+from hpceval.trust import Unread, read_own_file
 
 READ_LIMIT = 1 << 20  # the proxy's file is about 1 KiB; one this large is not its file
 EXTRA_LIMIT = 16  # unknown fields kept at most (a table gets one column each)
@@ -75,29 +73,15 @@ class Runtime:
 
 def load_runtime(task_dir: str) -> Runtime:
     """The task's runtime.json, read once through one descriptor (see the module doc)."""
-    path = f"{task_dir}/{RUNTIME_FILE}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        data, st = read_own_file(f"{task_dir}/{RUNTIME_FILE}", READ_LIMIT)
+    except Unread as exc:
+        if exc.missing:
             return Runtime(None, MISSING)
-        if exc.errno == errno.ELOOP:
-            return Runtime(None, f"{RUNTIME_FILE} is a symbolic link")
-        return Runtime(None, f"{RUNTIME_FILE} cannot be read: {exc.strerror}")
-    try:
-        st = os.fstat(fd)
-        # its group may write it: a run in a setgid project folder writes with umask 002
-        problem = stat_problem(st, plain=True, group_write=True)
-        if problem is not None:
-            return Runtime(None, f"{RUNTIME_FILE} {problem}")
-        data = _read(fd, READ_LIMIT + 1)
-    except OSError as exc:
-        return Runtime(None, f"{RUNTIME_FILE} cannot be read: {exc.strerror}")
-    finally:
-        os.close(fd)
-    if len(data) > READ_LIMIT:
-        return Runtime(None, f"{RUNTIME_FILE} is larger than {READ_LIMIT >> 10} KiB (the "
-                             "proxy writes about 1 KiB): not read")
+        if exc.too_large:
+            return Runtime(None, f"{RUNTIME_FILE} is larger than {READ_LIMIT >> 10} KiB (the "
+                                 "proxy writes about 1 KiB): not read")
+        return Runtime(None, f"{RUNTIME_FILE} {exc}")
     try:
         doc = json.loads(data)
     except RecursionError:  # [[[[... nested deeper than the parser goes
@@ -108,19 +92,6 @@ def load_runtime(task_dir: str) -> Runtime:
         return Runtime(normalise(doc), None, st.st_mtime)
     except ValueError as exc:  # its text is a phrase after the file's name
         return Runtime(None, f"{RUNTIME_FILE} {exc}")
-
-
-def _read(fd: int, limit: int) -> bytes:
-    """At most `limit` bytes of an open file."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _number(value: Any, where: str, *, whole: bool) -> int | float:

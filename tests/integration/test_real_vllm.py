@@ -40,6 +40,7 @@ import pytest
 from support import charliecloud, site
 
 from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.results.ledger import read_ledger
 from tests.integration.vllm_support import (
     GSM8K,
     HELLASWAG,
@@ -324,6 +325,14 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     assert len(harnesses) == 2 and all(str(harness_image) in ln for ln in harnesses), job_log
     assert "Starting vLLM server" in (model / "server" / "instance-0.log").read_text()
     assert scores(model) == single_server_scores[0]
+    # issue 36: the job's time ledger covers the allocation Slurm accounted (whole seconds)
+    (ledger,), why = read_ledger(model)
+    record = slurm_cluster.sacct([job_id])[job_id]
+    assert why is None and ledger.ended and ledger.gpus == 1, ledger.to_json()
+    assert record.elapsed_s is not None and abs(ledger.total_s - record.elapsed_s) <= 2, (
+        ledger.to_json(), record.elapsed_s)
+    assert all(ledger.seconds[p] > 0 for p in ("setup", "load", "tasks", "teardown")), \
+        ledger.to_json()
     left = subprocess.run(["pgrep", "-af", f"{server_image}|{harness_image}"],
                           capture_output=True, text=True, check=False)
     assert left.stdout == "", left.stdout  # no container outlives the job

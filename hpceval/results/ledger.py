@@ -1,0 +1,211 @@
+"""Where each job's allocation went: its phases, from the marks the job script writes.
+
+The job script (preamble.j2's ``mark``) appends ``<job id> <epoch seconds> <mark> [value]`` to
+``models/<key>/ledger`` (contract.LEDGER_FILE) as it passes each mark. A mark begins a phase:
+
+=============  ===========  ================================================================
+mark           phase        what runs
+=============  ===========  ================================================================
+start (GPUs)   setup        site setup, ports, the model's lock, image checks
+launched       load         the servers start: weights, compile, graph capture, health wait
+ready          tasks        every server answers; the harnesses run (with overlap_load they
+                            started during load: their start-up is load time here)
+tasks_done     teardown     the tasks have ended: stopping servers, compacting the cache
+teardown       teardown     the EXIT trap (a cancel or the walltime comes here directly)
+end            (the end)    the job's last line
+=============  ===========  ================================================================
+
+A phase lasts from its first mark to the next phase's; a phase without its mark takes no time
+(a job without servers has no load). A rerun under the same id (a requeue) starts again at its
+last ``start``. Without an ``end`` the job still runs (its last phase lasts until now) or was
+killed past the scheduler's grace. ``queued`` is from its submission (jobs.json) to ``start``,
+and holds no GPU. Within ``tasks``, ``tail`` is the time the last task ran alone: its end after
+the end of the one before (the tasks' manifests of this job). GPU-seconds are a phase's seconds
+times the GPUs the job holds (the header's request, written with ``start``).
+
+The file is read once through one descriptor, only if it is the user's (trust.read_own_file),
+at most READ_LIMIT bytes; malformed lines are skipped, so a damaged or planted ledger shows
+less, never breaks ``info``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hpceval.contract import FAILED_FILE, LEDGER_FILE, MANIFEST_FILE, TASKS_DIR
+from hpceval.storage import read_json_object
+from hpceval.trust import Unread, read_own_file
+
+READ_LIMIT = 1 << 20  # a job writes about 300 bytes
+PHASE_OF = {"start": "setup", "launched": "load", "ready": "tasks", "tasks_done": "teardown",
+            "teardown": "teardown", "end": ""}
+PHASES = ("setup", "load", "tasks", "teardown")
+MAX_GPUS = 1 << 20
+
+
+@dataclass(frozen=True)
+class JobLedger:
+    job_id: str
+    started_at: float
+    gpus: int | None  # as the job wrote it; None when unknown
+    seconds: Mapping[str, float]  # PHASES -> seconds
+    ended: bool  # it wrote its end mark
+    queued_s: float | None = None
+    tail_s: float | None = None  # within tasks: the last task alone
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def gpu_seconds(self) -> dict[str, float] | None:
+        if self.gpus is None:
+            return None
+        return {name: round(s * self.gpus, 1) for name, s in self.seconds.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "started_at": self.started_at, "gpus": self.gpus,
+                "ended": self.ended, "queued_s": _round(self.queued_s),
+                "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+                "total_s": round(self.total_s, 1), "tail_s": _round(self.tail_s),
+                "gpu_seconds": self.gpu_seconds()}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+Mark = tuple[float, str, str]  # (epoch seconds, mark, value)
+
+
+def parse_marks(text: str) -> dict[str, list[Mark]]:
+    """Each job's marks in file order, from its last ``start`` on; malformed lines skipped."""
+    jobs: dict[str, list[Mark]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) not in (3, 4) or parts[2] not in PHASE_OF or len(parts[0]) > 64:
+            continue
+        try:
+            when = float(parts[1])
+        except ValueError:
+            continue
+        if not math.isfinite(when) or when <= 0:
+            continue
+        mark = (when, parts[2], parts[3] if len(parts) == 4 else "")
+        if parts[2] == "start":
+            jobs[parts[0]] = [mark]  # a rerun under the same id starts again
+        elif parts[0] in jobs:
+            jobs[parts[0]].append(mark)
+    return jobs
+
+
+def job_ledger(job_id: str, marks: list[Mark], *, now: float | None = None,
+               submitted_at: float | None = None, task_ends: Iterable[float] = ()) -> JobLedger:
+    """One job's phases from its marks (the first is its start)."""
+    start = marks[0][0]
+    gpus_text = marks[0][2]
+    gpus = int(gpus_text) if gpus_text.isdigit() and int(gpus_text) <= MAX_GPUS else None
+    seconds = dict.fromkeys(PHASES, 0.0)
+    begun: dict[str, float] = {}
+    order: list[tuple[float, str]] = []  # (when, phase or "" for the end), first marks only
+    for when, name, _value in marks:
+        phase = PHASE_OF[name]
+        if phase in begun:
+            continue
+        begun[phase] = when
+        order.append((max(when, order[-1][0] if order else start), phase))
+    ended = any(p == "" for _, p in order)
+    notes = []
+    last = order[-1][0]
+    if not ended:
+        last = max(last, time.time() if now is None else now)
+    for (when, phase), (after, _) in zip(order, [*order[1:], (last, "")], strict=True):
+        if phase:
+            seconds[phase] += max(0.0, after - when)
+    if not ended:
+        notes.append("no end mark: still running, or killed past the scheduler's grace")
+    tail = _tail(sorted(task_ends), begun.get("tasks"), begun.get("teardown"))
+    queued = start - submitted_at if submitted_at is not None and start >= submitted_at \
+        else None
+    return JobLedger(job_id, start, gpus, seconds, ended, queued, tail, tuple(notes))
+
+
+def _tail(ends: list[float], tasks_from: float | None, tasks_to: float | None) -> float | None:
+    """The last task alone: the last end after the one before it, inside the tasks phase."""
+    if tasks_from is None:
+        return None
+    inside = [e for e in ends if e >= tasks_from and (tasks_to is None or e <= tasks_to + 1)]
+    if len(inside) < 2:
+        return None
+    return inside[-1] - inside[-2]
+
+
+def read_ledger(model_dir: Path, *, submitted: Mapping[str, float] | None = None,
+                now: float | None = None) -> tuple[list[JobLedger], str | None]:
+    """Every job's ledger of a model's folder, oldest first, and why none could be read (None
+    when it was read, or there is none)."""
+    try:
+        data, _st = read_own_file(str(model_dir / LEDGER_FILE), READ_LIMIT)
+    except Unread as exc:
+        return [], None if exc.missing else f"{LEDGER_FILE} {exc}"
+    marks = parse_marks(data.decode("utf-8", errors="replace"))
+    ends = _task_ends(model_dir)
+    out = [job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
+                      task_ends=ends.get(job, ())) for job, found in marks.items()]
+    return sorted(out, key=lambda j: j.started_at), None
+
+
+def _task_ends(model_dir: Path) -> dict[str, list[float]]:
+    """job id -> when its tasks ended (manifest.json of a finished task, else failed.json)."""
+    out: dict[str, list[float]] = {}
+    tasks = model_dir / TASKS_DIR
+    try:
+        folders = sorted(p for p in tasks.iterdir() if p.is_dir())[:10_000]
+    except OSError:
+        return out
+    for folder in folders:
+        record = read_json_object(folder / MANIFEST_FILE) or read_json_object(
+            folder / FAILED_FILE)
+        if not record:
+            continue
+        slurm = record.get("slurm") if isinstance(record.get("slurm"), dict) else {}
+        job = str((slurm or {}).get("job_id") or "local")
+        end = _epoch(record.get("finished_at"))
+        if end is not None:
+            out.setdefault(job, []).append(end)
+    return out
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def ledger_line(job: JobLedger) -> str:
+    """One job in words: `hpceval info`."""
+    held = f" on {job.gpus} GPU(s)" if job.gpus else ""
+    parts = []
+    for name in PHASES:
+        text = f"{name} {job.seconds[name]:.0f} s"
+        if name == "tasks" and job.tail_s is not None:
+            text += f" (last task alone {job.tail_s:.0f} s)"
+        parts.append(text)
+    text = f"job {job.job_id}: {job.total_s:.0f} s{held}: " + ", ".join(parts)
+    gpu = job.gpu_seconds()
+    if gpu and job.gpus:
+        hours = sum(gpu.values()) / 3600
+        idle = (gpu["setup"] + gpu["load"] + gpu["teardown"]) / 3600
+        text += f"; {hours:.2f} GPU-hours, {idle:.2f} of them before or after the tasks"
+    if job.queued_s is not None:
+        text += f"; queued {job.queued_s:.0f} s before"
+    return text + "".join(f" ({note})" for note in job.notes)
