@@ -16,6 +16,8 @@ from typing import Any, TypeVar, overload
 MODELS_DIR = "models"  # one folder per model of the run (its key)
 TASKS_DIR = "tasks"  # models/<key>/tasks/<task key>/: one folder per task
 SERVER_DIR = "server"  # models/<key>/server/: the model servers' command lines and logs
+# server/: the log of the model's first instance (its head), as _launch.j2 names it
+FIRST_SERVER_LOG = "instance-0.log"
 CACHE_DIR = "cache"  # models/<key>/cache/, <task dir>/cache/: what a resumed job replays
 CONFIG_FILE = "run.yaml"  # the run's (and each models/<key>/'s) resolved config as submitted
 HARNESS_LOG = "harness.log"  # <task dir>/: the harness's output

@@ -244,10 +244,12 @@ class Unread(Exception):
         self.too_large = too_large
 
 
-def read_own_file(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+def read_own_file(path: str, limit: int, *, offset: int = 0,
+                  truncate: bool = False) -> tuple[bytes, os.stat_result]:
     """A small file a job of the user's wrote, read through one descriptor: not a link, not a
     FIFO that would block, a plain file of the user's that only they (and its group: a run in
-    a setgid project folder) may write, at most `limit` bytes. Raises Unread."""
+    a setgid project folder) may write, at most `limit` bytes (from `offset`; `truncate`: the
+    first `limit` bytes of a larger file, else a larger file is refused). Raises Unread."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -261,6 +263,8 @@ def read_own_file(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         problem = stat_problem(st, plain=True, group_write=True)
         if problem is not None:
             raise Unread(problem)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -273,6 +277,9 @@ def read_own_file(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         raise Unread(f"cannot be read: {exc.strerror}") from None
     finally:
         os.close(fd)
+    data = b"".join(chunks)
     if size > limit:
+        if truncate:
+            return data[:limit], st
         raise Unread(f"is larger than {limit >> 10} KiB: not read", too_large=True)
-    return b"".join(chunks), st
+    return data, st

@@ -26,6 +26,11 @@ class Vllm(Engine):
     template = "deployment/vllm.j2"
     # vLLM binds its port before loading and logs this after
     ready_line = "Starting vLLM server on "
+    # vLLM's own words (vllm/v1/worker, vllm/compilation/monitor.py, 0.32)
+    load_steps = (("weights", r"(?:Loading weights took|Model loading took \S+ GiB memory and)"
+                              r" ([0-9.]+) seconds"),  # the loader's line first (CPU: only it)
+                  ("compile", r"torch\.compile took ([0-9.]+) s in total"),
+                  ("graph capture", r"Graph capturing finished in ([0-9.]+) secs"))
     token_env = "VLLM_API_KEY"
     command_word = "vllm"
 

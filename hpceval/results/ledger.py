@@ -30,7 +30,10 @@ less, never breaks ``info``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +41,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import FAILED_FILE, LEDGER_FILE, MANIFEST_FILE, TASKS_DIR
+from hpceval.contract import (
+    FAILED_FILE,
+    FIRST_SERVER_LOG,
+    LEDGER_FILE,
+    MANIFEST_FILE,
+    SERVER_DIR,
+    TASKS_DIR,
+)
 from hpceval.storage import read_json_object
 from hpceval.trust import Unread, read_own_file
 
@@ -46,7 +56,10 @@ READ_LIMIT = 1 << 20  # a job writes about 300 bytes
 PHASE_OF = {"start": "setup", "launched": "load", "ready": "tasks", "tasks_done": "teardown",
             "teardown": "teardown", "end": ""}
 PHASES = ("setup", "load", "tasks", "teardown")
+# not a phase: where this job's lines of the model's head server log begin (its load report)
+LOG_FROM = "log_from"
 MAX_GPUS = 1 << 20
+LOG_READ = 1 << 20  # of the server's log from there: its start-up report is in the first KiBs
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,8 @@ class JobLedger:
     queued_s: float | None = None
     tail_s: float | None = None  # within tasks: the last task alone
     notes: tuple[str, ...] = field(default=())
+    # within load, what the engine reported: step -> seconds (Engine.load_steps)
+    load_steps: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -74,6 +89,7 @@ class JobLedger:
                 "ended": self.ended, "queued_s": _round(self.queued_s),
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
                 "total_s": round(self.total_s, 1), "tail_s": _round(self.tail_s),
+                "load_steps": {k: round(v, 1) for k, v in self.load_steps.items()},
                 "gpu_seconds": self.gpu_seconds()}
 
 
@@ -89,7 +105,8 @@ def parse_marks(text: str) -> dict[str, list[Mark]]:
     jobs: dict[str, list[Mark]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) not in (3, 4) or parts[2] not in PHASE_OF or len(parts[0]) > 64:
+        if len(parts) not in (3, 4) or len(parts[0]) > 64 \
+                or (parts[2] not in PHASE_OF and parts[2] != LOG_FROM):
             continue
         try:
             when = float(parts[1])
@@ -115,6 +132,8 @@ def job_ledger(job_id: str, marks: list[Mark], *, now: float | None = None,
     begun: dict[str, float] = {}
     order: list[tuple[float, str]] = []  # (when, phase or "" for the end), first marks only
     for when, name, _value in marks:
+        if name not in PHASE_OF:
+            continue
         phase = PHASE_OF[name]
         if phase in begun:
             continue
@@ -156,9 +175,38 @@ def read_ledger(model_dir: Path, *, submitted: Mapping[str, float] | None = None
         return [], None if exc.missing else f"{LEDGER_FILE} {exc}"
     marks = parse_marks(data.decode("utf-8", errors="replace"))
     ends = _task_ends(model_dir)
-    out = [job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
-                      task_ends=ends.get(job, ())) for job, found in marks.items()]
+    out = [dataclasses.replace(
+        job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
+                   task_ends=ends.get(job, ())), load_steps=_load_steps(model_dir, found))
+        for job, found in marks.items()]
     return sorted(out, key=lambda j: j.started_at), None
+
+
+def _load_steps(model_dir: Path, marks: list[Mark]) -> dict[str, float]:
+    """What the model's engine reported of this job's load, from its part of the head's log."""
+    from hpceval.engines import engine_for
+
+    values = {name: value for _when, name, value in marks}
+    offset = values.get(LOG_FROM, "")
+    try:
+        steps = engine_for(values.get("launched", "")).load_steps
+    except (KeyError, ValueError):
+        return {}
+    if not steps or not offset.isdigit():
+        return {}
+    try:
+        text, _st = read_own_file(str(model_dir / SERVER_DIR / FIRST_SERVER_LOG), LOG_READ,
+                                  offset=int(offset), truncate=True)
+    except Unread:
+        return {}
+    found: dict[str, float] = {}
+    log = text.decode("utf-8", errors="replace")
+    for step, pattern in steps:
+        matches = re.findall(pattern, log)
+        with contextlib.suppress(ValueError):
+            if matches:
+                found[step] = float(matches[0])
+    return found
 
 
 def _task_ends(model_dir: Path) -> dict[str, list[float]]:
@@ -199,6 +247,9 @@ def ledger_line(job: JobLedger) -> str:
         text = f"{name} {job.seconds[name]:.0f} s"
         if name == "tasks" and job.tail_s is not None:
             text += f" (last task alone {job.tail_s:.0f} s)"
+        if name == "load" and job.load_steps:
+            text += " (" + ", ".join(f"{step} {s:.0f} s" for step, s in
+                                     job.load_steps.items()) + ")"
         parts.append(text)
     text = f"job {job.job_id}: {job.total_s:.0f} s{held}: " + ", ".join(parts)
     gpu = job.gpu_seconds()

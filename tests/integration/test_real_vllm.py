@@ -333,6 +333,7 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
         ledger.to_json(), record.elapsed_s)
     assert all(ledger.seconds[p] > 0 for p in ("setup", "load", "tasks", "teardown")), \
         ledger.to_json()
+    assert 0 < ledger.load_steps["weights"] < ledger.seconds["load"], ledger.to_json()
     left = subprocess.run(["pgrep", "-af", f"{server_image}|{harness_image}"],
                           capture_output=True, text=True, check=False)
     assert left.stdout == "", left.stdout  # no container outlives the job

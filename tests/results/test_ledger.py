@@ -108,3 +108,25 @@ def test_a_link_a_huge_file_and_none(tmp_path: Path) -> None:
     (tmp_path / "ledger").write_text(marks(*FULL) * 20_000)
     jobs, why = read_ledger(tmp_path)
     assert jobs == [] and why is not None and "larger than" in why
+
+
+def test_the_load_is_split_as_the_engine_reported_it_in_this_jobs_part_of_its_log(
+        tmp_path: Path) -> None:
+    earlier = ("INFO Model loading took 0.25 GiB memory and 99.000000 seconds\n"
+               "INFO torch.compile took 77.00 s in total\n")
+    ours = ("INFO Model loading took 0.25 GiB memory and 12.500000 seconds\n"
+            "INFO [backbone] torch.compile took 30.25 s in total\n"
+            "INFO Graph capturing finished in 4 secs, took 0.10 GiB\n")
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "instance-0.log").write_text(earlier + ours)
+    (tmp_path / "ledger").write_text(
+        marks((0, "start"), (1, "launched"), (2, "ready"), (3, "end")).replace(
+            " launched\n", f" launched vllm\n42 {T0 + 1:.3f} log_from {len(earlier)}\n"))
+    (job,), _ = read_ledger(tmp_path)
+    assert dict(job.load_steps) == {"weights": 12.5, "compile": 30.25, "graph capture": 4.0}
+    assert "load 1 s (weights 12 s, compile 30 s, graph capture 4 s)" in ledger_line(job)
+    # an engine that reports nothing, or a log that is not the user's: no split
+    (tmp_path / "ledger").write_text(marks((0, "start"), (1, "launched"), (3, "end")).replace(
+        " launched\n", " launched command\n"))
+    (job,), _ = read_ledger(tmp_path)
+    assert job.load_steps == {}
