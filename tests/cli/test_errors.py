@@ -35,7 +35,7 @@ PACKAGE = Path(hpceval.__file__).parent
 # module: it cannot import hpceval.errors).
 IN_JOB = {"BodyError", "UpstreamConnectError", "UpstreamProtocolError", "UpstreamFailure",
           "UpstreamDisconnected", "ResultsAlreadyFinal", "NoResultsFound", "SubmitFailed",
-          "JudgeError", "EndpointMissing", "EndpointUntrusted", "Untrusted"}
+          "JudgeError", "EndpointMissing", "EndpointUntrusted", "Untrusted", "Unread"}
 
 
 def _modules() -> list[str]:

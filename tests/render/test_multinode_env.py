@@ -368,7 +368,7 @@ RAY = {**MULTI, "deployment": {**MULTI["deployment"], "multi_node_backend": "ray
 
 def teardown(script: str, ray_temp_dir: Path) -> subprocess.CompletedProcess[str]:
     """The rendered cleanup (the EXIT trap), after servers that stop_servers stands in for."""
-    body = (function(script, "cleanup") + "\nlog() { :; }\nstop_servers() { :; }\n"
+    body = (function(script, "cleanup") + "\nlog() { :; }\nmark() { :; }\nstop_servers() { :; }\n"
             "TASK_PIDS=() PROXY_PIDS=() SERVER_PIDS=(1) PROXY_DIRS=() STOPPING=1 LOCK_PID=\n"
             f"RAY_TEMP_DIR={ray_temp_dir}\ncleanup\n")
     return subprocess.run(["bash", "-c", body], capture_output=True, text=True, timeout=60,
