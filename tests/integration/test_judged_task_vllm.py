@@ -48,6 +48,7 @@ from tests.integration.vllm_support import (
     find_vllm_bin,
     hpceval,
     preset_env,
+    resume,
     submit,
     wait,
 )
@@ -220,13 +221,8 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
         (task_dir / name).unlink()
     model_logs = sorted((model / "server").glob("instance-*.log"))
     before = {p: p.read_text() for p in (*judge_logs, *model_logs)}
-    resumed = hpceval("resume", str(run_dir), vllm_bin=vllm_bin)
-    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
-    second = re.search(r"job (\d+)", resumed.stdout)
-    assert second, resumed.stdout
-    state = wait(slurm_cluster, second.group(1), run_dir)
-    log2 = (model / f"slurm-{second.group(1)}.log").read_text()
-    assert state == "COMPLETED", log2[-6000:]
+    second = resume(slurm_cluster, run_dir, model, vllm_bin)
+    log2 = (model / f"slurm-{second}.log").read_text()
     # (server logs are appended to: count what this job's servers added)
     new_judge_lines = sum(served_requests(p) - len(JUDGE_REQUEST.findall(before[p]))
                           for p in judge_logs)

@@ -240,6 +240,19 @@ def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None,
     return job.group(1), Path(run_dir.group(1))
 
 
+def resume(slurm: CommandSlurmClient, run_dir: Path, model: Path,
+           vllm_bin: Path | None = None) -> str:
+    """hpceval resume; waits for the job it submits, which must complete; its id."""
+    resumed = hpceval("resume", str(run_dir), vllm_bin=vllm_bin)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    found = re.search(r"job (\d+)", resumed.stdout)
+    assert found, resumed.stdout
+    state = wait(slurm, found.group(1), run_dir)
+    log = (model / f"slurm-{found.group(1)}.log").read_text()
+    assert state == "COMPLETED", log[-6000:]
+    return found.group(1)
+
+
 def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float = 600) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from fakes import answer_key  # beside the oracle server script, which imports it by name
+
+from support.ports import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
@@ -107,27 +107,11 @@ class Oracle:
 @contextmanager
 def running_oracle(workdir: Path, timeout: float = 20.0) -> Iterator[Oracle]:
     """The oracle server as its own process on an ephemeral port, stopped by its pid."""
-    port_file = workdir / "oracle.port"
-    log = (workdir / "oracle.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, str(FAKES / "oracle_server.py"), "--port", "0",
-         "--port-file", str(port_file), "--model", MODEL],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + timeout
-        while not port_file.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"oracle server did not start: {workdir / 'oracle.log'}")
-            time.sleep(0.05)
-        yield Oracle(int(port_file.read_text()), process)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    argv = [sys.executable, str(FAKES / "oracle_server.py"), "--port", "0", "--port-file",
+            str(workdir / "oracle.port"), "--model", MODEL]
+    with serving(argv, workdir / "oracle.port", timeout=timeout,
+                 log=workdir / "oracle.log") as (port, process):
+        yield Oracle(port, process)
 
 
 def lm_eval_command(endpoint_url: str, output_dir: Path, include_path: Path,
