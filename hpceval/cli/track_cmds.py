@@ -115,7 +115,7 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
 
 def _with_served(run: dict[str, Any], served: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each model of status --json gets "served" (api.Tracking.served's dict; null when it is
-    not running or none of its tasks has a runtime.json)."""
+    not running or has neither a task's runtime.json nor server-load.json)."""
     for model in run["models"]:
         model["served"] = served.get(model["model"])
     return run
@@ -137,8 +137,10 @@ def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
 @output_dir_option
 def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
-    """Paths, job ids (the whole chain), scripts and resolved config of a run, and what the
-    server did for each task (its runtime.json: requests, latency, tokens; a total per model).
+    """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
+    server did for each task (its runtime.json: requests, latency, tokens; a total per model)
+    and how loaded each model's servers were (server-load.json: peak and mean queue, KV cache
+    and tokens/s).
     """
     from hpceval import api
     from hpceval.results.runtime_view import totals
@@ -153,7 +155,10 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                                "runtime": {key: {
                                    "tasks": {t: r.to_json() for t, r in tasks},
                                    "total": totals(r for _, r in tasks)}
-                                   for key, tasks in found.runtime.items()}}, indent=2))
+                                   for key, tasks in found.runtime.items()},
+                               "server_load": {key: load.to_json()
+                                               for key, load in found.server_load.items()}},
+                              indent=2))
         return
     n = len(manifest.models)
     sweep = f", sweep of {n} models" if manifest.sweep else ""
@@ -179,6 +184,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
             click.echo(f"load       {m.key}: servers healthy {seconds} s after job {job} "
                        "started")
     _echo_runtime(manifest.models, found.runtime)
+    _echo_load(manifest.models, found.server_load)
     if script:
         for path in found.scripts:
             click.echo(f"\n# ===== {path.relative_to(ref.run_dir)} =====")
@@ -200,6 +206,15 @@ def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) 
             click.echo(f"runtime    {m.key} {names.get(key, key)}: {task_line(found)}")
         if tasks:
             click.echo(f"runtime    {m.key} total: {total_line(totals(r for _, r in tasks))}")
+
+
+def _echo_load(models: Any, loads: dict[str, Any]) -> None:
+    """How loaded each model's servers were (its server-load.json): one line per model."""
+    from hpceval.results.runtime_text import load_line
+
+    for m in models:
+        if m.key in loads:
+            click.echo(f"server     {m.key}: {load_line(loads[m.key])}")
 
 
 @click.command()
