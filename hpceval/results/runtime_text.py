@@ -148,6 +148,11 @@ def _queue(value: Any) -> str:
     return number(value)
 
 
+def _rate(value: Any) -> str:
+    """Tokens/s, always with its decimal (a JSON round trip makes 5000.0 a 5000)."""
+    return number(float(value)) if isinstance(value, (int, float)) else number(value)
+
+
 def _share(value: Any) -> str:
     return "?" if value is None else f"{value * 100:.0f}%"
 
@@ -162,9 +167,9 @@ def server_now(sample: Mapping[str, Any]) -> str:
     if sample.get("kv") is not None:
         text += f", KV cache {_share(sample['kv'])}"
     if sample.get("gen_tps") is not None:
-        text += f", {number(sample['gen_tps'])} tokens/s out"
+        text += f", {_rate(sample['gen_tps'])} tokens/s out"
         if sample.get("prompt_tps") is not None:
-            text += f", {number(sample['prompt_tps'])} in"
+            text += f", {_rate(sample['prompt_tps'])} in"
     age = sample.get("age_s")
     if isinstance(age, (int, float)) and age > 60:  # the proxy stopped sampling (or writing)
         text += f" (as of {int(age) // 60} min ago)"
@@ -184,6 +189,6 @@ def load_line(load: ServerLoad) -> str:
         return "?" if peak is None else f"peak {shown(peak)} (mean {shown(mean)})"
 
     return (f"waiting {pair('waiting', _queue)}, running {pair('running', _queue)}, "
-            f"KV cache {pair('kv', _share)}, tokens/s out {pair('gen_tps', number)}, "
-            f"in {pair('prompt_tps', number)}; {number(f['samples'])} samples every "
+            f"KV cache {pair('kv', _share)}, tokens/s out {pair('gen_tps', _rate)}, "
+            f"in {pair('prompt_tps', _rate)}; {number(f['samples'])} samples every "
             f"{number(f['interval_s'])} s")

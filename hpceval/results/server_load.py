@@ -210,6 +210,22 @@ def load_server_load(model_dir: str) -> ServerLoad:
         return ServerLoad(None, f"{SERVER_LOAD_FILE} {exc}")
 
 
+def with_server_load(frame: Any) -> Any:
+    """The results frame plus a ``server_load`` column: on each row its model's
+    server-load.json as ``ServerLoad.to_json`` (the summary and the last sample, no points;
+    None without a file; {"unknown": why}), each model's file read once."""
+    out = frame.copy()
+    cache: dict[str, dict[str, Any] | None] = {}
+    column = []
+    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
+        folder = os.path.dirname(os.path.dirname(str(task_dir)))  # <model dir>/tasks/<task>
+        if folder not in cache:
+            cache[folder] = load_server_load(folder).to_json()
+        column.append(cache[folder])
+    out["server_load"] = column if column or out.empty else None
+    return out
+
+
 def _figure(value: Any, where: str) -> float | None:
     if value is None:
         return None
