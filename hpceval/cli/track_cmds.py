@@ -50,7 +50,8 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @output_dir_option
 def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
-    """State of runs, their models and tasks, with live request progress and GPU-hours.
+    """State of runs, their models and tasks, with live request progress, the servers' load
+    (queue, KV cache, tokens/s from their /metrics) and GPU-hours.
 
     RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
 
