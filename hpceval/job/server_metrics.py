@@ -151,12 +151,18 @@ async def _ask(inst: Any, sessions: Sessions, timeout: float, silent: set[str]) 
     return body.decode("utf-8", "replace")
 
 
+def combined(found: Mapping[str, Metrics]) -> tuple[float, float, float | None]:
+    """The servers together: (waiting, running) summed over the instances, KV use the
+    highest (the fullest cache is the one that queues next)."""
+    kvs = [m.kv for m in found.values() if m.kv is not None]
+    return (sum(m.waiting for m in found.values()), sum(m.running for m in found.values()),
+            max(kvs) if kvs else None)
+
+
 def budget_sink(limit: AimdLimit) -> Sink:
-    """The adaptive budget's view: waiting and running summed, KV use the highest."""
+    """The adaptive budget's view of a poll (combined)."""
     def feed(found: Mapping[str, Metrics]) -> None:
-        kvs = [m.kv for m in found.values() if m.kv is not None]
-        limit.on_metrics(sum(m.waiting for m in found.values()),
-                         sum(m.running for m in found.values()), max(kvs) if kvs else None)
+        limit.on_metrics(*combined(found))
     return feed
 
 
@@ -201,10 +207,7 @@ class LoadRecorder:
 
     def __call__(self, found: Mapping[str, Metrics]) -> None:
         gen, prompt = self.throughput.rates(self._monotonic(), found)
-        kvs = [m.kv for m in found.values() if m.kv is not None]
-        self.series.add(self._clock(), sum(m.waiting for m in found.values()),
-                        sum(m.running for m in found.values()), max(kvs) if kvs else None,
-                        gen, prompt)
+        self.series.add(self._clock(), *combined(found), gen, prompt)
         self._dirty = True
 
     def write(self, durable: bool = False, document: dict[str, Any] | None = None) -> None:
@@ -230,4 +233,7 @@ class LoadRecorder:
         while True:
             await asyncio.sleep(interval)
             if self._dirty:
-                await self.flush()
+                try:
+                    await self.flush()
+                except Exception:  # a bug here must not stop the later writes
+                    log.exception("could not write %s", self.path)
