@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.contract import RUNTIME_FILE
+from hpceval.errors import HpcevalError
 from hpceval.results.runtime import SCHEMA
 from hpceval.trust import stat_problem
 
@@ -88,9 +89,9 @@ def load_runtime(task_dir: str) -> Runtime:
         return Runtime(None, f"{RUNTIME_FILE} {exc}")
 
 
-class Unreadable(Exception):
+class Unreadable(HpcevalError):
     """Why a file of the proxy's is not read (a sentence that starts with its name);
-    `missing`: there is no such file."""
+    `missing`: there is no such file. The views show it as the file's "unknown" reason."""
 
     def __init__(self, problem: str, missing: bool = False) -> None:
         super().__init__(problem)
