@@ -53,6 +53,9 @@ INTERRUPTED_FILE = "interrupted"  # models/<key>/: the job stopped before its wa
 PREEMPTIONS_FILE = "preemptions"  # models/<key>/: "<job id> <time>" per preemption Slurm requeued
 MODEL_LOCK_FILE = "lock"  # models/<key>/: flock-ed by the one live job of the model; "<job> <pid>"
 PROGRESS_FILE = "progress.json"  # models/<key>/: written by the proxy, read by `status`
+# models/<key>/, beside progress.json: the servers' load sampled from /metrics while the job
+# runs (queue, KV cache, tokens/s), written by the proxy (results.server_load)
+SERVER_LOAD_FILE = "server-load.json"
 PROXY_READY_FILE = "proxy.ready"  # models/<key>/: the proxy's pid, once it has bound its port
 COMMAND_FILE = "command.sh"  # models/<key>/tasks/<task>/: written when the task starts
 FAILED_FILE = "failed.json"  # models/<key>/tasks/<task>/: why the task failed
@@ -126,7 +129,8 @@ JOB_FILES = {
     "aux_dir": AUX_DIR, "aux_endpoint": AUX_ENDPOINT_FILE, "aux_token": AUX_TOKEN_FILE,
     "aux_tls_key": AUX_TLS_KEY, "aux_tls_dir": AUX_TLS_DIR, "aux_tls_name": AUX_TLS_NAME,
     "aux_stop": AUX_STOP_FILE, "server_images": SERVER_IMAGES_DIR, "task_route": TASK_ROUTE,
-    "runtime": RUNTIME_FILE, "unix_url": UNIX_URL, "socket_dir": SOCKET_DIR_TEMPLATE,
+    "runtime": RUNTIME_FILE, "server_load": SERVER_LOAD_FILE, "unix_url": UNIX_URL,
+    "socket_dir": SOCKET_DIR_TEMPLATE,
     # the tree itself: folders and logs every job script builds its paths from
     "models_dir": MODELS_DIR, "tasks_dir": TASKS_DIR, "server_dir": SERVER_DIR,
     "cache_dir": CACHE_DIR, "harness_log": HARNESS_LOG, "harness_out": HARNESS_OUT_DIR,

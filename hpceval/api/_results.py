@@ -50,7 +50,9 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     (one row per model, one column per task's primary metric, or ``metric``). ``runtime``:
     each row also carries what the server did for its task (a ``runtime`` column: its
     runtime.json's facts, None without one, {"unknown": why} for one that cannot be shown;
-    results.runtime_view.with_runtime); not on the leaderboard."""
+    results.runtime_view.with_runtime) and how loaded its model's servers were (a
+    ``server_load`` column: server-load.json's summary and last sample, alike;
+    results.server_load.with_server_load); not on the leaderboard."""
     from hpceval.results.table import leaderboard as board
     from hpceval.results.table import results_frame
 
@@ -60,8 +62,9 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
         return board(frame, metric)
     if runtime:
         from hpceval.results.runtime_view import with_runtime
+        from hpceval.results.server_load import with_server_load
 
-        return with_runtime(frame)
+        return with_server_load(with_runtime(frame))
     return frame
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from hpceval.backends.slurm.client import SlurmClient
     from hpceval.results.ledger import JobLedger
     from hpceval.results.runtime_view import Runtime
+    from hpceval.results.server_load import ServerLoad
     from hpceval.runs.index import RunRef
     from hpceval.runs.jobs import Jobs
     from hpceval.runs.rundir import PreparedRun
@@ -104,8 +105,8 @@ def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What `hpceval info` shows: paths, the job chain, the scripts, the run record and what
-    the server did for each task."""
+    """What `hpceval info` shows: paths, the job chain, the scripts, the run record, what
+    the server did for each task and how loaded each model's servers were."""
 
     ref: RunRef
     run: RunRecord  # run.json as written at submit (its ``data``: the file as read)
@@ -115,15 +116,18 @@ class RunInfo:
     loads: dict[str, tuple[tuple[str, int], ...]]  # model key -> (job, s to healthy) each
     # model key -> (task key, what the in-job proxy counted for it: its runtime.json) each
     runtime: dict[str, tuple[tuple[str, Runtime], ...]] = field(default_factory=dict)
+    # model key -> its servers' load sampled from /metrics (server-load.json)
+    server_load: dict[str, ServerLoad] = field(default_factory=dict)
     # model key -> (where each job's allocation went: results.ledger, why unreadable or None)
     ledger: dict[str, tuple[list[JobLedger], str | None]] = field(default_factory=dict)
 
 
 def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
     """Paths, job ids (the whole chain), scripts, load times, each task's runtime statistics
-    and each job's time ledger of a run (no Slurm call)."""
+    each model's server load and each job's time ledger of a run (no Slurm call)."""
     from hpceval.results.ledger import read_ledger
     from hpceval.results.runtime_view import load_runtime
+    from hpceval.results.server_load import load_server_load
     from hpceval.runs.jobs import read_jobs
     from hpceval.runs.state import read_loads
 
@@ -136,6 +140,8 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
                    {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models},
                    {m.key: tuple((t.key, load_runtime(task_dir(run_dir, m.key, t.key)))
                                  for t in m.tasks) for m in manifest.models},
+                   {m.key: load_server_load(model_dir(run_dir, m.key))
+                    for m in manifest.models},
                    {m.key: read_ledger(model_dir(ref.run_dir, m.key), submitted={
                        e.scheduler_id(m.index): e.submitted_at for e in jobs.main_for(m.index)})
                     for m in manifest.models})

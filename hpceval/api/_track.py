@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.api._load import RunSource, find
-from hpceval.contract import task_dir
+from hpceval.contract import model_dir, task_dir
 from hpceval.records import RunFileError, read_run
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class RunStatus:
     """One run's state, what its jobs held (GPUs x elapsed, every attempt), and what the
     servers of its running models did so far (``served``: model key -> Tracking.served's
-    dict, for the models that are running and have a runtime.json)."""
+    dict, for the models that are running and have a runtime.json or server-load.json)."""
 
     state: RunState
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
@@ -35,9 +35,10 @@ class RunStatus:
 # often: every ask is an RPC to a shared controller for as long as the runs last. The run's own
 # files (task markers, request progress) are read on every refresh.
 LIVE_POLL_S = 30.0
-# The tasks' runtime.json files (a few hundred bytes each) read per refresh at most: a sweep
-# of hundreds of running models must not turn a refresh into thousands of reads. A finished
-# task's file is final and read once per Tracking.
+# The tasks' runtime.json files (a few hundred bytes each) and the running models'
+# server-load.json (under 64 KiB) read per refresh at most: a sweep of hundreds of running
+# models must not turn a refresh into thousands of reads. A finished task's file is final and
+# read once per Tracking.
 LIVE_READS = 256
 # A file written in this last stretch is a task being served now: its tokens/s count as live.
 LIVE_WINDOW_S = 60.0
@@ -76,13 +77,16 @@ class Tracking:
         ``tokens_per_s`` (of the files written in the last LIVE_WINDOW_S; None if none),
         ``tasks`` (files summed), ``unread`` (tasks left for a later refresh: `budget`, a
         one-item list shared by the runs of a refresh, ran out), ``unknown`` ({task key: why}
-        for files that cannot be shown). Models without any file are left out."""
+        for files that cannot be shown); and ``server``: its servers' latest load sample
+        (server-load.json's "last" with ``age_s``, {"unknown": why}, or None: no file, or
+        `budget` ran out). Models with neither file are left out."""
         import time
 
         from hpceval.phases import Phase
         from hpceval.results.runtime_view import live_tokens_per_s, load_runtime, totals
 
         out: dict[str, dict[str, Any]] = {}
+        now = time.time()
         for m in state.models:
             if m.phase is not Phase.RUNNING:
                 continue
@@ -99,15 +103,33 @@ class Tracking:
                     found[t.key] = load_runtime(folder)
                     if t.phase is Phase.DONE:
                         self._final[folder] = found[t.key]
+            # after the tasks: what a refresh read before it had this read keeps its figures
+            server = self._server(str(state.ref.run_dir), m.key, budget, now)
             present = [r for r in found.values() if not r.missing]
-            if not present and not unread:
+            if not present and not unread and server is None:
                 continue
             total = totals(present)
             out[m.key] = {"requests": total["requests"], "tokens_per_s": live_tokens_per_s(
-                present, time.time(), LIVE_WINDOW_S), "tasks": total["tasks"],
+                present, now, LIVE_WINDOW_S), "tasks": total["tasks"],
                 "unread": unread, "unknown": {k: r.problem for k, r in found.items()
-                                              if r.facts is None and not r.missing}}
+                                              if r.facts is None and not r.missing},
+                "server": server}
         return out
+
+    @staticmethod
+    def _server(run_dir: str, key: str, budget: list[int], now: float) -> dict[str, Any] | None:
+        """A running model's latest load sample (one read of its server-load.json, from
+        `budget`), {"unknown": why}, or None."""
+        from hpceval.results.server_load import load_server_load
+
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        load = load_server_load(model_dir(run_dir, key))
+        if load.facts is None:
+            return None if load.missing else {"unknown": load.problem}
+        last = load.facts["last"]
+        return None if last is None else {**last, "age_s": round(max(0.0, now - last["t"]))}
 
 
 def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,

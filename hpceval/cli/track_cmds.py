@@ -50,7 +50,8 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @output_dir_option
 def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
-    """State of runs, their models and tasks, with live request progress and GPU-hours.
+    """State of runs, their models and tasks, with live request progress, the servers' load
+    (queue, KV cache, tokens/s from their /metrics) and GPU-hours.
 
     RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
 
@@ -115,7 +116,7 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
 
 def _with_served(run: dict[str, Any], served: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each model of status --json gets "served" (api.Tracking.served's dict; null when it is
-    not running or none of its tasks has a runtime.json)."""
+    not running or has neither a task's runtime.json nor server-load.json)."""
     for model in run["models"]:
         model["served"] = served.get(model["model"])
     return run
@@ -138,8 +139,9 @@ def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
 def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
-    server did for each task (its runtime.json: requests, latency, tokens; a total per model)
-    and where each job's allocation went (setup, load, tasks, teardown; GPU-hours).
+    server did for each task (its runtime.json: requests, latency, tokens; a total per model),
+    where each job's allocation went (setup, load, tasks, teardown; GPU-hours) and how loaded
+    each model's servers were (server-load.json: peak and mean queue, KV cache and tokens/s).
     """
     from hpceval import api
     from hpceval.results.runtime_view import totals
@@ -155,6 +157,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                                    "tasks": {t: r.to_json() for t, r in tasks},
                                    "total": totals(r for _, r in tasks)}
                                    for key, tasks in found.runtime.items()},
+                               "server_load": {key: load.to_json()
+                                               for key, load in found.server_load.items()},
                                "ledger": {key: {"jobs": [j.to_json() for j in jobs_],
                                                 "unknown": why}
                                           for key, (jobs_, why) in found.ledger.items()}},
@@ -184,6 +188,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
             click.echo(f"load       {m.key}: servers healthy {seconds} s after job {job} "
                        "started")
     _echo_runtime(manifest.models, found.runtime)
+    _echo_load(manifest.models, found.server_load)
     _echo_ledger(found.ledger)
     if script:
         for path in found.scripts:
@@ -217,6 +222,15 @@ def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) 
             click.echo(f"runtime    {m.key} {names.get(key, key)}: {task_line(found)}")
         if tasks:
             click.echo(f"runtime    {m.key} total: {total_line(totals(r for _, r in tasks))}")
+
+
+def _echo_load(models: Any, loads: dict[str, Any]) -> None:
+    """How loaded each model's servers were (its server-load.json): one line per model."""
+    from hpceval.results.runtime_text import load_line
+
+    for m in models:
+        if m.key in loads:
+            click.echo(f"server     {m.key}: {load_line(loads[m.key])}")
 
 
 @click.command()

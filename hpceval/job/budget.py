@@ -12,8 +12,9 @@ does not starve one with 4).
 * each completion reports its latency and outcome (ok, error: 5xx/429, timeout);
 * once per window (as many completions as the limit: about one round trip of the whole
   budget) the window is judged. An error or a timeout cuts the limit to ``decrease`` x;
-  requests waiting inside the server (vLLM's ``vllm:num_requests_waiting`` from /metrics, or
-  KV-cache use at ``kv_high``) mean the batch is full: a gentler cut (``queue_decrease``);
+  requests waiting inside the server (vLLM's ``vllm:num_requests_waiting`` from /metrics,
+  polled by job.server_metrics, or KV-cache use at ``kv_high``) mean the batch is full: a
+  gentler cut (``queue_decrease``);
   otherwise the window's median latency above ``latency_tolerance`` x the lowest median seen
   means requests queue somewhere unseen (an external API without /metrics): the same cut;
   else the limit grows by one (doubling until the first cut: slow start).
@@ -28,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import re
 import statistics
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from hpceval.job.proxy_balancer import Balancer
-    from hpceval.job.proxy_sessions import Sessions
 
 Outcome = Literal["ok", "error", "timeout"]
 
@@ -212,64 +211,5 @@ def admission_for(budget: str, balancer: Balancer) -> Admission | None:
     return Admission(limit, lambda: sum(1 for i in balancer.instances if i.up))
 
 
+# The adaptive budget wants the servers' queue every second (job.server_metrics polls them).
 METRICS_INTERVAL_S = 1.0
-
-
-async def poll_metrics(admission: Admission, balancer: Balancer, sessions: Sessions,
-                       interval: float = METRICS_INTERVAL_S) -> None:
-    """Forever: each up instance's /metrics, summed, into the limit (cancelled at shutdown).
-    A server without /metrics (not vLLM) answers 404 once and is not asked again."""
-    import aiohttp
-
-    silent: set[str] = set()
-    while True:
-        await asyncio.sleep(interval)
-        if admission.limit.fixed:
-            continue
-        waiting = running = 0.0
-        kv: float | None = None
-        seen = False
-        for inst in balancer.instances:
-            if not inst.up or inst.url in silent:
-                continue
-            try:
-                async with sessions.of(inst).get(inst.base + "/metrics",
-                                       timeout=aiohttp.ClientTimeout(total=interval)) as resp:
-                    if resp.status != 200:
-                        silent.add(inst.url)
-                        continue
-                    text = await resp.text()
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                continue
-            w, r, k = parse_vllm_metrics(text)
-            waiting, running, seen = waiting + w, running + r, True
-            if k is not None:
-                kv = k if kv is None else max(kv, k)
-        if seen:
-            admission.limit.on_metrics(waiting, running, kv)
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
-
-
-def parse_vllm_metrics(text: str) -> tuple[float, float, float | None]:
-    """(waiting, running, KV-cache use 0..1 or None) from vLLM's Prometheus /metrics text:
-    requests summed over the series (one per model name and engine), KV use their highest."""
-    waiting = running = 0.0
-    kv: float | None = None
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        name, value = match.groups()
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if name == "vllm:num_requests_waiting":
-            waiting += number
-        elif name == "vllm:num_requests_running":
-            running += number
-        elif name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
-            kv = number if kv is None else max(kv, number)
-    return waiting, running, kv

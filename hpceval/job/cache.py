@@ -296,6 +296,12 @@ class ResponseCache:
         finally:
             self._syncing = False
 
+    async def flush_every(self, interval: float) -> None:
+        """Forever (cancelled at shutdown, which closes the cache): flush every `interval` s."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush()
+
     def close(self) -> None:
         if self._own_fd is not None:
             try:

@@ -34,7 +34,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -45,7 +45,6 @@ from aiohttp.web_protocol import RequestHandler
 
 from hpceval.job import proxy_guard as guard
 from hpceval.job import proxy_keyless as keyless_bounds
-from hpceval.job.budget import poll_metrics
 from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, Routes, prepare
 from hpceval.job.judge_successor import JudgeSuccessor
@@ -66,6 +65,7 @@ from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import TaskRecorder
 from hpceval.job.proxy_tls import server_context
+from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
 from hpceval.results.runtime import CLIENT_CLOSED
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,9 @@ class ProxyServer:
         self.tokenizer_info = keyless_bounds.TokenizerInfo()
         self.refused = guard.refusal_logger()
         self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
+        # the servers' load from their /metrics (results.server_load), None for an external API
+        self.load = LoadRecorder(config.server_load_path, poll_interval(config)) \
+            if config.server_load_path is not None else None
         self.hold = Hold(config.hold)  # until the job's instances are ready (proxy_hold)
         self.judge = JudgeSuccessor(config.judge_dir, self.balancer, config.upstream_api_key,
                                     config.judge_wait, config.probe_interval) \
@@ -112,7 +115,7 @@ class ProxyServer:
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> int:
         # The job's own servers never go through a site proxy, whatever NO_PROXY holds.
-        self._sessions = Sessions(trust_env=self.config.external_upstream)
+        self._sessions = sessions = Sessions(trust_env=self.config.external_upstream)
         self._forwarder = Forwarder(self.config, self.balancer, self._sessions)
         # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
         # a connection that has not sent a complete head by then (aiohttp arms it at connect);
@@ -133,11 +136,14 @@ class ProxyServer:
         await site.start()
         self.port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
         self._spawn(self.balancer.run_prober(self._sessions, self.config.probe_interval))
-        if self._forwarder.admission is not None and not self.config.external_upstream:
-            self._spawn(self._after_hold(
-                poll_metrics(self._forwarder.admission, self.balancer, self._sessions)))
+        sinks = metrics_sinks(self.config, self._forwarder.admission, self.load)
+        if sinks:  # the one reader of /metrics: the budget's and the load series' figures
+            self._spawn(self._after_hold(lambda: poll_metrics(
+                self.balancer, sessions, poll_interval(self.config), sinks)))
+        if self.load is not None:
+            self._spawn(self.load.run_writer(self.config.progress_interval))
         if self.cache is not None:
-            self._spawn(self._flush_periodically(self.cache, self.config.cache_fsync_interval))
+            self._spawn(self.cache.flush_every(self.config.cache_fsync_interval))
         if self.config.progress_file is not None:
             self._spawn(run_writer(self.config.progress_file, self.snapshot,
                                    self.config.progress_interval))
@@ -147,7 +153,7 @@ class ProxyServer:
 
     async def stop(self) -> None:
         """Stop accepting, give in-flight requests the grace period, then make everything
-        durable: cache fsync, final progress file with state "stopped"."""
+        durable: cache fsync, runtime and load files, final progress file ("stopped")."""
         if self._runner is not None:
             await self._runner.cleanup()
         for task in self._tasks:
@@ -162,13 +168,17 @@ class ProxyServer:
             self.cache.close()
         self.request_log.close()
         self.tasks.write(self.tasks.snapshot(), durable=True)
+        if self.load is not None:
+            self.load.write(durable=True)
         self._write_progress("stopped", durable=True)
 
     async def flush(self) -> None:
-        """SIGUSR1 (Slurm's pre-timeout signal): make cache and progress durable, keep serving."""
+        """SIGUSR1 (Slurm's pre-timeout signal): make cache, progress and load durable."""
         if self.cache is not None:
             await self.cache.flush()
         await self.tasks.flush(durable=True)
+        if self.load is not None:
+            await self.load.flush(durable=True)
         if self.config.progress_file is not None:  # snapshot here, on the loop; write in a thread
             try:
                 await asyncio.to_thread(write_atomic, self.config.progress_file, self.snapshot(),
@@ -194,16 +204,11 @@ class ProxyServer:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
 
-    async def _after_hold(self, coro: Coroutine[Any, Any, None]) -> None:
-        # nothing is asked of an instance before the job has seen it serve
+    async def _after_hold(self, start: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        # nothing is asked of an instance before the job has seen it serve; the coroutine is
+        # made only then (one made and cancelled unawaited is a RuntimeWarning)
         await self.hold.released()
-        await coro
-
-    @staticmethod
-    async def _flush_periodically(cache: ResponseCache, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            await cache.flush()
+        await start()
 
     # --- handlers -----------------------------------------------------------------------------
     def _make_request(self, message: RawRequestMessage, payload: StreamReader,

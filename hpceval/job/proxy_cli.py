@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpceval.contract import RUNTIME_FILE, TASK_ROUTE
+from hpceval.contract import RUNTIME_FILE, SERVER_LOAD_FILE, TASK_ROUTE
 from hpceval.interceptors import chain_from_json, routes_from_json
 from hpceval.job.proxy_config import CLIENT_KEY_ENV, ProxyConfig
 from hpceval.job.proxy_liveness import parse_pids
@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-flight requests per upstream instance; the rest wait in the "
                         "proxy, round-robin across clients: adaptive (AIMD on errors, "
                         "timeouts and vLLM's /metrics queue), a fixed N, or off (default)")
+    p.add_argument("--metrics-interval", type=float, default=ProxyConfig.metrics_interval,
+                   metavar="S",
+                   help="seconds between polls of each server's /metrics for the load series "
+                        f"in {SERVER_LOAD_FILE} beside the progress file (default "
+                        f"{ProxyConfig.metrics_interval:g}; every second while an adaptive "
+                        "--budget needs them; not with --external-upstream)")
     p.add_argument("--judge-dir", type=Path, metavar="DIR",
                    help="the sweep judge's folder (auxiliary/<name>/): when the judge fails, "
                         "follow its successor job's endpoint.json and token there (this "
@@ -137,7 +143,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_connections_per_peer=args.max_connections_per_peer or None, api_key=api_key,
         upstream_api_key=upstream_api_key, tls=_tls(args.tls_cert, args.tls_key),
         ready_file=args.ready_file, external_upstream=args.external_upstream,
-        budget=args.budget, hold=args.hold, judge_dir=args.judge_dir, judge_wait=args.judge_wait,
+        budget=args.budget, metrics_interval=args.metrics_interval, hold=args.hold,
+        judge_dir=args.judge_dir, judge_wait=args.judge_wait,
         upstream_pids=tuple(parse_pids(p) for p in args.upstream_pids))
 
 

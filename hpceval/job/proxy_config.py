@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpceval.contract import UNIX_URL, unix_socket
+from hpceval.contract import SERVER_LOAD_FILE, UNIX_URL, unix_socket
 from hpceval.interceptors import Interceptor
 from hpceval.interceptors.log_requests import LogRequests
 
@@ -47,6 +47,9 @@ class ProxyConfig:
     # whose process exited is down for good (proxy_liveness); () = not given (external, tests).
     upstream_pids: tuple[tuple[int, ...], ...] = ()
     progress_interval: float = 2.0
+    # Seconds between polls of the job's own servers' /metrics for the load series
+    # (server_load_path); every second instead while the adaptive budget needs them.
+    metrics_interval: float = 5.0
     probe_interval: float = 2.0  # how often instances marked down are re-probed via /health
     cache_fsync_every: int = 256  # fsync the shard after this many new entries ...
     cache_fsync_interval: float = 5.0  # ... or this many seconds, whichever comes first
@@ -118,6 +121,8 @@ class ProxyConfig:
             raise ValueError("the total body budget must hold at least one largest body")
         if self.hold is not None and self.hold <= 0:
             raise ValueError("hold must be positive")
+        if self.metrics_interval <= 0:
+            raise ValueError("metrics_interval must be positive")
         if self.judge_wait <= 0:
             raise ValueError("judge_wait must be positive")
         if self.max_connections <= 0:
@@ -150,6 +155,14 @@ class ProxyConfig:
     def log_requests(self) -> int:
         """Whether any route logs pairs (the most any one logs)."""
         return max(self.log_limits.values())
+
+    @property
+    def server_load_path(self) -> Path | None:
+        """Where the load series sampled from the servers' /metrics goes (results.server_load):
+        beside the progress file; None without one, or for an API outside the job."""
+        if self.external_upstream or self.progress_file is None:
+            return None
+        return self.progress_file.with_name(SERVER_LOAD_FILE)
 
     @property
     def request_log_path(self) -> Path | None:

@@ -1,4 +1,6 @@
-"""runtime.json's facts as words and table cells, the same in `info`, `status` and the report.
+"""runtime.json's facts as words and table cells, the same in `info`, `status` and the report;
+and server-load.json's (results.server_load): the servers' latest sample and their peaks and
+means.
 
 COLUMNS is the one list of what a task's row shows, in order; a field the proxy adds later
 appears after them by its own name (``Runtime.extra_fields``) until it is given a column here.
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.results.runtime_view import TOTALS, Runtime
+from hpceval.results.server_load import ServerLoad
 
 MAP_SHOWN = 5  # a {name: count} map shows its largest entries, then "and N more"
 
@@ -117,15 +120,75 @@ def total_line(total: Mapping[str, Any]) -> str:
 
 
 def live_text(served: Mapping[str, Any]) -> str:
-    """A running model's live figures for `status` (api._track.served's dict)."""
-    rate = served.get("tokens_per_s")
-    text = f"served {number(served['requests'])} requests"
-    text += f", {number(rate)} tokens/s" if rate is not None else ""
-    if served.get("unread"):
-        text += f" ({served['unread']} task(s) not read this refresh)"
+    """A running model's live figures for `status` (api._track.served's dict): what its tasks
+    were served, then what its servers are doing now."""
+    parts = []
     unknown = served.get("unknown") or {}
+    if served.get("tasks") or served.get("unread") or unknown:
+        rate = served.get("tokens_per_s")
+        text = f"served {number(served['requests'])} requests"
+        text += f", {number(rate)} tokens/s" if rate is not None else ""
+        if served.get("unread"):
+            text += f" ({served['unread']} task(s) not read this refresh)"
+        parts.append(text)
     if unknown:
         task, why = next(iter(unknown.items()))
-        text += f"; {task}: {why}" + (f" (and {len(unknown) - 1} more unknown)"
-                                      if len(unknown) > 1 else "")
+        parts.append(f"{task}: {why}" + (f" (and {len(unknown) - 1} more unknown)"
+                                        if len(unknown) > 1 else ""))
+    server = served.get("server")
+    if server:
+        parts.append(server_now(server))
+    return "; ".join(parts)
+
+
+def _queue(value: Any) -> str:
+    """A request count: whole where it is one (a sum of gauges), else one decimal (a mean)."""
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        return f"{int(value):,}"
+    return number(value)
+
+
+def _rate(value: Any) -> str:
+    """Tokens/s, always with its decimal (a JSON round trip makes 5000.0 a 5000)."""
+    return number(float(value)) if isinstance(value, (int, float)) else number(value)
+
+
+def _share(value: Any) -> str:
+    return "?" if value is None else f"{value * 100:.0f}%"
+
+
+def server_now(sample: Mapping[str, Any]) -> str:
+    """'server: 3 waiting, 8 running, KV cache 42%, 120.5 tokens/s out, 900.0 in': a load
+    sample (server-load.json's "last", with `age_s`), or why it is unknown."""
+    if "unknown" in sample:
+        return f"server: unknown ({sample['unknown']})"
+    text = f"server: {_queue(sample.get('waiting'))} waiting, " \
+           f"{_queue(sample.get('running'))} running"
+    if sample.get("kv") is not None:
+        text += f", KV cache {_share(sample['kv'])}"
+    if sample.get("gen_tps") is not None:
+        text += f", {_rate(sample['gen_tps'])} tokens/s out"
+        if sample.get("prompt_tps") is not None:
+            text += f", {_rate(sample['prompt_tps'])} in"
+    age = sample.get("age_s")
+    if isinstance(age, (int, float)) and age > 60:  # the proxy stopped sampling (or writing)
+        text += f" (as of {int(age) // 60} min ago)"
     return text
+
+
+def load_line(load: ServerLoad) -> str:
+    """A model's server-load.json in one line (`hpceval info`): each figure's peak and mean
+    over the samples, or why it is unknown."""
+    f = load.facts
+    if f is None:
+        return f"unknown: {load.problem}" if not load.missing else str(load.problem)
+    s = f["summary"]
+
+    def pair(key: str, shown: Callable[[Any], str]) -> str:
+        peak, mean = s[key]["peak"], s[key]["mean"]
+        return "?" if peak is None else f"peak {shown(peak)} (mean {shown(mean)})"
+
+    return (f"waiting {pair('waiting', _queue)}, running {pair('running', _queue)}, "
+            f"KV cache {pair('kv', _share)}, tokens/s out {pair('gen_tps', _rate)}, "
+            f"in {pair('prompt_tps', _rate)}; {number(f['samples'])} samples every "
+            f"{number(f['interval_s'])} s")

@@ -8,7 +8,9 @@ written by ``os.replace``, never as one), a plain file (a FIFO would block, /dev
 never end), owned by you and not writable by others (``trust.stat_problem`` on ``os.fstat``
 of that descriptor, never the path twice), at most READ_LIMIT bytes, valid JSON of schema 1,
 every field the views know of the right kind. Anything else is ``Runtime.problem``: shown as
-unknown with that reason, and nothing of the file is used.
+unknown with that reason, and nothing of the file is used. ``read_json_once`` is that read, and
+``checked_number`` that check of a number, for the proxy's other file too (server-load.json:
+results.server_load).
 
 Fields the proxy adds later (another column) need no change here to be shown: an unknown
 field holding a number or a {name: number} map is kept under its own name (``extra_fields``)
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.contract import RUNTIME_FILE
+from hpceval.errors import HpcevalError
 from hpceval.results.runtime import SCHEMA
 from hpceval.trust import Unread, read_own_file
 
@@ -74,29 +77,50 @@ class Runtime:
 def load_runtime(task_dir: str) -> Runtime:
     """The task's runtime.json, read once through one descriptor (see the module doc)."""
     try:
-        data, st = read_own_file(f"{task_dir}/{RUNTIME_FILE}", READ_LIMIT)
-    except Unread as exc:
-        if exc.missing:
-            return Runtime(None, MISSING)
-        if exc.too_large:
-            return Runtime(None, f"{RUNTIME_FILE} is larger than {READ_LIMIT >> 10} KiB (the "
-                                 "proxy writes about 1 KiB): not read")
-        return Runtime(None, f"{RUNTIME_FILE} {exc}")
+        doc, mtime = read_json_once(f"{task_dir}/{RUNTIME_FILE}", RUNTIME_FILE, READ_LIMIT,
+                                    "the proxy writes about 1 KiB")
+    except Unreadable as exc:
+        return Runtime(None, MISSING if exc.missing else str(exc))
     try:
-        doc = json.loads(data)
-    except RecursionError:  # [[[[... nested deeper than the parser goes
-        return Runtime(None, f"{RUNTIME_FILE} is not valid JSON (nested too deep)")
-    except ValueError:  # cut short (a killed writer before os.replace was used), not UTF-8
-        return Runtime(None, f"{RUNTIME_FILE} is not valid JSON (truncated?)")
-    try:
-        return Runtime(normalise(doc), None, st.st_mtime)
+        return Runtime(normalise(doc), None, mtime)
     except ValueError as exc:  # its text is a phrase after the file's name
         return Runtime(None, f"{RUNTIME_FILE} {exc}")
 
 
-def _number(value: Any, where: str, *, whole: bool) -> int | float:
+class Unreadable(HpcevalError):
+    """Why a file of the proxy's is not read (a sentence that starts with its name);
+    `missing`: there is no such file. The views show it as the file's "unknown" reason."""
+
+    def __init__(self, problem: str, missing: bool = False) -> None:
+        super().__init__(problem)
+        self.missing = missing
+
+
+def read_json_once(path: str, name: str, limit: int, typical: str) -> tuple[Any, float]:
+    """(the parsed JSON, its mtime) of a file the in-job proxy writes into a run directory,
+    read through one descriptor with the checks of the module doc; `name` starts each
+    problem's text, `typical` says how large the writer's file is. Unreadable otherwise."""
+    try:
+        data, st = read_own_file(path, limit)
+    except Unread as exc:
+        if exc.missing:
+            raise Unreadable(f"{name} is missing", missing=True) from None
+        if exc.too_large:
+            raise Unreadable(f"{name} is larger than {limit >> 10} KiB ({typical}): not read"
+                             ) from None
+        raise Unreadable(f"{name} {exc}") from None
+    try:
+        return json.loads(data), st.st_mtime
+    except RecursionError:  # [[[[... nested deeper than the parser goes
+        raise Unreadable(f"{name} is not valid JSON (nested too deep)") from None
+    except ValueError:  # cut short (a killed writer before os.replace was used), not UTF-8
+        raise Unreadable(f"{name} is not valid JSON (truncated?)") from None
+
+
+def checked_number(value: Any, where: str, *, whole: bool) -> int | float:
+    """`value` if it is a finite number >= 0 (whole: an int); a ValueError says why not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"has {where} = {_shown(value)}, not a number")
+        raise ValueError(f"has {where} = {shown(value)}, not a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"has {where} = {value}, not a finite number")
     if value < 0:
@@ -106,30 +130,30 @@ def _number(value: Any, where: str, *, whole: bool) -> int | float:
     return value
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, (dict, list)) else type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _map(value: Any, where: str, *, whole: bool) -> dict[str, int | float]:
     if not isinstance(value, dict):
-        raise ValueError(f"has {where} = {_shown(value)}, not an object of numbers")
-    return {str(k): _number(v, f"{where}.{k}", whole=whole) for k, v in value.items()}
+        raise ValueError(f"has {where} = {shown(value)}, not an object of numbers")
+    return {str(k): checked_number(v, f"{where}.{k}", whole=whole) for k, v in value.items()}
 
 
 def _field(key: str, kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind == COUNT:
-        return _number(value, key, whole=True)
+        return checked_number(value, key, whole=True)
     if kind == NUMBER:
-        return _number(value, key, whole=False)
+        return checked_number(value, key, whole=False)
     if kind == PERCENTILES:
         return _map(value, key, whole=False)
     if kind == COUNTS_BY:
         return _map(value, key, whole=True)
     if not isinstance(value, str) or len(value) > 64:
-        raise ValueError(f"has {key} = {_shown(value)}, not a short text")
+        raise ValueError(f"has {key} = {shown(value)}, not a short text")
     return value
 
 
@@ -153,7 +177,7 @@ def normalise(doc: Any) -> dict[str, Any]:
         raise ValueError(f"is {type(doc).__name__}, not a JSON object")
     schema = doc.get("schema")
     if isinstance(schema, bool) or schema != SCHEMA:
-        raise ValueError(f"has schema {_shown(schema)}; this hpceval reads schema {SCHEMA}")
+        raise ValueError(f"has schema {shown(schema)}; this hpceval reads schema {SCHEMA}")
     facts: dict[str, Any] = {"schema": SCHEMA}
     for key, kind in FIELDS.items():
         facts[key] = _field(key, kind, doc.get(key))

@@ -50,6 +50,12 @@ class FakeUpstream:
         self.raw_answer: bytes | None = None  # answer generation requests with these bytes (200)
         self.reply = reply or (lambda _body, n: f"answer {n}")
         self.health_status = 200
+        # /metrics: None answers as before (a JSON body, not Prometheus text); a text, or a
+        # function of the how-manieth /metrics request this is (1, 2, ...), is served as
+        # Prometheus text with `metrics_status`
+        self.metrics: str | Callable[[int], str] | None = None
+        self.metrics_status = 200
+        self.metrics_asked = 0
         self.hits = 0
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -75,8 +81,9 @@ class FakeUpstream:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/tokenizer_info", self._tokenizer_info)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
         # vLLM's other routes: what the proxy must not forward to anyone
-        for path in ("/metrics", "/version", "/load"):
+        for path in ("/version", "/load"):
             app.router.add_get(path, self._models)
         app.router.add_post("/abort_requests", self._models)
         app.router.add_post("/v1/load_lora_adapter", self._models)
@@ -141,6 +148,13 @@ class FakeUpstream:
 
     async def _models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m"}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics_asked += 1
+        if self.metrics is None:
+            return await self._models(request)
+        text = self.metrics(self.metrics_asked) if callable(self.metrics) else self.metrics
+        return web.Response(status=self.metrics_status, text=text, content_type="text/plain")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()

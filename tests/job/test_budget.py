@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from hpceval.job.budget import Admission, AimdLimit, LimitLog, parse_vllm_metrics
+from hpceval.job.budget import Admission, AimdLimit, LimitLog
+from hpceval.job.server_metrics import Metrics, parse_vllm_metrics
 
 
 def window(limit: AimdLimit, latency: float = 1.0, outcome: str = "ok") -> None:
@@ -140,8 +141,8 @@ vllm:num_requests_waiting{engine="1",model_name="smol"} not-a-number
 
 
 def test_vllm_metrics_are_summed_over_engines() -> None:
-    assert parse_vllm_metrics(METRICS) == (3.0, 16.0, 0.5)
-    assert parse_vllm_metrics("") == (0.0, 0.0, None)
+    assert parse_vllm_metrics(METRICS) == Metrics(waiting=3.0, running=16.0, kv=0.5)
+    assert parse_vllm_metrics("") == Metrics(0.0, 0.0, None, None, None)
 
 
 def test_the_limit_is_logged_when_it_moves_at_most_once_per_interval() -> None:

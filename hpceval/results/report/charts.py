@@ -1,4 +1,5 @@
-"""Inline SVG charts (no matplotlib, no JavaScript, no network): one bar per model.
+"""Inline SVG charts (no matplotlib, no JavaScript, no network): one bar per model, and lines
+over time (the servers' load).
 
 Every text that came from a run (model and task names) is HTML-escaped.
 """
@@ -51,5 +52,68 @@ def task_chart(task: str, scores: list[Score], metric: str) -> str:
         x = _LABEL_W + frac * _PLOT_W
         parts.append(f'<text x="{x:.1f}" y="{height - 2}" font-size="11" text-anchor="middle" '
                      f'fill="#666">{top * frac:.3g}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+_T_LEFT, _T_PLOT_W, _T_PLOT_H, _T_LEGEND_W = 70, 560, 140, 200
+
+
+def _nice(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def time_chart(title: str, times: list[float], series: list[tuple[str, list[float | None]]],
+               unit: str) -> str:
+    """Lines over time, one per series (minutes since the first point on the x axis, from 0
+    on the y axis); a value that is unknown leaves a gap in its line."""
+    t0 = times[0] if times else 0.0
+    span = (times[-1] - t0) if len(times) > 1 else 0.0
+    top = max([v for _, values in series for v in values if v is not None] or [0.0])
+    top = top if top > 0 else 1.0
+    width, height = _T_LEFT + _T_PLOT_W + _T_LEGEND_W, _T_PLOT_H + 40
+    label = html.escape(f"{title} ({unit})")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'role="img" class="chart timeline" aria-label="{label}"><title>{label}</title>',
+             f'<text x="{_T_LEFT}" y="12" font-size="12">{label}</text>']
+
+    def x(t: float) -> float:
+        return _T_LEFT + ((t - t0) / span * _T_PLOT_W if span > 0 else _T_PLOT_W / 2)
+
+    def y(v: float) -> float:
+        return 20 + _T_PLOT_H - min(v, top) / top * _T_PLOT_H
+
+    base = 20 + _T_PLOT_H
+    parts.append(f'<line x1="{_T_LEFT}" y1="{base}" x2="{_T_LEFT + _T_PLOT_W}" y2="{base}" '
+                 'stroke="#888"/>')
+    parts.append(f'<line x1="{_T_LEFT}" y1="20" x2="{_T_LEFT}" y2="{base}" stroke="#888"/>')
+    for frac in (0.0, 0.5, 1.0):
+        parts.append(f'<text x="{_T_LEFT - 6}" y="{y(top * frac) + 4:.1f}" font-size="11" '
+                     f'text-anchor="end" fill="#666">{_nice(top * frac)}</text>')
+        parts.append(f'<text x="{_T_LEFT + frac * _T_PLOT_W:.1f}" y="{height - 4}" '
+                     f'font-size="11" text-anchor="middle" fill="#666">'
+                     f"{span * frac / 60:.3g} min</text>")
+    for i, (name, values) in enumerate(series):
+        colour = _COLOURS[i % len(_COLOURS)]
+        runs: list[list[str]] = [[]]
+        for t, v in zip(times, values, strict=True):
+            if v is None:
+                runs.append([])  # a gap: the line stops here and starts again after
+            else:
+                runs[-1].append(f"{x(t):.1f},{y(v):.1f}")
+        for run in runs:
+            if len(run) == 1:
+                cx, cy = run[0].split(",")
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="1.5" fill="{colour}"/>')
+            elif run:
+                parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
+                             f'stroke-width="1.5" points="{" ".join(run)}"/>')
+        known = [v for v in values if v is not None]
+        peak = f" (peak {_nice(max(known))})" if known else " (unknown)"
+        ly = 30 + i * 18
+        parts.append(f'<rect x="{_T_LEFT + _T_PLOT_W + 12}" y="{ly - 9}" width="12" '
+                     f'height="3" fill="{colour}"/>')
+        parts.append(f'<text x="{_T_LEFT + _T_PLOT_W + 30}" y="{ly}" font-size="12">'
+                     f"{html.escape(name + peak)}</text>")
     parts.append("</svg>")
     return "\n".join(parts)

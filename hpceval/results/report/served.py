@@ -1,9 +1,12 @@
 """The report's "What the server did": per model, each task's runtime.json as a table row (the
-columns `hpceval info` shows: results.runtime_text) and its tokens/s as a bar.
+columns `hpceval info` shows: results.runtime_text) and its tokens/s as a bar; then the model's
+server load over the job (server-load.json: results.server_load) as two charts, queue depth
+(waiting, running) and output tokens/s, under its peaks and means.
 
 Only the tasks of the results table are shown (--model / --task narrow this section as they
-narrow the samples). A file that cannot be shown (not yours, too large, malformed) is a row
-that says why; a task without one (no in-job proxy, an older run) is left out.
+narrow the samples), and the load of their models. A file that cannot be shown (not yours, too
+large, malformed) is a row or a line that says why; a task or model without one (no in-job
+proxy, a server without /metrics, an older run) is left out.
 """
 
 from __future__ import annotations
@@ -12,18 +15,33 @@ import html
 from typing import Any
 
 from hpceval import contract
-from hpceval.results.report.charts import task_chart
+from hpceval.results.report.charts import task_chart, time_chart
 from hpceval.results.report.compare import Score
 from hpceval.results.report.runinfo import ModelInfo, RunInfo
-from hpceval.results.runtime_text import COLUMNS, cells, extra_headers, total_line
+from hpceval.results.runtime_text import COLUMNS, cells, extra_headers, load_line, total_line
 from hpceval.results.runtime_view import Runtime, load_runtime, totals
+from hpceval.results.server_load import COLUMNS as LOAD_COLUMNS
+from hpceval.results.server_load import ServerLoad, load_server_load
 
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime]]) -> str:
+def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime]],
+                 load: ServerLoad) -> str:
+    out = [f'<div class="served" data-model="{_e(model.key)}" '
+           f'data-run="{_e(info.invocation_id)}"><h3>{_e(model.key)} · '
+           f"{_e(info.invocation_id)}</h3>"]
+    if found:
+        out.append(_tasks_table(model, found))
+    if not load.missing:
+        out.append(_load_charts(model, load))
+    out.append("</div>")
+    return "".join(out)
+
+
+def _tasks_table(model: ModelInfo, found: list[tuple[str, Runtime]]) -> str:
     extras = extra_headers([r for _, r in found])
     head = ["task", *(c.header for c in COLUMNS), *extras]
     rows = []
@@ -35,10 +53,7 @@ def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime
             rows.append(f"<tr><td>{_e(task)}</td>"
                         + "".join(f"<td>{_e(c)}</td>" for c in cells(runtime, extras))
                         + "</tr>")
-    out = [f'<div class="served" data-model="{_e(model.key)}" '
-           f'data-run="{_e(info.invocation_id)}"><h3>{_e(model.key)} · '
-           f"{_e(info.invocation_id)}</h3><p class=\"meta\">"
-           f"{_e(total_line(totals(r for _, r in found)))}</p>",
+    out = [f"<p class=\"meta\">{_e(total_line(totals(r for _, r in found)))}</p>",
            '<table class="served"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"]
     # the score chart's bars, one per task here: Score's `model` is the bar's label
@@ -47,7 +62,24 @@ def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime
     if bars:
         out.append(task_chart(model.key, bars, "tokens/s (completion tokens of fresh answers "
                                                "per second)"))
-    out.append("</div>")
+    return "".join(out)
+
+
+def _load_charts(model: ModelInfo, load: ServerLoad) -> str:
+    """The servers' load over the job: its peaks and means, then the two charts."""
+    if load.facts is None:
+        return (f'<p class="load"><span class="flag">server load unknown: '
+                f"{_e(load.problem)}</span></p>")
+    points = load.facts["points"]
+    column = {name: [p[i] for p in points] for i, name in enumerate(LOAD_COLUMNS)}
+    times = [float(t) for t in column["t"]]
+    out = [f'<p class="meta load">Server load from /metrics: {_e(load_line(load))}.</p>']
+    if points:
+        out.append(time_chart(f"{model.key}: requests in the server", times,
+                              [("waiting", column["waiting"]), ("running", column["running"])],
+                              "highest per point"))
+        out.append(time_chart(f"{model.key}: output tokens/s", times,
+                              [("generated", column["gen_tps"])], "mean per point"))
     return "".join(out)
 
 
@@ -57,19 +89,25 @@ def served_section(infos: list[RunInfo], wanted: set[tuple[str, str]]) -> str:
            '<p class="meta">What the in-job proxy counted for each task (its runtime.json): '
            "every answer (cached: from the response cache of a resumed job; errors: not 2xx), "
            "latency of the fresh answers, tokens from each answer's usage, completion tokens "
-           "per second of the fresh answers, how the generations ended. A file that is not "
-           "yours, too large or malformed is not read: its row says why.</p>"]
+           "per second of the fresh answers, how the generations ended; and the model's "
+           "server load sampled from its servers' /metrics while the job ran (its "
+           "server-load.json): requests waiting and running (summed over instances) and "
+           "output tokens/s over time. A file that is not yours, too large or malformed is "
+           "not read: its row or line says why.</p>"]
     shown = 0
     for info in infos:
         for m in info.models:
+            if not any((m.key, t.task) in wanted for t in m.tasks):
+                continue
             found = [(t.task, load_runtime(contract.task_dir(info.run_dir, m.key, t.key)))
                      for t in m.tasks if t.done and (m.key, t.task) in wanted]
             found = [(task, r) for task, r in found if not r.missing]
-            if found:
-                out.append(_model_table(info, m, found))
+            load = load_server_load(contract.model_dir(info.run_dir, m.key))
+            if found or not load.missing:
+                out.append(_model_table(info, m, found, load))
                 shown += 1
     if not shown:
-        out.append("<p>No runtime.json for these tasks (no in-job proxy, or runs older "
-                   "than it).</p>")
+        out.append("<p>No runtime.json for these tasks, no server-load.json for their models "
+                   "(no in-job proxy, or runs older than it).</p>")
     out.append("</section>")
     return "".join(out)
