@@ -122,7 +122,7 @@ WATCH_LOG_DIR = "logs"  # tick-<job id>.log
 JOB_FILES = {
     "done": DONE_MARKER, "results": RESULTS_FILE, "command": COMMAND_FILE,
     "interrupted": INTERRUPTED_FILE, "job_failure": JOB_FAILURE_FILE, "loads": LOADS_FILE,
-    "ledger": LEDGER_FILE,
+    "ledger": LEDGER_FILE, "first_server_log": FIRST_SERVER_LOG,
     "preemptions": PREEMPTIONS_FILE, "model_lock": MODEL_LOCK_FILE,
     "successors": SUCCESSORS_FILE, "progress": PROGRESS_FILE, "proxy_ready": PROXY_READY_FILE,
     "local_rc": LOCAL_RC_FILE, "local_log": LOCAL_LOG_FILE, "local_usage": LOCAL_USAGE_FILE,

@@ -41,6 +41,7 @@ from support import charliecloud, site
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.results.ledger import read_ledger
+from hpceval.results.server_load import load_server_load
 from tests.integration.vllm_support import (
     GSM8K,
     HELLASWAG,
@@ -334,6 +335,11 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     assert all(ledger.seconds[p] > 0 for p in ("setup", "load", "tasks", "teardown")), \
         ledger.to_json()
     assert 0 < ledger.load_steps["weights"] < ledger.seconds["load"], ledger.to_json()
+    # and the proxy sampled the real server's /metrics (server-load.json) while tasks ran
+    load = load_server_load(str(model))
+    assert load.facts is not None, load.problem
+    assert load.facts["samples"] >= 2 and load.facts["summary"]["prompt_tps"]["peak"] > 0, \
+        load.to_json()
     left = subprocess.run(["pgrep", "-af", f"{server_image}|{harness_image}"],
                           capture_output=True, text=True, check=False)
     assert left.stdout == "", left.stdout  # no container outlives the job
