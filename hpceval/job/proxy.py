@@ -53,7 +53,6 @@ from hpceval.job.proxy_balancer import Balancer
 from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
 from hpceval.job.proxy_config import ProxyConfig
 from hpceval.job.proxy_forward import (
-    INFRA_CAUSES,
     REQUEST,
     Answer,
     Forwarder,
@@ -63,10 +62,9 @@ from hpceval.job.proxy_forward import (
 from hpceval.job.proxy_guard import BodyLease
 from hpceval.job.proxy_hold import Hold
 from hpceval.job.proxy_sessions import Sessions
-from hpceval.job.proxy_stats import TaskRecorder
+from hpceval.job.proxy_stats import Answered, TaskRecorder
 from hpceval.job.proxy_tls import server_context
 from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
-from hpceval.results.runtime import CLIENT_CLOSED
 
 log = logging.getLogger(__name__)
 
@@ -292,39 +290,27 @@ class ProxyServer:
         body, raw, base_key = prepared
         progress = self.progress
         progress.in_flight += 1
-        started = time.monotonic()
-        # no answer unless one is set below: the client went away (cancelled) or this failed
-        status, cached, parsed, streamed = CLIENT_CLOSED, False, None, bool(body.get("stream"))
-        recorded = False
         context = RequestContext(task or "")  # its queue behind the budget, its retries
         REQUEST.set(context)
+        done = Answered(task, body.get("echo") is True, bool(body.get("stream")),
+                        context.retries)
         try:
-            if streamed:
+            if done.streamed:
                 response = await self._stream(request, raw)
-                status = response.status
+                done.status = response.status
             else:
-                response, payload, cached, parsed = await self._answer(
+                response, payload, done.cached, done.answer = await self._answer(
                     request, path, chain, body, raw, base_key, task is not None)
-                status = response.status
-                self.request_log.record(path, body, status, payload, cached,
-                                        time.monotonic() - started, chain.route)
-            cause = INFRA_CAUSES.get(status)
-            if task is not None and cause is not None and not response.prepared:
-                # on disk before the harness hears of it: `hpceval.job collect`, which runs
-                # once the harness has exited, then counts every failure it scored
-                self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
-                                  streamed, scoring=body.get("echo") is True, infra=cause,
-                                  retries=context.retries)
-                recorded = True
-                await self.tasks.flush()
+                done.status = response.status
+                self.request_log.record(path, body, done.status, payload, done.cached,
+                                        time.monotonic() - done.started, chain.route)
+            if not response.prepared:  # (a stream's status went with its first bytes)
+                await self.tasks.before_sending(done)
             return response
         finally:
-            if not recorded:
-                self.tasks.record(task, status, time.monotonic() - started, cached, parsed,
-                                  streamed, scoring=body.get("echo") is True,
-                                  retries=context.retries)
+            self.tasks.count(done)
             progress.in_flight -= 1
-            if 200 <= status < 300:
+            if 200 <= done.status < 300:
                 progress.done += 1
             else:
                 progress.failed += 1

@@ -14,16 +14,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from hpceval.contract import TASK_ROUTE
-from hpceval.results.runtime import KEY_RE, TaskStats, write_runtime
+from hpceval.job.proxy_forward import INFRA_CAUSES
+from hpceval.results.runtime import CLIENT_CLOSED, KEY_RE, TaskStats, write_runtime
 
 log = logging.getLogger(__name__)
 PREFIX = TASK_ROUTE + "/"
+
+
+@dataclass
+class Answered:
+    """One request of a task while the proxy answers it: what it was, then how it went."""
+
+    key: str | None  # its task key (None: not a task's request, not counted)
+    scoring: bool  # echo: true (log-likelihoods), counted apart from generations
+    streamed: bool
+    retries: Mapping[str, int]  # its attempts made again, by cause (RequestContext)
+    started: float = field(default_factory=time.monotonic)
+    status: int = CLIENT_CLOSED  # until an answer is set: the client went away, or it failed
+    cached: bool = False
+    answer: Any = None  # the parsed answer, where there is one
+    counted: bool = False
 
 
 class TaskRecorder:
@@ -56,6 +75,24 @@ class TaskRecorder:
             stats = self.stats[key] = TaskStats()
         stats.record(status, seconds, cached, answer, streamed, scoring, infra, retries)
         self._dirty.add(key)
+
+    async def before_sending(self, done: Answered) -> None:
+        """An answer about to go back: an infrastructure failure (what the proxy retries,
+        still failing after its retries) is counted and on disk before the harness hears of
+        it, so `hpceval.job collect`, which runs once the harness has exited, counts every
+        failure the harness scored."""
+        cause = INFRA_CAUSES.get(done.status)
+        if done.key is not None and cause is not None:
+            self.count(done, infra=cause)
+            await self.flush()
+
+    def count(self, done: Answered, infra: str | None = None) -> None:
+        """Count the request once (at the latest when its handler ends)."""
+        if done.counted:
+            return
+        done.counted = True
+        self.record(done.key, done.status, time.monotonic() - done.started, done.cached,
+                    done.answer, done.streamed, done.scoring, infra, done.retries)
 
     def snapshot(self) -> list[tuple[Path, dict[str, object]]]:
         """The changed tasks' documents, built on the event loop (the counters change there)."""
