@@ -9,6 +9,7 @@ and a line that says why in the texts; lines that are not marks were skipped whe
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,11 +110,10 @@ def now_text(now: Mapping[str, Any]) -> str:
     return text
 
 
-def _hours(seconds: float) -> str:
-    hours = seconds / 3600
-    if hours == 0:
-        return "0"
-    return f"{hours:.1f}" if hours >= 0.1 else f"{hours:.2g}"
+def _decimals(hours: float) -> int:
+    """One precision for a whole line: two significant digits of its total (12.4, 0.26,
+    0.025), its parts at the same (they may be off by the last digit's rounding)."""
+    return 1 if hours <= 0 else max(1, min(4, 1 - math.floor(math.log10(hours))))
 
 
 def totals_line(total: Mapping[str, Any]) -> str:
@@ -124,13 +124,15 @@ def totals_line(total: Mapping[str, Any]) -> str:
     values, tail, unit = total["gpu_seconds"], total["tail_gpu_seconds"], "GPU-hours"
     if not sum(values.values()):  # no GPU held (a CPU job) or none said: the wall time
         values, tail, unit = total["seconds"], total["tail_s"], "hours (no GPU-hours)"
+    whole = sum(values.values()) / 3600
+    places = _decimals(whole)
     parts = []
     for name in PHASES:
-        text = f"{_hours(values[name])} {name}"
+        text = f"{values[name] / 3600:.{places}f} {name}"
         if name == "tasks" and tail:
-            text += f" ({_hours(tail)} last task alone)"
+            text += f" ({tail / 3600:.{places}f} last task alone)"
         parts.append(text)
-    text = (f"of {_hours(sum(values.values()))} {unit}: " + ", ".join(parts)
+    text = (f"of {whole:.{places}f} {unit}: " + ", ".join(parts)
             + f"; {total['jobs']} job(s) of {total['models']} model(s)")
     if total["running"]:
         text += f", {total['running']} without an end mark (counted until now)"
