@@ -52,7 +52,7 @@ def job_bar(job: JobLedger) -> tuple[str, list[tuple[str, float, str]], str]:
              ("teardown", s["teardown"], _tip("teardown", s["teardown"], gpus))]
     note = span(job.total_s) + (f" on {gpus} GPU(s)" if gpus else "")
     if not job.ended:
-        note += " (no end mark: running, or killed)"
+        note += " (no end mark)"  # still running, or killed: the section says
     return f"job {job.job_id}", parts, note
 
 
