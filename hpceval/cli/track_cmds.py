@@ -50,8 +50,9 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @output_dir_option
 def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
-    """State of runs, their models and tasks, with live request progress, the servers' load
-    (queue, KV cache, tokens/s from their /metrics) and GPU-hours.
+    """State of runs, their models and tasks, with live request progress, each running job's
+    phase (its ledger), the servers' load (queue, KV cache, tokens/s from their /metrics) and
+    GPU-hours.
 
     RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
 
@@ -140,8 +141,9 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
     server did for each task (its runtime.json: requests, latency, tokens; a total per model),
-    where each job's allocation went (setup, load, tasks, teardown; GPU-hours) and how loaded
-    each model's servers were (server-load.json: peak and mean queue, KV cache and tokens/s).
+    where each job's allocation went (setup, load, tasks, teardown; GPU-hours; the run's sums
+    by phase) and how loaded each model's servers were (server-load.json: peak and mean queue,
+    KV cache and tokens/s).
     """
     from hpceval import api
     from hpceval.results.ledger_view import ledger_json
