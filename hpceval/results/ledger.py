@@ -25,7 +25,8 @@ times the GPUs the job holds (the header's request, written with ``start``).
 
 The file is read once through one descriptor, only if it is the user's (trust.read_own_file),
 at most READ_LIMIT bytes; malformed lines are skipped, so a damaged or planted ledger shows
-less, never breaks ``info``.
+less, never breaks a view. ``sum_ledgers`` adds the jobs of models up by phase; how each view
+shows them (status, results --json, the report) is results.ledger_view's and report.ledger's.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from support.runs import ledger_marks as marks
 
 from hpceval.results.ledger import (
     PHASES,
+    SPLIT_JOBS,
     job_ledger,
     ledger_line,
     parse_marks,
@@ -190,3 +191,17 @@ def test_the_line_of_a_large_sweep_and_of_jobs_without_gpus() -> None:
                                        "0.10 tasks, 0.00 teardown; 1 job(s) of 1 model(s)")
     assert totals_line(sum_ledgers([([], "ledger is a symbolic link")])) == \
         "no ledger (1 unknown)"
+
+
+def test_the_load_is_split_for_the_newest_jobs_only(tmp_path: Path) -> None:
+    """The server's log is read once per job split: a file of many jobs costs SPLIT_JOBS."""
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "instance-0.log").write_text(
+        "INFO Model loading took 0.25 GiB memory and 12.500000 seconds\n")
+    (tmp_path / "ledger").write_text("".join(
+        marks((10 * i, "start"), (10 * i + 1, "launched"), (10 * i + 5, "end"),
+              job=str(100 + i)).replace(" launched\n", f" launched vllm\n{100 + i} "
+                                                        f"{T0 + 10 * i + 1:.3f} log_from 0\n")
+        for i in range(SPLIT_JOBS + 4)))
+    jobs, _ = read_ledger(tmp_path)
+    assert [bool(j.load_steps) for j in jobs] == [False] * 4 + [True] * SPLIT_JOBS
