@@ -52,7 +52,9 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     runtime.json's facts, None without one, {"unknown": why} for one that cannot be shown;
     results.runtime_view.with_runtime) and how loaded its model's servers were (a
     ``server_load`` column: server-load.json's summary and last sample, alike;
-    results.server_load.with_server_load); not on the leaderboard."""
+    results.server_load.with_server_load) and where its model's jobs' allocations went (a
+    ``ledger`` column: each job's phases and their sums; results.ledger_view.with_ledger);
+    not on the leaderboard."""
     from hpceval.results.table import leaderboard as board
     from hpceval.results.table import results_frame
 
@@ -61,10 +63,11 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     if leaderboard:
         return board(frame, metric)
     if runtime:
+        from hpceval.results.ledger_view import with_ledger
         from hpceval.results.runtime_view import with_runtime
         from hpceval.results.server_load import with_server_load
 
-        return with_server_load(with_runtime(frame))
+        return with_ledger(with_server_load(with_runtime(frame)))
     return frame
 
 

@@ -126,6 +126,7 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
     """Paths, job ids (the whole chain), scripts, load times, each task's runtime statistics
     each model's server load and each job's time ledger of a run (no Slurm call)."""
     from hpceval.results.ledger import read_ledger
+    from hpceval.results.ledger_view import submitted_of
     from hpceval.results.runtime_view import load_runtime
     from hpceval.results.server_load import load_server_load
     from hpceval.runs.jobs import read_jobs
@@ -142,8 +143,8 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
                                  for t in m.tasks) for m in manifest.models},
                    {m.key: load_server_load(model_dir(run_dir, m.key))
                     for m in manifest.models},
-                   {m.key: read_ledger(model_dir(ref.run_dir, m.key), submitted={
-                       e.scheduler_id(m.index): e.submitted_at for e in jobs.main_for(m.index)})
+                   {m.key: read_ledger(model_dir(ref.run_dir, m.key),
+                                       submitted=submitted_of(jobs, m.index))
                     for m in manifest.models})
 
 

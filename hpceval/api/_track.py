@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 class RunStatus:
     """One run's state, what its jobs held (GPUs x elapsed, every attempt), and what the
     servers of its running models did so far (``served``: model key -> Tracking.served's
-    dict, for the models that are running and have a runtime.json or server-load.json)."""
+    dict, for the models that are running and have a runtime.json, server-load.json or
+    ledger)."""
 
     state: RunState
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
@@ -35,10 +36,10 @@ class RunStatus:
 # often: every ask is an RPC to a shared controller for as long as the runs last. The run's own
 # files (task markers, request progress) are read on every refresh.
 LIVE_POLL_S = 30.0
-# The tasks' runtime.json files (a few hundred bytes each) and the running models'
-# server-load.json (under 64 KiB) read per refresh at most: a sweep of hundreds of running
-# models must not turn a refresh into thousands of reads. A finished task's file is final and
-# read once per Tracking.
+# The tasks' runtime.json files (a few hundred bytes each), the running models'
+# server-load.json (under 64 KiB) and ledger (a few hundred bytes) read per refresh at most: a
+# sweep of hundreds of running models must not turn a refresh into thousands of reads. A
+# finished task's file is final and read once per Tracking.
 LIVE_READS = 256
 # A file written in this last stretch is a task being served now: its tokens/s count as live.
 LIVE_WINDOW_S = 60.0
@@ -77,9 +78,11 @@ class Tracking:
         ``tokens_per_s`` (of the files written in the last LIVE_WINDOW_S; None if none),
         ``tasks`` (files summed), ``unread`` (tasks left for a later refresh: `budget`, a
         one-item list shared by the runs of a refresh, ran out), ``unknown`` ({task key: why}
-        for files that cannot be shown); and ``server``: its servers' latest load sample
+        for files that cannot be shown); ``server``: its servers' latest load sample
         (server-load.json's "last" with ``age_s``, {"unknown": why}, or None: no file, or
-        `budget` ran out). Models with neither file are left out."""
+        `budget` ran out); and ``ledger``: its current job's phase (ledger_view.job_now,
+        {"unknown": why}, or None: no ledger, or `budget` ran out). Models with none of
+        these files are left out."""
         import time
 
         from hpceval.phases import Phase
@@ -105,15 +108,16 @@ class Tracking:
                         self._final[folder] = found[t.key]
             # after the tasks: what a refresh read before it had this read keeps its figures
             server = self._server(str(state.ref.run_dir), m.key, budget, now)
+            ledger = self._ledger(str(state.ref.run_dir), m.key, m.job_id, budget, now)
             present = [r for r in found.values() if not r.missing]
-            if not present and not unread and server is None:
+            if not present and not unread and server is None and ledger is None:
                 continue
             total = totals(present)
             out[m.key] = {"requests": total["requests"], "tokens_per_s": live_tokens_per_s(
                 present, now, LIVE_WINDOW_S), "tasks": total["tasks"],
                 "unread": unread, "unknown": {k: r.problem for k, r in found.items()
                                               if r.facts is None and not r.missing},
-                "server": server}
+                "server": server, "ledger": ledger}
         return out
 
     @staticmethod
@@ -130,6 +134,26 @@ class Tracking:
             return None if load.missing else {"unknown": load.problem}
         last = load.facts["last"]
         return None if last is None else {**last, "age_s": round(max(0.0, now - last["t"]))}
+
+
+    @staticmethod
+    def _ledger(run_dir: str, key: str, job_id: str | None, budget: list[int], now: float
+                ) -> dict[str, Any] | None:
+        """A running model's current job in its ledger (one read of the file alone, from
+        `budget`): the job the scheduler names, else the newest (a sweep's element writes its
+        own job id, not <array>_<n>); {"unknown": why}, or None."""
+        from hpceval.results.ledger import read_ledger
+        from hpceval.results.ledger_view import job_now
+
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        jobs, why = read_ledger(Path(model_dir(run_dir, key)), now=now, details=False)
+        if why is not None:
+            return {"unknown": why}
+        if not jobs:
+            return None
+        return job_now(next((j for j in jobs if j.job_id == job_id), jobs[-1]))
 
 
 def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,

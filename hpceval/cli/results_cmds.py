@@ -85,8 +85,10 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
     Each metric row carries its task's flags; with json or parquet also its `runtime`: what the
     in-job proxy counted for the task (runtime.json: requests, latency, tokens), and its
     `server_load`: how loaded the model's servers were (server-load.json: peak and mean queue,
-    KV cache, tokens/s; the last sample); null without the file, {"unknown": why} for a file
-    that is not read (not yours, over 1 MiB, malformed).
+    KV cache, tokens/s; the last sample), and its `ledger`: where each of the model's jobs
+    spent its allocation (setup, load, tasks, teardown; GPU-seconds and their sums); null
+    without the file, {"unknown": why} for a file that is not read (not yours, over 1 MiB,
+    malformed).
     """
     from hpceval.api import is_watch as is_watch_ref
     from hpceval.results.table import leaderboard, render
@@ -123,7 +125,7 @@ def results(run_args: tuple[str, ...], run_opts: tuple[str, ...], models: tuple[
 
             shown = with_flags(frame, texts=machine)
             if fmt == "parquet":  # JSON text: one column type whatever each file holds
-                for column in ("runtime", "server_load"):
+                for column in ("runtime", "server_load", "ledger"):
                     shown[column] = [json.dumps(v) for v in shown[column].tolist()]
     if html_file:
         from hpceval import api

@@ -50,8 +50,9 @@ def find(ref: str, output_dirs: tuple[str, ...]) -> RunRef:
 @output_dir_option
 def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, limit: int,
            no_tasks: bool, output_dirs: tuple[str, ...]) -> None:
-    """State of runs, their models and tasks, with live request progress, the servers' load
-    (queue, KV cache, tokens/s from their /metrics) and GPU-hours.
+    """State of runs, their models and tasks, with live request progress, each running job's
+    phase (its ledger), the servers' load (queue, KV cache, tokens/s from their /metrics) and
+    GPU-hours.
 
     RUNS may instead be one checkpoint watch (watch-...): its checkpoints and their runs.
 
@@ -140,10 +141,12 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
     server did for each task (its runtime.json: requests, latency, tokens; a total per model),
-    where each job's allocation went (setup, load, tasks, teardown; GPU-hours) and how loaded
-    each model's servers were (server-load.json: peak and mean queue, KV cache and tokens/s).
+    where each job's allocation went (setup, load, tasks, teardown; GPU-hours; the run's sums
+    by phase) and how loaded each model's servers were (server-load.json: peak and mean queue,
+    KV cache and tokens/s).
     """
     from hpceval import api
+    from hpceval.results.ledger_view import ledger_json
     from hpceval.results.runtime_view import totals
 
     found = api.info(run, output_dirs=output_dirs)
@@ -159,9 +162,8 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                                    for key, tasks in found.runtime.items()},
                                "server_load": {key: load.to_json()
                                                for key, load in found.server_load.items()},
-                               "ledger": {key: {"jobs": [j.to_json() for j in jobs_],
-                                                "unknown": why}
-                                          for key, (jobs_, why) in found.ledger.items()}},
+                               "ledger": {key: ledger_json(*found.ledger[key])
+                                          for key in found.ledger}},
                               indent=2))
         return
     n = len(manifest.models)
@@ -200,14 +202,19 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
 
 
 def _echo_ledger(ledger: dict[str, tuple[list[Any], str | None]]) -> None:
-    """Where each job's allocation went (results.ledger): one line per job."""
-    from hpceval.results.ledger import ledger_line
+    """Where each job's allocation went (results.ledger): one line per job, then the run's
+    sums over every job of every model."""
+    from hpceval.results.ledger import ledger_line, sum_ledgers
+    from hpceval.results.ledger_view import totals_line
 
     for key, (jobs, why) in ledger.items():
         if why is not None:
             click.echo(f"ledger     {key}: unknown: {why}")
         for job in jobs:
             click.echo(f"ledger     {key} {ledger_line(job)}")
+    total = sum_ledgers(ledger.values())
+    if total["jobs"]:
+        click.echo(f"ledger     run total: {totals_line(total)}")
 
 
 def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) -> None:

@@ -25,7 +25,8 @@ times the GPUs the job holds (the header's request, written with ``start``).
 
 The file is read once through one descriptor, only if it is the user's (trust.read_own_file),
 at most READ_LIMIT bytes; malformed lines are skipped, so a damaged or planted ledger shows
-less, never breaks ``info``.
+less, never breaks a view. ``sum_ledgers`` adds the jobs of models up by phase; how each view
+shows them (status, results --json, the report) is results.ledger_view's and report.ledger's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,7 @@ PHASES = ("setup", "load", "tasks", "teardown")
 LOG_FROM = "log_from"
 MAX_GPUS = 1 << 20
 LOG_READ = 1 << 20  # of the server's log from there: its start-up report is in the first KiBs
+SPLIT_JOBS = 16  # the newest jobs whose load is split (one read of the server's log each)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class JobLedger:
     notes: tuple[str, ...] = field(default=())
     # within load, what the engine reported: step -> seconds (Engine.load_steps)
     load_steps: Mapping[str, float] = field(default_factory=dict)
+    phase: str | None = None  # the phase it is in (its last begun); None once it ended
 
     @property
     def total_s(self) -> float:
@@ -90,7 +93,7 @@ class JobLedger:
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
                 "total_s": round(self.total_s, 1), "tail_s": _round(self.tail_s),
                 "load_steps": {k: round(v, 1) for k, v in self.load_steps.items()},
-                "gpu_seconds": self.gpu_seconds()}
+                "gpu_seconds": self.gpu_seconds(), "phase": self.phase}
 
 
 def _round(value: float | None) -> float | None:
@@ -152,7 +155,8 @@ def job_ledger(job_id: str, marks: list[Mark], *, now: float | None = None,
     tail = _tail(sorted(task_ends), begun.get("tasks"), begun.get("teardown"))
     queued = start - submitted_at if submitted_at is not None and start >= submitted_at \
         else None
-    return JobLedger(job_id, start, gpus, seconds, ended, queued, tail, tuple(notes))
+    return JobLedger(job_id, start, gpus, seconds, ended, queued, tail, tuple(notes),
+                     phase=None if ended else order[-1][1])
 
 
 def _tail(ends: list[float], tasks_from: float | None, tasks_to: float | None) -> float | None:
@@ -166,20 +170,28 @@ def _tail(ends: list[float], tasks_from: float | None, tasks_to: float | None) -
 
 
 def read_ledger(model_dir: Path, *, submitted: Mapping[str, float] | None = None,
-                now: float | None = None) -> tuple[list[JobLedger], str | None]:
+                now: float | None = None, details: bool = True
+                ) -> tuple[list[JobLedger], str | None]:
     """Every job's ledger of a model's folder, oldest first, and why none could be read (None
-    when it was read, or there is none)."""
+    when it was read, or there is none). Without ``details`` only the ledger file is read (no
+    tail from the tasks' manifests, no load split from the server's log): `status`'s one read
+    per running model."""
     try:
         data, _st = read_own_file(str(model_dir / LEDGER_FILE), READ_LIMIT)
     except Unread as exc:
         return [], None if exc.missing else f"{LEDGER_FILE} {exc}"
     marks = parse_marks(data.decode("utf-8", errors="replace"))
-    ends = _task_ends(model_dir)
-    out = [dataclasses.replace(
-        job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
-                   task_ends=ends.get(job, ())), load_steps=_load_steps(model_dir, found))
-        for job, found in marks.items()]
-    return sorted(out, key=lambda j: j.started_at), None
+    ends = _task_ends(model_dir) if details else {}
+    out = sorted((job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
+                             task_ends=ends.get(job, ())) for job, found in marks.items()),
+                 key=lambda j: j.started_at)
+    if not details:
+        return out, None
+    # the server's log is read once per job: only for the newest (a real model has a few
+    # jobs; a damaged file of thousands must not mean thousands of reads)
+    split = {j.job_id for j in out[-SPLIT_JOBS:]}
+    return [dataclasses.replace(j, load_steps=_load_steps(model_dir, marks[j.job_id]))
+            if j.job_id in split else j for j in out], None
 
 
 def _load_steps(model_dir: Path, marks: list[Mark]) -> dict[str, float]:
@@ -260,3 +272,35 @@ def ledger_line(job: JobLedger) -> str:
     if job.queued_s is not None:
         text += f"; queued {job.queued_s:.0f} s before"
     return text + "".join(f" ({note})" for note in job.notes)
+
+
+def sum_ledgers(models: Iterable[tuple[Sequence[JobLedger], str | None]]) -> dict[str, Any]:
+    """Every job of these models summed (each model as read_ledger gives it: its jobs, why
+    unknown): ``gpu_seconds`` and ``seconds`` (wall) per phase, ``tail_gpu_seconds`` and
+    ``tail_s`` (the last task alone: part of tasks), ``gpu_hours`` (all phases), ``jobs``,
+    ``running`` (no end mark: counted until now), ``no_gpus`` (jobs that did not say how many
+    GPUs they held: in ``seconds``, not in the GPU figures), ``models`` (with a job) and
+    ``unknown`` (models whose ledger was not read)."""
+    seconds, gpu = dict.fromkeys(PHASES, 0.0), dict.fromkeys(PHASES, 0.0)
+    tail_s = tail_gpu = 0.0
+    count = {"models": 0, "unknown": 0, "jobs": 0, "running": 0, "no_gpus": 0}
+    for jobs, why in models:
+        count["unknown"] += why is not None
+        count["models"] += bool(jobs)
+        for job in jobs:
+            count["jobs"] += 1
+            count["running"] += not job.ended
+            tail = min(job.tail_s or 0.0, job.seconds["tasks"])  # never more than its phase
+            tail_s += tail
+            for name in PHASES:
+                seconds[name] += job.seconds[name]
+            if job.gpus is None:
+                count["no_gpus"] += 1
+                continue
+            tail_gpu += tail * job.gpus
+            for name in PHASES:
+                gpu[name] += job.seconds[name] * job.gpus
+    return {**count, "seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "gpu_seconds": {k: round(v, 1) for k, v in gpu.items()},
+            "tail_s": round(tail_s, 1), "tail_gpu_seconds": round(tail_gpu, 1),
+            "gpu_hours": round(sum(gpu.values()) / 3600, 3)}

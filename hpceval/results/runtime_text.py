@@ -1,6 +1,6 @@
 """runtime.json's facts as words and table cells, the same in `info`, `status` and the report;
 and server-load.json's (results.server_load): the servers' latest sample and their peaks and
-means.
+means; `status`'s live line also leads with the job's phase (results.ledger_view).
 
 COLUMNS is the one list of what a task's row shows, in order; a field the proxy adds later
 appears after them by its own name (``Runtime.extra_fields``) until it is given a column here.
@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hpceval.results.ledger_view import now_text
 from hpceval.results.runtime_view import TOTALS, Runtime
 from hpceval.results.server_load import ServerLoad
 
@@ -120,9 +121,9 @@ def total_line(total: Mapping[str, Any]) -> str:
 
 
 def live_text(served: Mapping[str, Any]) -> str:
-    """A running model's live figures for `status` (api._track.served's dict): what its tasks
-    were served, then what its servers are doing now."""
-    parts = []
+    """A running model's live figures for `status` (api._track.served's dict): its job's
+    phase (its ledger), what its tasks were served, then what its servers are doing now."""
+    parts = [now_text(served["ledger"])] if served.get("ledger") else []
     unknown = served.get("unknown") or {}
     if served.get("tasks") or served.get("unread") or unknown:
         rate = served.get("tokens_per_s")

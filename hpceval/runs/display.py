@@ -56,8 +56,9 @@ def format_states(states: list[RunState], *, tasks: bool = True,
                   served: dict[tuple[str, str], str] | None = None) -> str:
     """Plain text; `costs` (run_dir -> hpceval.runs.cost.run_cost) adds GPU-hours; `flags`
     ((run_dir, model key, task key) -> "code: message" texts, from results.flags) marks the
-    finished tasks whose scores look wrong; `served` ((run_dir, model key) -> a line, from the
-    tasks' runtime.json: hpceval.results.runtime_text.live_text) follows a running model."""
+    finished tasks whose scores look wrong; `served` ((run_dir, model key) -> a line, from its
+    job's ledger, its tasks' runtime.json and its server-load.json:
+    hpceval.results.runtime_text.live_text) follows a running model."""
     from hpceval.runs.cost import format_cost
 
     lines: list[str] = []

@@ -8,18 +8,20 @@ import os
 from pathlib import Path
 
 import pytest
+from support.runs import ledger_marks as marks
 
-from hpceval.results.ledger import job_ledger, ledger_line, parse_marks, read_ledger
+from hpceval.results.ledger import (
+    PHASES,
+    SPLIT_JOBS,
+    job_ledger,
+    ledger_line,
+    parse_marks,
+    read_ledger,
+    sum_ledgers,
+)
+from hpceval.results.ledger_view import totals_line
 
-T0 = 1_765_000_000.0
-
-
-def marks(*rows: tuple[float, str], job: str = "42", gpus: str = "4") -> str:
-    lines = []
-    for offset, name in rows:
-        value = f" {gpus}" if name == "start" else ""
-        lines.append(f"{job} {T0 + offset:.3f} {name}{value}")
-    return "\n".join(lines) + "\n"
+T0 = 1_765_000_000.0  # ledger_marks' default t0
 
 
 FULL = ((0, "start"), (3, "launched"), (50, "ready"), (170, "tasks_done"), (171, "teardown"),
@@ -130,3 +132,76 @@ def test_the_load_is_split_as_the_engine_reported_it_in_this_jobs_part_of_its_lo
         " launched\n", " launched command\n"))
     (job,), _ = read_ledger(tmp_path)
     assert job.load_steps == {}
+
+
+def test_a_running_job_is_in_its_last_phase_and_an_ended_one_in_none() -> None:
+    (found,) = parse_marks(marks((0, "start"), (3, "launched"), (50, "ready"))).items()
+    assert job_ledger(*found, now=T0 + 60).phase == "tasks"
+    (found,) = parse_marks(marks(*FULL)).items()
+    assert job_ledger(*found).phase is None
+
+
+def test_without_details_only_the_ledger_is_read(tmp_path: Path) -> None:
+    (tmp_path / "ledger").write_text(marks(*FULL))
+    _task(tmp_path, "a", "42", T0 + 100)
+    _task(tmp_path, "b", "42", T0 + 160)
+    (job,), why = read_ledger(tmp_path, details=False)
+    assert why is None and job.tail_s is None and job.seconds["tasks"] == 120.0
+
+
+def test_sums_add_gpu_seconds_per_phase_over_jobs_and_models() -> None:
+    (first,) = parse_marks(marks(*FULL)).items()
+    full = job_ledger(*first, task_ends=[T0 + 100, T0 + 160])  # 4 GPUs, the tail 60 s
+    (second,) = parse_marks(marks((0, "start"), (10, "launched"), (70, "ready"), job="43",
+                                  gpus="2")).items()
+    running = job_ledger(*second, now=T0 + 100)
+    (third,) = parse_marks(marks((0, "start"), (5, "ready"), (25, "end"), job="7",
+                                 gpus="")).items()
+    unsaid = job_ledger(*third)
+    assert unsaid.gpus is None
+    total = sum_ledgers([([full, running], None), ([unsaid], None), ([], "ledger is owned by x")])
+    assert total["seconds"] == {"setup": 18.0, "load": 107.0, "tasks": 170.0, "teardown": 10.0}
+    assert total["gpu_seconds"] == {"setup": 32.0, "load": 308.0, "tasks": 540.0,
+                                    "teardown": 40.0}
+    assert (total["tail_s"], total["tail_gpu_seconds"], total["gpu_hours"]) == (60.0, 240.0,
+                                                                               0.256)
+    assert {k: total[k] for k in ("jobs", "running", "no_gpus", "models", "unknown")} == {
+        "jobs": 3, "running": 1, "no_gpus": 1, "models": 2, "unknown": 1}
+    assert totals_line(total) == (
+        "of 0.26 GPU-hours: 0.01 setup, 0.09 load, 0.15 tasks (0.07 last task alone), 0.01 "
+        "teardown; 3 job(s) of 2 model(s), 1 without an end mark (counted until now); 1 "
+        "job(s) did not say their GPUs (not counted); 1 model(s)' ledger unknown")
+    assert sum_ledgers([]) == {**dict.fromkeys(
+        ("models", "unknown", "jobs", "running", "no_gpus"), 0),
+        "seconds": dict.fromkeys(PHASES, 0.0), "gpu_seconds": dict.fromkeys(PHASES, 0.0),
+        "tail_s": 0.0, "tail_gpu_seconds": 0.0, "gpu_hours": 0.0}
+
+
+def test_the_line_of_a_large_sweep_and_of_jobs_without_gpus() -> None:
+    hour = 3600.0
+    total = {"jobs": 40, "models": 20, "running": 0, "no_gpus": 0, "unknown": 0,
+             "gpu_seconds": {"setup": 1.1 * hour, "load": 3.0 * hour, "tasks": 8.0 * hour,
+                             "teardown": 0.3 * hour}, "tail_gpu_seconds": 0.5 * hour,
+             "seconds": dict.fromkeys(PHASES, 0.0), "tail_s": 0.0}
+    assert totals_line(total) == ("of 12.4 GPU-hours: 1.1 setup, 3.0 load, 8.0 tasks (0.5 last "
+                                  "task alone), 0.3 teardown; 40 job(s) of 20 model(s)")
+    (found,) = parse_marks(marks((0, "start"), (360, "ready"), (720, "end"), gpus="0")).items()
+    cpu = sum_ledgers([([job_ledger(*found)], None)])
+    assert totals_line(cpu).startswith("of 0.20 hours (no GPU-hours): 0.10 setup, 0.00 load, "
+                                       "0.10 tasks, 0.00 teardown; 1 job(s) of 1 model(s)")
+    assert totals_line(sum_ledgers([([], "ledger is a symbolic link")])) == \
+        "no ledger (1 unknown)"
+
+
+def test_the_load_is_split_for_the_newest_jobs_only(tmp_path: Path) -> None:
+    """The server's log is read once per job split: a file of many jobs costs SPLIT_JOBS."""
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "instance-0.log").write_text(
+        "INFO Model loading took 0.25 GiB memory and 12.500000 seconds\n")
+    (tmp_path / "ledger").write_text("".join(
+        marks((10 * i, "start"), (10 * i + 1, "launched"), (10 * i + 5, "end"),
+              job=str(100 + i)).replace(" launched\n", f" launched vllm\n{100 + i} "
+                                                        f"{T0 + 10 * i + 1:.3f} log_from 0\n")
+        for i in range(SPLIT_JOBS + 4)))
+    jobs, _ = read_ledger(tmp_path)
+    assert [bool(j.load_steps) for j in jobs] == [False] * 4 + [True] * SPLIT_JOBS

@@ -65,7 +65,8 @@ def test_status_shows_the_running_model_s_requests_and_tokens_per_s(
     as_json = CliRunner().invoke(cli, ["status", str(sweep), "--json"])
     models = {m["model"]: m for m in json.loads(as_json.output)[0]["models"]}
     assert models["model-00"]["served"] == {"requests": 13, "tokens_per_s": 80.0, "tasks": 2,
-                                            "unread": 0, "unknown": {}, "server": None}
+                                            "unread": 0, "unknown": {}, "server": None,
+                                         "ledger": None}
     assert models["model-01"]["served"] is None  # queued: nothing served
     assert len(fake.sacct_calls) - before == 2  # one scheduler call per status, files aside
 
@@ -88,7 +89,8 @@ def test_reads_per_refresh_are_bounded_and_finished_tasks_read_once(
     assert first.served["model-00"]["unread"] == 1  # ut_one read (and kept: it is done)
     (second,) = tracking.refresh(force=True)
     assert second.served["model-00"] == {"requests": 13, "tokens_per_s": 80.0, "tasks": 2,
-                                         "unread": 0, "unknown": {}, "server": None}
+                                         "unread": 0, "unknown": {}, "server": None,
+                                         "ledger": None}
 
 
 def test_an_old_file_adds_its_requests_but_not_its_rate(sweep: Path, fake: FakeSlurm) -> None:

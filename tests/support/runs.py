@@ -69,6 +69,17 @@ def finish_task(run_dir: Path, model: str, task_key: str) -> None:
     finalize_task(task_dir, result.to_json(), {"task": task_key})
 
 
+def ledger_marks(*rows: tuple[float, str], job: str = "42", gpus: str = "4",
+                 t0: float = 1_765_000_000.0) -> str:
+    """A job's lines of models/<key>/ledger as the job script's `mark` writes them: (seconds
+    after t0, mark) each; the start carries `gpus`."""
+    lines = []
+    for offset, name in rows:
+        value = f" {gpus}" if name == "start" else ""
+        lines.append(f"{job} {t0 + offset:.3f} {name}{value}")
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[Path]:

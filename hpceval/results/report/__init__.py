@@ -3,7 +3,8 @@
 It answers what is asked of an evaluation: what exactly was run (config, model, layout,
 harness versions, image digests, job ids, wall times), how the models compare and whether the
 difference is real (intervals by the method each row names, paired tests on per-sample
-files), what it cost in GPU-hours, what the server did for each task (requests, latency,
+files), what it cost in GPU-hours and where that time went (each job's phases: the model's
+ledger, report.ledger), what the server did for each task (requests, latency,
 tokens/s: the proxy's runtime.json, report.served), and which questions a model got wrong
 (per-sample answers from the harness's own sample files, with a wrong-answers filter). The
 page is built from the results table (hpceval.results.table), the run directories, a bounded
@@ -25,6 +26,7 @@ from hpceval import contract
 from hpceval.results.report.charts import task_chart
 from hpceval.results.report.checkpoints import steps_section
 from hpceval.results.report.compare import comparisons
+from hpceval.results.report.ledger import ledger_section
 from hpceval.results.report.runinfo import RunInfo, read_run_info
 from hpceval.results.report.samples import SampleCollector, TaskSamples, read_task_samples
 from hpceval.results.report.sections import (
@@ -136,7 +138,8 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
            f'<p class="meta">{len(runs)} run(s): {html.escape(", ".join(runs))}. '
            f"Generated {html.escape(time.strftime('%Y-%m-%d %H:%M'))} by hpceval.</p>",
            '<nav><a href="#leaderboard">leaderboard</a><a href="#comparison">comparison</a>'
-           '<a href="#cost">cost</a><a href="#served">what the server did</a>'
+           '<a href="#cost">cost</a><a href="#ledger">where the GPU time went</a>'
+           '<a href="#served">what the server did</a>'
            '<a href="#runs">what was run</a><a href="#samples">per-sample answers</a></nav>']
     if frame.empty:
         out.append("<p>No finished tasks yet.</p>")
@@ -147,8 +150,9 @@ def html_report(frame: Any, title: str = "hpceval results", *, run_dirs: list[Pa
         out.append("</section>")
         out.append(comparison_section(comparisons(frame)))
     out.append(cost_section(cost))
-    # Only the (model, task) pairs of the table: --model / --task narrow these two too.
+    # Only the (model, task) pairs of the table: --model / --task narrow these too.
     wanted = set() if frame.empty else set(zip(frame["model"], frame["task"], strict=True))
+    out.append(ledger_section(infos, wanted))
     out.append(served_section(infos, wanted))
     out.append(runs_section(infos))
     out.append(samples_section(_samples(infos, samples, scan_limit, wanted, read), samples))

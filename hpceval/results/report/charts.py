@@ -1,5 +1,5 @@
-"""Inline SVG charts (no matplotlib, no JavaScript, no network): one bar per model, and lines
-over time (the servers' load).
+"""Inline SVG charts (no matplotlib, no JavaScript, no network): one bar per model, lines
+over time (the servers' load) and stacked bars (each job's phases: report.ledger).
 
 Every text that came from a run (model and task names) is HTML-escaped.
 """
@@ -7,6 +7,7 @@ Every text that came from a run (model and task names) is HTML-escaped.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from hpceval.results.report.compare import Score
 
@@ -117,3 +118,44 @@ def time_chart(title: str, times: list[float], series: list[tuple[str, list[floa
                      f"{html.escape(name + peak)}</text>")
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+_S_TOP = 26  # the key's row above the bars
+
+
+def stacked_chart(title: str, bars: list[tuple[str, list[tuple[str, float, str]], str]],
+                  key: Sequence[tuple[str, str]]) -> str:
+    """Horizontal stacked bars on one scale (the longest fills the plot): each bar is its
+    label, its segments in order (name, value, tooltip) and a text after it; a segment takes
+    its name's colour in `key` ((name, colour) each, drawn above the bars)."""
+    colour = dict(key)
+    top = max([sum(max(0.0, v) for _, v, _ in parts) for _, parts, _ in bars] or [0.0])
+    top = top if top > 0 else 1.0
+    width = _LABEL_W + _PLOT_W + _VALUE_W
+    height = _S_TOP + len(bars) * (_BAR_H + _GAP) + 4
+    label = html.escape(title)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img" class="chart stacked" aria-label="{label}"><title>{label}</title>']
+    x = float(_LABEL_W)
+    for name, fill in key:
+        out.append(f'<rect x="{x:.0f}" y="6" width="12" height="12" fill="{fill}"/>'
+                   f'<text x="{x + 16:.0f}" y="16" font-size="12">{html.escape(name)}</text>')
+        x += 28 + 7 * len(name)
+    for i, (name, parts, note) in enumerate(bars):
+        y = _S_TOP + i * (_BAR_H + _GAP)
+        out.append(f'<text x="{_LABEL_W - 8}" y="{y + 16}" text-anchor="end" '
+                   f'font-size="13">{html.escape(name)}</text>')
+        x = float(_LABEL_W)
+        for part, value, tip in parts:
+            if value <= 0:
+                continue
+            w = value / top * _PLOT_W
+            out.append(f'<rect class="segment" data-part="{html.escape(part)}" x="{x:.1f}" '
+                       f'y="{y}" width="{w:.1f}" height="{_BAR_H}" '
+                       f'fill="{colour.get(part, "#999999")}"><title>{html.escape(tip)}'
+                       "</title></rect>")
+            x += w
+        out.append(f'<text x="{_LABEL_W + _PLOT_W + 6}" y="{y + 16}" font-size="12">'
+                   f"{html.escape(note)}</text>")
+    out.append("</svg>")
+    return "\n".join(out)

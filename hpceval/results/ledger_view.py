@@ -1,0 +1,143 @@
+"""The ledger (results.ledger) as every view shows it, beyond `info`'s line per job: its JSON
+(info --json and each row of results --json), a running job's phase (`status`) and the sums
+over jobs and models in words (info, the report).
+
+A ledger that is not read (not yours, a link, over 1 MiB) is ``{"unknown": why}`` in the JSON
+and a line that says why in the texts; lines that are not marks were skipped when it was read
+(results.ledger), so a damaged file shows less, never breaks a view.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpceval.results.ledger import PHASES, JobLedger, read_ledger, sum_ledgers
+
+if TYPE_CHECKING:
+    from hpceval.runs.jobs import Jobs
+
+# The jobs a model's JSON lists (the newest; its total still counts every one): a real model
+# has a few, a damaged or planted file could name thousands, and results --json repeats a
+# model's ledger on each of its rows.
+JOBS_LISTED = 50
+
+
+def submitted_of(jobs: Jobs, index: int) -> dict[str, float]:
+    """A model's job ids -> when each was submitted (jobs.json), for ``queued_s``. A sweep's
+    element is listed as <array>_<n>, while its job writes its own id: its queue is unknown."""
+    return {e.scheduler_id(index): e.submitted_at for e in jobs.main_for(index)}
+
+
+def ledger_json(jobs: Sequence[JobLedger], why: str | None) -> dict[str, Any] | None:
+    """A model's ledger (read_ledger's jobs and why unknown) as the JSON views carry it:
+    ``jobs`` (JobLedger.to_json, the newest JOBS_LISTED), ``left_out`` (earlier jobs not
+    listed), ``total`` (sum_ledgers of them all) and ``unknown`` None; {"unknown": why} for
+    a ledger that was not read; None when there is none (no file, or no mark in it)."""
+    if not jobs and why is None:
+        return None
+    if why is not None:
+        return {"unknown": why}
+    listed = list(jobs)[-JOBS_LISTED:]
+    return {"jobs": [j.to_json() for j in listed], "left_out": len(jobs) - len(listed),
+            "total": sum_ledgers([(jobs, None)]), "unknown": None}
+
+
+def _submitted(run_dir: str) -> dict[str, dict[str, float]]:
+    """model key -> submitted_of, {} when run.json or jobs.json cannot be read (then the
+    queue is unknown; the ledger itself is still shown)."""
+    from hpceval.records import RunFileError, read_run
+    from hpceval.runs.jobs import read_jobs
+
+    try:
+        manifest, jobs = read_run(Path(run_dir)), read_jobs(Path(run_dir))
+    except (RunFileError, OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {m.key: submitted_of(jobs, m.index) for m in manifest.models}
+
+
+def with_ledger(frame: Any) -> Any:
+    """The results frame plus a ``ledger`` column: on each row its model's ledger as
+    ``ledger_json`` (None without one; {"unknown": why}), each model's ledger read once and
+    each run's jobs.json once."""
+    out = frame.copy()
+    cache: dict[str, dict[str, Any] | None] = {}
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    column = []
+    task_dirs = out["task_dir"].tolist() if "task_dir" in out.columns else []
+    run_dirs = out["run_dir"].tolist() if "run_dir" in out.columns else [""] * len(task_dirs)
+    for task_dir, run_dir in zip(task_dirs, run_dirs, strict=True):
+        folder = os.path.dirname(os.path.dirname(str(task_dir)))  # <model dir>/tasks/<task>
+        if folder not in cache:
+            if run_dir and str(run_dir) not in runs:
+                runs[str(run_dir)] = _submitted(str(run_dir))
+            submitted = runs.get(str(run_dir), {}).get(os.path.basename(folder))
+            cache[folder] = ledger_json(*read_ledger(Path(folder), submitted=submitted))
+        column.append(cache[folder])
+    out["ledger"] = column if column or out.empty else None
+    return out
+
+
+def span(seconds: float) -> str:
+    """'46 s', '4 min', '2.5 h'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def job_now(job: JobLedger) -> dict[str, Any]:
+    """A running model's current job for `status --json`: its id, ``phase`` (None once it
+    wrote its end), ``phase_s`` (how long it has been in it), ``load_s`` and ``total_s``."""
+    return {"job_id": job.job_id, "phase": job.phase,
+            "phase_s": round(job.seconds[job.phase], 1) if job.phase else None,
+            "load_s": round(job.seconds["load"], 1), "total_s": round(job.total_s, 1)}
+
+
+def now_text(now: Mapping[str, Any]) -> str:
+    """'job 123: tasks for 4 min (load took 46 s)': job_now's dict, or why it is unknown."""
+    if "unknown" in now:
+        return f"ledger: unknown ({now['unknown']})"
+    if now.get("phase") is None:
+        return f"job {now['job_id']}: ended after {span(now['total_s'])}"
+    text = f"job {now['job_id']}: {now['phase']} for {span(now['phase_s'])}"
+    if now["phase"] in ("tasks", "teardown") and now.get("load_s"):
+        text += f" (load took {span(now['load_s'])})"
+    return text
+
+
+def _decimals(hours: float) -> int:
+    """One precision for a whole line: two significant digits of its total (12.4, 0.26,
+    0.025), its parts at the same (they may be off by the last digit's rounding)."""
+    return 1 if hours <= 0 else max(1, min(4, 1 - math.floor(math.log10(hours))))
+
+
+def totals_line(total: Mapping[str, Any]) -> str:
+    """'of 12.4 GPU-hours: 1.1 setup, 3.0 load, 8.0 tasks (0.5 last task alone), 0.3
+    teardown; 3 job(s) of 2 model(s)' (sum_ledgers' dict), then what it could not count."""
+    if not total["jobs"]:
+        return "no ledger" + (f" ({total['unknown']} unknown)" if total["unknown"] else "")
+    values, tail, unit = total["gpu_seconds"], total["tail_gpu_seconds"], "GPU-hours"
+    if not sum(values.values()):  # no GPU held (a CPU job) or none said: the wall time
+        values, tail, unit = total["seconds"], total["tail_s"], "hours (no GPU-hours)"
+    whole = sum(values.values()) / 3600
+    places = _decimals(whole)
+    parts = []
+    for name in PHASES:
+        text = f"{values[name] / 3600:.{places}f} {name}"
+        if name == "tasks" and tail:
+            text += f" ({tail / 3600:.{places}f} last task alone)"
+        parts.append(text)
+    text = (f"of {whole:.{places}f} {unit}: " + ", ".join(parts)
+            + f"; {total['jobs']} job(s) of {total['models']} model(s)")
+    if total["running"]:
+        text += f", {total['running']} without an end mark (counted until now)"
+    if total["no_gpus"] and unit == "GPU-hours":
+        text += f"; {total['no_gpus']} job(s) did not say their GPUs (not counted)"
+    if total["unknown"]:
+        text += f"; {total['unknown']} model(s)' ledger unknown"
+    return text
