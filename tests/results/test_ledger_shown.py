@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.reports import parquet_table
 from support.runs import configs, finish_task, ledger_marks
 from support.slurm import FakeSlurm
 
@@ -80,12 +81,7 @@ def test_results_json_carries_the_model_s_ledger_on_each_row(run: Path, tmp_path
     assert total["gpu_seconds"] == {"setup": 12.0, "load": 188.0, "tasks": 480.0,
                                     "teardown": 40.0}
     assert (total["gpu_hours"], total["tail_gpu_seconds"], total["jobs"]) == (0.2, 240.0, 1)
-    pytest.importorskip("pyarrow")
-    pd = pytest.importorskip("pandas")
-    out = CliRunner().invoke(cli, ["results", str(run), "--format", "parquet", "-O",
-                                   str(tmp_path / "r.parquet")])
-    assert out.exit_code == 0, out.output
-    table = pd.read_parquet(tmp_path / "r.parquet")
+    table = parquet_table(run, tmp_path)
     assert json.loads(table["ledger"].iloc[0])["total"]["gpu_hours"] == 0.2
 
 

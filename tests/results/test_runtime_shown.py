@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.reports import parquet_table
 from support.runs import configs, finish_task
 from support.slurm import FakeSlurm
 
@@ -75,12 +76,7 @@ def test_the_api_gives_the_same_column(run: Path) -> None:
 
 
 def test_parquet_holds_it_as_json_text(run: Path, tmp_path: Path) -> None:
-    pd = pytest.importorskip("pandas")
-    pytest.importorskip("pyarrow")
-    out = CliRunner().invoke(cli, ["results", str(run), "--format", "parquet", "-O",
-                                   str(tmp_path / "r.parquet")])
-    assert out.exit_code == 0, out.output
-    table = pd.read_parquet(tmp_path / "r.parquet")
+    table = parquet_table(run, tmp_path)
     by_task = dict(zip(table["task"], table["runtime"], strict=True))
     assert json.loads(by_task[ONE])["requests"] == 4 and json.loads(by_task[TWO]) is None
 

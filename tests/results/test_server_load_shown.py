@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.reports import parquet_table
 from support.runs import configs, finish_task
 from support.slurm import FakeSlurm
 
@@ -60,12 +61,7 @@ def test_results_json_carries_the_model_s_server_load_on_each_row(run: Path,
         load = rows[task]["server_load"]
         assert load["samples"] == 2000 and load["summary"]["waiting"]["peak"] == 40
         assert "points" not in load and load["last"]["running"] == 64
-    pytest.importorskip("pyarrow")
-    pd = pytest.importorskip("pandas")
-    out = CliRunner().invoke(cli, ["results", str(run), "--format", "parquet", "-O",
-                                   str(tmp_path / "r.parquet")])
-    assert out.exit_code == 0, out.output
-    table = pd.read_parquet(tmp_path / "r.parquet")
+    table = parquet_table(run, tmp_path)
     assert json.loads(table["server_load"].iloc[0])["samples"] == 2000
 
 

@@ -49,3 +49,19 @@ def finish(run_dir: Path, model: str, task: str, value: float, stderr: float, *,
         "harness": {"name": "ut-harness", "version": "1.0"},
         "image": "docker://nvcr.io/nvidia/eval-factory/ut@sha256:" + "ab" * 32, "sif": None})
     return task_dir
+
+
+def parquet_table(run: Path, out_dir: Path) -> Any:
+    """`hpceval results RUN --format parquet` read back (a pandas frame); skips without
+    pandas or pyarrow."""
+    import pytest
+    from click.testing import CliRunner
+
+    from hpceval.cli.main import cli
+
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    path = out_dir / "r.parquet"
+    out = CliRunner().invoke(cli, ["results", str(run), "--format", "parquet", "-O", str(path)])
+    assert out.exit_code == 0, out.output
+    return pd.read_parquet(path)
