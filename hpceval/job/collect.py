@@ -33,7 +33,8 @@ from pathlib import Path
 from hpceval import jobenv
 from hpceval.contract import COMMAND_FILE, FAILED_FILE, HARNESS_LOG, RUNTIME_FILE, is_done
 from hpceval.job import manifest as mf
-from hpceval.results.runtime import infra_errors, read_runtime
+from hpceval.results.runtime import infra_errors
+from hpceval.results.runtime_view import load_runtime
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object
 from hpceval.tasks import HarnessDef, TaskDef
@@ -166,7 +167,7 @@ class Collector:
             return 0
         args = self.args
         target = resolve(self.task_dir, args.task, args.harness, args.parser)
-        infra, causes = infra_errors(read_runtime(str(self.task_dir)))
+        infra, causes = self.infra_errors()
         lost = (f"{infra} request(s) failed on the infrastructure after the in-job proxy's "
                 f"retries ({causes})") if infra else ""
         if args.exit_code != 0:
@@ -189,6 +190,17 @@ class Collector:
         except Exception as exc:  # any parser error is this task's failure, not a crash
             return self.fail(target, "parse", f"{type(exc).__name__}: {exc}")
         return self.finalize(target, result)
+
+    def infra_errors(self) -> tuple[int, str]:
+        """This attempt's infrastructure failures (count, causes) from the proxy's runtime.json.
+        A file older than the harness's start is an earlier job's: this job's proxy writes
+        a failure before it sends it, so a file it has not written yet means none (and a
+        resumed task must not fail for what its first job lost)."""
+        found = load_runtime(str(self.task_dir))
+        if found.facts is None or (self.start is not None and found.mtime is not None
+                                   and found.mtime < self.start.timestamp()):
+            return 0, ""
+        return infra_errors(found.facts)
 
     def parse(self, target: Target) -> TaskResult:
         from hpceval.tasks.adapters import get_parser

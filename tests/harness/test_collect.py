@@ -386,3 +386,15 @@ def test_no_infrastructure_failure_no_change(tmp_path: Path) -> None:
     lm_eval_output(path)
     _runtime(path, lost=0)
     assert collect(path) == 0 and (path / "done").exists()
+
+
+def test_an_earlier_jobs_runtime_json_fails_no_resumed_task(tmp_path: Path) -> None:
+    """A resumed task's harness can end before its job's proxy first writes runtime.json: the
+    file then is the earlier job's, with what that job lost, older than this harness's start
+    (command.sh). It counts nothing here (the proxy writes a failure before it sends it)."""
+    path = task_dir(tmp_path)
+    lm_eval_output(path)
+    _runtime(path, lost=2)
+    before_start = 1_600_000_000  # task_dir's command.sh: 1_700_000_000
+    os.utime(path / "runtime.json", (before_start, before_start))
+    assert collect(path) == 0 and (path / "done").exists()

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ def run(tmp: Path, catalogue: Catalogue, evaluation: dict[str, Any]) -> dict[str
     stats = TaskStats()
     stats.record(504, 30.0, False, None, infra="504 timed out")
     write_runtime(task_dir, stats.to_json())
+    # as the job's proxy writes it: after the harness started (an older file is an earlier
+    # job's, which collect does not count)
+    later = time.time() + 3600
+    os.utime(task_dir / "runtime.json", (later, later))
     script = tmp / "job.sbatch"
     script.write_text(render_job(with_tasks(resolved, catalogue),
                                  JobContext(str(tmp / "run"), "i", "m", sys.executable)))
