@@ -33,7 +33,7 @@ from pathlib import Path
 from hpceval import jobenv
 from hpceval.contract import COMMAND_FILE, FAILED_FILE, HARNESS_LOG, RUNTIME_FILE, is_done
 from hpceval.job import manifest as mf
-from hpceval.results.runtime import infra_errors
+from hpceval.results.runtime_text import infra_errors
 from hpceval.results.runtime_view import load_runtime
 from hpceval.results.store import ResultsAlreadyFinal, finalize_task
 from hpceval.storage import atomic_write_json, read_json_object

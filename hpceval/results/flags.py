@@ -48,8 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import CONFIG_FILE, HARNESS_OUT_DIR, RESULTS_FILE
+from hpceval.results.columns import with_column
 from hpceval.results.paired import ItemScores
-from hpceval.results.runtime import infra_errors, read_runtime
+from hpceval.results.runtime import read_runtime
+from hpceval.results.runtime_text import infra_errors
 
 # Every code a flag can have: the gate's policy names them (results.gate).
 FLAG_CODES = ("length", "reasoning-only", "infra-errors", "all-zero", "all-unparsable",
@@ -247,14 +249,8 @@ def finished_task_flags(task_dir: str) -> list[Flag]:
 def with_flags(frame: Any, *, texts: bool) -> Any:
     """The results frame plus a ``flags`` column (one task's flags on each of its rows):
     "code: message" texts in a list with `texts` (JSON), else the codes joined by ", "."""
-    out = frame.copy()
-    cache: dict[str, list[Flag]] = {}
-    column = []
-    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
-        if task_dir not in cache:
-            cache[task_dir] = finished_task_flags(str(task_dir))
-        found = cache[task_dir]
-        column.append([f.text() for f in found] if texts else ", ".join(f.code for f in found))
-    out["flags"] = column if column or out.empty else ""
-    return out
+    def flags_of(folder: str, _run: str) -> list[str] | str:
+        found = finished_task_flags(folder)
+        return [f.text() for f in found] if texts else ", ".join(f.code for f in found)
 
+    return with_column(frame, "flags", flags_of, empty="")

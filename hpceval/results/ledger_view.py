@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpceval.results.columns import model_folder, with_column
 from hpceval.results.ledger import PHASES, JobLedger, read_ledger, sum_ledgers
 
 if TYPE_CHECKING:
@@ -63,22 +64,15 @@ def with_ledger(frame: Any) -> Any:
     """The results frame plus a ``ledger`` column: on each row its model's ledger as
     ``ledger_json`` (None without one; {"unknown": why}), each model's ledger read once and
     each run's jobs.json once."""
-    out = frame.copy()
-    cache: dict[str, dict[str, Any] | None] = {}
     runs: dict[str, dict[str, dict[str, float]]] = {}
-    column = []
-    task_dirs = out["task_dir"].tolist() if "task_dir" in out.columns else []
-    run_dirs = out["run_dir"].tolist() if "run_dir" in out.columns else [""] * len(task_dirs)
-    for task_dir, run_dir in zip(task_dirs, run_dirs, strict=True):
-        folder = os.path.dirname(os.path.dirname(str(task_dir)))  # <model dir>/tasks/<task>
-        if folder not in cache:
-            if run_dir and str(run_dir) not in runs:
-                runs[str(run_dir)] = _submitted(str(run_dir))
-            submitted = runs.get(str(run_dir), {}).get(os.path.basename(folder))
-            cache[folder] = ledger_json(*read_ledger(Path(folder), submitted=submitted))
-        column.append(cache[folder])
-    out["ledger"] = column if column or out.empty else None
-    return out
+
+    def ledger_of(folder: str, run_dir: str) -> dict[str, Any] | None:
+        if run_dir and run_dir not in runs:
+            runs[run_dir] = _submitted(run_dir)
+        submitted = runs.get(run_dir, {}).get(os.path.basename(folder))
+        return ledger_json(*read_ledger(Path(folder), submitted=submitted))
+
+    return with_column(frame, "ledger", ledger_of, key=model_folder)
 
 
 def span(seconds: float) -> str:

@@ -163,18 +163,6 @@ def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -
     os.replace(tmp, path)
 
 
-def infra_errors(stats: dict[str, Any] | None) -> tuple[int, str]:
-    """(how many of the task's requests failed for good on the infrastructure, their causes
-    as text) from a runtime.json document; (0, "") without one."""
-    count = stats.get("infra_errors") if stats else None
-    if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or stats is None:
-        return 0, ""
-    causes = stats.get("infra_causes")
-    parts = [f"{cause}: {n}" for cause, n in causes.items() if isinstance(n, int)] \
-        if isinstance(causes, dict) else []
-    return count, ", ".join(parts[:6])
-
-
 def read_runtime(task_dir: str) -> dict[str, Any] | None:
     """The task's runtime statistics, checked (results.runtime_view: read once through one
     descriptor, yours, at most 1 MiB, every field of its kind), or None (no proxy, an older

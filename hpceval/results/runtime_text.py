@@ -37,6 +37,16 @@ def counts(value: Mapping[str, Any] | None, *, sep: str = " ") -> str:
     return text + (f", and {len(ordered) - MAP_SHOWN} more" if len(ordered) > MAP_SHOWN else "")
 
 
+def infra_errors(stats: Mapping[str, Any] | None) -> tuple[int, str]:
+    """(how many of the task's requests failed for good on the infrastructure, their causes
+    as text: 'http 500: 3, reset: 1') from a checked runtime.json document; (0, "") without."""
+    count = stats.get("infra_errors") if stats else None
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or stats is None:
+        return 0, ""
+    causes = stats.get("infra_causes")
+    return count, counts(causes, sep=": ") if isinstance(causes, dict) and causes else ""
+
+
 def latency(value: Mapping[str, Any] | None) -> str:
     """'210/900/1500' (p50/p90/p99 in ms); '?' unknown, '-' none (every answer was cached)."""
     if value is None:

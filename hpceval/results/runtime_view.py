@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpceval.contract import RUNTIME_FILE
-from hpceval.errors import HpcevalError
+from hpceval.results.columns import with_column
 from hpceval.results.runtime import SCHEMA
 from hpceval.trust import Unread, read_own_file
 
@@ -77,44 +77,35 @@ class Runtime:
 def load_runtime(task_dir: str) -> Runtime:
     """The task's runtime.json, read once through one descriptor (see the module doc)."""
     try:
-        doc, mtime = read_json_once(f"{task_dir}/{RUNTIME_FILE}", RUNTIME_FILE, READ_LIMIT,
+        doc, mtime = read_json_once(f"{task_dir}/{RUNTIME_FILE}", READ_LIMIT,
                                     "the proxy writes about 1 KiB")
-    except Unreadable as exc:
-        return Runtime(None, MISSING if exc.missing else str(exc))
+    except Unread as exc:
+        return Runtime(None, MISSING if exc.missing else f"{RUNTIME_FILE} {exc}")
     try:
         return Runtime(normalise(doc), None, mtime)
     except ValueError as exc:  # its text is a phrase after the file's name
         return Runtime(None, f"{RUNTIME_FILE} {exc}")
 
 
-class Unreadable(HpcevalError):
-    """Why a file of the proxy's is not read (a sentence that starts with its name);
-    `missing`: there is no such file. The views show it as the file's "unknown" reason."""
-
-    def __init__(self, problem: str, missing: bool = False) -> None:
-        super().__init__(problem)
-        self.missing = missing
-
-
-def read_json_once(path: str, name: str, limit: int, typical: str) -> tuple[Any, float]:
+def read_json_once(path: str, limit: int, typical: str) -> tuple[Any, float]:
     """(the parsed JSON, its mtime) of a file the in-job proxy writes into a run directory,
-    read through one descriptor with the checks of the module doc; `name` starts each
-    problem's text, `typical` says how large the writer's file is. Unreadable otherwise."""
+    read through one descriptor with the checks of the module doc; `typical` says how large
+    the writer's file is. Otherwise trust.Unread: a phrase after the file's name, `missing`
+    when there is none."""
     try:
         data, st = read_own_file(path, limit)
     except Unread as exc:
         if exc.missing:
-            raise Unreadable(f"{name} is missing", missing=True) from None
+            raise Unread("is missing", missing=True) from None
         if exc.too_large:
-            raise Unreadable(f"{name} is larger than {limit >> 10} KiB ({typical}): not read"
-                             ) from None
-        raise Unreadable(f"{name} {exc}") from None
+            raise Unread(f"is larger than {limit >> 10} KiB ({typical}): not read") from None
+        raise
     try:
         return json.loads(data), st.st_mtime
     except RecursionError:  # [[[[... nested deeper than the parser goes
-        raise Unreadable(f"{name} is not valid JSON (nested too deep)") from None
+        raise Unread("is not valid JSON (nested too deep)") from None
     except ValueError:  # cut short (a killed writer before os.replace was used), not UTF-8
-        raise Unreadable(f"{name} is not valid JSON (truncated?)") from None
+        raise Unread("is not valid JSON (truncated?)") from None
 
 
 def checked_number(value: Any, where: str, *, whole: bool) -> int | float:
@@ -219,12 +210,4 @@ def with_runtime(frame: Any) -> Any:
     """The results frame plus a ``runtime`` column: on each row its task's runtime.json as
     ``Runtime.to_json`` (the facts; None without a file; {"unknown": why} for one that cannot
     be shown), each file read once."""
-    out = frame.copy()
-    cache: dict[str, dict[str, Any] | None] = {}
-    column = []
-    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
-        if task_dir not in cache:
-            cache[task_dir] = load_runtime(str(task_dir)).to_json()
-        column.append(cache[task_dir])
-    out["runtime"] = column if column or out.empty else None
-    return out
+    return with_column(frame, "runtime", lambda folder, _run: load_runtime(folder).to_json())

@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import SERVER_LOAD_FILE
-from hpceval.results.runtime_view import Unreadable, checked_number, read_json_once, shown
+from hpceval.results.columns import model_folder, with_column
+from hpceval.results.runtime_view import checked_number, read_json_once, shown
+from hpceval.trust import Unread
 
 SCHEMA = 1
 POINT_LIMIT = 600  # even: a full series merges into exact pairs
@@ -200,10 +202,10 @@ class ServerLoad:
 def load_server_load(model_dir: str) -> ServerLoad:
     """A model's server-load.json, read once through one descriptor and checked."""
     try:
-        doc, mtime = read_json_once(f"{model_dir}/{SERVER_LOAD_FILE}", SERVER_LOAD_FILE,
-                                    READ_LIMIT, "the proxy writes under 64 KiB")
-    except Unreadable as exc:
-        return ServerLoad(None, MISSING if exc.missing else str(exc))
+        doc, mtime = read_json_once(f"{model_dir}/{SERVER_LOAD_FILE}", READ_LIMIT,
+                                    "the proxy writes under 64 KiB")
+    except Unread as exc:
+        return ServerLoad(None, MISSING if exc.missing else f"{SERVER_LOAD_FILE} {exc}")
     try:
         return ServerLoad(normalise(doc), None, mtime)
     except ValueError as exc:
@@ -214,16 +216,8 @@ def with_server_load(frame: Any) -> Any:
     """The results frame plus a ``server_load`` column: on each row its model's
     server-load.json as ``ServerLoad.to_json`` (the summary and the last sample, no points;
     None without a file; {"unknown": why}), each model's file read once."""
-    out = frame.copy()
-    cache: dict[str, dict[str, Any] | None] = {}
-    column = []
-    for task_dir in out["task_dir"].tolist() if "task_dir" in out.columns else []:
-        folder = os.path.dirname(os.path.dirname(str(task_dir)))  # <model dir>/tasks/<task>
-        if folder not in cache:
-            cache[folder] = load_server_load(folder).to_json()
-        column.append(cache[folder])
-    out["server_load"] = column if column or out.empty else None
-    return out
+    return with_column(frame, "server_load",
+                       lambda folder, _run: load_server_load(folder).to_json(), key=model_folder)
 
 
 def _figure(value: Any, where: str) -> float | None:
@@ -298,4 +292,3 @@ def _points(value: Any) -> list[list[float | None]]:
         rows.append([t, *(_figure(v, f"points[{i}].{k}") for k, v in zip(
             FIGURES, row[1:], strict=True))])
     return rows
-

@@ -91,6 +91,19 @@ def test_the_tail_is_the_last_task_alone(tmp_path: Path) -> None:
     assert "tasks 120 s (last task alone 60 s)" in ledger_line(job)
 
 
+def test_a_task_record_others_may_write_moves_no_tail(tmp_path: Path) -> None:
+    (tmp_path / "ledger").write_text(marks(*FULL))
+    _task(tmp_path, "a", "42", T0 + 100)
+    _task(tmp_path, "b", "42", T0 + 140)
+    _task(tmp_path, "c", "42", T0 + 160)
+    os.chmod(tmp_path / "tasks" / "c" / "manifest.json", 0o666)  # anyone's to rewrite
+    (tmp_path / "tasks" / "d").mkdir()
+    os.symlink(tmp_path / "tasks" / "c" / "manifest.json",
+               tmp_path / "tasks" / "d" / "manifest.json")
+    (job,), why = read_ledger(tmp_path)
+    assert why is None and job.tail_s == 40.0  # b after a: c and d are not read
+
+
 def test_a_ledger_that_is_not_the_users_is_not_read(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ledger"
