@@ -38,6 +38,7 @@ SCRIPTS: dict[str, str] = {
     "proxy": "proxy_bench.py",
     "resume": "resume_waste.py",
     "vllm": "vllm_bench.py",
+    "compile_cache": "compile_cache_bench.py",
     "judge": "judge_loads.py",
     "sweep_submit": "sweep_submit.py",
     "budget_sim": "budget_sim.py",

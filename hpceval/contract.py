@@ -45,6 +45,9 @@ AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregatio
 # after auto-resume successors: the aggregation script then leaves the sweep's judge running
 WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed
+# the run's compile caches, one folder per model and engine (job.compile_cache), unless
+# execution.compile_cache_dir names another place; named in each host server's environment
+COMPILE_CACHE_DIR = "compile-cache"
 SERVER_IMAGES_DIR = "images"  # docker:// server images pulled for the run (once per run)
 LOADS_FILE = "loads"  # models/<key>/: "<job id> <seconds to healthy>" per allocation
 # models/<key>/: "<job id> <epoch seconds> <mark>" as each job passes its marks (results.ledger)

@@ -24,6 +24,7 @@ _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
 PATH_KEYS = ("execution.output_dir", "execution.image_dir", "execution.hf_cache_dir",
+             "execution.compile_cache_dir",
              "execution.dataset_dir", "execution.python", "deployment.checkpoint_path",
              "deployment.image")
 

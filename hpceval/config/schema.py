@@ -102,6 +102,13 @@ class ExecutionSpec:
     image_dir: str | None = key(
         None, "folder of pre-built images, SIF (.sqsh for pyxis); see `hpceval stage`")
     hf_cache_dir: str | None = key(None, "shared Hugging Face cache bound into containers")
+    compile_cache: bool = key(
+        True, "host servers' compile caches (torch.compile, Inductor, Triton) persist per model "
+        "across jobs: a resume, a successor or the next sweep element starts warm; false: "
+        "every server compiles from cold")
+    compile_cache_dir: str | None = key(
+        None, "where they persist: a folder of yours on storage the nodes share (e.g. "
+        "$SCRATCH/hpceval-compile, shared by all your runs); default: the run's compile-cache")
     dataset_dir: str | None = key(None, "shared folder of staged datasets bound into containers")
     extra_binds: list[str] = key([], "more container binds, 'src[:dst[:opts]]'")
     container_options: list[str] = key(

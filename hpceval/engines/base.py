@@ -78,6 +78,9 @@ class Engine:
     # outright instead of letting lm-eval probe for it with a 5-s timeout at start-up, which
     # a model still loading (evaluation.overlap_load) cannot answer.
     tokenizer_routes: ClassVar[bool] = False
+    # True: its servers compile (torch.compile, Triton kernels) into their cache folders, which
+    # are then kept per model across jobs (execution.compile_cache; job.compile_cache)
+    compiles: ClassVar[bool] = False
     # What its log reports of its load: (step, a pattern whose one group is the step's
     # seconds), read by the time ledger (results.ledger) from the head's log; () reports none
     load_steps: ClassVar[tuple[tuple[str, str], ...]] = ()

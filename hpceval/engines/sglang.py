@@ -41,6 +41,7 @@ class Sglang(Engine):
     # a server that could not bind its port exits before it
     ready_line = "The server is fired up and ready to roll!"
     listens_on_node = True
+    compiles = True  # torch.compile (--enable-torch-compile), Triton, FlashInfer
 
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         dep = server.dep

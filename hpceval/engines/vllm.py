@@ -41,6 +41,7 @@ class Vllm(Engine):
     # umask) and ignores --host/--port; its ready line then says "... on unix:PATH".
     unix_socket = True
     tokenizer_routes = True  # --enable-tokenizer-info-endpoint, on every vLLM job (_argv)
+    compiles = True  # torch.compile and Inductor (CPU too, without --enforce-eager), Triton
 
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         return self._argv(server, nnodes, rank, ["--port", var("PORT")])

@@ -5,6 +5,8 @@
     compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
     watch-tick  one tick of a checkpoint watch: look, claim, submit (hpceval.watch.tick)
     judge-endpoint  the sweep judge's URLs, from its trusted record (hpceval.job.judge_endpoint)
+    compile-cache  a host server's compile caches from and to shared storage
+                   (hpceval.job.compile_cache)
 
 Each command is imported only when chosen: the proxy pulls in aiohttp, collect does not, and
 start-up time is paid once per task on the node.
@@ -25,6 +27,7 @@ commands:
   compact-cache  merge the response cache's shard files (run after the proxy stopped)
   watch-tick     one tick of a checkpoint watch (hpceval.watch.tick)
   judge-endpoint DIR  the sweep judge's instance URLs from DIR/{AUX_ENDPOINT_FILE}, if trusted
+  compile-cache seed|publish STORE CACHE  a server's compile caches from/to STORE
 """
 
 
@@ -58,9 +61,16 @@ def _judge_endpoint(argv: Sequence[str]) -> int:
     return main(list(argv))
 
 
+def _compile_cache(argv: Sequence[str]) -> int:
+    from hpceval.job.compile_cache import main
+
+    return main(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache,
-    "watch-tick": _watch_tick, "judge-endpoint": _judge_endpoint}
+    "watch-tick": _watch_tick, "judge-endpoint": _judge_endpoint,
+    "compile-cache": _compile_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

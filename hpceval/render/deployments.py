@@ -8,11 +8,14 @@ function, its container, its port slots.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from typing import Any
 
 from hpceval.config import ResolvedConfig
 from hpceval.config.errors import ConfigError
-from hpceval.contract import SERVER_DIR, UNIX_URL, aux_folder, server_socket
+from hpceval.contract import COMPILE_CACHE_DIR, SERVER_DIR, UNIX_URL, aux_folder, server_socket
 from hpceval.engines import engine_for
 from hpceval.render.judge_in_job import urls_var
 from hpceval.render.ports import PortPlan
@@ -215,6 +218,9 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     # (shared-cluster-4 N5). Containers: bound in from the deployment's server folder.
     if from_host(resolved, served):
         env.append(("HPCEVAL_PRIVATE_CACHE", "1"))
+        store = compile_store(resolved, served)
+        if store is not None:  # its step seeds that folder from here, and adds to it after
+            env += [("HPCEVAL_COMPILE_CACHE", store), ("HPCEVAL_PYTHON", var("HPCEVAL_PYTHON"))]
     else:
         env += [(name, ShellCode(f'"{CONTAINER_CACHE}{sub}"')) for name, sub in SERVER_CACHES]
     env += [(name, env_value(value)) for name, value in dep.env_vars.items()]
@@ -224,8 +230,29 @@ def server_env(resolved: ResolvedConfig, served: Served) -> list[tuple[str, Any]
     return env
 
 
+def compile_store(resolved: ResolvedConfig, served: Served) -> Any:
+    """Where a host server's compile caches persist across jobs (job.compile_cache): one
+    folder per engine and model under execution.compile_cache_dir, else under the run's own
+    compile-cache folder; None where nothing is kept (turned off, or an engine that does not
+    compile)."""
+    ex, dep = resolved.spec.execution, served.dep
+    if not (ex.compile_cache and engine_for(dep.type).compiles):
+        return None
+    source = dep.checkpoint_path or dep.hf_model_handle or ""
+    # readable (the model's last path part) and exact (a digest of what the server loads)
+    digest = hashlib.sha256(f"{dep.type}\0{source}".encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(source.rstrip("/")))[:40]
+    name = f"{dep.type}-{slug.lstrip('.') or 'model'}-{digest}"
+    if ex.compile_cache_dir:
+        return f"{ex.compile_cache_dir.rstrip('/')}/{name}"  # a literal path: quoted
+    return ShellCode(f'"$RUN_DIR/{COMPILE_CACHE_DIR}/{name}"')
+
+
 # The servers' cache variables, and the folder each names under the cache root ("": the root).
-SERVER_CACHES = (("VLLM_CACHE_ROOT", "/vllm"), ("TRITON_CACHE_DIR", "/triton"),
+# TORCHINDUCTOR_CACHE_DIR: Inductor's default is /tmp/torchinductor_$USER, a fixed name in a
+# node's shared /tmp where another user can make it first and plant compiled kernels.
+SERVER_CACHES = (("VLLM_CACHE_ROOT", "/vllm"), ("TORCHINDUCTOR_CACHE_DIR", "/inductor"),
+                 ("TRITON_CACHE_DIR", "/triton"),
                  ("FLASHINFER_WORKSPACE_BASE", "/flashinfer"), ("CUDA_CACHE_PATH", "/nv-compute"),
                  ("XDG_CACHE_HOME", ""))
 # A container server's cache root: the deployment's server folder on shared storage (made by

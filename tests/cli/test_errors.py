@@ -35,7 +35,8 @@ PACKAGE = Path(hpceval.__file__).parent
 # module: it cannot import hpceval.errors).
 IN_JOB = {"BodyError", "UpstreamConnectError", "UpstreamProtocolError", "UpstreamFailure",
           "UpstreamDisconnected", "ResultsAlreadyFinal", "NoResultsFound", "SubmitFailed",
-          "JudgeError", "EndpointMissing", "EndpointUntrusted", "Untrusted", "Unread"}
+          "JudgeError", "EndpointMissing", "EndpointUntrusted", "Untrusted", "Unread",
+          "Skipped"}  # job.compile_cache: why a cache is not used, a line of the server log
 
 
 def _modules() -> list[str]:

@@ -230,6 +230,16 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
                           for p in model_logs)
     assert "--served-model-name " + JUDGE in log2  # the judge was started again, and idle
     assert (new_judge_lines, new_model_lines) == (0, 0)
+    # what the first job's servers put in their caches seeded this job's (job.compile_cache):
+    # per engine and model, so the judge (the same model) and the model share one store, to
+    # which the first of them to end added its files and the other nothing new
+    first_said = "".join(before[log] for log in (*model_logs, *judge_logs))
+    assert re.search(r"compile cache: [1-9]\d* new files .* kept in \S+/compile-cache/vllm-",
+                     first_said), first_said[-3000:]
+    for log in (*model_logs, *judge_logs):
+        said = log.read_text()[len(before[log]):]
+        assert re.search(r"compile cache: [1-9]\d* files \(.*\) from \S+/compile-cache/vllm-",
+                         said), said[-3000:]
     again = json.loads((task_dir / "results.json").read_text())
     assert {f"{m['name']},{m['filter'] or 'none'}": m["value"] for m in again["metrics"]} == ours
     print(f"\njudged_qa in a job: first job {first_job:.0f} s, {judged} judge requests, "

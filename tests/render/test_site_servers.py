@@ -7,12 +7,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from render_helpers import RenderFn, backend_env
-from support import FAKES
+from support import FAKES, ROOT
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
          "tensor_parallel_size": 8}
@@ -45,7 +46,7 @@ def test_vllm_usage_statistics_are_off(render: RenderFn, profile: str) -> None:
 
 
 CACHE_NAMES = ["VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "FLASHINFER_WORKSPACE_BASE",
-               "CUDA_CACHE_PATH"]
+               "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"]
 # the server command the step wrapper runs: prints its caches and the folder's mode and owner
 SHOW_CACHES = ["bash", "-c", 'for n in "$@"; do printf "%s=%s\\n" "$n" "${!n}"; done; '
                'stat -c "mode=%a owner=%u" "$XDG_CACHE_HOME"; mkdir -p "$VLLM_CACHE_ROOT"',
@@ -62,7 +63,7 @@ def test_host_servers_cache_in_a_private_folder_of_their_step(render: RenderFn,
             "HPCEVAL_JOB_TOKEN": "t"}
     exported = run_env_function(script, base, [*CACHE_NAMES, "HF_HOME", "HPCEVAL_PRIVATE_CACHE"])
     # the batch shell names no cache folder: the step makes its own on its node
-    assert [exported[n] for n in CACHE_NAMES] == [""] * 5, exported
+    assert [exported[n] for n in CACHE_NAMES] == [""] * len(CACHE_NAMES), exported
     assert exported["HPCEVAL_PRIVATE_CACHE"] == "1"
     # moving XDG_CACHE_HOME must not move the hub cache that holds the models
     assert exported["HF_HOME"] == "/home/alice/.cache/huggingface"
@@ -81,6 +82,8 @@ def test_host_servers_cache_in_a_private_folder_of_their_step(render: RenderFn,
     assert root.parent == node_tmp and root.name.startswith("hpceval-cache.") and root != planted
     assert got["VLLM_CACHE_ROOT"] == f"{root}/vllm"
     assert got["TRITON_CACHE_DIR"] == f"{root}/triton"
+    # Inductor's default is /tmp/torchinductor_$USER: a fixed name in the node's shared /tmp
+    assert got["TORCHINDUCTOR_CACHE_DIR"] == f"{root}/inductor"
     # FlashInfer's JIT cache and CUDA's ComputeCache default to $HOME, whose quota every job
     # of the user shares (hpc-admin-2 D12)
     assert got["FLASHINFER_WORKSPACE_BASE"] == f"{root}/flashinfer"
@@ -96,15 +99,57 @@ def test_host_servers_cache_in_a_private_folder_of_their_step(render: RenderFn,
     assert "set TMPDIR to a writable node-local folder" in failed.stderr
 
 
-def run_step(script: str, node_tmp: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+def run_step(script: str, node_tmp: Path, command: list[str],
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The rendered step wrapper on node 'localhost', as launch_server starts it, with the
-    environment the server environment function gives a host server."""
+    environment the server environment function gives a host server (and `env`)."""
     pin = re.search(r"^PIN_GPUS='(.*?)'$", script, re.S | re.M)
     assert pin, "no PIN_GPUS in the script"
     return subprocess.run(["/bin/bash", "-c", pin.group(1), "pin-gpus", "localhost", "", "0", "0",
                            *command], capture_output=True, text=True, timeout=60, check=False,
                           env={"PATH": os.environ["PATH"], "TMPDIR": str(node_tmp),
-                               "HPCEVAL_PRIVATE_CACHE": "1"})
+                               "HPCEVAL_PRIVATE_CACHE": "1", **(env or {})})
+
+
+# a server that finds what earlier ones compiled and compiles one kernel of its own
+COMPILING = ["bash", "-c", 'ls "$TORCHINDUCTOR_CACHE_DIR" 2>/dev/null | tr "\\n" " "; echo; '
+             'mkdir -p "$TORCHINDUCTOR_CACHE_DIR"; echo k > "$TORCHINDUCTOR_CACHE_DIR/$1"',
+             "server"]
+
+
+def test_a_host_server_starts_from_what_the_model_compiled_before(render: RenderFn,
+                                                                  tmp_path: Path) -> None:
+    script = render("local-dev", {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
+                    ["deployment.runtime=host"])
+    env = run_env_function(script, {"PATH": os.environ["PATH"], "RUN_DIR": "/runs/r",
+                                    "HPCEVAL_PYTHON": "/venv/bin/python", "HPCEVAL_JOB_TOKEN": "t"},
+                           ["HPCEVAL_COMPILE_CACHE", "HPCEVAL_PYTHON"])
+    # per engine and model, in the run's folder unless execution.compile_cache_dir says
+    assert re.fullmatch(r"/runs/r/compile-cache/vllm-m-[0-9a-f]{12}", env["HPCEVAL_COMPILE_CACHE"])
+    assert env["HPCEVAL_PYTHON"] == "/venv/bin/python"  # the step runs the helper with it
+    node_tmp = tmp_path / "tmp"
+    node_tmp.mkdir()
+    store = tmp_path / "compile-cache" / "vllm-m"
+    step_env = {"HPCEVAL_COMPILE_CACHE": str(store), "HPCEVAL_PYTHON": sys.executable,
+                "PYTHONPATH": str(ROOT)}
+    first = run_step(script, node_tmp, [*COMPILING, "first.so"], step_env)
+    assert first.returncode == 0 and first.stdout.strip() == "", first.stderr
+    assert "compile cache: nothing published in" in first.stderr
+    assert "compile cache: 1 new files" in first.stderr
+    second = run_step(script, node_tmp, [*COMPILING, "second.so"], step_env)
+    assert second.stdout.split() == ["first.so"], second.stderr  # seeded before it started
+    assert "compile cache: 1 files" in second.stderr
+    assert sorted(p.name for p in (store / "current" / "inductor").iterdir()) == [
+        "first.so", "second.so"]
+    assert list(node_tmp.iterdir()) == []  # the private folders went with their servers
+
+    off = render("local-dev", {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
+                 ["deployment.runtime=host", "execution.compile_cache=false"])
+    assert "HPCEVAL_COMPILE_CACHE" not in env_function(off)
+    site = render("local-dev", {**RUN, "deployment": {**MODEL, "tensor_parallel_size": 4}},
+                  ["deployment.runtime=host", "execution.compile_cache_dir=/scratch/a b"])
+    assert re.search(r"export HPCEVAL_COMPILE_CACHE='/scratch/a b/vllm-m-[0-9a-f]{12}'\n",
+                     env_function(site))
 
 
 def test_container_servers_keep_their_cache_in_the_server_folder(render: RenderFn) -> None:
