@@ -65,6 +65,7 @@ from hpceval.job.proxy_sessions import Sessions
 from hpceval.job.proxy_stats import Answered, TaskRecorder
 from hpceval.job.proxy_tls import server_context
 from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
+from hpceval.results.ledger import BUSY, append_mark
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,9 @@ class ProxyServer:
         if self.load is not None:
             self.load.write(durable=True)
         self._write_progress("stopped", durable=True)
+        if self.config.progress_file is not None:  # the rest of the tasks phase, servers idled
+            append_mark(self.config.progress_file.parent, BUSY,
+                        f"{self.progress.busy()['seconds']:.1f}")
 
     async def flush(self) -> None:
         """SIGUSR1 (Slurm's pre-timeout signal): make cache, progress and load durable."""

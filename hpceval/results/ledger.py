@@ -20,8 +20,11 @@ A phase lasts from its first mark to the next phase's; a phase without its mark 
 last ``start``. Without an ``end`` the job still runs (its last phase lasts until now) or was
 killed past the scheduler's grace. ``queued`` is from its submission (jobs.json) to ``start``,
 and holds no GPU. Within ``tasks``, ``tail`` is the time the last task ran alone: its end after
-the end of the one before (the tasks' manifests of this job). GPU-seconds are a phase's seconds
-times the GPUs the job holds (the header's request, written with ``start``).
+the end of the one before (the tasks' manifests of this job), and ``idle`` the time the model's
+servers had no request in flight: ``tasks`` less the ``busy`` seconds the in-job proxy counted
+and appended when it stopped (``append_mark``; requests it held while the model loaded are not
+in flight). GPU-seconds are a phase's seconds times the GPUs the job holds (the header's
+request, written with ``start``).
 
 The file is read once through one descriptor, only if it is the user's (trust.read_own_file),
 at most READ_LIMIT bytes; malformed lines are skipped, so a damaged or planted ledger shows
@@ -35,6 +38,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,14 +55,16 @@ from hpceval.contract import (
     SERVER_DIR,
     TASKS_DIR,
 )
-from hpceval.trust import Unread, read_own_file
+from hpceval.trust import Unread, read_own_file, stat_problem
 
 READ_LIMIT = 1 << 20  # a job writes about 300 bytes
 PHASE_OF = {"start": "setup", "launched": "load", "ready": "tasks", "tasks_done": "teardown",
             "teardown": "teardown", "end": ""}
 PHASES = ("setup", "load", "tasks", "teardown")
-# not a phase: where this job's lines of the model's head server log begin (its load report)
-LOG_FROM = "log_from"
+# not phases: where this job's lines of the model's head server log begin (its load report);
+# the seconds its servers had a request in flight (the proxy's, at its stop)
+LOG_FROM, BUSY = "log_from", "busy"
+VALUES = (LOG_FROM, BUSY)
 MAX_GPUS = 1 << 20
 RECORD_LIMIT = 1 << 20  # a task's manifest.json: a few KiB
 LOG_READ = 1 << 20  # of the server's log from there: its start-up report is in the first KiBs
@@ -78,6 +84,7 @@ class JobLedger:
     # within load, what the engine reported: step -> seconds (Engine.load_steps)
     load_steps: Mapping[str, float] = field(default_factory=dict)
     phase: str | None = None  # the phase it is in (its last begun); None once it ended
+    idle_s: float | None = None  # within tasks: no request in flight (None: not recorded)
 
     @property
     def total_s(self) -> float:
@@ -93,6 +100,7 @@ class JobLedger:
                 "ended": self.ended, "queued_s": _round(self.queued_s),
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
                 "total_s": round(self.total_s, 1), "tail_s": _round(self.tail_s),
+                "idle_s": _round(self.idle_s),
                 "load_steps": {k: round(v, 1) for k, v in self.load_steps.items()},
                 "gpu_seconds": self.gpu_seconds(), "phase": self.phase}
 
@@ -110,7 +118,7 @@ def parse_marks(text: str) -> dict[str, list[Mark]]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) not in (3, 4) or len(parts[0]) > 64 \
-                or (parts[2] not in PHASE_OF and parts[2] != LOG_FROM):
+                or (parts[2] not in PHASE_OF and parts[2] not in VALUES):
             continue
         try:
             when = float(parts[1])
@@ -157,7 +165,36 @@ def job_ledger(job_id: str, marks: list[Mark], *, now: float | None = None,
     queued = start - submitted_at if submitted_at is not None and start >= submitted_at \
         else None
     return JobLedger(job_id, start, gpus, seconds, ended, queued, tail, tuple(notes),
-                     phase=None if ended else order[-1][1])
+                     phase=None if ended else order[-1][1], idle_s=_idle(marks, seconds["tasks"]))
+
+
+def _idle(marks: list[Mark], tasks_s: float) -> float | None:
+    """The tasks phase less the proxy's busy seconds (its last busy mark), never below 0."""
+    busy = [value for _when, name, value in marks if name == BUSY]
+    try:
+        seconds = float(busy[-1]) if busy else math.nan
+    except ValueError:
+        return None
+    return max(0.0, tasks_s - seconds) if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def append_mark(folder: Path, name: str, value: str) -> None:
+    """One mark as the job script's ``mark`` writes it (preamble.j2), from the in-job proxy:
+    its busy seconds as it stops. Only into a ledger this job began (its start mark made the
+    file), of yours; a judge's proxy, whose folder has none, writes nothing."""
+    job = os.environ.get("HPCEVAL_JOB_ID") or "local"
+    try:
+        fd = os.open(folder / LEDGER_FILE, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if stat_problem(os.fstat(fd), plain=True) is None:
+            os.write(fd, f"{job} {time.time():.6f} {name} {value}\n".encode())
+    except OSError:
+        pass  # a full disk: the phase is shown as unknown
+    finally:
+        os.close(fd)
 
 
 def _tail(ends: list[float], tasks_from: float | None, tasks_to: float | None) -> float | None:
@@ -268,8 +305,11 @@ def ledger_line(job: JobLedger) -> str:
     parts = []
     for name in PHASES:
         text = f"{name} {job.seconds[name]:.0f} s"
-        if name == "tasks" and job.tail_s is not None:
-            text += f" (last task alone {job.tail_s:.0f} s)"
+        within = [f"last task alone {job.tail_s:.0f} s"] if job.tail_s is not None else []
+        if job.idle_s is not None:
+            within.append(f"servers idle {job.idle_s:.0f} s")
+        if name == "tasks" and within:
+            text += f" ({', '.join(within)})"
         if name == "load" and job.load_steps:
             text += " (" + ", ".join(f"{step} {s:.0f} s" for step, s in
                                      job.load_steps.items()) + ")"
@@ -288,12 +328,13 @@ def ledger_line(job: JobLedger) -> str:
 def sum_ledgers(models: Iterable[tuple[Sequence[JobLedger], str | None]]) -> dict[str, Any]:
     """Every job of these models summed (each model as read_ledger gives it: its jobs, why
     unknown): ``gpu_seconds`` and ``seconds`` (wall) per phase, ``tail_gpu_seconds`` and
-    ``tail_s`` (the last task alone: part of tasks), ``gpu_hours`` (all phases), ``jobs``,
+    ``tail_s`` (the last task alone: part of tasks), ``idle_gpu_seconds`` and ``idle_s`` (no
+    request in flight: part of tasks; jobs that recorded it), ``gpu_hours`` (all phases), ``jobs``,
     ``running`` (no end mark: counted until now), ``no_gpus`` (jobs that did not say how many
     GPUs they held: in ``seconds``, not in the GPU figures), ``models`` (with a job) and
     ``unknown`` (models whose ledger was not read)."""
     seconds, gpu = dict.fromkeys(PHASES, 0.0), dict.fromkeys(PHASES, 0.0)
-    tail_s = tail_gpu = 0.0
+    tail_s = tail_gpu = idle_s = idle_gpu = 0.0
     count = {"models": 0, "unknown": 0, "jobs": 0, "running": 0, "no_gpus": 0}
     for jobs, why in models:
         count["unknown"] += why is not None
@@ -303,15 +344,19 @@ def sum_ledgers(models: Iterable[tuple[Sequence[JobLedger], str | None]]) -> dic
             count["running"] += not job.ended
             tail = min(job.tail_s or 0.0, job.seconds["tasks"])  # never more than its phase
             tail_s += tail
+            idle = min(job.idle_s or 0.0, job.seconds["tasks"])
+            idle_s += idle
             for name in PHASES:
                 seconds[name] += job.seconds[name]
             if job.gpus is None:
                 count["no_gpus"] += 1
                 continue
             tail_gpu += tail * job.gpus
+            idle_gpu += idle * job.gpus
             for name in PHASES:
                 gpu[name] += job.seconds[name] * job.gpus
     return {**count, "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "gpu_seconds": {k: round(v, 1) for k, v in gpu.items()},
             "tail_s": round(tail_s, 1), "tail_gpu_seconds": round(tail_gpu, 1),
+            "idle_s": round(idle_s, 1), "idle_gpu_seconds": round(idle_gpu, 1),
             "gpu_hours": round(sum(gpu.values()) / 3600, 3)}

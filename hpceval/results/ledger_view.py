@@ -111,20 +111,26 @@ def _decimals(hours: float) -> int:
 
 
 def totals_line(total: Mapping[str, Any]) -> str:
-    """'of 12.4 GPU-hours: 1.1 setup, 3.0 load, 8.0 tasks (0.5 last task alone), 0.3
-    teardown; 3 job(s) of 2 model(s)' (sum_ledgers' dict), then what it could not count."""
+    """'of 12.4 GPU-hours: 1.1 setup, 3.0 load, 8.0 tasks (0.5 last task alone, 0.3 servers
+    idle), 0.3 teardown; 3 job(s) of 2 model(s)' (sum_ledgers' dict), then what it could not
+    count."""
     if not total["jobs"]:
         return "no ledger" + (f" ({total['unknown']} unknown)" if total["unknown"] else "")
     values, tail, unit = total["gpu_seconds"], total["tail_gpu_seconds"], "GPU-hours"
+    idle = total.get("idle_gpu_seconds", 0.0)
     if not sum(values.values()):  # no GPU held (a CPU job) or none said: the wall time
         values, tail, unit = total["seconds"], total["tail_s"], "hours (no GPU-hours)"
+        idle = total.get("idle_s", 0.0)
     whole = sum(values.values()) / 3600
     places = _decimals(whole)
     parts = []
     for name in PHASES:
         text = f"{values[name] / 3600:.{places}f} {name}"
-        if name == "tasks" and tail:
-            text += f" ({tail / 3600:.{places}f} last task alone)"
+        within = [f"{tail / 3600:.{places}f} last task alone"] if tail else []
+        if idle:
+            within.append(f"{idle / 3600:.{places}f} servers idle")
+        if name == "tasks" and within:
+            text += f" ({', '.join(within)})"
         parts.append(text)
     text = (f"of {whole:.{places}f} {unit}: " + ", ".join(parts)
             + f"; {total['jobs']} job(s) of {total['models']} model(s)")

@@ -335,6 +335,9 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     assert all(ledger.seconds[p] > 0 for p in ("setup", "load", "tasks", "teardown")), \
         ledger.to_json()
     assert 0 < ledger.load_steps["weights"] < ledger.seconds["load"], ledger.to_json()
+    # the proxy's busy seconds came with its stop: the rest of the tasks phase, servers idled
+    assert ledger.idle_s is not None and 0 <= ledger.idle_s < ledger.seconds["tasks"], \
+        ledger.to_json()
     # and the proxy sampled the real server's /metrics (server-load.json) while tasks ran
     load = load_server_load(str(model))
     assert load.facts is not None, load.problem

@@ -11,8 +11,10 @@ import pytest
 from support.runs import ledger_marks as marks
 
 from hpceval.results.ledger import (
+    BUSY,
     PHASES,
     SPLIT_JOBS,
+    append_mark,
     job_ledger,
     ledger_line,
     parse_marks,
@@ -187,7 +189,47 @@ def test_sums_add_gpu_seconds_per_phase_over_jobs_and_models() -> None:
     assert sum_ledgers([]) == {**dict.fromkeys(
         ("models", "unknown", "jobs", "running", "no_gpus"), 0),
         "seconds": dict.fromkeys(PHASES, 0.0), "gpu_seconds": dict.fromkeys(PHASES, 0.0),
-        "tail_s": 0.0, "tail_gpu_seconds": 0.0, "gpu_hours": 0.0}
+        "tail_s": 0.0, "tail_gpu_seconds": 0.0, "idle_s": 0.0, "idle_gpu_seconds": 0.0,
+        "gpu_hours": 0.0}
+
+
+def test_the_servers_idle_time_is_the_tasks_phase_less_the_proxy_s_busy_seconds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ledger").write_text(marks(*FULL[:-1]))  # the proxy stops before the end
+    monkeypatch.setenv("HPCEVAL_JOB_ID", "42")
+    append_mark(tmp_path, BUSY, "90.0")
+    with (tmp_path / "ledger").open("a") as ledger:
+        ledger.write(marks((180, "end")))
+    (job,), why = read_ledger(tmp_path)
+    assert why is None and job.idle_s == 30.0 and job.to_json()["idle_s"] == 30.0
+    assert "tasks 120 s (servers idle 30 s)" in ledger_line(job)
+    total = sum_ledgers([([job], None)])
+    assert (total["idle_s"], total["idle_gpu_seconds"]) == (30.0, 120.0)
+    assert "0.13 tasks (0.03 servers idle)" in totals_line(total)
+    # none recorded (no proxy, or killed before its stop), or not a number: unknown, not 0
+    for value in ("", " x", " nan", " -1"):
+        text = marks(*FULL).replace(" tasks_done", f" busy{value}\n42 {T0 + 170} tasks_done")
+        (found,) = parse_marks(text).items()
+        assert job_ledger(*found).idle_s is None, value
+    # busier than the phase (requests in flight into the teardown): idle 0
+    (found,) = parse_marks(marks(*FULL) + f"42 {T0 + 175} busy 500\n").items()
+    assert job_ledger(*found).idle_s == 0.0
+
+
+def test_the_proxy_marks_only_a_ledger_its_job_began(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HPCEVAL_JOB_ID", raising=False)
+    append_mark(tmp_path, BUSY, "1.0")  # a judge's folder: no ledger, none made
+    assert not (tmp_path / "ledger").exists()
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "ledger").symlink_to(target)
+    append_mark(tmp_path, BUSY, "1.0")
+    assert target.read_text() == ""
+    (tmp_path / "ledger").unlink()
+    (tmp_path / "ledger").write_text("")
+    append_mark(tmp_path, BUSY, "2.5")  # a local run's job is "local", as `mark` writes it
+    assert (tmp_path / "ledger").read_text().split()[::2] == ["local", "busy"]
 
 
 def test_the_line_of_a_large_sweep_and_of_jobs_without_gpus() -> None:

@@ -46,8 +46,10 @@ def job_bar(job: JobLedger) -> tuple[str, list[tuple[str, float, str]], str]:
     parts = [("setup", s["setup"], _tip("setup", s["setup"], gpus)),
              ("load", s["load"], _tip("load", s["load"], gpus, f" ({steps})" if steps else "")),
              ("tasks", s["tasks"] - tail, _tip(
-                 "tasks", s["tasks"], gpus, f", the last {tail:.0f} s of it one task alone"
-                 if tail else "")),
+                 "tasks", s["tasks"], gpus, (f", the last {tail:.0f} s of it one task alone"
+                                             if tail else "")
+                 + (f", servers idle {job.idle_s:.0f} s of it" if job.idle_s is not None
+                    else ""))),
              ("last task alone", tail, _tip("last task alone", tail, gpus)),
              ("teardown", s["teardown"], _tip("teardown", s["teardown"], gpus))]
     note = span(job.total_s) + (f" on {gpus} GPU(s)" if gpus else "")
