@@ -62,9 +62,10 @@ PHASE_OF = {"start": "setup", "launched": "load", "ready": "tasks", "tasks_done"
             "teardown": "teardown", "end": ""}
 PHASES = ("setup", "load", "tasks", "teardown")
 # not phases: where this job's lines of the model's head server log begin (its load report);
-# the seconds its servers had a request in flight (the proxy's, at its stop)
-LOG_FROM, BUSY = "log_from", "busy"
-VALUES = (LOG_FROM, BUSY)
+# the seconds its servers had a request in flight (the proxy's, at its stop); a sweep element's
+# id as jobs.json holds it (<array>_<index>: the job writes its own id on each line)
+LOG_FROM, BUSY, ELEMENT = "log_from", "busy", "element"
+VALUES = (LOG_FROM, BUSY, ELEMENT)
 MAX_GPUS = 1 << 20
 RECORD_LIMIT = 1 << 20  # a task's manifest.json: a few KiB
 LOG_READ = 1 << 20  # of the server's log from there: its start-up report is in the first KiBs
@@ -220,7 +221,7 @@ def read_ledger(model_dir: Path, *, submitted: Mapping[str, float] | None = None
         return [], None if exc.missing else f"{LEDGER_FILE} {exc}"
     marks = parse_marks(data.decode("utf-8", errors="replace"))
     ends = _task_ends(model_dir) if details else {}
-    out = sorted((job_ledger(job, found, now=now, submitted_at=(submitted or {}).get(job),
+    out = sorted((job_ledger(job, found, now=now, submitted_at=_submitted_at(submitted, job, found),
                              task_ends=ends.get(job, ())) for job, found in marks.items()),
                  key=lambda j: j.started_at)
     if not details:
@@ -230,6 +231,18 @@ def read_ledger(model_dir: Path, *, submitted: Mapping[str, float] | None = None
     split = {j.job_id for j in out[-SPLIT_JOBS:]}
     return [dataclasses.replace(j, load_steps=_load_steps(model_dir, marks[j.job_id]))
             if j.job_id in split else j for j in out], None
+
+
+def _submitted_at(submitted: Mapping[str, float] | None, job: str,
+                  marks: list[Mark]) -> float | None:
+    """When jobs.json says the job was submitted: by its id, else (a sweep's element) by the
+    element id it marked."""
+    if not submitted:
+        return None
+    if job in submitted:
+        return submitted[job]
+    element = next((value for _when, name, value in marks if name == ELEMENT), "")
+    return submitted.get(element) if element else None
 
 
 def _load_steps(model_dir: Path, marks: list[Mark]) -> dict[str, float]:

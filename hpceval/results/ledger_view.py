@@ -29,7 +29,7 @@ JOBS_LISTED = 50
 
 def submitted_of(jobs: Jobs, index: int) -> dict[str, float]:
     """A model's job ids -> when each was submitted (jobs.json), for ``queued_s``. A sweep's
-    element is listed as <array>_<n>, while its job writes its own id: its queue is unknown."""
+    element is listed as <array>_<n>: its job marks that id as ``element`` (results.ledger)."""
     return {e.scheduler_id(index): e.submitted_at for e in jobs.main_for(index)}
 
 

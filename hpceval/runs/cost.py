@@ -6,7 +6,9 @@ for held GPUs, busy or not. A model's cost is every job of its chain (the first 
 each resume), so failed and timed-out attempts count too; a sweep's judge job (scope: sweep) is
 a row of its own, ``auxiliary/<name>``. A task's cost is its own duration (manifest.json) times
 the GPUs of the job that ran it; tasks a job ran side by side (max_concurrent_tasks > 1) share
-those GPUs, so task figures can add up to more than the model's.
+those GPUs, so task figures can add up to more than the model's. Per scored item: a task's
+GPU-seconds over the items its results.json says were scored (the most of its metrics'
+``n_samples``), what a larger ``limit_samples`` would cost per item.
 
 Usage comes from the scheduler call a refresh makes anyway: `usage_round` names the jobs whose
 usage is not known yet to their backends before that call (`Backend.usage(..., ask=False)`),
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.backends import BACKENDS, Backend, JobUsage, UsageQuery
-from hpceval.contract import MANIFEST_FILE, aux_folder, is_done, task_dir
+from hpceval.contract import MANIFEST_FILE, RESULTS_FILE, aux_folder, is_done, task_dir
 from hpceval.records import Role, RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_json, cache_dir, read_json_object
 
@@ -133,6 +135,18 @@ def _task_run_by(manifest: dict[str, Any]) -> str | None:
     return str(job_id) if job_id else None
 
 
+def _items(task_folder: Path) -> int | None:
+    """How many items the task scored: the most of its results.json metrics' n_samples."""
+    record = read_json_object(task_folder / RESULTS_FILE) or {}
+    metrics = record.get("metrics")
+    if not isinstance(metrics, list):
+        return None
+    counts = [m["n_samples"] for m in metrics if isinstance(m, dict)
+              and isinstance(m.get("n_samples"), int) and not isinstance(m["n_samples"], bool)
+              and m["n_samples"] > 0]
+    return max(counts) if counts else None
+
+
 def _hours(seconds: float, count: int) -> float:
     return round(count * seconds / 3600.0, 6)
 
@@ -140,7 +154,7 @@ def _hours(seconds: float, count: int) -> float:
 def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[str, Any]:
     """{accounted, gpu_hours, node_hours, unknown_jobs, models: [{model, gpu_hours,
     node_hours, elapsed_s, jobs, unknown_jobs, tasks: [{task, duration_s, gpu_hours,
-    node_hours}]}]}."""
+    node_hours, items, gpu_s_per_item}]}]}."""
     attempts = run_jobs(run_dir, run, jobs)
     models: list[dict[str, Any]] = []
     for model in run.models:
@@ -158,9 +172,12 @@ def run_cost(run_dir: Path, run: RunRecord, jobs: Any, book: UsageBook) -> dict[
             usage = usages.get(_task_run_by(manifest) or "", newest)
             if duration is None or usage is None:
                 continue
-            tasks.append({"task": task.task, "duration_s": duration,
-                          "gpu_hours": _hours(duration, usage.gpus),
-                          "node_hours": _hours(duration, usage.nodes)})
+            gpu_hours = _hours(duration, usage.gpus)
+            items = _items(Path(here))
+            tasks.append({"task": task.task, "duration_s": duration, "gpu_hours": gpu_hours,
+                          "node_hours": _hours(duration, usage.nodes), "items": items,
+                          "gpu_s_per_item": round(gpu_hours * 3600 / items, 3) if items
+                          else None})
         models.append({
             "model": model.key, "jobs": len(mine), "unknown_jobs": len(mine) - len(known),
             "elapsed_s": sum(u.elapsed_s for u in known),
@@ -228,10 +245,11 @@ def cost_frame(run_dirs: Iterable[Path], backends: Callable[[], BackendOf]) -> A
             base = {"invocation_id": run.invocation_id, "model": m["model"]}
             rows.append({**base, "task": "(all jobs)", "jobs": m["jobs"],
                          "unknown_jobs": m["unknown_jobs"], "duration_s": m["elapsed_s"],
-                         "gpu_hours": m["gpu_hours"], "node_hours": m["node_hours"]})
+                         "gpu_hours": m["gpu_hours"], "node_hours": m["node_hours"],
+                         "items": None, "gpu_s_per_item": None})
             rows += [{**base, "jobs": None, "unknown_jobs": None, **t} for t in m["tasks"]]
     return pd.DataFrame(rows, columns=COST_COLUMNS)
 
 
 COST_COLUMNS = ["invocation_id", "model", "task", "jobs", "unknown_jobs", "duration_s",
-                "gpu_hours", "node_hours"]
+                "gpu_hours", "node_hours", "items", "gpu_s_per_item"]

@@ -126,6 +126,25 @@ def test_a_sweep_sums_every_model_and_draws_the_table_s(tmp_path: Path, fake: Fa
     assert "job &lt;b&gt;0" in section and "<b>0" not in section  # a planted id is escaped
 
 
+def test_a_sweep_element_is_queued_from_its_array_s_submission(tmp_path: Path,
+                                                               fake: FakeSlurm) -> None:
+    """jobs.json holds an element as <array>_<index>; its job writes its own id on each
+    line, and that element id once (preamble.j2), by which its queue is found."""
+    result = submit_configs(configs(tmp_path, 2), fake, aggregate=False)
+    entry = read_jobs(result.run_dir).chain[0]
+    t0 = entry.submitted_at + 30
+    for i, key in enumerate(("model-00", "model-01")):
+        finish_task(result.run_dir, key, ONE)
+        marks = ledger_marks(*FULL, job=f"90{i}", t0=t0).splitlines()
+        if i == 0:  # model-01's job is older than the element mark: its queue stays unknown
+            marks.insert(1, f"90{i} {t0 + 0.1} element {entry.scheduler_id(i)}")
+        (Path(model_dir(result.run_dir, key)) / LEDGER_FILE).write_text("\n".join(marks) + "\n")
+    out = CliRunner().invoke(cli, ["results", str(result.run_dir), "--json"])
+    assert out.exit_code == 0, out.output
+    queued = {r["model"]: r["ledger"]["jobs"][0]["queued_s"] for r in json.loads(out.output)}
+    assert queued == {"model-00": 30.0, "model-01": None}
+
+
 def test_many_jobs_list_and_draw_the_newest(run: Path) -> None:
     path = Path(model_dir(run, "solo")) / LEDGER_FILE
     path.write_text("".join(ledger_marks((0, "start"), (5, "end"), job=str(900 + i),

@@ -24,8 +24,10 @@ from hpceval.tasks.result import Metric, TaskResult
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
 
 
-def _finish(run_dir: Path, model: str, task: str, duration: float, slurm: dict[str, str]) -> None:
-    result = TaskResult(task, "ut-harness", "1.0", [Metric(task.split(".")[-1], "acc", 0.5)])
+def _finish(run_dir: Path, model: str, task: str, duration: float, slurm: dict[str, str],
+            items: int | None = None) -> None:
+    result = TaskResult(task, "ut-harness", "1.0", [Metric(task.split(".")[-1], "acc", 0.5,
+                                                           n_samples=items)])
     finalize_task(run_dir / "models" / model / "tasks" / task, result.to_json(),
                   {"duration_s": duration, "slurm": slurm})
 
@@ -42,7 +44,7 @@ def test_status_shows_gpu_hours_from_the_same_sacct_call(tmp_path: Path,
     single = submit_configs(configs(tmp_path / "a"), recorded)  # job 15
     sweep = submit_configs(configs(tmp_path / "b", 2), recorded, aggregate=False)  # array 16
     assert list(single.job_ids) == ["15"] and sweep.job_ids[0] == "16"
-    _finish(single.run_dir, "solo", ONE, 1.8, {"job_id": "15"})
+    _finish(single.run_dir, "solo", ONE, 1.8, {"job_id": "15"}, items=40)
     _finish(sweep.run_dir, "model-01", ONE, 0.9, {"job_id": "17", "array_job_id": "16",
                                                   "array_task_id": "1"})
     out = CliRunner().invoke(cli, ["status", "--json", single.invocation_id,
@@ -54,9 +56,12 @@ def test_status_shows_gpu_hours_from_the_same_sacct_call(tmp_path: Path,
     assert a["cost"]["node_hours"] == pytest.approx(2 * 3 / 3600, abs=1e-6)
     (task,) = a["cost"]["models"][0]["tasks"]
     assert task["task"] == ONE and task["gpu_hours"] == pytest.approx(4 * 1.8 / 3600, abs=1e-6)
+    # 4 GPUs x 1.8 s over the 40 items it scored
+    assert (task["items"], task["gpu_s_per_item"]) == (40, pytest.approx(0.18, abs=1e-3))
     per_model = {m["model"]: m for m in b["cost"]["models"]}
     assert per_model["model-00"]["gpu_hours"] == pytest.approx(2 / 3600, abs=1e-6)
     assert per_model["model-01"]["tasks"][0]["gpu_hours"] == pytest.approx(0.9 / 3600, abs=1e-6)
+    assert per_model["model-01"]["tasks"][0]["gpu_s_per_item"] is None  # no n_samples said
     assert b["cost"]["gpu_hours"] == pytest.approx(4 / 3600, abs=1e-6)
     text = CliRunner().invoke(cli, ["status", single.invocation_id])
     assert "cost: 0.00333 GPU-h, 0.00167 node-h" in text.output

@@ -72,6 +72,11 @@ def comparison_section(items: list[TaskComparison]) -> str:
     return "".join(out)
 
 
+def _missing(value: Any) -> bool:
+    """None or NaN: a frame's empty cell."""
+    return value is None or value != value
+
+
 def cost_section(cost: Any) -> str:
     if cost is None or cost.empty:
         return ('<section id="cost"><h2>Cost</h2><p class="meta">No accounting for these '
@@ -82,6 +87,8 @@ def cost_section(cost: Any) -> str:
         rows.append([_e(r.invocation_id), _e(r.model), _e(r.task),
                      f"{r.gpu_hours:.4g}", f"{r.node_hours:.4g}",
                      _e(_duration(r.duration_s)),
+                     "" if whole or _missing(r.items) else _e(f"{int(r.items)}"),
+                     "" if whole or _missing(r.gpu_s_per_item) else f"{r.gpu_s_per_item:.4g}",
                      _e(f"{int(r.jobs)} ({int(r.unknown_jobs)} not accounted)" if whole and
                         r.unknown_jobs else (int(r.jobs) if whole else ""))])
     models = cost[cost["task"] == "(all jobs)"]
@@ -90,8 +97,10 @@ def cost_section(cost: Any) -> str:
     return ('<section id="cost"><h2>Cost</h2><p class="meta">What the jobs held (Slurm: '
             "AllocTRES; local: the runner's record) × how long (Elapsed); a model's row sums "
             "every job of its chain, a "
-            "task's row is its duration × its job's GPUs. " + _e(total) + "</p>"
-            + _table(["run", "model", "task", "GPU-h", "node-h", "time", "jobs"], rows, "cost")
+            "task's row is its duration × its job's GPUs, and per item its GPU-seconds over "
+            "the items it scored. " + _e(total) + "</p>"
+            + _table(["run", "model", "task", "GPU-h", "node-h", "time", "items",
+                      "GPU-s per item", "jobs"], rows, "cost")
             + "</section>")
 
 
