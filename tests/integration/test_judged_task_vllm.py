@@ -298,5 +298,11 @@ def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClien
         assert ours == own_results(task_dir / "harness")
     assert state.phase is Phase.DONE, (state.reason, logs)
     assert (judge_state.phase, judge_state.reason) == (Phase.DONE, "stopped after the sweep")
+    # each element's ledger knows its time in the queue: jobs.json holds it as <array>_<i>,
+    # which its job marked beside its own id (preamble.j2)
+    rows = json.loads(hpceval("results", str(run_dir), "--json").stdout)
+    for row in rows:
+        (job,) = row["ledger"]["jobs"]
+        assert job["queued_s"] is not None and job["queued_s"] >= 0, row["ledger"]
     print(f"\njudged_qa sweep of 2 models, one vLLM judge job: {served_requests(judge_logs[0])} "
           f"judge requests, whole test {time.monotonic() - started:.0f} s")
