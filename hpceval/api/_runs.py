@@ -116,7 +116,9 @@ class RunInfo:
     loads: dict[str, tuple[tuple[str, int], ...]]  # model key -> (job, s to healthy) each
     # model key -> (task key, what the in-job proxy counted for it: its runtime.json) each
     runtime: dict[str, tuple[tuple[str, Runtime], ...]] = field(default_factory=dict)
-    # model key -> its servers' load sampled from /metrics (server-load.json)
+    # model key -> its servers' load sampled from /metrics (server-load.json); then each judge
+    # with one: "auxiliary/<name>" (a sweep's judge job), "<model key>/auxiliary/<name>" (a
+    # judge served in the model's job)
     server_load: dict[str, ServerLoad] = field(default_factory=dict)
     # model key -> (where each job's allocation went: results.ledger, why unreadable or None)
     ledger: dict[str, tuple[list[JobLedger], str | None]] = field(default_factory=dict)
@@ -141,11 +143,32 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
                    {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models},
                    {m.key: tuple((t.key, load_runtime(task_dir(run_dir, m.key, t.key)))
                                  for t in m.tasks) for m in manifest.models},
-                   {m.key: load_server_load(model_dir(run_dir, m.key))
-                    for m in manifest.models},
+                   {**{m.key: load_server_load(model_dir(run_dir, m.key))
+                       for m in manifest.models}, **_judge_loads(ref.run_dir, manifest)},
                    {m.key: read_ledger(model_dir(ref.run_dir, m.key),
                                        submitted=submitted_of(jobs, m.index))
                     for m in manifest.models})
+
+
+JUDGES_LISTED = 16  # in-job judges per model whose load is read (a model has one or two)
+
+
+def _judge_loads(run_dir: Path, manifest: RunRecord) -> dict[str, ServerLoad]:
+    """Each judge's server-load.json that exists (its proxy samples its servers too)."""
+    from hpceval.contract import AUX_DIR, aux_dir, aux_folder
+    from hpceval.results.server_load import load_server_load
+
+    found = {aux_folder(name): aux_dir(run_dir, name) for name in manifest.judge_names}
+    for m in manifest.models:
+        folder = Path(model_dir(run_dir, m.key)) / AUX_DIR
+        try:
+            names = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:  # no judge in its job
+            continue
+        found.update({f"{m.key}/{AUX_DIR}/{name}": aux_dir(Path(model_dir(run_dir, m.key)), name)
+                      for name in names[:JUDGES_LISTED]})
+    loads = {label: load_server_load(str(path)) for label, path in found.items()}
+    return {label: load for label, load in loads.items() if not load.missing}
 
 
 @dataclass(frozen=True)

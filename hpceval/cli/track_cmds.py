@@ -232,12 +232,13 @@ def _echo_runtime(models: Any, runtime: dict[str, tuple[tuple[str, Any], ...]]) 
 
 
 def _echo_load(models: Any, loads: dict[str, Any]) -> None:
-    """How loaded each model's servers were (its server-load.json): one line per model."""
+    """How loaded each model's servers were (its server-load.json): one line per model, then
+    one per judge that sampled its own."""
     from hpceval.results.runtime_text import load_line
 
-    for m in models:
-        if m.key in loads:
-            click.echo(f"server     {m.key}: {load_line(loads[m.key])}")
+    keys = [m.key for m in models]
+    for key in [*(k for k in keys if k in loads), *(k for k in loads if k not in keys)]:
+        click.echo(f"server     {key}: {load_line(loads[key])}")
 
 
 @click.command()

@@ -104,3 +104,24 @@ def test_names_are_escaped_and_gaps_break_the_line() -> None:
     assert "<b>" not in svg and "&lt;b&gt;m&lt;/b&gt;" in svg and "a&lt;i&gt;" in svg
     assert svg.count("<polyline") == 1 and svg.count("<circle") == 1  # [1] alone, [3, 4]
     assert "none (unknown)" in svg and "3 min" in svg
+
+
+def test_info_shows_each_judge_s_load_after_the_models(run: Path) -> None:
+    """A judge's proxy samples its servers as the model's does, beside its own progress file:
+    in the model's folder (a judge in the model's job) or the run's (a sweep's judge job)."""
+    series = LoadSeries(5.0)
+    for i in range(3):
+        series.add(1_767_268_800.0 + 5 * i, i, 2, 0.25, 100.0, 50.0)
+    judge = model_dir(run, "solo") / "auxiliary" / "judge"
+    judge.mkdir(parents=True)
+    write_server_load(judge / SERVER_LOAD_FILE, series.to_json())
+    (model_dir(run, "solo") / "auxiliary" / "idle-judge").mkdir()  # no file: no line
+    out = CliRunner().invoke(cli, ["info", str(run)])
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.output.splitlines() if line.startswith("server     ")]
+    assert [line.split(":")[0] for line in lines] == [
+        "server     solo", "server     solo/auxiliary/judge"], lines
+    assert "waiting peak 2" in lines[1], lines
+    data = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).output)
+    assert set(data["server_load"]) == {"solo", "solo/auxiliary/judge"}
+    assert data["server_load"]["solo/auxiliary/judge"]["samples"] == 3
