@@ -214,6 +214,9 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
     ours = {f"{m['name']},{m['filter'] or 'none'}": m["value"] for m in result["metrics"]}
     own = own_results(task_dir / "harness")
     assert ours == own and set(own) == {"judge_acc,none", "judge_unparsed,none"}, (ours, own)
+    # the judge's proxy sampled the judge's vLLM too: `info` shows its load after the model's
+    shown = hpceval("info", str(run_dir)).stdout
+    assert re.search(r"^server     \S+/auxiliary/judge: waiting peak \d+", shown, re.M), shown
 
     # The task again in a resumed job (as if the first had stopped before recording it): the
     # judge proxy's cache answers, so the (new) judge server gets no request at all.
