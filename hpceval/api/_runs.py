@@ -160,12 +160,13 @@ def _judge_loads(run_dir: Path, manifest: RunRecord) -> dict[str, ServerLoad]:
 
     found = {aux_folder(name): aux_dir(run_dir, name) for name in manifest.judge_names}
     for m in manifest.models:
-        folder = Path(model_dir(run_dir, m.key)) / AUX_DIR
+        folder = Path(model_dir(run_dir, m.key))
         try:
-            names = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+            names = sorted(p.name for p in (folder / AUX_DIR).iterdir()
+                           if p.is_dir() and not p.is_symlink())
         except OSError:  # no judge in its job
             continue
-        found.update({f"{m.key}/{AUX_DIR}/{name}": aux_dir(Path(model_dir(run_dir, m.key)), name)
+        found.update({f"{m.key}/{AUX_DIR}/{name}": aux_dir(folder, name)
                       for name in names[:JUDGES_LISTED]})
     loads = {label: load_server_load(str(path)) for label, path in found.items()}
     return {label: load for label, load in loads.items() if not load.missing}

@@ -135,7 +135,6 @@ class Tracking:
         last = load.facts["last"]
         return None if last is None else {**last, "age_s": round(max(0.0, now - last["t"]))}
 
-
     @staticmethod
     def _ledger(run_dir: str, key: str, job_id: str | None, budget: list[int], now: float
                 ) -> dict[str, Any] | None:

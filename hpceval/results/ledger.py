@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import re
@@ -55,6 +54,7 @@ from hpceval.contract import (
     SERVER_DIR,
     TASKS_DIR,
 )
+from hpceval.results.runtime_view import read_json_once
 from hpceval.trust import Unread, read_own_file, stat_problem
 
 READ_LIMIT = 1 << 20  # a job writes about 300 bytes
@@ -172,8 +172,10 @@ def job_ledger(job_id: str, marks: list[Mark], *, now: float | None = None,
 def _idle(marks: list[Mark], tasks_s: float) -> float | None:
     """The tasks phase less the proxy's busy seconds (its last busy mark), never below 0."""
     busy = [value for _when, name, value in marks if name == BUSY]
+    if not busy:
+        return None
     try:
-        seconds = float(busy[-1]) if busy else math.nan
+        seconds = float(busy[-1])
     except ValueError:
         return None
     return max(0.0, tasks_s - seconds) if math.isfinite(seconds) and seconds >= 0 else None
@@ -296,9 +298,8 @@ def _own_record(path: Path) -> dict[str, Any] | None:
     """A task's manifest or failure record, read like the ledger itself (yours, one
     descriptor, bounded); None otherwise: a planted one moves no phase."""
     try:
-        data, _st = read_own_file(str(path), RECORD_LIMIT)
-        record = json.loads(data)
-    except (Unread, ValueError, RecursionError):
+        record, _mtime = read_json_once(str(path), RECORD_LIMIT, "a few KiB")
+    except Unread:
         return None
     return record if isinstance(record, dict) else None
 
@@ -316,11 +317,11 @@ def ledger_line(job: JobLedger) -> str:
     """One job in words: `hpceval info`."""
     held = f" on {job.gpus} GPU(s)" if job.gpus else ""
     parts = []
+    within = [f"last task alone {job.tail_s:.0f} s"] if job.tail_s is not None else []
+    if job.idle_s is not None:
+        within.append(f"servers idle {job.idle_s:.0f} s")
     for name in PHASES:
         text = f"{name} {job.seconds[name]:.0f} s"
-        within = [f"last task alone {job.tail_s:.0f} s"] if job.tail_s is not None else []
-        if job.idle_s is not None:
-            within.append(f"servers idle {job.idle_s:.0f} s")
         if name == "tasks" and within:
             text += f" ({', '.join(within)})"
         if name == "load" and job.load_steps:

@@ -124,11 +124,11 @@ def totals_line(total: Mapping[str, Any]) -> str:
     whole = sum(values.values()) / 3600
     places = _decimals(whole)
     parts = []
+    within = [f"{tail / 3600:.{places}f} last task alone"] if tail else []
+    if idle:
+        within.append(f"{idle / 3600:.{places}f} servers idle")
     for name in PHASES:
         text = f"{values[name] / 3600:.{places}f} {name}"
-        within = [f"{tail / 3600:.{places}f} last task alone"] if tail else []
-        if idle:
-            within.append(f"{idle / 3600:.{places}f} servers idle")
         if name == "tasks" and within:
             text += f" ({', '.join(within)})"
         parts.append(text)

@@ -40,8 +40,10 @@ def counts(value: Mapping[str, Any] | None, *, sep: str = " ") -> str:
 def infra_errors(stats: Mapping[str, Any] | None) -> tuple[int, str]:
     """(how many of the task's requests failed for good on the infrastructure, their causes
     as text: 'http 500: 3, reset: 1') from a checked runtime.json document; (0, "") without."""
-    count = stats.get("infra_errors") if stats else None
-    if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or stats is None:
+    if not stats:
+        return 0, ""
+    count = stats.get("infra_errors")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
         return 0, ""
     causes = stats.get("infra_causes")
     return count, counts(causes, sep=": ") if isinstance(causes, dict) and causes else ""

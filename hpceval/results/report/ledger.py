@@ -10,25 +10,20 @@ sums. A damaged file shows the jobs its good lines make (results.ledger skips th
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
-from typing import Any
 
 from hpceval import contract
 from hpceval.results.ledger import JobLedger, read_ledger, sum_ledgers
 from hpceval.results.ledger_view import JOBS_LISTED, span, totals_line
 from hpceval.results.report.charts import stacked_chart
 from hpceval.results.report.runinfo import RunInfo
+from hpceval.results.report.sections import _e
 
 # Paul Tol's colours as the other charts; the last task alone a lighter shade of tasks
 KEY = (("setup", "#bbbbbb"), ("load", "#ee7733"), ("tasks", "#4477aa"),
        ("last task alone", "#88ccee"), ("teardown", "#aa3377"))
 
 Read = tuple[list[JobLedger], str | None]
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
 
 
 def _tip(name: str, seconds: float, gpus: int | None, more: str = "") -> str:
