@@ -6,11 +6,13 @@ in hpceval asks whether a run is local or on Slurm.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from hpceval.backends.base import (
     Backend,
     BackendFiles,
+    BackendSettings,
     CancelReport,
     JobEntry,
     JobInfo,
@@ -19,31 +21,26 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
+from hpceval.registry import Registry
 
-if TYPE_CHECKING:
-    from hpceval.backends.slurm.client import SlurmClient
-    from hpceval.backends.slurm.poller import SacctPoller
+# execution.type values (NeMo Evaluator's names): each backend's factory, imported only when its
+# name is asked for; another installed package adds one by a `hpceval.backends` entry point.
+BACKENDS: Registry[Callable[[BackendSettings], Backend]] = Registry(
+    "execution type", "hpceval.backends", lazy={
+        "slurm": "hpceval.backends.slurm.backend:SlurmBackend.from_settings",
+        "local": "hpceval.backends.local:LocalBackend.from_settings",
+    })
 
-BACKENDS = ("slurm", "local")  # execution.type values (NeMo Evaluator's names)
 
-
-def backend_for(kind: str, *, client: SlurmClient | None = None,
-                poller: SacctPoller | None = None, min_interval_s: float = 2.0) -> Backend:
+def backend_for(kind: str, *, client: Any = None, poller: Any = None,
+                min_interval_s: float = 2.0) -> Backend:
     """The backend of an execution type (a run's kind in run.json and jobs.json).
 
-    `client`, `poller` and `min_interval_s` are read by the Slurm backend only (a fake client
-    in tests; the poller's rate limit); the local backend needs no settings.
+    The settings go to every backend, which reads its own: the Slurm one its client (a fake in
+    tests), its sacct poller and the poller's rate limit; the local one none.
     """
-    if kind == "slurm":
-        from hpceval.backends.slurm.backend import SlurmBackend
-
-        return SlurmBackend(client, poller=poller, min_interval_s=min_interval_s)
-    if kind == "local":
-        from hpceval.backends.local import LocalBackend
-
-        return LocalBackend()
-    raise ValueError(f"unknown execution type {kind!r}; known: {', '.join(BACKENDS)}")
+    return BACKENDS.get(kind)(BackendSettings(client, poller, min_interval_s))
 
 
-__all__ = ["BACKENDS", "Backend", "BackendFiles", "CancelReport", "JobEntry", "JobInfo", "JobQuery",
-           "JobRequest", "JobUsage", "UsageQuery", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "BackendFiles", "BackendSettings", "CancelReport", "JobEntry",
+           "JobInfo", "JobQuery", "JobRequest", "JobUsage", "UsageQuery", "backend_for"]

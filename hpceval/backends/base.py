@@ -20,6 +20,19 @@ from hpceval.records import Reason, Role
 
 
 @dataclass(frozen=True)
+class BackendSettings:
+    """What the controller passes every backend it makes (``backend_for``); each reads its own.
+
+    ``client`` is the scheduler's command client (a fake in tests), ``poller`` a shared status
+    poller, ``min_interval_s`` the poller's rate limit; a backend without a scheduler reads none.
+    """
+
+    client: Any = None
+    poller: Any = None
+    min_interval_s: float = 2.0
+
+
+@dataclass(frozen=True)
 class JobEntry:
     """One job (or local process) in a run's chain, as recorded in jobs.json."""
 

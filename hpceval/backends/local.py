@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from hpceval.backends.base import (
     BackendFiles,
+    BackendSettings,
     CancelReport,
     JobEntry,
     JobInfo,
@@ -48,6 +49,11 @@ RUNNER_TEMPLATE = "local.sh.j2"
 
 class LocalBackend:
     name: ClassVar[str] = "local"
+
+    @classmethod
+    def from_settings(cls, settings: BackendSettings) -> LocalBackend:
+        """The registry's factory (``hpceval.backends.BACKENDS``): no settings to read."""
+        return cls()
     resubmits_itself: ClassVar[bool] = False  # the runner's timeout ends the run
     # no scheduler keeps a record of an ended runner (`query`); what each attempt held is in
     # the runner's own record (`usage`)

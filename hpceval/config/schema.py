@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from hpceval.backends import BACKENDS
 from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.engines import engine_for, engine_names
 from hpceval.fields import REQUIRED as REQUIRED
@@ -17,7 +18,6 @@ from hpceval.fields import key as key
 from hpceval.interceptors import Interceptor, chain_of, spec_fields
 from hpceval.runtimes import IMAGE, PLACES, from_image, runtime_for, runtime_names
 
-ExecutionType = Literal["slurm", "local"]
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
@@ -26,16 +26,19 @@ ExportFormat = Literal["json", "csv"]
 AuxiliaryScope = Literal["job", "sweep"]
 OverlapLoad = Literal["auto", True, False]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
-# The choices of deployment.type and execution.container_runtime are the registries' names
-# (hpceval.engines, hpceval.runtimes): a new engine or runtime is a new module there, not an
-# edit here. mypy sees plain strings; the builder sees (and checks) the Literal.
+# The choices of deployment.type, execution.type and execution.container_runtime are the
+# registries' names (hpceval.engines, hpceval.backends, hpceval.runtimes): a new engine, backend
+# or runtime is a new module there (or another package's entry point), not an edit here.
+# mypy sees plain strings; the builder sees (and checks) the Literal.
 # deployment.runtime's words are the runtime registry's too (hpceval.runtimes.PLACES).
 if TYPE_CHECKING:
     ContainerRuntime = str
     DeploymentType = str
+    ExecutionType = str
     ServerRuntime = str
 else:
     ContainerRuntime = Literal[runtime_names()]
+    ExecutionType = Literal[BACKENDS.names()]
     DeploymentType = Literal[engine_names()]
     ServerRuntime = Literal[PLACES]
 

@@ -1,6 +1,7 @@
 """Interceptors of the in-job proxy, found by name; declared once, read by schema, render, proxy.
 
-Every module of this package (but ``base``) declares one interceptor class with ``@register``.
+Every module of this package (but ``base``) declares one interceptor class with ``@register``
+(another installed package adds one by a ``hpceval.interceptors`` entry point).
 ``spec_fields()`` gives the schema its keys, ``chain_json`` renders the active ones for the
 proxy, ``chain_from_json`` rebuilds them in the proxy; ``routes_json`` / ``routes_from_json``
 do the same for the tasks with a chain of their own (by task key: their ``/task/<key>/``
@@ -11,48 +12,35 @@ requests), and
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import pkgutil
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpceval.contract import TASK_KEY
 from hpceval.interceptors.base import Interceptor
+from hpceval.registry import Registry
 
-__all__ = ["Interceptor", "chain_from_json", "chain_json", "interceptor_classes",
+__all__ = ["INTERCEPTORS", "Interceptor", "chain_from_json", "chain_json", "interceptor_classes",
            "interceptor_for", "register", "request_chain", "routes_from_json", "routes_json",
            "spec_fields"]
 
-_CLASSES: dict[str, type[Interceptor]] = {}
+INTERCEPTORS: Registry[type[Interceptor]] = Registry(
+    "interceptor", "hpceval.interceptors", package=__name__, order=lambda cls: cls.order)
 
 
 def register(cls: type[Interceptor]) -> type[Interceptor]:
     """Class decorator: make an interceptor known by its ``name``."""
-    if cls.name in _CLASSES:
-        raise ValueError(f"two interceptors are named {cls.name!r}")
-    _CLASSES[cls.name] = cls
-    return cls
-
-
-def _load() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "base" and not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+    return INTERCEPTORS.register(cls)
 
 
 def interceptor_classes() -> tuple[type[Interceptor], ...]:
     """Every interceptor, in the order of their keys."""
-    return tuple(sorted(_CLASSES.values(), key=lambda cls: cls.order))
+    return tuple(INTERCEPTORS.values())
 
 
 def interceptor_for(name: str) -> type[Interceptor]:
-    try:
-        return _CLASSES[name]
-    except KeyError:
-        raise ValueError(f"unknown interceptor {name!r} (known: "
-                         f"{', '.join(c.name for c in interceptor_classes())})") from None
+    return INTERCEPTORS.get(name)
 
 
 def spec_fields() -> list[tuple[str, Any, Any]]:
@@ -73,7 +61,7 @@ def chain_of(values: Any) -> tuple[Interceptor, ...]:
     """The active interceptors of an object carrying every key (an InterceptorsSpec), in
     chain order, each built from its own keys."""
     built = [cls(**{f.name: getattr(values, f.name) for f in dataclasses.fields(cls)})
-             for cls in sorted(_CLASSES.values(), key=lambda cls: cls.position)]
+             for cls in sorted(interceptor_classes(), key=lambda cls: cls.position)]
     return tuple(i for i in built if i.active())
 
 
@@ -140,5 +128,3 @@ def _chain(entries: Any, where: str) -> tuple[Interceptor, ...]:
         raise ValueError("; ".join(problems))
     return tuple(chain)
 
-
-_load()

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from hpceval.runtimes import IMAGE, PLACES, from_image
+from hpceval.tasks.adapters import PARSERS
 from hpceval.tasks.definitions import ENDPOINT_TYPES, GENERIC_PARAMS, CatalogueError
 
 SCHEMA_VERSION = 1
@@ -181,6 +182,9 @@ def _validate_harness(check: _Check, raw: object) -> dict[str, Any]:
     endpoint = h.get("default_endpoint_type", "chat")
     if endpoint not in ENDPOINT_TYPES:
         raise check.fail("harness.default_endpoint_type", f"expected one of {ENDPOINT_TYPES}")
+    parser = check.string(h, "parser", "harness", required=True)
+    if parser not in PARSERS:  # found here, on the login node, not after the job has run
+        raise check.fail("harness.parser", PARSERS.unknown(parser))
     return {
         "name": name,
         "description": check.string(h, "description", "harness", required=True),
@@ -193,7 +197,7 @@ def _validate_harness(check: _Check, raw: object) -> dict[str, Any]:
         "needs_gpu": bool(check.boolean(h, "needs_gpu", "harness")),
         "needs_judge": bool(check.boolean(h, "needs_judge", "harness")),
         "qualified_only": bool(check.boolean(h, "qualified_only", "harness")),
-        "parser": check.string(h, "parser", "harness", required=True),
+        "parser": parser,
         "command": command,
         "command_from": command_from,
         "default_endpoint_type": endpoint,

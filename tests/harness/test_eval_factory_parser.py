@@ -22,8 +22,10 @@ def rows(result: TaskResult) -> set[tuple[str, str, str | None, float, float | N
 
 def test_registered_under_the_catalogue_name() -> None:
     assert get_parser("eval_factory") is parse
-    with pytest.raises(KeyError, match="eval_factory, lm_eval"):
+    with pytest.raises(ValueError, match="lm_eval, eval_factory"):
         get_parser("nope")
+    with pytest.raises(ValueError, match="did you mean 'lm_eval'"):
+        get_parser("lm-eval")
 
 
 def test_simple_evals_score_names_become_the_filter() -> None:

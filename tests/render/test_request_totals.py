@@ -23,7 +23,7 @@ harness:
   name: counted
   description: a host harness whose tasks know their request counts, or not
   runtime: host
-  parser: none
+  parser: lm_eval
   default_endpoint_type: chat
   command: "counted-eval {{ task.task_id | q }}"
 tasks:

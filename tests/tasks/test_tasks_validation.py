@@ -87,7 +87,7 @@ def test_host_harness_needs_no_image(tmp_path: Path) -> None:
           name: local-script
           description: A script on the login node
           runtime: host
-          parser: custom
+          parser: lm_eval
           command: "python score.py --task {{ task.task_id | q }}"
         tasks:
           - {name: t1, endpoint_type: chat, description: d}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import (
     BackendFiles,
+    BackendSettings,
     CancelReport,
     JobEntry,
     JobInfo,
@@ -66,6 +67,11 @@ class SlurmBackend:
         self._min_interval_s = min_interval_s
         self._cache: dict[str, list[str]] | None = None  # read on first use: no I/O before
         self._dirty = False
+
+    @classmethod
+    def from_settings(cls, settings: BackendSettings) -> SlurmBackend:
+        """The registry's factory (``hpceval.backends.BACKENDS``)."""
+        return cls(settings.client, poller=settings.poller, min_interval_s=settings.min_interval_s)
 
     @property
     def client(self) -> SlurmClient:

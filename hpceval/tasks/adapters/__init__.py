@@ -7,20 +7,20 @@ a compute node only loads the parser its task needs.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
+from hpceval.registry import Registry
 from hpceval.tasks.result import TaskResult
 
 Parser = Callable[[Path, str], TaskResult]  # (harness output dir, hpceval task name)
 
-# parser name (catalogue `parser:`) -> module defining `parse(output_dir, task) -> TaskResult`
-PARSERS: dict[str, str] = {
-    "lm_eval": "hpceval.tasks.adapters.lm_eval",
-    "eval_factory": "hpceval.tasks.adapters.eval_factory",
-}
+# parser name (catalogue `parser:`) -> `parse(output_dir, task) -> TaskResult` of its module;
+# another installed package adds a parser by a `hpceval.parsers` entry point to its function.
+PARSERS: Registry[Parser] = Registry("results parser", "hpceval.parsers", lazy={
+    "lm_eval": "hpceval.tasks.adapters.lm_eval:parse",
+    "eval_factory": "hpceval.tasks.adapters.eval_factory:parse",
+})
 
 
 # A harness's results file is a summary (lm-eval's is tens of KiB even for MMLU's 57 subtasks);
@@ -43,7 +43,5 @@ class NoResultsFound(FileNotFoundError):
 
 
 def get_parser(name: str) -> Parser:
-    module = PARSERS.get(name)
-    if module is None:
-        raise KeyError(f"no results parser named {name!r} (known: {', '.join(sorted(PARSERS))})")
-    return cast(Parser, importlib.import_module(module).parse)
+    """The parser of a catalogue's ``parser:`` name (an UnknownName, a ValueError, if none)."""
+    return PARSERS.get(name)
