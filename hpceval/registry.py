@@ -24,14 +24,17 @@ import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
+from hpceval.errors import HpcevalError
+
 T = TypeVar("T")
 C = TypeVar("C")  # what is registered: a class, or a factory
 
 __all__ = ["Registry", "UnknownName"]
 
 
-class UnknownName(ValueError):
-    """A name no registry entry has: says what is known and the closest match."""
+class UnknownName(HpcevalError, ValueError):
+    """A name no registry entry has: says what is known and the closest match (a ValueError
+    too, for the checks that turn it into a config issue at a key path)."""
 
     def __init__(self, kind: str, name: str, known: tuple[str, ...]) -> None:
         close = difflib.get_close_matches(name, known, n=1)

@@ -204,6 +204,9 @@ class Backend(Protocol):
     # starts (PULL_SCRIPT): a server never waits for a pull with its GPUs idle. Without it (one
     # workstation, nothing held for others) the job that needs an image pulls it itself.
     pulls_ahead: ClassVar[bool]
+    # its jobs run on the machine hpceval runs on: the local profile's `auto` values (this
+    # machine's GPUs, the container runtime found here) describe where the job runs only then
+    runs_here: ClassVar[bool]
     # the command that lists the user's own jobs with their ids, for messages that ask for one
     own_jobs_command: ClassVar[str]
     # its in-job dialect: a folder of templates/ with the partials every job script includes

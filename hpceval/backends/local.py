@@ -66,6 +66,7 @@ class LocalBackend:
     # second runner and a stop protocol of its own (scope: sweep is refused; scope: job works)
     side_by_side: ClassVar[bool] = False
     partitions: ClassVar[bool] = False
+    runs_here: ClassVar[bool] = True
     pulls_ahead: ClassVar[bool] = False  # the job pulls what it needs: no GPU is held for others
     own_jobs_command: ClassVar[str] = "ps -u $USER"
     partials: ClassVar[str] = "backends/local"  # templates/backends/local/: plain processes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -303,38 +304,21 @@ def load_fit_notes(spec: RunSpec) -> list[str]:
 
 def image_version_findings(spec: RunSpec, span: Callable[[str], int]
                            ) -> tuple[list[str], list[ConfigIssue]]:
-    """A vllm-openai image tag other than the release the flags are checked against: a note;
-    one older than a flag its servers are started with (``span``: nodes per instance of the
-    served deployment at a key path; the native multi-node flags only where one spans nodes):
-    a refusal naming the flag and the release that brought it."""
+    """What each served deployment's engine says of its image (``Engine.image_findings``:
+    vLLM reads its release from the tag), with ``span`` the nodes per instance of the
+    deployment at a key path."""
     from hpceval.engines import engine_for
-    from hpceval.engines.vllm import FLAG_SINCE, VLLM_VERSION, Vllm, image_version, rendered_flags
 
-    target = tuple(int(x) for x in VLLM_VERSION.split("."))
     notes: list[str] = []
     issues: list[ConfigIssue] = []
     served = [("deployment", spec.deployment)] + [
         (f"auxiliary_deployments.{name}", aux)
         for name, aux in spec.auxiliary_deployments.items()]
     for where, dep in served:
-        version = image_version(dep.image)
-        if not isinstance(engine_for(dep.type), Vllm) or version is None or version == target:
-            continue
-        shown = ".".join(map(str, version))
-        notes.append(f"{where}.image is vLLM {shown}, but the server flags are checked against "
-                     f"vLLM {VLLM_VERSION}'s parser: a flag or default that changed in between "
-                     f"fails only on the node (an image of {VLLM_VERSION} avoids it)")
-        nnodes = span(where)
-        shape = f"an instance over {nnodes} nodes" if nnodes > 1 else "every vLLM job"
-        missing = [(flag, FLAG_SINCE[flag]) for flag in rendered_flags(dep, nnodes)
-                   if flag in FLAG_SINCE and version < FLAG_SINCE[flag]]
-        if missing:
-            lacks = ", ".join(f"{flag} (since vLLM {'.'.join(map(str, since))})"
-                              for flag, since in missing)
-            first = ".".join(map(str, max(since for _, since in missing)))
-            issues.append(ConfigIssue(
-                f"{where}.image", f"vLLM {shown} has no {lacks}, which {shape} is started "
-                "with", f"use a vllm-openai image of {first} or later, e.g. v{VLLM_VERSION}"))
+        found_notes, found_issues = engine_for(dep.type).image_findings(
+            where, dep, functools.partial(span, where))
+        notes += found_notes
+        issues += found_issues
     return notes, issues
 
 

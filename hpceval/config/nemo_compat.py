@@ -15,6 +15,7 @@ from hpceval.config import nemo_adapters
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.config.nemo_export import translate_export
 from hpceval.config.nemo_forms import config_alias, execution_mode, max_tokens, nemo_config_extras
+from hpceval.engines import ENGINES
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {
@@ -254,6 +255,15 @@ def is_registry_reference(image: str) -> bool:
 _INTERPOLATION = re.compile(r"\$\{(?:oc\.\w+:|select_not_null:|[A-Za-z_]\w*(?:\.\w+)+\})")
 
 
+def _starts_its_own(kind: object) -> bool:
+    """Whether hpceval builds the server command of an engine itself (vLLM, SGLang): NEL's
+    launcher ``command`` is then not needed (not ``command``, whose command is the server)."""
+    if not isinstance(kind, str) or kind not in ENGINES:
+        return False
+    engine = ENGINES.get(kind)
+    return engine.serves and not engine.needs_command
+
+
 def translate_merged(data: dict[str, Any]) -> list[str]:
     """What only the merged config can tell (the type may come from a preset, a key from a
     file): launcher commands for servers hpceval starts itself, and interpolations."""
@@ -263,7 +273,7 @@ def translate_merged(data: dict[str, Any]) -> list[str]:
         (f"auxiliary_deployments.{name}", entry)
         for name, entry in (aux.items() if isinstance(aux, dict) else ())]
     for where, deployment in deployments:
-        if isinstance(deployment, dict) and deployment.get("type") in ("vllm", "sglang") \
+        if isinstance(deployment, dict) and _starts_its_own(deployment.get("type")) \
                 and deployment.get("command") is not None:
             deployment.pop("command")
             notes.append(f"{where}.command is ignored for a {deployment['type']} deployment: "

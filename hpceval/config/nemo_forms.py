@@ -155,7 +155,7 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
         return _no_gpus(data, execution)
     if not isinstance(execution, dict) or execution.get("gpus_per_node") != AUTO:
         return [], []
-    if execution.get("type") != "local":
+    if not _runs_here(execution):
         return [], [ConfigIssue("execution.gpus_per_node", "is auto, which counts the GPUs of "
                                 "the machine hpceval runs on: only for execution.type local",
                                 "write the GPUs per node of the cluster's nodes")]
@@ -181,6 +181,15 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
 _LOCAL_RUNTIMES = ("docker", "podman")
 
 
+def _runs_here(execution: dict[str, Any]) -> bool:
+    """Whether the run's jobs run on this machine (its backend's ``runs_here``): only then
+    can an ``auto`` value be found here (not under the default type, nor an unknown one)."""
+    from hpceval.backends import BACKENDS, backend_for
+
+    kind = execution.get("type")
+    return isinstance(kind, str) and kind in BACKENDS and backend_for(kind).runs_here
+
+
 def find_program(name: str) -> str | None:
     """shutil.which, looked up at call time (tests replace it: a machine with or without
     docker)."""
@@ -196,7 +205,7 @@ def local_runtime(data: dict[str, Any], which: Callable[[str], str | None] | Non
     execution = data.get("execution")
     if not isinstance(execution, dict) or execution.get("container_runtime") != AUTO:
         return [], []
-    if execution.get("type") != "local":
+    if not _runs_here(execution):
         return [], [ConfigIssue("execution.container_runtime", "is auto, which looks for "
                                 "docker or podman on the machine hpceval runs on: only for "
                                 "execution.type local", "write the site's runtime, e.g. "

@@ -9,9 +9,10 @@ reuses one); ``tests/engines`` holds the test that no other module tests a type 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from hpceval.errors import ConfigError
+from hpceval.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
     from hpceval.config.schema import DeploymentSpec
@@ -110,6 +111,14 @@ class Engine:
     def uses_ray(self, dep: DeploymentSpec, nnodes: int) -> bool:
         """Whether an instance over ``nnodes`` nodes runs on a Ray cluster the job starts."""
         return False
+
+    def image_findings(self, where: str, dep: DeploymentSpec, span: Callable[[], int]
+                       ) -> tuple[list[str], list[ConfigIssue]]:
+        """What this engine says of a deployment's image at key path ``where`` (``span()``: the
+        nodes of one instance, worked out only if asked): notes, and issues that refuse the run
+        (an image too old for a flag its servers are started with). Most engines read nothing
+        from a tag."""
+        return [], []
 
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         """The command line of rank ``rank`` of an instance over ``nnodes`` nodes."""

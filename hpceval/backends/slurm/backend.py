@@ -57,6 +57,7 @@ class SlurmBackend:
     side_by_side: ClassVar[bool] = True
     partitions: ClassVar[bool] = True
     pulls_ahead: ClassVar[bool] = True
+    runs_here: ClassVar[bool] = False  # on the nodes it allocates, not the login node
     own_jobs_command: ClassVar[str] = OWN_JOBS
     partials: ClassVar[str] = "backends/slurm"  # templates/backends/slurm/: srun, sbatch, ...
 
