@@ -29,7 +29,6 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
-from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.contract import (
     JOB_FILES,
     LOCAL_LOG_FILE,
@@ -39,6 +38,7 @@ from hpceval.contract import (
     LOCAL_USAGE_FILE,
     model_dir,
 )
+from hpceval.durations import walltime_seconds
 from hpceval.errors import HpcevalError
 from hpceval.phases import JobStatus, Phase
 from hpceval.records import Role

@@ -9,10 +9,11 @@ from typing import Any
 
 from hpceval.backends import backend_for
 from hpceval.backends.slurm.commands import SUBMIT
-from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_minutes
+from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.config.secret_files import from_file, secret_file_issues
+from hpceval.durations import walltime_minutes
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
 from hpceval.storage import run_umask_bits

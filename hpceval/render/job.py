@@ -197,8 +197,8 @@ def proxy_arguments(rules: InterceptorsSpec, budget: str = "off",
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.backends.slurm.formats import walltime_minutes
     from hpceval.backends.slurm.header import requeues_on_node_failure, resumes_itself
+    from hpceval.durations import walltime_minutes
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1
