@@ -17,11 +17,12 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from hpceval.backends.base import (
     BackendFiles,
     CancelReport,
+    CpuJob,
     JobEntry,
     JobInfo,
     JobQuery,
@@ -39,9 +40,13 @@ from hpceval.contract import (
     model_dir,
 )
 from hpceval.durations import walltime_seconds
-from hpceval.errors import HpcevalError
+from hpceval.errors import ConfigIssue, HpcevalError
 from hpceval.phases import JobStatus, Phase
 from hpceval.records import Role
+
+if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
+    from hpceval.config.schema import ExecutionSpec, RunSpec
+    from hpceval.render.context import JobContext
 
 RUNNER_TEMPLATE = "local.sh.j2"
 
@@ -124,6 +129,25 @@ class LocalBackend:
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"local runner {entry.id} (this machine)"
+
+    # No scheduler reads a job script here: bash runs it as it is, so it has no header, and a
+    # config value is never written on a directive line. The runner's timeout is the walltime.
+
+    def header(self, spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int, *,
+               role: Role = Role.MAIN) -> list[str]:
+        return []
+
+    def cpu_header(self, ex: ExecutionSpec, job: CpuJob) -> list[str]:
+        return []
+
+    def log_name(self, role: str) -> str:
+        return f"{role}.log"
+
+    def walltime_within(self, ex: ExecutionSpec, wanted: str) -> tuple[str, bool]:
+        return wanted, False  # no limit above the config's: one allocation to the end
+
+    def spec_issues(self, ex: ExecutionSpec, *, ask: bool) -> list[ConfigIssue]:
+        return []
 
 
 def runner_script(files: BackendFiles) -> str:
