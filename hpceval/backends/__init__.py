@@ -6,7 +6,7 @@ in hpceval asks whether a run is local or on Slurm.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from hpceval.backends.base import (
     Backend,
@@ -20,21 +20,11 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
+from hpceval.backends.views import ExecutionView
 
 if TYPE_CHECKING:
     from hpceval.backends.slurm.client import SlurmClient
     from hpceval.backends.slurm.poller import SacctPoller
-
-class Resuming(Protocol):
-    """What resuming reads of a run's execution section (config.schema.ExecutionSpec)."""
-
-    @property
-    def type(self) -> str: ...
-    @property
-    def auto_resume(self) -> bool: ...
-    @property
-    def node_failure_retries(self) -> int: ...
-
 
 BACKENDS = ("slurm", "local")  # execution.type values (NeMo Evaluator's names)
 
@@ -57,12 +47,12 @@ def backend_for(kind: str, *, client: SlurmClient | None = None,
     raise ValueError(f"unknown execution type {kind!r}; known: {', '.join(BACKENDS)}")
 
 
-def resumes_itself(ex: Resuming) -> bool:
+def resumes_itself(ex: ExecutionView) -> bool:
     """execution.auto_resume where the backend submits successors (slurm; not local)."""
     return ex.auto_resume and backend_for(ex.type).resubmits_itself
 
 
-def requeues_on_node_failure(ex: Resuming) -> bool:
+def requeues_on_node_failure(ex: ExecutionView) -> bool:
     """A node failure kills the batch script with its node (SIGKILL: no trap runs), so no
     successor can be submitted from inside; the scheduler reruns the job instead (Slurm's
     --requeue: only for failures that are not the job's own, a node failure or an admin's
@@ -71,5 +61,5 @@ def requeues_on_node_failure(ex: Resuming) -> bool:
 
 
 __all__ = ["BACKENDS", "Backend", "BackendFiles", "CancelReport", "CpuJob", "JobEntry", "JobInfo",
-           "JobQuery", "JobRequest", "JobUsage", "Resuming", "UsageQuery", "backend_for",
+           "JobQuery", "JobRequest", "JobUsage", "UsageQuery", "backend_for",
            "requeues_on_node_failure", "resumes_itself"]

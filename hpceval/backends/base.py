@@ -12,16 +12,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import model_dir
 from hpceval.errors import ConfigIssue
 from hpceval.phases import JobStatus
 from hpceval.records import Reason, Role
-
-if TYPE_CHECKING:  # the layers above hand these in; a backend only reads them
-    from hpceval.config.schema import ExecutionSpec, RunSpec
-    from hpceval.render.context import JobContext
 
 
 @dataclass(frozen=True)
@@ -282,14 +279,14 @@ class Backend(Protocol):
     # reads nothing but its arguments (golden tests hold it); a ConfigError names a key whose
     # value the dialect cannot write.
 
-    def header(self, spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int, *,
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
                role: Role = Role.MAIN) -> list[str]:
         """The header lines of a job that serves (a model's job, a sweep's array with
         ``ctx.array``, a sweep's judge job with role JUDGE): ``nodes`` is its allocation's
         node count, its log goes into ``log_dir``. [] where the backend reads none."""
         ...
 
-    def cpu_header(self, ex: ExecutionSpec, job: CpuJob) -> list[str]:
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
         """The header lines of a small CPU job of a run (or a watch) of ``ex``."""
         ...
 
@@ -298,13 +295,13 @@ class Backend(Protocol):
         folder it is given: a CPU job's (aggregate, export, pull, tick, doctor)."""
         ...
 
-    def walltime_within(self, ex: ExecutionSpec, wanted: str) -> tuple[str, bool]:
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
         """(the longest time limit up to ``wanted`` a job of ``ex`` may ask for; whether that
         is less, so the job continues in successor jobs): a sweep's judge job, which must
         outlive every element, asks for execution.max_walltime."""
         ...
 
-    def spec_issues(self, ex: ExecutionSpec, *, ask: bool) -> list[ConfigIssue]:
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
         """What this backend cannot run of an execution section, checked when a run is loaded
         (render raises the same as a guard). ``ask``: its scheduler may be asked for limits
         (False when rendering on another machine)."""

@@ -17,7 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from hpceval.backends.base import (
     BackendFiles,
@@ -30,6 +30,7 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import (
     JOB_FILES,
     LOCAL_LOG_FILE,
@@ -43,10 +44,6 @@ from hpceval.durations import walltime_seconds
 from hpceval.errors import ConfigIssue, HpcevalError
 from hpceval.phases import JobStatus, Phase
 from hpceval.records import Role
-
-if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
-    from hpceval.config.schema import ExecutionSpec, RunSpec
-    from hpceval.render.context import JobContext
 
 RUNNER_TEMPLATE = "local.sh.j2"
 
@@ -133,20 +130,20 @@ class LocalBackend:
     # No scheduler reads a job script here: bash runs it as it is, so it has no header, and a
     # config value is never written on a directive line. The runner's timeout is the walltime.
 
-    def header(self, spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int, *,
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
                role: Role = Role.MAIN) -> list[str]:
         return []
 
-    def cpu_header(self, ex: ExecutionSpec, job: CpuJob) -> list[str]:
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
         return []
 
     def log_name(self, role: str) -> str:
         return f"{role}.log"
 
-    def walltime_within(self, ex: ExecutionSpec, wanted: str) -> tuple[str, bool]:
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
         return wanted, False  # no limit above the config's: one allocation to the end
 
-    def spec_issues(self, ex: ExecutionSpec, *, ask: bool) -> list[ConfigIssue]:
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
         return []
 
 

@@ -14,10 +14,10 @@ from hpceval.backends import Backend, CpuJob, backend_for
 from hpceval.backends.local import LocalBackend
 from hpceval.backends.slurm.backend import SlurmBackend
 from hpceval.backends.slurm.header import header_lines
-from hpceval.config.schema import ExecutionSpec, RunSpec
+from hpceval.backends.views import ExecutionView, JobView, RunView
+from hpceval.config.schema import ExecutionSpec
 from hpceval.contract import WATCH_LOG_DIR
 from hpceval.records import Role
-from hpceval.render import JobContext
 
 RUN: dict[str, Any] = {"deployment": {"type": "vllm", "checkpoint_path": "/models/m",
                                       "served_model_name": "m", "tensor_parallel_size": 1},
@@ -30,12 +30,12 @@ TICK: dict[str, Any] = {"watch_dir": "/out/w", "watch_id": "w-1", "python": "/py
 class PbsBackend(LocalBackend):
     """A fake scheduler's backend: the local backend's behaviour, a header of its own."""
 
-    def header(self, spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int, *,
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
                role: Role = Role.MAIN) -> list[str]:
         return [f"#PBS -N {ctx.model_key}", f"#PBS -l nodes={nodes}",
                 f"#PBS -o {log_dir}/{self.log_name(str(role))}"]
 
-    def cpu_header(self, ex: ExecutionSpec, job: CpuJob) -> list[str]:
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
         return [f"#PBS -N {job.name}", f"#PBS -l walltime={job.minutes}:00",
                 f"#PBS -o {job.log_dir}/{self.log_name(job.role)}"]
 

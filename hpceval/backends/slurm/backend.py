@@ -32,6 +32,7 @@ from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.formats import carries_run, log_file
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
 from hpceval.errors import ConfigIssue, HpcevalError
 from hpceval.records import Reason, Role
@@ -39,8 +40,6 @@ from hpceval.storage import atomic_write_json, cache_dir
 
 if TYPE_CHECKING:
     from hpceval.backends.slurm.poller import SacctPoller
-    from hpceval.config.schema import ExecutionSpec, RunSpec
-    from hpceval.render.context import JobContext
 
 STATES_FILE = "job-states.json"
 # squeue states of a job that still holds (or waits for) resources (hpceval doctor waits on it)
@@ -252,13 +251,13 @@ class SlurmBackend:
 
     # -- the dialect of its job scripts (header.py, validation.py) ---------------------------
 
-    def header(self, spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int, *,
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
                role: Role = Role.MAIN) -> list[str]:
         from hpceval.backends.slurm.header import job_header
 
         return job_header(spec, ctx, log_dir, nodes, role)
 
-    def cpu_header(self, ex: ExecutionSpec, job: CpuJob) -> list[str]:
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
         from hpceval.backends.slurm.header import cpu_header
 
         return cpu_header(ex, job)
@@ -268,7 +267,7 @@ class SlurmBackend:
 
         return log_name(role)
 
-    def walltime_within(self, ex: ExecutionSpec, wanted: str) -> tuple[str, bool]:
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
         """Within the partition's, QOS's and association's limits; where no partition can be
         seen (render on a machine without Slurm) none is known: one allocation's
         execution.walltime (submit refuses a longer one), continued in successors."""
@@ -279,7 +278,7 @@ class SlurmBackend:
         walltime, capped = capped_walltime(wanted, ex.partition, ex.qos, ex.account)
         return walltime, capped is not None
 
-    def spec_issues(self, ex: ExecutionSpec, *, ask: bool) -> list[ConfigIssue]:
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
         from hpceval.backends.slurm.validation import spec_issues
 
         return spec_issues(ex, ask=ask)

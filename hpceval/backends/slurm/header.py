@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpceval.backends import requeues_on_node_failure
 from hpceval.backends.base import CpuJob
@@ -26,12 +26,9 @@ from hpceval.backends.slurm.formats import (
     run_comment,
     slurm_filename,
 )
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.errors import ConfigError, ConfigIssue
 from hpceval.records import Role
-
-if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
-    from hpceval.config.schema import ExecutionSpec, RunSpec
-    from hpceval.render.context import JobContext
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
 _BAD = SBATCH_UNWRITABLE
@@ -59,7 +56,7 @@ def sbatch_value(value: Any, key: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _requeue_line(ex: ExecutionSpec) -> HeaderLine:
+def _requeue_line(ex: ExecutionView) -> HeaderLine:
     if requeues_on_node_failure(ex):
         return HeaderLine("requeue", None, "a node failure reruns this job (at most "
                           f"execution.node_failure_retries {ex.node_failure_retries} times)")
@@ -71,7 +68,7 @@ def log_name(role: str) -> str:
     return f"{role}-%j.log"
 
 
-def cpu_header(ex: ExecutionSpec, job: CpuJob) -> list[str]:
+def cpu_header(ex: ExecutionView, job: CpuJob) -> list[str]:
     """The header of a run's (or a watch's) CPU job, as text lines."""
     name = HeaderLine("job-name", sbatch_value(job.name, "execution.job_name"), job.name_why)
     log = f"{slurm_filename(job.log_dir)}/{log_name(job.role)}"
@@ -80,7 +77,7 @@ def cpu_header(ex: ExecutionSpec, job: CpuJob) -> list[str]:
                                                   cpus=job.cpus)]
 
 
-def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
+def cpu_job_lines(ex: ExecutionView, name: HeaderLine, log_file: str, minutes: int, why: str,
                   cpu_why: str, invocation_id: str | None = None, *,
                   cpus: int = 1) -> list[HeaderLine]:
     """The header of a small CPU job beside a run (aggregation, export, a watch's tick, the
@@ -112,7 +109,7 @@ _CPU_FLAGS = frozenset({"cpus-per-task", "cpus-per-gpu"})
 _MEM_FLAGS = frozenset({"mem", "mem-per-gpu", "mem-per-cpu"})
 
 
-def gpu_request(ex: ExecutionSpec, gpus: int) -> tuple[str, str] | None:
+def gpu_request(ex: ExecutionView, gpus: int) -> tuple[str, str] | None:
     """How a job of ``ex`` asks for ``gpus`` GPUs per node, as (flag, value): gpus-per-node
     ``[TYPE:]N`` or gres ``gpu:[TYPE:]N`` (execution.gpu_request, gpu_type); None for none.
     The job header and doctor's node job (one GPU) both ask this way."""
@@ -122,7 +119,7 @@ def gpu_request(ex: ExecutionSpec, gpus: int) -> tuple[str, str] | None:
     return (ex.gpu_request, typed if ex.gpu_request == "gpus-per-node" else f"gpu:{typed}")
 
 
-def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[HeaderLine]:
+def _per_gpu_defaults(ex: ExecutionView, *, requested_gpus: bool) -> list[HeaderLine]:
     """CPUs and memory for a GPU job that names neither: without them Slurm gives one CPU and
     DefMemPerCPU (often a few GB) to a whole vLLM server, which then crawls or is OOM-killed."""
     if not requested_gpus:
@@ -150,7 +147,7 @@ _JUDGE_WHY = {"nodes": "auxiliary_deployments.<name>.num_nodes: the judge's own 
               "no-requeue": "a resumed sweep submits a new judge job"}
 
 
-def job_header(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int,
+def job_header(spec: RunView, ctx: JobView, log_dir: str, nodes: int,
                role: Role = Role.MAIN) -> list[str]:
     """header_lines as text lines, a judge job's (role JUDGE) with its own comments."""
     lines = header_lines(spec, ctx, log_dir, nodes)
@@ -160,7 +157,7 @@ def job_header(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int,
     return [line.text() for line in lines]
 
 
-def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> list[HeaderLine]:
+def header_lines(spec: RunView, ctx: JobView, log_dir: str, nodes: int) -> list[HeaderLine]:
     """The job's header; `nodes` is the allocation's node count (config.aux_layout.job_nodes:
     the model's nodes and its in-job judges', a rule of the config layer above)."""
     ex = spec.execution

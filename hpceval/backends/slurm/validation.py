@@ -9,22 +9,19 @@ issues as a guard for configs built by hand, so `config show` refuses what rende
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.backends.slurm.formats import SBATCH_FLAG, SBATCH_UNWRITABLE, sets_comment
+from hpceval.backends.views import ExecutionView
 from hpceval.durations import walltime_minutes
 from hpceval.errors import ConfigIssue
-
-if TYPE_CHECKING:  # the config layer hands it in; the backend only reads it
-    from hpceval.config.schema import ExecutionSpec
 
 # Execution keys whose values the #SBATCH header carries as text.
 HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "constraint",
                     "walltime", "gpu_type", "mem", "sbatch_comment", "output_dir")
 
 
-def spec_issues(ex: ExecutionSpec, *, ask: bool) -> list[ConfigIssue]:
+def spec_issues(ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
     """Every issue of ``ex`` a Slurm job could not carry; ``ask``: sinfo, sacctmgr may be asked
     for the walltime's limits (at submit, not when rendering on another machine)."""
     return [*_walltime_issues(ex, ask), *_flag_issues(ex), *_text_issues(ex)]
@@ -37,7 +34,7 @@ def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
     return None
 
 
-def _walltime_issues(ex: ExecutionSpec, ask: bool) -> Iterator[ConfigIssue]:
+def _walltime_issues(ex: ExecutionView, ask: bool) -> Iterator[ConfigIssue]:
     from hpceval.backends.slurm.partitions import time_limit
 
     wall = walltime_minutes(ex.walltime)
@@ -52,7 +49,7 @@ def _walltime_issues(ex: ExecutionSpec, ask: bool) -> Iterator[ConfigIssue]:
                           "(auto-resume continues in a new allocation)")
 
 
-def _flag_issues(ex: ExecutionSpec) -> Iterator[ConfigIssue]:
+def _flag_issues(ex: ExecutionView) -> Iterator[ConfigIssue]:
     for flag, value in ex.sbatch_extra_flags.items():
         if not SBATCH_FLAG.match(flag):
             yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
@@ -68,7 +65,7 @@ def _flag_issues(ex: ExecutionSpec) -> Iterator[ConfigIssue]:
                               "object)")
 
 
-def _text_issues(ex: ExecutionSpec) -> Iterator[ConfigIssue]:
+def _text_issues(ex: ExecutionView) -> Iterator[ConfigIssue]:
     for name in HEADER_TEXT_KEYS:
         value = getattr(ex, name)
         if isinstance(value, str) and (issue := sbatch_text_issue(value, f"execution.{name}")):
