@@ -28,6 +28,8 @@ from hpceval.render.context import JobContext, job_backend
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 JUDGE_TEMPLATE = "judge.sbatch.j2"
+
+
 def judge_script(name: str) -> str:
     """The judge job's script, relative to the run directory."""
     return f"{aux_folder(name)}/{AUX_JOB_SCRIPT}"

@@ -1,8 +1,10 @@
-"""Sweeps: N models, ONE Slurm array job. Pure, like render_job.
+"""Sweeps: N models, ONE array job (Slurm's; the local runner runs the elements in turn).
+Pure, like render_job.
 
-The array's script is a short dispatcher (templates/sweep.sbatch.j2): the `#SBATCH` header
-every model's own job would carry, plus a `case "$HPCEVAL_ARRAY_INDEX"` (the backend's env.j2)
-that execs ``models/<key>/job.sh``, the full per-model script from ``render_job``. Element
+The array's script is a short dispatcher (templates/sweep.sbatch.j2): the backend's header
+every model's own job would carry (Backend.header; none for the local backend), plus a
+`case "$HPCEVAL_ARRAY_INDEX"` (the backend's env.j2) that execs ``models/<key>/job.sh``, the
+full per-model script from ``render_job``. Element
 scripts carry their own (single-job) header too: under the dispatcher it is only comments, and
 it lets an admin submit one element by hand. A small CPU-only aggregation script, submitted
 with ``--dependency=afterany:<array>``, writes the sweep's results table when every element
@@ -54,7 +56,7 @@ def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
         if other != texts:
             pairs = zip(texts, other, strict=False)
             diff = next((b for a, b in pairs if a != b), "(a different length)")
-            raise ConfigError.at(f"models.{key}", f"needs the #SBATCH line {diff!r}, which "
+            raise ConfigError.at(f"models.{key}", f"needs the header line {diff!r}, which "
                                  f"differs from model {first_key!r}'s; one array job has one "
                                  "header", "keep per-model settings out of execution")
     return texts
