@@ -14,6 +14,7 @@ from hpceval.backends.base import (
     BackendFiles,
     BackendSettings,
     CancelReport,
+    CpuJob,
     JobEntry,
     JobInfo,
     JobQuery,
@@ -21,6 +22,7 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
+from hpceval.backends.views import ExecutionView
 from hpceval.registry import Registry
 
 # execution.type values (NeMo Evaluator's names): each backend's factory, imported only when its
@@ -42,5 +44,19 @@ def backend_for(kind: str, *, client: Any = None, poller: Any = None,
     return BACKENDS.get(kind)(BackendSettings(client, poller, min_interval_s))
 
 
-__all__ = ["BACKENDS", "Backend", "BackendFiles", "BackendSettings", "CancelReport", "JobEntry",
-           "JobInfo", "JobQuery", "JobRequest", "JobUsage", "UsageQuery", "backend_for"]
+def resumes_itself(ex: ExecutionView) -> bool:
+    """execution.auto_resume where the backend submits successors (slurm; not local)."""
+    return ex.auto_resume and backend_for(ex.type).resubmits_itself
+
+
+def requeues_on_node_failure(ex: ExecutionView) -> bool:
+    """A node failure kills the batch script with its node (SIGKILL: no trap runs), so no
+    successor can be submitted from inside; the scheduler reruns the job instead (Slurm's
+    --requeue: only for failures that are not the job's own, a node failure or an admin's
+    requeue; not after a non-zero exit, a timeout, a cancel or PreemptMode=CANCEL)."""
+    return resumes_itself(ex) and ex.node_failure_retries > 0
+
+
+__all__ = ["BACKENDS", "Backend", "BackendFiles", "BackendSettings", "CancelReport", "CpuJob",
+           "JobEntry", "JobInfo", "JobQuery", "JobRequest", "JobUsage", "UsageQuery", "backend_for",
+           "requeues_on_node_failure", "resumes_itself"]

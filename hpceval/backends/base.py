@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import model_dir
+from hpceval.errors import ConfigIssue
 from hpceval.phases import JobStatus
 from hpceval.records import Reason, Role
 
@@ -178,6 +180,22 @@ class BackendFiles:
     gpus: int = 0  # what one model's job holds (execution.nodes x gpus_per_node): its usage
 
 
+@dataclass(frozen=True)
+class CpuJob:
+    """A small CPU job beside a run (a sweep's aggregation, the export, the pull job, a watch's
+    tick) whose header a backend writes: the run's account and partition, no GPU."""
+
+    role: str  # what it does; its log is Backend.log_name(role) in log_dir
+    name: str  # the job's name (a watch's ticks share one)
+    log_dir: str
+    minutes: int  # its time limit
+    why: str  # why that many minutes (a comment for the admin reading the script)
+    cpu_why: str  # why that many CPUs
+    invocation_id: str | None = None  # a run's own job: it carries the run's id (kill finds it)
+    cpus: int = 1
+    name_why: str = ""
+
+
 class Backend(Protocol):
     """What the controller needs from an execution backend."""
 
@@ -270,4 +288,37 @@ class Backend(Protocol):
 
     def describe(self, entry: JobEntry, models: int) -> str:
         """How the CLI names a submitted entry ("job 12", "local runner local-4242 ...")."""
+        ...
+
+    # The job script's header is the backend's dialect: render asks for it and writes each
+    # line as it comes, so a scheduler's directives never appear above this package. Pure:
+    # reads nothing but its arguments (golden tests hold it); a ConfigError names a key whose
+    # value the dialect cannot write.
+
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
+               role: Role = Role.MAIN) -> list[str]:
+        """The header lines of a job that serves (a model's job, a sweep's array with
+        ``ctx.array``, a sweep's judge job with role JUDGE): ``nodes`` is its allocation's
+        node count, its log goes into ``log_dir``. [] where the backend reads none."""
+        ...
+
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
+        """The header lines of a small CPU job of a run (or a watch) of ``ex``."""
+        ...
+
+    def log_name(self, role: str) -> str:
+        """The file name (a pattern the scheduler expands) a job of ``role`` logs to in the
+        folder it is given: a CPU job's (aggregate, export, pull, tick, doctor)."""
+        ...
+
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
+        """(the longest time limit up to ``wanted`` a job of ``ex`` may ask for; whether that
+        is less, so the job continues in successor jobs): a sweep's judge job, which must
+        outlive every element, asks for execution.max_walltime."""
+        ...
+
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
+        """What this backend cannot run of an execution section, checked when a run is loaded
+        (render raises the same as a guard). ``ask``: its scheduler may be asked for limits
+        (False when rendering on another machine)."""
         ...

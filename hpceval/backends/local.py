@@ -23,6 +23,7 @@ from hpceval.backends.base import (
     BackendFiles,
     BackendSettings,
     CancelReport,
+    CpuJob,
     JobEntry,
     JobInfo,
     JobQuery,
@@ -30,7 +31,7 @@ from hpceval.backends.base import (
     JobUsage,
     UsageQuery,
 )
-from hpceval.backends.slurm.formats import walltime_seconds
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import (
     JOB_FILES,
     LOCAL_LOG_FILE,
@@ -40,7 +41,8 @@ from hpceval.contract import (
     LOCAL_USAGE_FILE,
     model_dir,
 )
-from hpceval.errors import HpcevalError
+from hpceval.durations import walltime_seconds
+from hpceval.errors import ConfigIssue, HpcevalError
 from hpceval.phases import JobStatus, Phase
 from hpceval.records import Role
 
@@ -131,6 +133,25 @@ class LocalBackend:
 
     def describe(self, entry: JobEntry, models: int) -> str:
         return f"local runner {entry.id} (this machine)"
+
+    # No scheduler reads a job script here: bash runs it as it is, so it has no header, and a
+    # config value is never written on a directive line. The runner's timeout is the walltime.
+
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
+               role: Role = Role.MAIN) -> list[str]:
+        return []
+
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
+        return []
+
+    def log_name(self, role: str) -> str:
+        return f"{role}.log"
+
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
+        return wanted, False  # no limit above the config's: one allocation to the end
+
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
+        return []
 
 
 def runner_script(files: BackendFiles) -> str:

@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hpceval.backends import backend_for
-from hpceval.backends.slurm.commands import SUBMIT
-from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_minutes
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.config.secret_files import from_file, secret_file_issues
+from hpceval.durations import walltime_minutes
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
 from hpceval.storage import run_umask_bits
@@ -75,29 +74,8 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
     if wall and cap and cap < wall:
         yield ConfigIssue("execution.max_walltime", f"{ex.max_walltime} is shorter than one "
                           f"allocation's walltime {ex.walltime}", "raise max_walltime")
-    if environ is not None and wall and _has_partitions(ex.type):  # at submit: ask Slurm
-        from hpceval.backends.slurm.partitions import time_limit
-
-        limit = time_limit(ex.partition, ex.qos, ex.account)
-        if limit is not None and wall > limit.minutes:
-            yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than {limit.what} "
-                              f"({limit.minutes} minutes): {SUBMIT} would refuse the job or "
-                              "leave it pending for ever",
-                              f"set execution.walltime to {limit.minutes} minutes or less "
-                              "(auto-resume continues in a new allocation)")
-    for flag, value in ex.sbatch_extra_flags.items():
-        if not SBATCH_FLAG.match(flag):
-            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
-                              f"is not an {SUBMIT} flag name",
-                              "write the long name without dashes, e.g. mail-type")
-        elif sets_comment(flag) and value is not None and value is not False:
-            yield ConfigIssue(f"execution.sbatch_extra_flags.{flag}",
-                              "sets --comment, which would replace the hpceval:<id> tag "
-                              "hpceval kill looks for (kill would then leave the run's jobs "
-                              "running)",
-                              "move the value to execution.sbatch_comment: hpceval adds its tag "
-                              "after it (or inside it, as the key hpceval, when it is a JSON "
-                              "object)")
+    # the backend's own rules (Slurm: #SBATCH values and flags, the partition's time limits)
+    yield from backend_for(ex.type).spec_issues(ex, ask=environ is not None)
     if ep.url and "@" in ep.url.partition("://")[2].partition("/")[0]:
         # The URL is written into the job script and its logs; a password there is stored.
         yield ConfigIssue("target.api_endpoint.url", "carries a user:password@ part",
@@ -229,7 +207,7 @@ def _env_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterator[Co
         # NeMo Evaluator ssh'es there to submit; hpceval submits where it runs, so
         # submitting here would put the jobs on another cluster than the file names.
         yield ConfigIssue("execution.hostname", f"names {host!r}, which is not this machine; "
-                          f"hpceval submits with {SUBMIT} here (no ssh hop)",
+                          "hpceval submits its jobs from here (no ssh hop)",
                           f"run hpceval on {host}, or remove execution.hostname")
     name = spec.target.api_endpoint.api_key_name
     if name is not None:
@@ -320,9 +298,3 @@ def image_version_findings(spec: RunSpec, span: Callable[[str], int]
         notes += found_notes
         issues += found_issues
     return notes, issues
-
-
-def _has_partitions(execution_type: str) -> bool:
-    from hpceval.backends import backend_for
-
-    return backend_for(execution_type).partitions

@@ -17,7 +17,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hpceval.backends.slurm.partitions import capped_walltime, partition_seen
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.layout import Layout, compute_layout, fit_explicit_layout
 from hpceval.config.schema import (
@@ -92,22 +91,14 @@ def judge_spec(spec: RunSpec, name: str, invocation_id: str) -> RunSpec:
 
 
 def _judge_walltime(ex: ExecutionSpec) -> tuple[str, bool]:
-    """(the judge job's walltime, whether it continues in successor jobs). Never more than the
-    partition, the QOS or the association allows: Slurm refuses that (EnforcePartLimits) or
-    leaves it pending for ever, and every model element waits on the judge's start. Capped,
-    the judge continues in a successor job at its walltime, as a model's job does (up to
-    max_walltime in all; none once the sweep is done); uncapped, the stop file ends it first.
-    Where no partition can be seen (render on a machine without Slurm), no limit is known: it
-    asks for execution.walltime, what one allocation of this site may take (submit refuses a
-    longer one), not for max_walltime, which a site's limits rarely allow."""
+    """(the judge job's walltime, whether it continues in successor jobs). Never more than its
+    backend allows (Slurm: the partition, the QOS, the association; more is refused or left
+    pending for ever, and every model element waits on the judge's start). Capped, the judge
+    continues in a successor job at its walltime, as a model's job does (up to max_walltime in
+    all; none once the sweep is done); uncapped, the stop file ends it first."""
     from hpceval.backends import backend_for
 
-    if not backend_for(ex.type).partitions:  # no Slurm limits: one allocation to the end
-        return ex.max_walltime, False
-    if not partition_seen(ex.partition):
-        return ex.walltime, True
-    walltime, capped = capped_walltime(ex.max_walltime, ex.partition, ex.qos, ex.account)
-    return walltime, capped is not None
+    return backend_for(ex.type).walltime_within(ex, ex.max_walltime)
 
 
 def judge_issues(spec: RunSpec, name: str, invocation_id: str = "judge"

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpceval.backends import BACKENDS
-from hpceval.backends.slurm.commands import SUBMIT
 from hpceval.engines import engine_for, engine_names
 from hpceval.fields import REQUIRED as REQUIRED
 from hpceval.fields import key as key
@@ -48,7 +47,8 @@ else:
 
 @dataclass(frozen=True)
 class ExecutionSpec:
-    type: ExecutionType = key("slurm", f"slurm submits with {SUBMIT}; local runs the same job here")
+    type: ExecutionType = key("slurm", "slurm submits to the Slurm scheduler; local runs the "
+                                       "same job here")
     profile: str | None = key(None, "name of the site profile this section came from")
     hostname: str | None = key(
         None, "login node that submits (NeMo Evaluator's key); hpceval does not ssh, so submit "

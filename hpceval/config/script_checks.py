@@ -1,30 +1,20 @@
 """What the job script cannot express, checked when the run is loaded.
 
-Render writes values into `#SBATCH` lines and container binds; some values cannot be written
-there at all. Each rule is a function here that render calls too (as a guard for hand-built
-configs), so `hpceval config show` refuses exactly what `hpceval render` would.
+Render writes values into the backend's header (its rules: Backend.spec_issues) and container
+binds; some values cannot be written there at all. Each rule is a function here that render
+calls too (as a guard for hand-built configs), so `hpceval config show` refuses exactly what
+`hpceval render` would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from hpceval.backends.slurm.formats import SBATCH_UNWRITABLE
+from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.config.tasks import ResolvedTask
 from hpceval.runtimes import runtime_for
-
-# Execution keys whose values the #SBATCH header carries as text.
-HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "constraint",
-                    "walltime", "gpu_type", "mem", "sbatch_comment", "output_dir")
-
-
-def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
-    if SBATCH_UNWRITABLE.search(text):
-        return ConfigIssue(key, f"{text!r} contains a newline or control character, which "
-                           "cannot be written on an #SBATCH line", "remove it")
-    return None
 
 
 def bind_issue(path: str, where: str) -> ConfigIssue | None:
@@ -77,21 +67,10 @@ def task_container_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> Itera
         yield from extra_binds_issues(ex)
 
 
-def header_issues(spec: RunSpec) -> Iterator[ConfigIssue]:
-    ex = spec.execution
-    for name in HEADER_TEXT_KEYS:
-        value = getattr(ex, name)
-        if isinstance(value, str):
-            yield from _some(sbatch_text_issue(value, f"execution.{name}"))
-    for flag, value in ex.sbatch_extra_flags.items():
-        if value is not None and not isinstance(value, bool):
-            yield from _some(sbatch_text_issue(str(value),
-                                               f"execution.sbatch_extra_flags.{flag}"))
-
-
 def script_issues(spec: RunSpec, tasks: Sequence[ResolvedTask]) -> list[ConfigIssue]:
     """Every value of one model's run that its job script could not express."""
-    issues = [*header_issues(spec), *server_issues(spec), *task_container_issues(spec, tasks)]
+    issues = [*backend_for(spec.execution.type).spec_issues(spec.execution, ask=False),
+              *server_issues(spec), *task_container_issues(spec, tasks)]
     return list(dict.fromkeys(issues))
 
 

@@ -18,7 +18,6 @@ from typing import Protocol
 
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
 from hpceval.backends.slurm.commands import LIMITS, SUBMIT, TEST_ONLY
-from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.header import HeaderLine, header_lines
 from hpceval.backends.slurm.partitions import (
     association_limit,
@@ -31,6 +30,7 @@ from hpceval.backends.slurm.partitions import (
 from hpceval.config import ResolvedConfig
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.report import Line, Status
+from hpceval.durations import walltime_minutes
 from hpceval.staging.preflight import preflight_all, preflight_notes
 
 # Filesystems that several machines mount (a login node and compute nodes see the same files).

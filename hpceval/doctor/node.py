@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from hpceval.backends.slurm.backend import ACTIVE_STATES
 from hpceval.backends.slurm.commands import EXPORT_SETTING, SUBMIT, SUBMIT_EXPORT, WHY_PENDING
-from hpceval.backends.slurm.header import gpu_request
+from hpceval.backends.slurm.header import gpu_request, log_name
 from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor import node_site
 from hpceval.doctor.login import ProbingClient, site_args
@@ -171,7 +171,7 @@ _PLACEMENT_FLAGS = ("nodelist", "exclude", "constraint")
 def job_args(ex: ExecutionSpec, folder: Path) -> list[str]:
     return [*site_args(ex), *_placement(ex), "--job-name=hpceval-doctor",
             f"--time={NODE_WALLTIME}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-            *_one_gpu(ex), f"--output={folder / 'doctor-%j.log'}"]
+            *_one_gpu(ex), f"--output={folder / log_name('doctor')}"]
 
 
 def _placement(ex: ExecutionSpec) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from hpceval.backends import backend_for
+from hpceval.backends import Backend, backend_for
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,12 @@ class JobContext:
         return str(self.run_dir)
 
 
+def job_backend(kind: str) -> Backend:
+    """The backend of execution type ``kind``: render's one lookup. Its dialect (the header
+    lines, log names, in-job partials) is the backend's; render writes what it is given."""
+    return backend_for(kind)
+
+
 def backend_view(kind: str) -> dict[str, str | bool]:
     """The `backend` every template gets: the folder of templates/ with the in-job dialect of
     the execution type `kind` (Backend.partials). The neutral templates include its env,
@@ -48,5 +54,5 @@ def backend_view(kind: str) -> dict[str, str | bool]:
     the variables env.j2 sets (HPCEVAL_JOB_ID, HPCEVAL_NODELIST, ...), never the scheduler's.
     ``pulls_ahead``: the run's pull job pulled the servers' images before this job started
     (Backend.pulls_ahead); the job only checks they are there."""
-    backend = backend_for(kind)
+    backend = job_backend(kind)
     return {"partials": backend.partials, "pulls_ahead": backend.pulls_ahead}

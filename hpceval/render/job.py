@@ -7,7 +7,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpceval._version import __version__
-from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.endpoint_key import CLIENT_TOKEN, proxy_client_key, proxy_upstream_key
@@ -20,7 +19,7 @@ from hpceval.engines import engine_for
 # VLLM_VERSION: the vLLM release the rendered command lines target (the vLLM engine's)
 from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
 from hpceval.interceptors import Interceptor, chain_json, routes_json
-from hpceval.render.context import JobContext, backend_view
+from hpceval.render.context import JobContext, backend_view, job_backend
 from hpceval.render.deployments import SERVER_CACHES, deployment_view
 from hpceval.render.judge_in_job import proxy_views
 from hpceval.render.ports import PortPlan
@@ -104,9 +103,8 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
     aux_views = proxy_views(resolved, ports)
     return {
         "backend": backend_view(ex.type),
-        "header": [ShellCode(line.text())
-                   for line in header_lines(spec, ctx, model_dir(run_dir, ctx.model_key),
-                                             job_nodes(spec))],
+        "header": [ShellCode(line) for line in job_backend(ex.type).header(
+            spec, ctx, model_dir(run_dir, ctx.model_key), job_nodes(spec))],
         "job": {"run_dir": run_dir, "model_key": ctx.model_key, "python": ctx.python,
                 "invocation_id": ctx.invocation_id,
                 "version": ctx.hpceval_version or __version__,
@@ -197,8 +195,8 @@ def proxy_arguments(rules: InterceptorsSpec, budget: str = "off",
 
 
 def _resume_view(resolved: ResolvedConfig, ctx: JobContext) -> dict[str, Any]:
-    from hpceval.backends.slurm.formats import walltime_minutes
-    from hpceval.backends.slurm.header import requeues_on_node_failure, resumes_itself
+    from hpceval.backends import requeues_on_node_failure, resumes_itself
+    from hpceval.durations import walltime_minutes
 
     ex = resolved.spec.execution
     wall = walltime_minutes(ex.walltime) or 1

@@ -17,23 +17,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from hpceval.backends.slurm.header import header_lines
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
 from hpceval.config.judges import in_judge, judge_config, sweep_judge_issues, sweep_scoped
 from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.contract import AUX_JOB_SCRIPT, aux_folder
-from hpceval.render.context import JobContext
+from hpceval.records import Role
+from hpceval.render.context import JobContext, job_backend
 from hpceval.render.quoting import ShellCode, shipped_environment
 
 JUDGE_TEMPLATE = "judge.sbatch.j2"
-# the model job's header comments, as they read for the judge job
-_JUDGE_WHY = {"nodes": "auxiliary_deployments.<name>.num_nodes: the judge's own nodes",
-              "time": "execution.max_walltime within the partition, QOS and association "
-                      "limits (execution.walltime where no partition is seen): the stop file "
-                      "ends it sooner",
-              "no-requeue": "a resumed sweep submits a new judge job"}
 
 
 def judge_script(name: str) -> str:
@@ -66,11 +60,10 @@ def render_judge_job(resolved: ResolvedConfig, name: str, ctx: JobContext) -> st
     aux = resolved.spec.auxiliary_deployments[name]
     model_id = aux.request_model or name
     log_dir = f"{ctx.run_dir_text}/{aux_folder(name)}"
-    header = [dataclasses.replace(line, why=_JUDGE_WHY.get(line.flag, line.why))
-              for line in header_lines(judge.spec, judge_ctx, log_dir,
-                                                         job_nodes(judge.spec))]
+    header = job_backend(judge.spec.execution.type).header(
+        judge.spec, judge_ctx, log_dir, job_nodes(judge.spec), role=Role.JUDGE)
     context.update(
-        header=[ShellCode(line.text()) for line in header],
+        header=[ShellCode(line) for line in header],
         proxy=False, steps=[], overlap=False,  # a judge job serves; it runs no task
         judge={"name": name, "model_id": model_id, "model_id_json": json.dumps(model_id)})
     text = shipped_environment().get_template(JUDGE_TEMPLATE).render(context)

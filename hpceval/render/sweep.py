@@ -1,8 +1,10 @@
-"""Sweeps: N models, ONE Slurm array job. Pure, like render_job.
+"""Sweeps: N models, ONE array job (Slurm's; the local runner runs the elements in turn).
+Pure, like render_job.
 
-The array's script is a short dispatcher (templates/sweep.sbatch.j2): the `#SBATCH` header
-every model's own job would carry, plus a `case "$HPCEVAL_ARRAY_INDEX"` (the backend's env.j2)
-that execs ``models/<key>/job.sh``, the full per-model script from ``render_job``. Element
+The array's script is a short dispatcher (templates/sweep.sbatch.j2): the backend's header
+every model's own job would carry (Backend.header; none for the local backend), plus a
+`case "$HPCEVAL_ARRAY_INDEX"` (the backend's env.j2) that execs ``models/<key>/job.sh``, the
+full per-model script from ``render_job``. Element
 scripts carry their own (single-job) header too: under the dispatcher it is only comments, and
 it lets an admin submit one element by hand. A small CPU-only aggregation script, submitted
 with ``--dependency=afterany:<array>``, writes the sweep's results table when every element
@@ -17,13 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hpceval._version import __version__
-from hpceval.backends.slurm.formats import slurm_filename
-from hpceval.backends.slurm.header import HeaderLine, cpu_job_lines, header_lines, sbatch_value
+from hpceval.backends import CpuJob
 from hpceval.config import ResolvedConfig
 from hpceval.config.aux_layout import job_nodes
 from hpceval.config.errors import ConfigError
 from hpceval.contract import JOB_FILES, LOG_DIR, element_script
-from hpceval.render.context import ArraySpec, JobContext, backend_view
+from hpceval.render.context import ArraySpec, JobContext, backend_view, job_backend
 from hpceval.render.job import render_job
 from hpceval.render.judge_job import render_judge_job, sweep_judges
 from hpceval.render.quoting import ShellCode, shipped_environment
@@ -44,21 +45,21 @@ class SweepScripts:
 
 
 def sweep_header(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext,
-                 log_dir: str) -> list[HeaderLine]:
-    """The array header; ConfigError if any model would need a different one."""
+                 log_dir: str) -> list[str]:
+    """The array header (the backend's lines); ConfigError if any model would need a
+    different one."""
     first_key, first = models[0]
-    lines = header_lines(first.spec, ctx, log_dir, job_nodes(first.spec))
-    texts = [line.text() for line in lines]
+    backend = job_backend(first.spec.execution.type)
+    texts = backend.header(first.spec, ctx, log_dir, job_nodes(first.spec))
     for key, resolved in models[1:]:
-        other = [line.text() for line in header_lines(resolved.spec, ctx, log_dir,
-                                                             job_nodes(resolved.spec))]
+        other = backend.header(resolved.spec, ctx, log_dir, job_nodes(resolved.spec))
         if other != texts:
             pairs = zip(texts, other, strict=False)
             diff = next((b for a, b in pairs if a != b), "(a different length)")
-            raise ConfigError.at(f"models.{key}", f"needs the #SBATCH line {diff!r}, which "
+            raise ConfigError.at(f"models.{key}", f"needs the header line {diff!r}, which "
                                  f"differs from model {first_key!r}'s; one array job has one "
                                  "header", "keep per-model settings out of execution")
-    return lines
+    return texts
 
 
 def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) -> SweepScripts:
@@ -79,7 +80,7 @@ def render_sweep(models: Sequence[tuple[str, ResolvedConfig]], ctx: JobContext) 
              for i, (key, resolved) in enumerate(models)]
     version = ctx.hpceval_version or __version__
     dispatcher = shipped_environment().get_template(SWEEP_TEMPLATE).render(
-        header=[ShellCode(line.text()) for line in header], models=views,
+        header=[ShellCode(line) for line in header], models=views,
         backend=backend_view(ex.type),
         job={"run_dir": run_dir, "invocation_id": ctx.invocation_id, "version": version},
         files=JOB_FILES)
@@ -127,13 +128,12 @@ def render_export(resolved: ResolvedConfig, ctx: JobContext) -> str:
 def cpu_job_header(resolved: ResolvedConfig, ctx: JobContext, role: str, minutes: int,
                    why: str, cpu_why: str = "no GPU: only result files are read", *,
                    cpus: int = 1) -> list[ShellCode]:
-    """The header of a run's CPU job: same partition/account/QOS/reservation; ``cpus`` CPUs."""
-    name = HeaderLine("job-name", sbatch_value(f"hpceval-{role}-{ctx.invocation_id}",
-                                               "execution.job_name"))
-    log = f"{slurm_filename(ctx.run_dir_text)}/{LOG_DIR}/{role}-%j.log"
-    lines = cpu_job_lines(resolved.spec.execution, name, log, minutes, why, cpu_why,
-                          ctx.invocation_id, cpus=cpus)
-    return [ShellCode(line.text()) for line in lines]
+    """The header of a run's CPU job (the backend's lines): same partition/account/QOS/
+    reservation; ``cpus`` CPUs; its log in the run's logs/."""
+    ex = resolved.spec.execution
+    job = CpuJob(role, f"hpceval-{role}-{ctx.invocation_id}", f"{ctx.run_dir_text}/{LOG_DIR}",
+                 minutes, why, cpu_why, ctx.invocation_id, cpus=cpus)
+    return [ShellCode(line) for line in job_backend(ex.type).cpu_header(ex, job)]
 
 
 def _summary(resolved: ResolvedConfig) -> str:

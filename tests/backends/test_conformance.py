@@ -116,6 +116,21 @@ def test_a_backend_declares_its_name_capabilities_and_words(rig: Rig) -> None:
     assert isinstance(backend.own_jobs_command, str) and backend.own_jobs_command
 
 
+def test_a_backend_writes_its_own_header_as_comments_to_bash(rig: Rig) -> None:
+    """The header dialect (Backend.header, cpu_header, log_name, spec_issues): plain lines
+    bash reads as comments (none where no scheduler reads them), a log name per role."""
+    from hpceval.backends import CpuJob
+    from hpceval.config.schema import ExecutionSpec
+
+    backend = rig.backend
+    ex = ExecutionSpec(type=backend.name)  # type: ignore[arg-type]
+    lines = backend.cpu_header(ex, CpuJob("aggregate", "hpceval-x", "/runs/x/logs", 15, "", "",
+                                          "inv-1"))
+    assert all(isinstance(line, str) and line.startswith("#") for line in lines)
+    assert "aggregate" in backend.log_name("aggregate")
+    assert backend.spec_issues(ex, ask=False) == []
+
+
 def test_submit_query_cancel_query(rig: Rig) -> None:
     backend = rig.backend
     (entry,) = backend.submit(rig.run_dir, rig.request)

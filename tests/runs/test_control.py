@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from support.runs import configs, finish_task
 from support.slurm import FakeSlurm
 
-from hpceval.backends.slurm.formats import walltime_seconds
 from hpceval.backends.slurm.states import Phase
+from hpceval.durations import walltime_seconds
 from hpceval.runs.control import ResumeRefused, kill_run, resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs

@@ -19,6 +19,7 @@ from hpceval.backends.base import (
     BackendFiles,
     BackendSettings,
     CancelReport,
+    CpuJob,
     JobEntry,
     JobInfo,
     JobQuery,
@@ -32,8 +33,9 @@ from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.formats import carries_run, log_file
 from hpceval.backends.slurm.records import base_job_id
 from hpceval.backends.slurm.states import JobStatus, Phase, classify
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
-from hpceval.errors import HpcevalError
+from hpceval.errors import ConfigIssue, HpcevalError
 from hpceval.records import Reason, Role
 from hpceval.storage import atomic_write_json, cache_dir
 
@@ -253,6 +255,40 @@ class SlurmBackend:
             return f"job {entry.id}"
         first = f", from model {entry.offset}" if entry.offset else ""
         return f"array job {entry.id} ({models} models{first})"
+
+    # -- the dialect of its job scripts (header.py, validation.py) ---------------------------
+
+    def header(self, spec: RunView, ctx: JobView, log_dir: str, nodes: int, *,
+               role: Role = Role.MAIN) -> list[str]:
+        from hpceval.backends.slurm.header import job_header
+
+        return job_header(spec, ctx, log_dir, nodes, role)
+
+    def cpu_header(self, ex: ExecutionView, job: CpuJob) -> list[str]:
+        from hpceval.backends.slurm.header import cpu_header
+
+        return cpu_header(ex, job)
+
+    def log_name(self, role: str) -> str:
+        from hpceval.backends.slurm.header import log_name
+
+        return log_name(role)
+
+    def walltime_within(self, ex: ExecutionView, wanted: str) -> tuple[str, bool]:
+        """Within the partition's, QOS's and association's limits; where no partition can be
+        seen (render on a machine without Slurm) none is known: one allocation's
+        execution.walltime (submit refuses a longer one), continued in successors."""
+        from hpceval.backends.slurm.partitions import capped_walltime, partition_seen
+
+        if not partition_seen(ex.partition):
+            return ex.walltime, True
+        walltime, capped = capped_walltime(wanted, ex.partition, ex.qos, ex.account)
+        return walltime, capped is not None
+
+    def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
+        from hpceval.backends.slurm.validation import spec_issues
+
+        return spec_issues(ex, ask=ask)
 
     # -- internals --------------------------------------------------------------------------
 

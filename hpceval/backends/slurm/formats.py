@@ -1,7 +1,6 @@
-"""Slurm's own formats, written once: time limits, sbatch flag names, --output file names.
+"""Slurm's own formats, written once: sbatch flag names, --output file names, the comment.
 
-Time limits: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (minutes and seconds of at most two digits);
-read by validation, the render (resume caps) and the local backend's runner.
+Time limits are the config's syntax (hpceval.durations), which Slurm reads as they are.
 """
 
 from __future__ import annotations
@@ -14,30 +13,6 @@ SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
 # What cannot be written on one #SBATCH line (tabs are fine inside quotes; newlines are not).
 SBATCH_UNWRITABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _COMMENT_PREFIX = "com"  # the shortest prefix of "comment" no other sbatch option shares
-_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
-
-
-def walltime_seconds(text: str) -> int:
-    """Seconds of a Slurm time limit; ValueError if `text` is not one."""
-    match = _WALLTIME.match(text.strip())
-    if match is None:
-        raise ValueError(f"not a Slurm time limit: {text!r}")
-    days, a, b, c = (int(g) if g else None for g in match.groups())
-    assert a is not None
-    if days is None:
-        if b is None:
-            return a * 60
-        return a * 60 + b if c is None else (a * 60 + b) * 60 + c
-    return ((days * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
-
-
-def walltime_minutes(text: str) -> int | None:
-    """Whole minutes, rounded up as Slurm does; None if `text` is not a time limit."""
-    try:
-        seconds = walltime_seconds(text)
-    except ValueError:
-        return None
-    return -(-seconds // 60)
 
 
 def slurm_filename(path: str) -> str:

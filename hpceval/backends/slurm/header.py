@@ -12,10 +12,13 @@ names the key.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hpceval.backends import requeues_on_node_failure
+from hpceval.backends.base import CpuJob
 from hpceval.backends.slurm.formats import (
     SBATCH_FLAG,
     SBATCH_UNWRITABLE,
@@ -23,11 +26,9 @@ from hpceval.backends.slurm.formats import (
     run_comment,
     slurm_filename,
 )
+from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.errors import ConfigError, ConfigIssue
-
-if TYPE_CHECKING:  # the layers above hand these in; the backend only reads them
-    from hpceval.config.schema import ExecutionSpec, RunSpec
-    from hpceval.render.context import JobContext
+from hpceval.records import Role
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_+=:,./@%{}\[\]-]+$")  # safe without quotes on an #SBATCH line
 _BAD = SBATCH_UNWRITABLE
@@ -55,29 +56,28 @@ def sbatch_value(value: Any, key: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def resumes_itself(ex: ExecutionSpec) -> bool:
-    """execution.auto_resume where the backend submits successors (slurm; not local)."""
-    from hpceval.backends import backend_for
-
-    return ex.auto_resume and backend_for(ex.type).resubmits_itself
-
-
-def requeues_on_node_failure(ex: ExecutionSpec) -> bool:
-    """A node failure kills the batch script with its node (SIGKILL: no trap runs), so no
-    successor can be submitted from inside; Slurm's --requeue reruns the job instead. Slurm
-    requeues a --requeue job only for failures that are not the job's own (node failure, an
-    admin's requeue): not after a non-zero exit, a timeout, a scancel or PreemptMode=CANCEL."""
-    return resumes_itself(ex) and ex.node_failure_retries > 0
-
-
-def _requeue_line(ex: ExecutionSpec) -> HeaderLine:
+def _requeue_line(ex: ExecutionView) -> HeaderLine:
     if requeues_on_node_failure(ex):
         return HeaderLine("requeue", None, "a node failure reruns this job (at most "
                           f"execution.node_failure_retries {ex.node_failure_retries} times)")
     return HeaderLine("no-requeue", None, "resuming is a new job that skips finished tasks")
 
 
-def cpu_job_lines(ex: ExecutionSpec, name: HeaderLine, log_file: str, minutes: int, why: str,
+def log_name(role: str) -> str:
+    """A CPU job's log in the folder its header names (%j: its job id)."""
+    return f"{role}-%j.log"
+
+
+def cpu_header(ex: ExecutionView, job: CpuJob) -> list[str]:
+    """The header of a run's (or a watch's) CPU job, as text lines."""
+    name = HeaderLine("job-name", sbatch_value(job.name, "execution.job_name"), job.name_why)
+    log = f"{slurm_filename(job.log_dir)}/{log_name(job.role)}"
+    return [line.text() for line in cpu_job_lines(ex, name, log, job.minutes, job.why,
+                                                  job.cpu_why, job.invocation_id,
+                                                  cpus=job.cpus)]
+
+
+def cpu_job_lines(ex: ExecutionView, name: HeaderLine, log_file: str, minutes: int, why: str,
                   cpu_why: str, invocation_id: str | None = None, *,
                   cpus: int = 1) -> list[HeaderLine]:
     """The header of a small CPU job beside a run (aggregation, export, a watch's tick, the
@@ -109,7 +109,7 @@ _CPU_FLAGS = frozenset({"cpus-per-task", "cpus-per-gpu"})
 _MEM_FLAGS = frozenset({"mem", "mem-per-gpu", "mem-per-cpu"})
 
 
-def gpu_request(ex: ExecutionSpec, gpus: int) -> tuple[str, str] | None:
+def gpu_request(ex: ExecutionView, gpus: int) -> tuple[str, str] | None:
     """How a job of ``ex`` asks for ``gpus`` GPUs per node, as (flag, value): gpus-per-node
     ``[TYPE:]N`` or gres ``gpu:[TYPE:]N`` (execution.gpu_request, gpu_type); None for none.
     The job header and doctor's node job (one GPU) both ask this way."""
@@ -119,7 +119,7 @@ def gpu_request(ex: ExecutionSpec, gpus: int) -> tuple[str, str] | None:
     return (ex.gpu_request, typed if ex.gpu_request == "gpus-per-node" else f"gpu:{typed}")
 
 
-def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[HeaderLine]:
+def _per_gpu_defaults(ex: ExecutionView, *, requested_gpus: bool) -> list[HeaderLine]:
     """CPUs and memory for a GPU job that names neither: without them Slurm gives one CPU and
     DefMemPerCPU (often a few GB) to a whole vLLM server, which then crawls or is OOM-killed."""
     if not requested_gpus:
@@ -139,7 +139,25 @@ def _per_gpu_defaults(ex: ExecutionSpec, *, requested_gpus: bool) -> list[Header
     return lines
 
 
-def header_lines(spec: RunSpec, ctx: JobContext, log_dir: str, nodes: int) -> list[HeaderLine]:
+# the header's comments, as they read for a sweep's judge job (its own job, render/judge_job.py)
+_JUDGE_WHY = {"nodes": "auxiliary_deployments.<name>.num_nodes: the judge's own nodes",
+              "time": "execution.max_walltime within the partition, QOS and association "
+                      "limits (execution.walltime where no partition is seen): the stop file "
+                      "ends it sooner",
+              "no-requeue": "a resumed sweep submits a new judge job"}
+
+
+def job_header(spec: RunView, ctx: JobView, log_dir: str, nodes: int,
+               role: Role = Role.MAIN) -> list[str]:
+    """header_lines as text lines, a judge job's (role JUDGE) with its own comments."""
+    lines = header_lines(spec, ctx, log_dir, nodes)
+    if role is Role.JUDGE:
+        lines = [dataclasses.replace(line, why=_JUDGE_WHY.get(line.flag, line.why))
+                 for line in lines]
+    return [line.text() for line in lines]
+
+
+def header_lines(spec: RunView, ctx: JobView, log_dir: str, nodes: int) -> list[HeaderLine]:
     """The job's header; `nodes` is the allocation's node count (config.aux_layout.job_nodes:
     the model's nodes and its in-job judges', a rule of the config layer above)."""
     ex = spec.execution

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from hpceval.backends.slurm.formats import walltime_minutes
+from hpceval.durations import walltime_minutes
 
 SINFO_TIMEOUT_S = 10
 

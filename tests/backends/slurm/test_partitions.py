@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from fake_sinfo import fake_sinfo_on_path
 
-from hpceval.backends.slurm.formats import walltime_minutes
 from hpceval.backends.slurm.partitions import (
     TimeLimit,
     associations,
@@ -24,6 +23,7 @@ from hpceval.backends.slurm.partitions import (
     qos_max_minutes,
     time_limit,
 )
+from hpceval.durations import walltime_minutes
 
 FAKE = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/calls"
