@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from typing import Any
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An upper-case word, as an environment variable's NAME is written: an env value of that form
+# without a prefix is most likely a variable's name, not text (config checks, NeMo forms).
+BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
 class ShellCode(str):

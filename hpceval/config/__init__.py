@@ -92,7 +92,8 @@ def load_run(run_file: Path | None = None, overrides: tuple[str, ...] | list[str
     issues: list[ConfigIssue] = []
     for label, _, patch in expand_models(models):
         one = Composed(copy.deepcopy(composed.data), dict(composed.sources),
-                       list(composed.notes), composed.run_file, list(composed.layers))
+                       list(composed.notes), composed.run_file, list(composed.layers),
+                       composed.translation)
         merge(one.data, patch, one.sources, label)
         one.layers.append((label, "its entry under models: in the run file"))
         try:
@@ -146,6 +147,7 @@ def load_config(run_file: Path | None = None, overrides: tuple[str, ...] | list[
 def _resolve(composed: Composed, environ: Mapping[str, str] | None,
              check_environment: bool, lookups: _Lookups, *,
              single_model: bool = False) -> ResolvedConfig:
+    from hpceval.config.auto import local_gpus, local_runtime
     from hpceval.config.aux_layout import (
         env_issues,
         model_layout_spec,
@@ -161,7 +163,6 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         semantic_issues,
         umask_notes,
     )
-    from hpceval.config.nemo_forms import bare_host_names, local_gpus, local_runtime
     from hpceval.config.script_checks import script_issues
     from hpceval.config.tasks import resolve_tasks
 
@@ -172,7 +173,10 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     path_issues += expand_paths(composed.data, env)
     if path_issues:
         raise ConfigError(path_issues)
-    composed.notes += gpu_notes + bare_host_names(composed.data, env)
+    foreign_notes, foreign_issues = composed.translation.environment(composed.data, env)
+    if foreign_issues:
+        raise ConfigError(foreign_issues)
+    composed.notes += gpu_notes + foreign_notes
     spec = build_run_spec(composed.data)
     if single_model:
         spec, sweep_notes = _sweep_judges_in_job(spec)

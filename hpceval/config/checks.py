@@ -15,11 +15,11 @@ from hpceval.config.secret_files import from_file, secret_file_issues
 from hpceval.durations import walltime_minutes
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
+from hpceval.shell import BARE_NAME
 from hpceval.storage import run_umask_bits
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
-BARE_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")  # an upper-case word: a variable's NAME?
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 

@@ -16,17 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.config.nemo_compat import (
-    RENAMED,
-    check_defaults_entry,
-    translate,
-    translate_merged,
-    translate_override,
-    translate_task_override,
-)
 from hpceval.config.overrides import Override, apply_override, find_task, parse_override
 from hpceval.config.placeholders import Placeholders
 from hpceval.config.profiles import find_file, read_yaml, split_profile
+from hpceval.config.translation import TRANSLATION, Translation
 
 
 @dataclass
@@ -36,6 +29,8 @@ class Composed:
     notes: list[str] = field(default_factory=list)
     run_file: Path | None = None
     layers: list[tuple[str, str]] = field(default_factory=list)  # (label, origin), merge order
+    # how another tool's files were read: resolving asks it again for what needs the machine
+    translation: Translation = field(default=TRANSLATION, repr=False, compare=False)
 
     def layer_lines(self) -> list[str]:
         """One line per layer, in merge order (later wins): the profile file and each
@@ -78,18 +73,19 @@ def merge(base: dict[str, Any], layer: dict[str, Any], sources: dict[str, str], 
 _AUX_DEFAULT = re.compile(r"^deployment/([A-Za-z0-9_./-]+)@auxiliary_deployments\.(\w+)$")
 
 
-def _aux_default(entry: str, where: str) -> tuple[str, str]:
+def _aux_default(entry: str, where: str, translation: Translation) -> tuple[str, str]:
     """``deployment/vllm@auxiliary_deployments.judge``: the judge starts from the vllm preset
     (as ``deployment: vllm`` does for the model); returns (judge name, preset)."""
     m = _AUX_DEFAULT.match(entry.strip())
     if m is None:
         raise ConfigError.at(where, f"{entry!r} is not a preset for an auxiliary deployment",
                              "write deployment/<preset>@auxiliary_deployments.<name>")
-    check_defaults_entry("deployment", m.group(1))
+    translation.check_defaults_entry("deployment", m.group(1))
     return m.group(2), m.group(1)
 
 
-def _parse_defaults(defaults: Any) -> tuple[dict[str, str], list[tuple[str, str]]]:
+def _parse_defaults(defaults: Any, translation: Translation
+                    ) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """NeMo-style ``defaults: [{execution: x}, {deployment: y}, _self_]`` or a plain mapping;
     also the presets of auxiliary deployments, as (name, preset)."""
     aux: list[tuple[str, str]] = []
@@ -105,12 +101,13 @@ def _parse_defaults(defaults: Any) -> tuple[dict[str, str], list[tuple[str, str]
             if entry == "_self_":
                 continue
             if isinstance(entry, str) and "@" in entry:
-                aux.append(_aux_default(entry, f"defaults[{i}]"))
+                aux.append(_aux_default(entry, f"defaults[{i}]", translation))
                 continue
             if isinstance(entry, dict) and len(entry) == 1 and "@" in str(next(iter(entry))):
                 group, name = next(iter(entry.items()))
                 what, _, package = str(group).partition("@")
-                aux.append(_aux_default(f"{what}/{name}@{package}", f"defaults[{i}]"))
+                aux.append(_aux_default(f"{what}/{name}@{package}", f"defaults[{i}]",
+                                        translation))
                 continue
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ConfigError.at(f"defaults[{i}]", f"{entry!r} is not 'group: name'",
@@ -121,7 +118,7 @@ def _parse_defaults(defaults: Any) -> tuple[dict[str, str], list[tuple[str, str]
         if group not in ("execution", "deployment"):
             raise ConfigError.at(f"defaults.{group}", "unknown group",
                                  "only execution: <profile> and deployment: <kind> are picked")
-        check_defaults_entry(str(group), str(name))
+        translation.check_defaults_entry(str(group), str(name))
         chosen[str(group)] = str(name)
     return chosen, aux
 
@@ -174,7 +171,7 @@ def _normalize_durations(data: dict[str, Any]) -> None:
             execution[key] = "0" + value.strip()
 
 
-def _merge_launcher_override(out: Composed, ov: Override) -> bool:
+def _merge_launcher_override(out: Composed, ov: Override, translation: Translation) -> bool:
     """A ``-o`` in the launcher's terms, merged with our meaning; False if it needs none."""
     source = f"-o {ov.text}"
     parts = ov.path
@@ -185,14 +182,14 @@ def _merge_launcher_override(out: Composed, ov: Override) -> bool:
         name = str(tasks[index].get("name", index))
         if not rest:
             return False
-        task_layer = translate_task_override(name, rest, ov.value, source)
+        task_layer = translation.task_override(name, rest, ov.value, source)
         if task_layer is None:
             return False
         layer, notes = task_layer
         merge(tasks[index], layer, out.sources, source, f"evaluation.tasks.{name}")
         out.notes += notes
         return True
-    translated = translate_override(parts, ov.value, source)
+    translated = translation.override(parts, ov.value, source)
     if translated is None:
         return False
     layer, notes = translated
@@ -252,18 +249,18 @@ def _relative(value: Any) -> bool:
 
 
 def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str] = (), *,
-            profile: str | None = None) -> Composed:
+            profile: str | None = None, translation: Translation = TRANSLATION) -> Composed:
     near = run_file.resolve().parent if run_file else None
     run = read_yaml(run_file, "config") if run_file else {}
     run = copy.deepcopy(run)
-    chosen, aux_presets = _parse_defaults(run.pop("defaults", None))
+    chosen, aux_presets = _parse_defaults(run.pop("defaults", None), translation)
     chosen_by = ("--profile" if profile else "the run file's defaults"
                  if "execution" in chosen else "$HPCEVAL_PROFILE")
     if profile:
         chosen["execution"] = profile
     chosen.setdefault("execution", os.environ.get("HPCEVAL_PROFILE", ""))
 
-    out = Composed(data={}, run_file=run_file)
+    out = Composed(data={}, run_file=run_file, translation=translation)
     layers: list[tuple[dict[str, Any], str, str]] = []
     if chosen["execution"]:
         layers += _load_profile(chosen["execution"], near,
@@ -292,14 +289,14 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
                        f"{hit.path} ({FOUND.get(hit.source, hit.source)})"))
     if run_file is not None:  # listed even with nothing but defaults: (one line per layer)
         layers.append((run, "run file", str(run_file.resolve()) if run_file else ""))
-    placeholders = Placeholders()
+    placeholders = Placeholders(translation.key_path)
     refused: list[ConfigIssue] = []
     for layer, source, origin in layers:
         out.layers.append((source, origin))
         _normalize_tasks(layer)
         placeholders.read_layer(layer, source)  # before translation drops or renames a key
         try:
-            out.notes += translate(layer, source)
+            out.notes += translation.layer(layer, source)
         except ConfigError as exc:  # reported with every placeholder, not one at a time
             refused += exc.issues
         merge(out.data, layer, out.sources, source)
@@ -308,9 +305,9 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
         ov = parse_override(text)
         dotted = ".".join(ov.path)
         placeholders.set_by_override(dotted, ov.value, ov.delete)
-        if dotted in RENAMED:
-            ov = type(ov)(RENAMED[dotted].split("."), ov.value, ov.delete, ov.text)
-        if not ov.delete and _merge_launcher_override(out, ov):
+        if dotted in translation.renamed:
+            ov = type(ov)(translation.renamed[dotted].split("."), ov.value, ov.delete, ov.text)
+        if not ov.delete and _merge_launcher_override(out, ov, translation):
             continue
         path = apply_override(out.data, ov)
         _normalize_tasks(out.data)  # before the next -o addresses a task by its name
@@ -322,7 +319,7 @@ def compose(run_file: Path | None = None, overrides: tuple[str, ...] | list[str]
     refused += placeholders.issues()
     if refused:
         raise ConfigError(refused)
-    out.notes += translate_merged(out.data)
+    out.notes += translation.merged(out.data)
     _absolute_paths(out)
     _absolute_include_paths(out)
     _normalize_durations(out.data)

@@ -7,10 +7,10 @@ later layer or ``-o`` sets that key. What is left is refused, each key named.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hpceval.config.errors import ConfigIssue
-from hpceval.config.nemo_compat import RENAMED
 
 PLACEHOLDERS = ("???", "...")
 
@@ -31,26 +31,22 @@ def _walk(data: Any, prefix: str) -> list[tuple[str, Any]]:
     return [(prefix, data)]
 
 
-def canonical(path: str) -> str:
-    """One name for a key however it is written: NeMo Evaluator's parameter path or ours."""
-    path = f".{path}".replace(".nemo_evaluator_config.config.params.", ".params.")
-    path = path[1:]
-    return RENAMED.get(path, path)
-
-
 class Placeholders:
-    def __init__(self) -> None:
+    def __init__(self, canonical: Callable[[str], str] = lambda path: path) -> None:
+        """``canonical``: one name for a key however it is written (another tool's path, or
+        ours: ``Translation.key_path``)."""
+        self.canonical = canonical
         self.open: dict[str, tuple[str, str]] = {}  # canonical path -> (as written, layer)
 
     def _forget(self, path: str) -> None:
-        path = canonical(path)
+        path = self.canonical(path)
         for key in [k for k in self.open if k == path or k.startswith(path + ".")]:
             del self.open[key]
 
     def read_layer(self, layer: dict[str, Any], source: str) -> None:
         for path, value in _walk(layer, ""):
             if isinstance(value, str) and value.strip() in PLACEHOLDERS:
-                self.open[canonical(path)] = (path, source)
+                self.open[self.canonical(path)] = (path, source)
             else:
                 self._forget(path)
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hpceval.cli.main import cli
 from hpceval.config import ConfigError, ResolvedConfig, load_config
-from hpceval.config.nemo_forms import count_gpus
+from hpceval.config.auto import count_gpus
 from tests.config.conftest import write
 
 EXTERNAL = """defaults:
@@ -214,7 +214,7 @@ def test_local_examples_run_in_docker_as_nels_local_executor(tmp_path: Path,
 
 
 def _machine_with(monkeypatch: pytest.MonkeyPatch, *programs: str) -> None:
-    monkeypatch.setattr("hpceval.config.nemo_forms.find_program",
+    monkeypatch.setattr("hpceval.config.auto.find_program",
                         lambda name: f"/usr/bin/{name}" if name in programs else None)
 
 

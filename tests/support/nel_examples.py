@@ -186,6 +186,6 @@ def example_outcome(name: str, outcome: Renders | Refused, tmp_path: Path,
     bind sources land there)."""
     monkeypatch.chdir(tmp_path)
     # the local profile counts this machine's GPUs: here a machine where none can be counted
-    monkeypatch.setattr("hpceval.config.nemo_forms.count_gpus", lambda env, which=None: None)
-    monkeypatch.setattr("hpceval.config.nemo_forms.find_program", lambda name: None)
+    monkeypatch.setattr("hpceval.config.auto.count_gpus", lambda env, which=None: None)
+    monkeypatch.setattr("hpceval.config.auto.find_program", lambda name: None)
     check_example(name, DOCUMENTED[name], outcome, Path(os.getcwd()))

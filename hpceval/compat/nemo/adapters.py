@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hpceval.config.errors import ConfigIssue
+from hpceval.errors import ConfigIssue
 
 _REASONING_FLAGS = ("process_reasoning_traces", "use_reasoning")
 # Flags whose work the in-job proxy does anyway, or that change nothing the model sees.

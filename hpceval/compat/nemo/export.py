@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpceval.config.errors import ConfigIssue
+from hpceval.errors import ConfigIssue
 
 # NEL key -> hpceval key, per destination (the values mean the same).
 KEPT = {

@@ -11,11 +11,11 @@ import re
 import shlex
 from typing import Any
 
-from hpceval.config import nemo_adapters
-from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.config.nemo_export import translate_export
-from hpceval.config.nemo_forms import config_alias, execution_mode, max_tokens, nemo_config_extras
+from hpceval.compat.nemo import adapters as nemo_adapters
+from hpceval.compat.nemo.export import translate_export
+from hpceval.compat.nemo.forms import config_alias, execution_mode, max_tokens, nemo_config_extras
 from hpceval.engines import ENGINES
+from hpceval.errors import ConfigError, ConfigIssue
 
 # Launcher key -> hpceval key (same meaning, other name).
 RENAMED = {

@@ -1,0 +1,6 @@
+"""Other tools' configuration files, read as hpceval's: one package per tool, each behind the
+one hook ``hpceval.config.translation.Translation`` (NeMo Evaluator's launcher: ``nemo``).
+
+Composition calls the hook and nothing else of a package here, so a tool's compatibility can
+be dropped on its own (``hpceval.config.translation.NATIVE`` reads hpceval's files only).
+"""
