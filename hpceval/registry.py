@@ -3,8 +3,9 @@ parsers and execution backends.
 
 A ``Registry`` knows its entries from three sources, loaded only when first asked:
 - ``register``: a class decorator (or a call) in hpceval's own modules;
-- ``package``: every module of one package (but ``base`` and ``_private`` ones) is imported, so
-  a built-in engine is one new module that registers itself;
+- ``package``: every module of one package (but ``_private`` ones and those named in
+  ``support``, such as ``base``) is imported, so a built-in engine is one new module that
+  registers itself;
 - ``lazy``: a name mapped to ``"module:attribute"``, imported only when that name is asked for
   (a compute node reading lm-eval output never imports the eval-factory parser);
 - ``importlib.metadata`` entry points in the registry's group (``hpceval.engines``, ...): another
@@ -58,11 +59,12 @@ class Registry(Generic[T]):
     def __init__(self, kind: str, group: str, *, package: str | None = None,
                  lazy: Mapping[str, str] | None = None,
                  make: Callable[[Any], T] = _identity,
-                 order: Callable[[T], Any] | None = None) -> None:
+                 order: Callable[[T], Any] | None = None,
+                 support: tuple[str, ...] = ("base",)) -> None:
         self.kind, self.group = kind, group
         self._package, self._lazy = package, dict(lazy or {})
         self._rank = {name: i for i, name in enumerate(self._lazy)}  # the declared order
-        self._make, self._order = make, order
+        self._make, self._order, self._support = make, order, support
         self._entries: dict[str, T] = {}
         self._builtins_loaded = self._plugins_loaded = False
 
@@ -130,7 +132,7 @@ class Registry(Generic[T]):
         self._builtins_loaded = True
         package = importlib.import_module(self._package)
         for info in pkgutil.iter_modules(package.__path__):
-            if info.name != "base" and not info.name.startswith("_"):
+            if info.name not in self._support and not info.name.startswith("_"):
                 importlib.import_module(f"{self._package}.{info.name}")
 
     def _load_lazy(self, name: str) -> None:

@@ -67,6 +67,7 @@ from hpceval.api._site import (
     watch_steps,
 )
 from hpceval.api._track import LIVE_POLL_S, RunStatus, Tracking, task_flags, track
+from hpceval.backends import CancelReport  # what kill returns: the CLI formats it
 
 # Top-level names (hpceval.load_results, hpceval.render_scripts): see the module docstring.
 load_results = results
@@ -75,6 +76,7 @@ render_scripts = render
 __all__ = [
     "LIVE_POLL_S",
     "STATS_HINT",
+    "CancelReport",
     "ConfigSource",
     "Exported",
     "GateResult",

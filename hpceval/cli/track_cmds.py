@@ -18,8 +18,7 @@ import click
 from hpceval.contract import model_dir
 
 if TYPE_CHECKING:
-    from hpceval.api import WatchKill
-    from hpceval.backends import CancelReport
+    from hpceval.api import CancelReport, WatchKill
     from hpceval.runs.index import RunRef
 
 F = TypeVar("F", bound=Callable[..., Any])

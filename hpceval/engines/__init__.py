@@ -17,7 +17,7 @@ __all__ = ["ENGINES", "Engine", "Server", "engine_for", "engine_names", "model_s
 
 ENGINES: Registry[Engine] = Registry(
     "serving engine", "hpceval.engines", package=__name__,
-    make=lambda cls: cls(), order=lambda engine: engine.order)
+    make=lambda cls: cls(), order=lambda engine: engine.order, support=("base", "views"))
 
 
 def register(cls: type[Engine]) -> type[Engine]:

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from hpceval.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from hpceval.config.schema import DeploymentSpec
+    from hpceval.engines.views import DeploymentView
 
 
 class Server(Protocol):
     """One deployment to serve, as render.servers.Served gives it."""
 
     @property
-    def dep(self) -> DeploymentSpec: ...
+    def dep(self) -> DeploymentView: ...
     @property
     def where(self) -> str: ...  # its key path: deployment | auxiliary_deployments.<name>
     @property
@@ -94,13 +94,13 @@ class Engine:
         own, whose routes and load hpceval does not know."""
         return self.tokenizer_routes
 
-    def gpu_need(self, dep: DeploymentSpec, default: int) -> int:
+    def gpu_need(self, dep: DeploymentView, default: int) -> int:
         """GPUs per instance; ``default`` when the engine's own keys leave it open."""
         if self.parallel:
             return dep.tensor_parallel_size * dep.pipeline_parallel_size
         return dep.gpus_per_instance if dep.gpus_per_instance is not None else default
 
-    def need_text(self, dep: DeploymentSpec, need: int, where: str) -> str:
+    def need_text(self, dep: DeploymentView, need: int, where: str) -> str:
         """How the GPU need reads in messages (``where``: the key path its keys are under, or
         "" to name them bare)."""
         if self.parallel:
@@ -108,11 +108,11 @@ class Engine:
                     "GPUs per instance")
         return f"{where}.gpus_per_instance={need}" if where else f"gpus_per_instance={need}"
 
-    def uses_ray(self, dep: DeploymentSpec, nnodes: int) -> bool:
+    def uses_ray(self, dep: DeploymentView, nnodes: int) -> bool:
         """Whether an instance over ``nnodes`` nodes runs on a Ray cluster the job starts."""
         return False
 
-    def image_findings(self, where: str, dep: DeploymentSpec, span: Callable[[], int]
+    def image_findings(self, where: str, dep: DeploymentView, span: Callable[[], int]
                        ) -> tuple[list[str], list[ConfigIssue]]:
         """What this engine says of a deployment's image at key path ``where`` (``span()``: the
         nodes of one instance, worked out only if asked): notes, and issues that refuse the run

@@ -19,7 +19,7 @@ VLLM_VERSION = "0.32.0"
 RELEASE = tuple(int(x) for x in VLLM_VERSION.split("."))  # (0, 32, 0), as image_version reads a tag
 
 if TYPE_CHECKING:
-    from hpceval.config.schema import DeploymentSpec
+    from hpceval.engines.views import DeploymentView
 
 
 @register
@@ -37,7 +37,7 @@ class Vllm(Engine):
     token_env = "VLLM_API_KEY"
     command_word = "vllm"
 
-    def uses_ray(self, dep: DeploymentSpec, nnodes: int) -> bool:
+    def uses_ray(self, dep: DeploymentView, nnodes: int) -> bool:
         return nnodes > 1 and dep.multi_node_backend == "ray"
 
     # `vllm serve --uds PATH` binds the socket (as its port: before it loads, mode from the
@@ -46,7 +46,7 @@ class Vllm(Engine):
     tokenizer_routes = True  # --enable-tokenizer-info-endpoint, on every vLLM job (_argv)
     compiles = True  # torch.compile and Inductor (CPU too, without --enforce-eager), Triton
 
-    def image_findings(self, where: str, dep: DeploymentSpec, span: Callable[[], int]
+    def image_findings(self, where: str, dep: DeploymentView, span: Callable[[], int]
                        ) -> tuple[list[str], list[ConfigIssue]]:
         """A vllm-openai image tag other than the release the flags are checked against: a
         note; one older than a flag its servers are started with (the native multi-node flags
@@ -129,12 +129,12 @@ class _Probe:
     """A stand-in Server for listing the flags a deployment's ranks get (the model source
     and name are not flags)."""
 
-    dep: DeploymentSpec
+    dep: DeploymentView
     where: str = "deployment"
     model_name: str | None = "probe"
 
 
-def rendered_flags(dep: DeploymentSpec, nnodes: int) -> list[str]:
+def rendered_flags(dep: DeploymentView, nnodes: int) -> list[str]:
     """Every flag the ranks of one instance over ``nnodes`` nodes are started with (the
     user's extra_args too), from the command lines render builds (Vllm.argv), in order."""
     probe = _Probe(dataclasses.replace(dep, checkpoint_path="/probe", hf_model_handle=None))

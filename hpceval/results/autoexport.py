@@ -15,16 +15,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpceval.contract import EXPORT_DIR, EXPORT_WAITED_FILE, SUCCESSORS_FILE
 from hpceval.records import Role
 
 # the options this module parses are written by render (re-exported for older callers)
 from hpceval.render.export_args import export_arguments as export_arguments
-
-if TYPE_CHECKING:
-    from hpceval.backends.slurm.client import SlurmClient
 
 
 def _ids(path: Path) -> list[str]:
@@ -41,7 +37,7 @@ def unwaited_successors(run_dir: Path, waited_file: str = EXPORT_WAITED_FILE) ->
     return [i for i in dict.fromkeys(_ids(run_dir / SUCCESSORS_FILE)) if i not in waited]
 
 
-def wait_for_successors(run_dir: Path, script: Path, client: SlurmClient | None = None, *,
+def wait_for_successors(run_dir: Path, script: Path, client: object | None = None, *,
                         waited_file: str = EXPORT_WAITED_FILE, role: Role = Role.EXPORT
                         ) -> str | None:
     """Submit ``script`` again after the unwaited successors; returns its job id, or None
@@ -103,8 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return main_with(argv, None)
 
 
-def main_with(argv: Sequence[str] | None, client: SlurmClient | None) -> int:
-    """main, with the Slurm client that resubmits the job (tests pass a fake)."""
+def main_with(argv: Sequence[str] | None, client: object | None) -> int:
+    """main, with the backend's command client that resubmits the job (tests pass a fake;
+    opaque here: only the backend reads it)."""
     parser = argparse.ArgumentParser(prog="python -m hpceval.results.autoexport")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--resubmit", type=Path,
