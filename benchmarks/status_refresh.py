@@ -188,13 +188,14 @@ def in_process(run_dirs: list[Path], repeat: int) -> tuple[float, list[int], int
         tracker.add(run_dir)
     samples, calls = [], []
     for _ in range(repeat):
-        before = tracker.poller.sacct_calls
+        before = tracker.backend("slurm").scheduler_calls
         samples.append(timed(lambda: tracker.refresh(force=True)))
-        calls.append(tracker.poller.sacct_calls - before)
+        calls.append(tracker.backend("slurm").scheduler_calls - before)
     # What `status --watch` does between forced refreshes: within min_interval_s, no sacct.
-    before = tracker.poller.sacct_calls
+    before = tracker.backend("slurm").scheduler_calls
     tracker.refresh()
-    return statistics.median(samples) * 1000, calls, tracker.poller.sacct_calls - before
+    return (statistics.median(samples) * 1000, calls,
+            tracker.backend("slurm").scheduler_calls - before)
 
 
 def naive_polling(sacct: str, ids: list[str], cap: int) -> tuple[float, int]:

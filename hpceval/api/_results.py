@@ -13,7 +13,7 @@ from hpceval.errors import HpcevalError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends import SchedulerClient
     from hpceval.results.compare import TaskDiff
     from hpceval.results.export import ExportReport
     from hpceval.results.gate import TaskDecision
@@ -71,7 +71,7 @@ def results(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = 
     return frame
 
 
-def _backends(client: SlurmClient | None) -> Callable[[], BackendOf]:
+def _backends(client: SchedulerClient | None) -> Callable[[], BackendOf]:
     """The backends by run kind, made only when some job's usage is not cached yet (the same
     ones `status` asks)."""
     def make() -> BackendOf:
@@ -82,7 +82,7 @@ def _backends(client: SlurmClient | None) -> Callable[[], BackendOf]:
     return make
 
 
-def cost_of(dirs: Iterable[Path], *, client: SlurmClient | None = None) -> pd.DataFrame:
+def cost_of(dirs: Iterable[Path], *, client: SchedulerClient | None = None) -> pd.DataFrame:
     """GPU-hours and node-hours of these run directories: one row per (run, model, task) plus
     an '(all jobs)' row per model (every attempt of its jobs, GPUs x elapsed)."""
     from hpceval.runs.cost import cost_frame
@@ -92,7 +92,7 @@ def cost_of(dirs: Iterable[Path], *, client: SlurmClient | None = None) -> pd.Da
 
 def cost(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),
          tasks: Sequence[str] = (), limit: int = 0, output_dirs: Iterable[str | Path] = (),
-         client: SlurmClient | None = None) -> pd.DataFrame:
+         client: SchedulerClient | None = None) -> pd.DataFrame:
     """`hpceval results --cost`: cost_of RUNs (default: every known run), only ``models`` and
     ``tasks`` (harness.task or short name) if given; each model's '(all jobs)' row stays."""
     frame = cost_of(run_dirs(runs, limit=limit, output_dirs=output_dirs), client=client)
@@ -106,7 +106,7 @@ def cost(runs: Sequence[RunSource] | None = None, *, models: Sequence[str] = (),
 
 
 def write_report(frame: pd.DataFrame, path: str | Path, *, samples: int = 20,
-                 client: SlurmClient | None = None) -> Path:
+                 client: SchedulerClient | None = None) -> Path:
     """The static HTML report of a results frame (what was run, the comparison with 95%
     intervals, GPU-hours, the first ``samples`` answers per task), written atomically."""
     from hpceval.results.report import write_report as write
@@ -127,7 +127,7 @@ def watch_points(watch: str | Path, output_dirs: Iterable[str | Path] = ()
 def write_step_report(table: pd.DataFrame, path: str | Path, title: str, *,
                       metric: str | None = None, cost: bool = True,
                       cost_dirs: Iterable[Path] | None = None,
-                      client: SlurmClient | None = None) -> Path:
+                      client: SchedulerClient | None = None) -> Path:
     """The score-vs-step HTML page of a step table (watch_steps), with the GPU-hours of the
     table's runs (or of ``cost_dirs``: every run of the watch) unless ``cost`` is False (then
     no scheduler call)."""

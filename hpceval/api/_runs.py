@@ -14,8 +14,7 @@ from hpceval.errors import ConfigError, ConfigIssue, HpcevalError
 from hpceval.records import RunRecord, read_run
 
 if TYPE_CHECKING:
-    from hpceval.backends import CancelReport, JobEntry
-    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends import CancelReport, JobEntry, SchedulerClient
     from hpceval.results.ledger import JobLedger
     from hpceval.results.runtime_view import Runtime
     from hpceval.results.server_load import ServerLoad
@@ -65,7 +64,7 @@ def preflight(config: ConfigSource, overrides: Sequence[str] = (), *,
 
 
 def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str | None = None,
-           aggregate: bool = True, client: SlurmClient | None = None) -> Submitted:
+           aggregate: bool = True, client: SchedulerClient | None = None) -> Submitted:
     """Validate, write the run directory and submit (one submission; a sweep is one array job).
 
     Returns ``hpceval.runs.submit.Submitted`` (invocation_id, run_dir, job_ids, roles, kind,
@@ -86,7 +85,7 @@ def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str 
 
 def status(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
            output_dirs: Iterable[str | Path] = (),
-           client: SlurmClient | None = None) -> list[dict[str, Any]]:
+           client: SchedulerClient | None = None) -> list[dict[str, Any]]:
     """States of runs (ids, prefixes or run dirs; default: the newest `limit`), as the dicts
     of ``hpceval status --json`` (without cost and flags). One scheduler call whatever the number
     of runs and jobs."""
@@ -194,7 +193,7 @@ def logs(run: RunSource, *, model: str | None = None, task: str | None = None,
 
 
 def print_logs(selected: RunLogs, *, tail: int | None = None, out: IO[str] | None = None,
-               follow: bool = False, client: SlurmClient | None = None) -> None:
+               follow: bool = False, client: SchedulerClient | None = None) -> None:
     """Print the logs (the last ``tail`` lines of each); ``follow``: keep printing until the
     run ends (at most one scheduler query per 5 s; Ctrl-C stops following, not an error)."""
     import sys
@@ -219,7 +218,7 @@ def print_logs(selected: RunLogs, *, tail: int | None = None, out: IO[str] | Non
 
 
 def kill(run: RunSource, *, output_dirs: Iterable[str | Path] = (),
-         client: SlurmClient | None = None, verify_s: float = 30.0) -> CancelReport:
+         client: SchedulerClient | None = None, verify_s: float = 30.0) -> CancelReport:
     """Cancel every job of a run (array, successors, aggregation, judges), then verify.
 
     The report's ``still_active`` should be empty; ``skipped`` lists jobs of other users a
@@ -243,7 +242,7 @@ class WatchKill:
 
 
 def kill_watch(watch: str | Path, *, output_dirs: Iterable[str | Path] = (),
-               client: SlurmClient | None = None) -> WatchKill:
+               client: SchedulerClient | None = None) -> WatchKill:
     """Stop a checkpoint watch and cancel every evaluation it submitted."""
     from hpceval.runs.control import kill_run
     from hpceval.runs.index import ref_from_dir
@@ -258,7 +257,7 @@ def kill_watch(watch: str | Path, *, output_dirs: Iterable[str | Path] = (),
 
 def resume(run: RunSource, *, force: bool = False, aggregate: bool = True,
            output_dirs: Iterable[str | Path] = (),
-           client: SlurmClient | None = None) -> list[JobEntry]:
+           client: SchedulerClient | None = None) -> list[JobEntry]:
     """Resubmit only the unfinished models of a run (done tasks are skipped in the job).
 
     Returns the new jobs (the main one first, then the aggregation job if any), also appended

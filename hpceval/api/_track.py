@@ -13,7 +13,7 @@ from hpceval.contract import model_dir, task_dir
 from hpceval.records import RunFileError, read_run
 
 if TYPE_CHECKING:
-    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends import SchedulerClient
     from hpceval.results.flags import Flag
     from hpceval.results.runtime_view import Runtime
     from hpceval.runs.index import RunRef
@@ -49,7 +49,8 @@ class Tracking:
     """Runs followed together: each refresh is one scheduler query for all of them."""
 
     def __init__(self, refs: Sequence[RunRef], skipped: Sequence[tuple[RunRef, str]], *,
-                 client: SlurmClient | None = None, min_interval_s: float = LIVE_POLL_S) -> None:
+                 client: SchedulerClient | None = None,
+                 min_interval_s: float = LIVE_POLL_S) -> None:
         from hpceval.runs.state import Tracker
 
         self.refs, self.skipped = list(refs), list(skipped)
@@ -156,7 +157,7 @@ class Tracking:
 
 
 def track(runs: Sequence[RunSource] | None = None, *, limit: int = 5,
-          output_dirs: Iterable[str | Path] = (), client: SlurmClient | None = None,
+          output_dirs: Iterable[str | Path] = (), client: SchedulerClient | None = None,
           min_interval_s: float = LIVE_POLL_S) -> Tracking:
     """Follow RUNs (default: the newest ``limit``). A run whose run.json or jobs.json is
     damaged is left out, with why, in ``Tracking.skipped``: one such run must not hide the

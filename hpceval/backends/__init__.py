@@ -20,6 +20,7 @@ from hpceval.backends.base import (
     JobQuery,
     JobRequest,
     JobUsage,
+    SchedulerClient,
     UsageQuery,
 )
 from hpceval.backends.views import ExecutionView
@@ -34,7 +35,7 @@ BACKENDS: Registry[Callable[[BackendSettings], Backend]] = Registry(
     })
 
 
-def backend_for(kind: str, *, client: Any = None, poller: Any = None,
+def backend_for(kind: str, *, client: SchedulerClient | None = None, poller: Any = None,
                 min_interval_s: float = 2.0) -> Backend:
     """The backend of an execution type (a run's kind in run.json and jobs.json).
 
@@ -57,6 +58,21 @@ def requeues_on_node_failure(ex: ExecutionView) -> bool:
     return resumes_itself(ex) and ex.node_failure_retries > 0
 
 
-__all__ = ["BACKENDS", "Backend", "BackendFiles", "BackendSettings", "CancelReport", "CpuJob",
-           "JobEntry", "JobInfo", "JobQuery", "JobRequest", "JobUsage", "UsageQuery", "backend_for",
-           "requeues_on_node_failure", "resumes_itself"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendFiles",
+    "BackendSettings",
+    "CancelReport",
+    "CpuJob",
+    "JobEntry",
+    "JobInfo",
+    "JobQuery",
+    "JobRequest",
+    "JobUsage",
+    "SchedulerClient",
+    "UsageQuery",
+    "backend_for",
+    "requeues_on_node_failure",
+    "resumes_itself",
+]

@@ -12,13 +12,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import model_dir
 from hpceval.errors import ConfigIssue
 from hpceval.phases import JobStatus
 from hpceval.records import Reason, Role
+
+# A scheduler's command client that a caller may hand the backends (in tests, a recording fake
+# of the scheduler's commands). Opaque above the backends: the controller, the API and the
+# watch pass it on to backend_for, and only the backend of that scheduler reads it (Slurm's:
+# backends.slurm.client.SlurmClient).
+SchedulerClient: TypeAlias = object
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class BackendSettings:
     poller, ``min_interval_s`` the poller's rate limit; a backend without a scheduler reads none.
     """
 
-    client: Any = None
+    client: SchedulerClient | None = None
     poller: Any = None
     min_interval_s: float = 2.0
 
@@ -262,6 +268,20 @@ class Backend(Protocol):
         """The jobs among `job_ids` the scheduler lists, by id (ONE accounting call; `queue`
         asks the live queue first, which lists a job submitted a second ago). A job it does
         not list is absent. An HpcevalError when the scheduler cannot answer."""
+        ...
+
+    @property
+    def scheduler_calls(self) -> int:
+        """How many times it has asked its scheduler about jobs (what benchmarks and tests
+        count: one call per status refresh, whatever the number of runs)."""
+        ...
+
+    def job_states(self, jobs: Sequence[tuple[str, float]], *, ask: bool = True
+                   ) -> list[JobStatus]:
+        """The states of jobs that are no run's (a watch's tick, the training job it waits
+        for), as (id, submitted at) pairs, in order. With ``ask=False`` no call: these jobs
+        ride in the next call `states` makes; with ``ask`` one call, only if no call has
+        answered them since they were last passed with ``ask=False``."""
         ...
 
     def usage(self, jobs: Sequence[UsageQuery], *, ask: bool = True) -> list[JobUsage | None]:

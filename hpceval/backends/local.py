@@ -104,6 +104,14 @@ class LocalBackend:
         left = [e.id for e in live if not kill_local(e)]
         return CancelReport([e.id for e in live], left, {e.id: "ended" for e in live})
 
+    scheduler_calls = 0  # no scheduler: the runner's own files are read
+
+    def job_states(self, jobs: Sequence[tuple[str, float]], *, ask: bool = True
+                   ) -> list[JobStatus]:
+        # no job here is anything but a run's (a watch needs a backend that schedules later)
+        return [JobStatus(Phase.UNKNOWN, "not a job of a run: the local backend keeps no "
+                          "other jobs") for _ in jobs]
+
     def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
         """The runners among `job_ids` (local-<pid>) still running on this machine. No record
         outlives a runner: an ended one is absent, its models' status is on disk."""

@@ -8,9 +8,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hpceval.backends import Backend, CancelReport, JobEntry, JobQuery, JobRequest, backend_for
-from hpceval.backends.slurm.client import SlurmClient
-from hpceval.backends.slurm.commands import SUBMIT
+from hpceval.backends import (
+    Backend,
+    CancelReport,
+    JobEntry,
+    JobQuery,
+    JobRequest,
+    SchedulerClient,
+    backend_for,
+)
 from hpceval.contract import (
     AGGREGATE_SCRIPT,
     AUX_ENDPOINT_FILE,
@@ -45,7 +51,7 @@ class KillRefused(HpcevalError, PermissionError):
     """The run directory is not this user's: its jobs.json may name anyone's jobs."""
 
 
-def kill_run(ref: RunRef, client: SlurmClient | None = None, *, verify_s: float = 30.0,
+def kill_run(ref: RunRef, client: SchedulerClient | None = None, *, verify_s: float = 30.0,
              sleep: Callable[[float], None] = time.sleep) -> KillReport:
     """Cancel every job in the chain (array, successors, aggregation), then verify."""
     from hpceval.trust import dir_problem
@@ -75,7 +81,7 @@ def unfinished_models(run_dir: Path) -> list[ModelRecord]:
     return [m for m in run.models if not _all_done(run_dir, m)]
 
 
-def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: bool = True,
+def resume_run(ref: RunRef, client: SchedulerClient | None = None, *, aggregate: bool = True,
                force: bool = False, tracker: Tracker | None = None) -> list[JobEntry]:
     """Resubmit the unfinished models with the same scripts; append the jobs to the chain.
 
@@ -101,7 +107,7 @@ def resume_run(ref: RunRef, client: SlurmClient | None = None, *, aggregate: boo
                             "held its lock for 2 minutes; check `hpceval status`") from exc
 
 
-def _resume_locked(ref: RunRef, client: SlurmClient | None, *, aggregate: bool, force: bool,
+def _resume_locked(ref: RunRef, client: SchedulerClient | None, *, aggregate: bool, force: bool,
                    tracker: Tracker | None) -> list[JobEntry]:
     run = read_run(ref.run_dir)
     todo = unfinished_models(ref.run_dir)
@@ -228,5 +234,5 @@ def _check_passed_env(ref: RunRef, run: RunRecord, todo: list[ModelRecord]) -> N
         exports = " ".join(f"{n}=..." for n in missing)
         raise ResumeRefused(f"{ref.invocation_id}: the job reads "
                             f"{', '.join('$' + n for n in missing)} by name and this shell does "
-                            f"not set it; `export {exports}` and resume again ({SUBMIT} passes "
-                            "this shell's environment; values are never stored)")
+                            f"not set it; `export {exports}` and resume again (the job gets this "
+                            "shell's environment; values are never stored)")

@@ -15,10 +15,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hpceval.backends import Backend, JobEntry, JobQuery, backend_for
-from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends import Backend, JobEntry, JobQuery, SchedulerClient, backend_for
 from hpceval.contract import (
     AUX_ENDPOINT_FILE,
     AUX_STOP_FILE,
@@ -39,9 +37,6 @@ from hpceval.records import ModelRecord, RunRecord, TaskRecord, read_run
 from hpceval.runs.index import RunRef, ref_from_dir
 from hpceval.runs.jobs import Jobs, read_jobs
 from hpceval.runs.progress import Progress, read_progress
-
-if TYPE_CHECKING:
-    from hpceval.backends.slurm.poller import SacctPoller
 
 RESUME_HINT = "`hpceval resume` continues"
 # Ends the scheduler imposed on a job that had nothing wrong with it: rerunning is the remedy.
@@ -96,9 +91,10 @@ __all__ = ["read_run"]  # the one reader of run.json (hpceval.records), as it wa
 class Tracker:
     """Tracks runs through their backends: ONE scheduler call per refresh (rate limited)."""
 
-    def __init__(self, client: SlurmClient | None = None, *, poller: SacctPoller | None = None,
+    def __init__(self, client: SchedulerClient | None = None, *, poller: object | None = None,
                  min_interval_s: float = 2.0) -> None:
-        # read by the Slurm backend only (a fake client in tests, the scheduler rate limit)
+        # passed on to every backend, which reads its own: a scheduler client (a fake in
+        # tests), a shared status poller, the rate limit of the scheduler's calls
         self._client, self._poller, self._min_interval_s = client, poller, min_interval_s
         self._backends: dict[str, Backend] = {}
         self._runs: dict[Path, RunRef] = {}
@@ -109,15 +105,6 @@ class Tracker:
             self._backends[kind] = backend_for(kind, client=self._client, poller=self._poller,
                                                min_interval_s=self._min_interval_s)
         return self._backends[kind]
-
-    @property
-    def poller(self) -> SacctPoller:
-        """The Slurm backend's shared poller (its scheduler call count, for benchmarks)."""
-        from hpceval.backends.slurm.backend import SlurmBackend
-
-        slurm = self.backend("slurm")
-        assert isinstance(slurm, SlurmBackend)
-        return slurm.poller
 
     def add(self, ref: RunRef | Path) -> None:
         run_ref = ref if isinstance(ref, RunRef) else ref_from_dir(ref)

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpceval.backends import Backend, JobEntry, JobRequest, backend_for
-from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends import Backend, JobEntry, JobRequest, SchedulerClient, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, PULL_SCRIPT
 from hpceval.records import Role
@@ -66,14 +65,14 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
                        f"{_ID_ATTEMPTS} tries")
 
 
-def submit_prepared(run: PreparedRun, client: SlurmClient | None = None, *,
+def submit_prepared(run: PreparedRun, client: SchedulerClient | None = None, *,
                     aggregate: bool = True, written: bool = False) -> Submitted:
     """Submit a prepared run (writing its directory first unless `written`)."""
     with run_umask(run.resolved.spec.execution.umask):
         return _submit_prepared(run, client, aggregate=aggregate, written=written)
 
 
-def _submit_prepared(run: PreparedRun, client: SlurmClient | None, *, aggregate: bool,
+def _submit_prepared(run: PreparedRun, client: SchedulerClient | None, *, aggregate: bool,
                      written: bool) -> Submitted:
     check_writable(run.run_dir.parent)  # before submitting: never a job without a registry entry
     if not written:
@@ -137,7 +136,7 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],
-                   client: SlurmClient | None = None, *, aggregate: bool = True,
+                   client: SchedulerClient | None = None, *, aggregate: bool = True,
                    python: str | None = None) -> Submitted:
     run = create_run(configs, python=python)
     return submit_prepared(run, client, aggregate=aggregate, written=True)

@@ -16,8 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hpceval.backends import Backend, JobEntry, backend_for
-from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends import Backend, JobEntry, SchedulerClient, backend_for
 from hpceval.config.errors import ConfigError, ConfigIssue
 from hpceval.contract import WATCH_DIR_PREFIX, WATCH_FILE, WATCH_LOG_DIR, WATCH_SCRIPT
 from hpceval.engines import engine_for
@@ -54,7 +53,7 @@ class Started:
     warnings: tuple[str, ...] = ()  # for the user's terminal (stderr), not errors
 
 
-def start_watch(options: WatchSpec, *, client: SlurmClient | None = None,
+def start_watch(options: WatchSpec, *, client: SchedulerClient | None = None,
                 dry_run: bool = False) -> Started:
     """Validate, write the watch directory, submit the first tick (now).
 
@@ -158,7 +157,7 @@ def _write(watch_dir: Path, spec: WatchSpec, script: str) -> None:
     write_spec(watch_dir, spec)  # last: a folder with watch.json is a whole watch
 
 
-def _first_tick(watch_dir: Path, spec: WatchSpec, client: SlurmClient | None) -> str:
+def _first_tick(watch_dir: Path, spec: WatchSpec, client: SchedulerClient | None) -> str:
     with st.locked(watch_dir):
         state = st.load_state(watch_dir)
         try:
@@ -240,7 +239,7 @@ def _tick_entries(state: st.WatchState) -> list[JobEntry]:
             for t in state.ticks[-1:]]
 
 
-def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
+def stop_watch(watch_dir: Path, client: SchedulerClient | None = None, *,
                verify_s: float = 15.0) -> list[str]:
     """Mark the watch stopped (under the lock: no tick queues another after this), then
     cancel the queued tick. Evaluations already submitted go on. Returns cancelled ids."""
@@ -262,7 +261,7 @@ def stop_watch(watch_dir: Path, client: SlurmClient | None = None, *,
     return report.cancelled
 
 
-def resume_watch(watch_dir: Path, client: SlurmClient | None = None) -> str:
+def resume_watch(watch_dir: Path, client: SchedulerClient | None = None) -> str:
     """Queue a tick now for a stopped watch, or one whose chain of ticks broke (a failed
     resubmission, a repaired state.json). Refused while a tick is still queued or running."""
     spec = read_spec(watch_dir)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.config.errors import ConfigError
 from hpceval.contract import WATCH_FILE
 from hpceval.errors import HpcevalError
@@ -131,8 +130,10 @@ def parse_interval(text: str, option: str = "--interval") -> int:
 
 def check_job_id(job_id: str) -> str:
     if not _JOB_ID.match(job_id):
-        raise ConfigError.at("--after-job", f"{job_id!r} is not a Slurm job id",
-                             f"give the training job's numeric id ({OWN_JOBS})")
+        raise ConfigError.at("--after-job", f"{job_id!r} is not a job id (a number, or "
+                             "number_number for an array element)",
+                             "give the training job's numeric id, as the scheduler's list of "
+                             "your jobs shows it")
     return job_id
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends import SchedulerClient
+from hpceval.phases import JobStatus
 from hpceval.records import RunFileError
 from hpceval.runs.state import RunState, Tracker
 from hpceval.watch import state as st
@@ -21,7 +21,7 @@ from hpceval.watch.spec import WatchError, read_spec
 SUMMARY = ("seen", "evaluated", "running", "pending", "failed")
 
 
-def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str, Any]:
+def watch_status(watch_dir: Path, client: SchedulerClient | None = None) -> dict[str, Any]:
     spec = read_spec(watch_dir)
     out: dict[str, Any] = {"watch_id": spec.watch_id, "watch_dir": str(watch_dir),
                            "checkpoints_dir": spec.checkpoints, "after_job": spec.after_job,
@@ -43,14 +43,11 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
     tick = state.ticks[-1] if state.ticks else None
     extra = ([(tick.id, tick.submitted_at)] if tick else []) + (
         [(spec.after_job, spec.created_at - 86400 * 30)] if spec.after_job else [])
-    # `watch start` accepts only backends that queue jobs for later: the scheduler's poller
-    poller = tracker.poller
-    for job_id, since in extra:
-        poller.register(job_id, submitted_at=datetime.fromtimestamp(since).astimezone())
-    before = poller.sacct_calls
+    # the tick and the training job ride in the runs' call; asked alone only if no run had one
+    backend = tracker.backend(spec.kind)
+    backend.job_states(extra, ask=False)
     states = tracker.refresh(force=True)  # ONE scheduler call for the runs and the jobs above
-    if extra and poller.sacct_calls == before:
-        poller.refresh(force=True)  # no run had a job to ask about: ask for these alone
+    found = dict(zip([job_id for job_id, _ in extra], backend.job_states(extra), strict=True))
     runs = {str(s.ref.run_dir): s for s in states}
     rows = [_row(name, entry, runs.get(str(entry.run_dir))) for name, entry in entries]
     summary = {key: 0 for key in SUMMARY}
@@ -62,12 +59,12 @@ def watch_status(watch_dir: Path, client: SlurmClient | None = None) -> dict[str
             "summary": summary, "checkpoints": rows, "ignored": as_json["ignored"],
             "foreign": as_json["foreign"], "max_per_tick": spec.max_per_tick,
             "last_tick": as_json["last_tick"],
-            "tick": _job(poller, tick.id) if tick else None,
-            "training": _job(poller, spec.after_job) if spec.after_job else None}
+            "tick": _job(found, tick.id) if tick else None,
+            "training": _job(found, spec.after_job) if spec.after_job else None}
 
 
-def _job(poller: Any, job_id: str) -> dict[str, str]:
-    status = poller.status(job_id)
+def _job(found: dict[str, JobStatus], job_id: str) -> dict[str, str]:
+    status = found[job_id]
     return {"id": job_id, "state": status.phase.value, "reason": status.reason}
 
 

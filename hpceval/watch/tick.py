@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpceval.backends import JobRequest, backend_for
-from hpceval.backends.slurm.client import SlurmClient
+from hpceval.backends import JobRequest, SchedulerClient, backend_for
 from hpceval.contract import WATCH_SCRIPT
 from hpceval.errors import HpcevalError
 from hpceval.phases import UNKNOWN
@@ -83,7 +82,7 @@ class TickReport:
         return out
 
 
-Submitter = Callable[[WatchSpec, Checkpoint, SlurmClient | None], dict[str, Any]]
+Submitter = Callable[[WatchSpec, Checkpoint, SchedulerClient | None], dict[str, Any]]
 
 
 def checkpoint_overrides(spec: WatchSpec, ckpt: Checkpoint) -> list[str]:
@@ -95,7 +94,7 @@ def checkpoint_overrides(spec: WatchSpec, ckpt: Checkpoint) -> list[str]:
 
 
 def submit_checkpoint(spec: WatchSpec, ckpt: Checkpoint,
-                      client: SlurmClient | None) -> dict[str, Any]:
+                      client: SchedulerClient | None) -> dict[str, Any]:
     """`hpceval submit RUN_FILE -o deployment.checkpoint_path=CKPT ...`, as functions."""
     from hpceval.config import load_run
     from hpceval.config.errors import ConfigError
@@ -129,7 +128,7 @@ def settle_s(spec: WatchSpec) -> int:
     return min(spec.interval_s, SETTLE_MAX_S)
 
 
-def training_phase(client: SlurmClient | None, spec: WatchSpec, at: float
+def training_phase(client: SchedulerClient | None, spec: WatchSpec, at: float
                    ) -> tuple[str, bool]:
     """The after-job's phase, and whether it ended at least settle_s() before `at`: ONE
     backend query. A failed query is "not ended": the watch asks again at the next tick."""
@@ -146,7 +145,7 @@ def training_phase(client: SlurmClient | None, spec: WatchSpec, at: float
     return status.phase.value + ("" if settled else " (settling)"), settled
 
 
-def run_tick(watch_dir: Path, *, client: SlurmClient | None = None,
+def run_tick(watch_dir: Path, *, client: SchedulerClient | None = None,
              now: Callable[[], float] = time.time,
              submit: Submitter = submit_checkpoint, job_id: str | None = None) -> TickReport:
     """One tick; `job_id` is this tick's own Slurm job (recorded with its claims)."""
@@ -249,7 +248,7 @@ def _claimable(spec: WatchSpec, state: st.WatchState) -> list[str]:
 
 
 def _submit_one(watch_dir: Path, spec: WatchSpec, state: st.WatchState, name: str,
-                client: SlurmClient | None, submit: Submitter, report: TickReport,
+                client: SchedulerClient | None, submit: Submitter, report: TickReport,
                 now: Callable[[], float], me: str) -> None:
     entry = state.checkpoints[name]
     entry.status, entry.claimed_at, entry.claimed_by = st.CLAIMED, now(), me
@@ -272,7 +271,7 @@ def _submit_one(watch_dir: Path, spec: WatchSpec, state: st.WatchState, name: st
 
 
 def queue_tick(watch_dir: Path, spec: WatchSpec, state: st.WatchState,
-               client: SlurmClient | None, at: float, *, delay_s: int | None = None) -> str:
+               client: SchedulerClient | None, at: float, *, delay_s: int | None = None) -> str:
     """Submit the next tick (one at a time: same job name + singleton) and record it."""
     backend = backend_for(spec.kind, client=client)
     delay = spec.interval_s if delay_s is None else delay_s

@@ -26,12 +26,6 @@ CLASSES = ({type(e).__name__ for e in ENGINES.values()}
 RECORD_KEYS = {"none", "command"}
 # what a registered name is the value of
 SELECTORS = {"type", "container_runtime", "runtime", "kind", "engine", "backend"}
-# Known sites, each with the step of issue 33 that removes it; an entry that no longer matches
-# fails the test below, so the list only shrinks.
-PENDING = {
-    ("hpceval/runs/state.py", "isinstance(slurm, SlurmBackend)"):
-        "P1 step 4: the watch status asks the Slurm poller for its call count",
-}
 
 
 def _selects(node: ast.AST) -> bool:
@@ -83,15 +77,13 @@ def name_sites(source: str) -> list[str]:
 
 
 def test_no_module_decides_by_a_registered_name() -> None:
-    found = {}
+    found = []
     for path in sorted((ROOT / "hpceval").rglob("*.py")):
         relative = path.relative_to(ROOT)
         if OWNERS & set(relative.parts) or relative.name == "registry.py":
             continue
-        for site in name_sites(path.read_text(encoding="utf-8")):
-            found[(str(relative), site)] = site
-    assert set(found) - set(PENDING) == set()
-    assert set(PENDING) - set(found) == set(), "a pending site is gone: drop it from PENDING"
+        found += [f"{relative}: {site}" for site in name_sites(path.read_text(encoding="utf-8"))]
+    assert found == []
 
 
 def test_the_parser_finds_each_form() -> None:

@@ -61,7 +61,7 @@ def _start(tmp_path: Path, *args: str) -> Any:
     (["--step-regex", r"(\d+)_(\d+)"], "has 2 groups"),
     (["--marker", "/abs"], "not a file name inside a checkpoint"),
     (["--marker", "OK", "--grace", "5m"], "--grace"),
-    (["--after-job", "12;rm"], "not a Slurm job id"),
+    (["--after-job", "12;rm"], "is not a job id"),
     (["-o", "execution.type=local"], "cannot queue a job for later"),
     (["-o", "models=[{name: a}, {name: b}]"], "a sweep of 2 models"),
     (["-o", "deployment={type: none}", "-o", "target.api_endpoint.url=http://x/v1",

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from hpceval.backends.base import (
     BackendFiles,
@@ -70,11 +70,13 @@ class SlurmBackend:
         self._min_interval_s = min_interval_s
         self._cache: dict[str, list[str]] | None = None  # read on first use: no I/O before
         self._dirty = False
+        self._calls_at_follow = -1  # the poller's count when job_states last deferred a call
 
     @classmethod
     def from_settings(cls, settings: BackendSettings) -> SlurmBackend:
         """The registry's factory (``hpceval.backends.BACKENDS``)."""
-        return cls(settings.client, poller=settings.poller, min_interval_s=settings.min_interval_s)
+        client = cast("SlurmClient | None", settings.client)  # the caller's fake, or none
+        return cls(client, poller=settings.poller, min_interval_s=settings.min_interval_s)
 
     @property
     def client(self) -> SlurmClient:
@@ -216,6 +218,20 @@ class SlurmBackend:
                 end = record.end.timestamp() if record.end is not None else None
                 found[job_id] = JobInfo(classify(record), end)
         return found
+
+    @property
+    def scheduler_calls(self) -> int:
+        return self.poller.sacct_calls
+
+    def job_states(self, jobs: Sequence[tuple[str, float]], *, ask: bool = True
+                   ) -> list[JobStatus]:
+        for job_id, since in jobs:
+            self.poller.register(job_id, submitted_at=_dt(since))
+        if not ask:
+            self._calls_at_follow = self.poller.sacct_calls
+        elif jobs and self.poller.sacct_calls == self._calls_at_follow:
+            self.poller.refresh(force=True)  # no call since: ask for these alone
+        return [self.poller.status(job_id) for job_id, _ in jobs]
 
     def usage(self, jobs: Sequence[UsageQuery], *, ask: bool = True) -> list[JobUsage | None]:
         # sacct's AllocTRES (gres/gpu, node) and Elapsed, from the poller's records: jobs
