@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpceval.backends import BACKENDS
+from hpceval.config.export_spec import ExportSpec as ExportSpec
 from hpceval.engines import engine_for, engine_names
 from hpceval.fields import REQUIRED as REQUIRED
 from hpceval.fields import key as key
@@ -20,8 +21,6 @@ from hpceval.runtimes import IMAGE, PLACES, from_image, runtime_for, runtime_nam
 GpuRequest = Literal["gpus-per-node", "gres", "none"]
 MultiNodeBackend = Literal["ray", "native"]
 EndpointType = Literal["chat", "completions", "vlm", "embedding"]
-ExportDestination = Literal["local", "mlflow", "wandb"]
-ExportFormat = Literal["json", "csv"]
 AuxiliaryScope = Literal["job", "sweep"]
 OverlapLoad = Literal["auto", True, False]
 Umask = Literal["0027", "0077", "0007", "0022", "0002"]
@@ -359,43 +358,6 @@ class EvaluationSpec:
         """The task's own allowance, else the run's."""
         own = task.infra_errors_allowed
         return self.infra_errors_allowed if own is None else own
-
-
-@dataclass(frozen=True)
-class LocalExportSpec:
-    output_dir: str | None = key(None, "folder for the files; default <run dir>/export")
-    format: ExportFormat = key("json", "json | csv")
-
-
-@dataclass(frozen=True)
-class MlflowExportSpec:
-    tracking_uri: str | None = key(
-        None, "MLflow tracking URI the compute nodes reach (http://host:port, or file:/shared/"
-        "path); default MLflow's own"
-    )
-    experiment_name: str = key("hpceval", "MLflow experiment")
-
-
-@dataclass(frozen=True)
-class WandbExportSpec:
-    project: str = key("hpceval", "W&B project")
-    online: bool = key(
-        False, "sync at once (needs network and WANDB_API_KEY in the job's environment); "
-        "default: offline files to sync later with `wandb sync`"
-    )
-
-
-@dataclass(frozen=True)
-class ExportSpec:
-    """Results sent somewhere after the run, by a dependent CPU job (`hpceval export`)."""
-
-    destinations: list[ExportDestination] = key(
-        [], "export after every run (NEL: execution.auto_export.destinations): local | mlflow "
-        "| wandb; empty: run `hpceval export` by hand"
-    )
-    local: LocalExportSpec = field(default_factory=LocalExportSpec)
-    mlflow: MlflowExportSpec = field(default_factory=MlflowExportSpec)
-    wandb: WandbExportSpec = field(default_factory=WandbExportSpec)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from hpceval.compat import Translated
 from hpceval.compat.nemo import NEMO
 from hpceval.errors import ConfigIssue
-
-Translated = tuple[dict[str, Any], list[str]]  # a layer to merge, and its notes
 
 
 class Translation(Protocol):

@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hpceval.compat import Translated
 from hpceval.compat.nemo.forms import bare_host_names
+from hpceval.compat.nemo.overrides import translate_override, translate_task_override
 from hpceval.compat.nemo.translate import (
     RENAMED,
-    Translated,
     check_defaults_entry,
     translate,
     translate_merged,
-    translate_override,
-    translate_task_override,
 )
 from hpceval.errors import ConfigIssue
 

@@ -6,7 +6,6 @@ can still say which file a value came from.
 
 from __future__ import annotations
 
-import copy
 import re
 import shlex
 from typing import Any
@@ -141,7 +140,7 @@ def translate(layer: dict[str, Any], source: str) -> list[str]:
         for task in evaluation["tasks"]:
             if isinstance(task, dict):
                 where = f"evaluation.tasks.{task.get('name')}"
-                _translate_task(task, where, notes, source, issues, adapters)
+                translate_task(task, where, notes, source, issues, adapters)
                 if where in adapters:
                     per_task[str(task.get("name"))] = adapters.pop(where)
     target = layer.get("target")
@@ -303,7 +302,7 @@ def _leaf_strings(data: Any, prefix: str) -> list[tuple[str, str]]:
     return [(prefix, data)] if isinstance(data, str) else []
 
 
-def _translate_task(task: dict[str, Any], where: str, notes: list[str], source: str,
+def translate_task(task: dict[str, Any], where: str, notes: list[str], source: str,
                     issues: list[ConfigIssue], adapters: dict[str, Any]) -> None:
     _translate_params(task, where, notes, source, issues, adapters)
     container = task.get("container")
@@ -361,50 +360,3 @@ def _translate_nec(node: dict[str, Any], nec: dict[str, Any], where: str, notes:
         issues.append(ConfigIssue(f"{where}.nemo_evaluator_config.{key}", "is not a NeMo "
                                   "Evaluator setting", "use config.params or target"))
     del node["nemo_evaluator_config"]
-
-
-Translated = tuple[dict[str, Any], list[str]]
-
-
-def translate_override(path: list[str], value: Any, source: str) -> Translated | None:
-    """A ``-o`` in the launcher's terms (``evaluation.nemo_evaluator_config.config.params.x``,
-    ``execution.hostname``, ...) as a layer to merge in ours, with its notes; None when the
-    key needs no translation. Task keys (``evaluation.tasks.<name>.…``) go through
-    ``translate_task_override``."""
-    layer: dict[str, Any] = {}
-    node = layer
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-    node[path[-1]] = copy.deepcopy(value)
-    original = copy.deepcopy(layer)
-    notes = translate(layer, source)
-    if layer == original and not notes:
-        return None
-    return layer, notes
-
-
-def translate_task_override(task_name: str, rest: list[str], value: Any,
-                            source: str) -> Translated | None:
-    """The same for one task: ``rest`` is the key path inside the task."""
-    task: dict[str, Any] = {"name": task_name}
-    node = task
-    for part in rest[:-1]:
-        node = node.setdefault(part, {})
-    node[rest[-1]] = copy.deepcopy(value)
-    original = copy.deepcopy(task)
-    notes: list[str] = []
-    issues: list[ConfigIssue] = []
-    adapters: dict[str, Any] = {}
-    _translate_task(task, f"evaluation.tasks.{task_name}", notes, source, issues, adapters)
-    if adapters:  # merged over the run's adapter_config, which this -o cannot see
-        issues.append(ConfigIssue(
-            f"evaluation.tasks.{task_name}.nemo_evaluator_config.target", "a task's "
-            "adapter_config cannot be set with -o", "set the task's interceptors: "
-            f"-o evaluation.tasks.{task_name}.interceptors.<key>=... (see "
-            "docs/migrating-from-nemo-evaluator.md)"))
-    if issues:
-        raise ConfigError(issues)
-    if task == original and not notes:
-        return None
-    task.pop("name")
-    return task, notes
