@@ -264,6 +264,12 @@ class Backend(Protocol):
         left alone (CancelReport.foreign)."""
         ...
 
+    def job_runs(self, job_id: str) -> bool | None:
+        """Inside a job: whether another job of this scheduler may still run processes (the
+        owner of a cache lease); None when it cannot tell. One question, no client: the in-job
+        side holds none."""
+        ...
+
     def query(self, job_ids: Sequence[str], *, queue: bool = False) -> dict[str, JobInfo]:
         """The jobs among `job_ids` the scheduler lists, by id (ONE accounting call; `queue`
         asks the live queue first, which lists a job submitted a second ago). A job it does

@@ -106,6 +106,9 @@ class LocalBackend:
 
     scheduler_calls = 0  # no scheduler: the runner's own files are read
 
+    def job_runs(self, job_id: str) -> bool | None:
+        return None  # one machine: a lease's process is asked directly (same host)
+
     def job_states(self, jobs: Sequence[tuple[str, float]], *, ask: bool = True
                    ) -> list[JobStatus]:
         # no job here is anything but a run's (a watch needs a backend that schedules later)

@@ -7,9 +7,10 @@ another job of the same run may be starting or running:
 
 - It does nothing while any other process holds a live lease (`live-*`, see `cache.py`): a shard
   being appended must not be merged, and on NFS a shard deleted under a reader on another node
-  fails its reads (ESTALE). A lease is live if its process runs (same host), else if its Slurm
-  job still runs (asked of the Slurm backend's queue), else if it was touched within
-  `LEASE_STALE_S`; the others are leftovers of killed proxies, and removed.
+  fails its reads (ESTALE). A lease is live if its process runs (same host), else if its job
+  may still run processes (asked of the run's backend, `Backend.job_runs`: `--backend`), else
+  if it was touched within `LEASE_STALE_S`; the others are leftovers of killed proxies, and
+  removed.
 - A shard is deleted only after a file holding every valid line of it was fsync'd and renamed
   into place, so a crash at any point leaves each answer readable (at worst twice, which the
   loader tolerates). If a lease appeared while merging, the inputs are kept as well.
@@ -51,27 +52,15 @@ from hpceval.storage import fsync_dir
 log = logging.getLogger(__name__)
 
 _OFF_BITS = 48
-JobState = Callable[[str], "str | None"]  # Slurm job id -> state (see slurm_job_state)
-
-
-def slurm_job_state(job_id: str) -> str | None:
-    """The Slurm state of the job a lease names (a lease records the job's id, JobEnv.job_id):
-    the Slurm backend asks its queue; "" when Slurm no longer knows it, None when it can't
-    say."""
-    from hpceval.backends.slurm.client import queue_state
-
-    return queue_state(job_id)
-
-
-# A job in any other state (ended, pending, requeued) runs no process that could hold a lease.
-_JOB_LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
-                              "STAGE_OUT", "SUSPENDED", "STOPPED"})
+# the id of the job a lease names (JobEnv.job_id) -> whether that job may still run processes
+# (Backend.job_runs of the run's backend); None when the scheduler cannot tell
+JobRuns = Callable[[str], "bool | None"]
 
 
 def _lease_is_live(lease: Path, now: float, stale_after: float,
-                   job_state: JobState | None) -> bool:
+                   job_runs: JobRuns | None) -> bool:
     """Whether the lease's process may still use the cache. Exact for a process on this host
-    (is it running?) and for one in a Slurm job that has ended (a killed proxy never removes
+    (is it running?) and for one in a job that has ended (a killed proxy never removes
     its lease: the successor's teardown must not wait 10 minutes for it); else by age."""
     try:
         mtime = lease.stat().st_mtime
@@ -94,20 +83,19 @@ def _lease_is_live(lease: Path, now: float, stale_after: float,
         except OSError:
             return True  # another user's process
         return True
-    if isinstance(job, str) and job and job_state is not None:
-        state = job_state(job)
-        if state is not None:
-            return state in _JOB_LIVE_STATES
+    if isinstance(job, str) and job and job_runs is not None:
+        runs = job_runs(job)
+        if runs is not None:
+            return runs
     return now - mtime < stale_after
 
 
 def live_leases(cache_dir: Path, stale_after: float = LEASE_STALE_S,
-                remove_stale: bool = False, job_state: JobState | None = slurm_job_state
-                ) -> list[str]:
+                remove_stale: bool = False, job_runs: JobRuns | None = None) -> list[str]:
     """Names of the leases of processes that may still use the directory."""
     now, live = time.time(), []
     for lease in sorted(cache_dir.glob(LEASE_GLOB)):
-        if _lease_is_live(lease, now, stale_after, job_state):
+        if _lease_is_live(lease, now, stale_after, job_runs):
             live.append(lease.name)
         elif remove_stale:
             lease.unlink(missing_ok=True)
@@ -115,9 +103,9 @@ def live_leases(cache_dir: Path, stale_after: float = LEASE_STALE_S,
 
 
 def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
-            job_state: JobState | None = slurm_job_state) -> dict[str, Any]:
+            job_runs: JobRuns | None = None) -> dict[str, Any]:
     """Merge every shard of `cache_dir` into one; see the module doc for when it declines."""
-    live = live_leases(cache_dir, stale_after, remove_stale=True, job_state=job_state)
+    live = live_leases(cache_dir, stale_after, remove_stale=True, job_runs=job_runs)
     if live:
         return {"skipped": f"in use by {len(live)} other process(es): {', '.join(live)}"}
     _remove_stale_temps(cache_dir, stale_after)
@@ -155,7 +143,7 @@ def compact(cache_dir: Path, stale_after: float = LEASE_STALE_S,
     fsync_dir(cache_dir)
     result: dict[str, Any] = {"path": str(target), "entries": entries,
                               "shards_merged": len(shards), "dropped_lines": dropped}
-    late = live_leases(cache_dir, stale_after, job_state=job_state)
+    late = live_leases(cache_dir, stale_after, job_runs=job_runs)
     if late:  # a proxy started meanwhile and may have opened the inputs: keep them this time
         result["inputs_kept"] = f"in use by {', '.join(late)}"
         return result
@@ -182,19 +170,29 @@ def _remove_stale_temps(cache_dir: Path, stale_after: float) -> None:
             pass
 
 
+def _job_runs(kind: str | None) -> JobRuns | None:
+    if kind is None:
+        return None
+    from hpceval.backends import backend_for
+
+    return backend_for(kind).job_runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hpceval.job compact-cache",
         description="Merge a response cache directory's shards into one (run after the job's "
                     "proxy stopped; declines while another proxy uses the directory).")
     parser.add_argument("cache_dir", type=Path, help="the cache directory ($MODEL_DIR/cache)")
+    parser.add_argument("--backend", help="the run's execution type: its scheduler is asked "
+                        "whether a lease's job still runs (without it, leases age out)")
     args = parser.parse_args(argv)
     if not args.cache_dir.is_dir():
         print(f"compact-cache: {args.cache_dir}: no such directory (nothing cached)")
         return 0
     started = time.monotonic()
     try:
-        result = compact(args.cache_dir)
+        result = compact(args.cache_dir, job_runs=_job_runs(args.backend))
     except OSError as exc:  # the shards are untouched unless the merged file is in place
         print(f"compact-cache: {args.cache_dir}: {exc}", file=sys.stderr)
         return 1

@@ -53,6 +53,8 @@ def backend_view(kind: str) -> dict[str, str | bool]:
     discover, launch, successor, preempted and detach partials by that name and read only
     the variables env.j2 sets (HPCEVAL_JOB_ID, HPCEVAL_NODELIST, ...), never the scheduler's.
     ``pulls_ahead``: the run's pull job pulled the servers' images before this job started
-    (Backend.pulls_ahead); the job only checks they are there."""
+    (Backend.pulls_ahead); the job only checks they are there. ``name``: its execution type,
+    for the in-job commands that ask the backend themselves (the cache compaction)."""
     backend = job_backend(kind)
-    return {"partials": backend.partials, "pulls_ahead": backend.pulls_ahead}
+    return {"name": backend.name, "partials": backend.partials,
+            "pulls_ahead": backend.pulls_ahead}

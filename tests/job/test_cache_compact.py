@@ -65,11 +65,11 @@ def test_a_lease_of_an_ended_slurm_job_is_dead_at_once(tmp_path: Path) -> None:
     fill(tmp_path, 1)
     fill(tmp_path, 1, start=3)
     lease(tmp_path, "other-node", 1, age_s=5, job="4242")
-    states = {"4242": "RUNNING"}
-    assert "skipped" in compact(tmp_path, job_state=states.get)
-    assert "skipped" in compact(tmp_path, job_state=lambda _job: None)  # Slurm silent: by age
-    states["4242"] = "CANCELLED"
-    assert compact(tmp_path, job_state=states.get)["entries"] == 2
+    runs = {"4242": True}
+    assert "skipped" in compact(tmp_path, job_runs=runs.get)
+    assert "skipped" in compact(tmp_path, job_runs=lambda _job: None)  # Slurm silent: by age
+    runs["4242"] = False  # ended (scancel)
+    assert compact(tmp_path, job_runs=runs.get)["entries"] == 2
     assert not list(tmp_path.glob("live-*"))
 
 

@@ -32,7 +32,7 @@ from hpceval.backends.slurm.client import SlurmClient
 from hpceval.backends.slurm.commands import OWN_JOBS
 from hpceval.backends.slurm.formats import carries_run, log_file
 from hpceval.backends.slurm.records import base_job_id
-from hpceval.backends.slurm.states import JobStatus, Phase, classify
+from hpceval.backends.slurm.states import MAY_RUN_PROCESSES, JobStatus, Phase, classify
 from hpceval.backends.views import ExecutionView, JobView, RunView
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, LOG_DIR, model_dir
 from hpceval.errors import ConfigIssue, HpcevalError
@@ -218,6 +218,12 @@ class SlurmBackend:
                 end = record.end.timestamp() if record.end is not None else None
                 found[job_id] = JobInfo(classify(record), end)
         return found
+
+    def job_runs(self, job_id: str) -> bool | None:
+        from hpceval.backends.slurm.client import queue_state
+
+        state = queue_state(job_id)  # "" when Slurm no longer knows it
+        return None if state is None else state in MAY_RUN_PROCESSES
 
     @property
     def scheduler_calls(self) -> int:

@@ -20,6 +20,10 @@ NOT_LISTED = JobStatus(Phase.UNKNOWN, "not (yet) listed by sacct")
 _QUEUED = {"PENDING", "CONFIGURING", "PLANNED", "RESV_DEL_HOLD"}
 _RUNNING = {"RUNNING", "COMPLETING", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED"}
 _RESUMING = {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+# States in which a job may still run processes (CONFIGURING: its nodes boot, its prolog may
+# run): a cache lease of such a job is live; any other state (ended, pending, requeued) holds
+# no process that could use the cache.
+MAY_RUN_PROCESSES = frozenset(_RUNNING | {"CONFIGURING"})
 # Terminal failures that are not the program's own exit status: say what happened, in words.
 _FAILED_REASONS = {
     "TIMEOUT": "walltime reached (TIMEOUT)",
