@@ -11,6 +11,7 @@ imports contract, errors and storage only), so backends and every layer above ma
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -173,18 +174,26 @@ def write_run_record(run_dir: Path, run: RunRecord) -> None:
     atomic_write_json(Path(run_dir) / RUN_FILE, run.to_json())
 
 
-def read_run(run_dir: Path) -> RunRecord:
-    """THE reader of run.json: its record, or RunFileError naming the file and the fix."""
-    path = Path(run_dir) / RUN_FILE
+def read_json_record(path: Path, error: Callable[[Path, str], Exception],
+                     missing: str = "no such file") -> Any:
+    """The JSON document of a record file (run.json, a watch's state.json), or ``error(path,
+    what)`` saying what is wrong: missing, unreadable, not JSON. Each record's own reader
+    checks its fields and names its fix."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise RunFileError(path, "no such file: not a run directory, or one still being "
-                                 "written") from exc
+        raise error(path, missing) from exc
     except OSError as exc:
-        raise RunFileError(path, f"cannot be read ({exc.strerror or exc})") from exc
+        raise error(path, f"cannot be read ({exc.strerror or exc})") from exc
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
-        raise RunFileError(path, f"not valid JSON ({exc})") from exc
+        raise error(path, f"not valid JSON ({exc})") from exc
+
+
+def read_run(run_dir: Path) -> RunRecord:
+    """THE reader of run.json: its record, or RunFileError naming the file and the fix."""
+    path = Path(run_dir) / RUN_FILE
+    data = read_json_record(path, RunFileError, "no such file: not a run directory, or one "
+                            "still being written")
     return RunRecord.from_json(data, path)

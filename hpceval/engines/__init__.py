@@ -19,16 +19,6 @@ ENGINES: Registry[Engine] = Registry(
     "serving engine", "hpceval.engines", package=__name__,
     make=lambda cls: cls(), order=lambda engine: engine.order, support=("base", "views"))
 
-
-def register(cls: type[Engine]) -> type[Engine]:
-    """Class decorator: make an engine known by its ``name``."""
-    return ENGINES.register(cls)
-
-
-def engine_names() -> tuple[str, ...]:
-    """Every engine's name, in their declared order (the schema's choices)."""
-    return ENGINES.names()
-
-
-def engine_for(name: str) -> Engine:
-    return ENGINES.get(name)
+register = ENGINES.register  # class decorator: an engine known by its ``name``
+engine_names = ENGINES.names  # in their declared order (the schema's choices)
+engine_for = ENGINES.get  # the engine of a deployment.type, or an UnknownName

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hpceval.contract import RUNTIME_FILE
 from hpceval.results.columns import with_column
@@ -76,15 +76,28 @@ class Runtime:
 
 def load_runtime(task_dir: str) -> Runtime:
     """The task's runtime.json, read once through one descriptor (see the module doc)."""
+    return load_view(f"{task_dir}/{RUNTIME_FILE}", READ_LIMIT, "the proxy writes about 1 KiB",
+                     normalise, Runtime, MISSING)
+
+
+V = TypeVar("V")
+
+
+def load_view(path: str, limit: int, typical: str, check: Callable[[Any], dict[str, Any]],
+              view: Callable[[dict[str, Any] | None, str | None, float | None], V],
+              missing: str) -> V:
+    """A file the proxy writes, as ``view(facts, problem, mtime)``: read once through one
+    descriptor (read_json_once), checked by ``check`` (a ValueError's text is a phrase after
+    the file's name); ``missing`` is the problem when there is no file."""
+    name = path.rsplit("/", 1)[-1]
     try:
-        doc, mtime = read_json_once(f"{task_dir}/{RUNTIME_FILE}", READ_LIMIT,
-                                    "the proxy writes about 1 KiB")
+        doc, mtime = read_json_once(path, limit, typical)
     except Unread as exc:
-        return Runtime(None, MISSING if exc.missing else f"{RUNTIME_FILE} {exc}")
+        return view(None, missing if exc.missing else f"{name} {exc}", None)
     try:
-        return Runtime(normalise(doc), None, mtime)
-    except ValueError as exc:  # its text is a phrase after the file's name
-        return Runtime(None, f"{RUNTIME_FILE} {exc}")
+        return view(check(doc), None, mtime)
+    except ValueError as exc:
+        return view(None, f"{name} {exc}", None)
 
 
 def read_json_once(path: str, limit: int, typical: str) -> tuple[Any, float]:

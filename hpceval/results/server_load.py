@@ -46,8 +46,7 @@ from typing import Any
 
 from hpceval.contract import SERVER_LOAD_FILE
 from hpceval.results.columns import model_folder, with_column
-from hpceval.results.runtime_view import checked_number, read_json_once, shown
-from hpceval.trust import Unread
+from hpceval.results.runtime_view import checked_number, load_view, shown
 
 SCHEMA = 1
 POINT_LIMIT = 600  # even: a full series merges into exact pairs
@@ -201,15 +200,8 @@ class ServerLoad:
 
 def load_server_load(model_dir: str) -> ServerLoad:
     """A model's server-load.json, read once through one descriptor and checked."""
-    try:
-        doc, mtime = read_json_once(f"{model_dir}/{SERVER_LOAD_FILE}", READ_LIMIT,
-                                    "the proxy writes under 64 KiB")
-    except Unread as exc:
-        return ServerLoad(None, MISSING if exc.missing else f"{SERVER_LOAD_FILE} {exc}")
-    try:
-        return ServerLoad(normalise(doc), None, mtime)
-    except ValueError as exc:
-        return ServerLoad(None, f"{SERVER_LOAD_FILE} {exc}")
+    return load_view(f"{model_dir}/{SERVER_LOAD_FILE}", READ_LIMIT,
+                     "the proxy writes under 64 KiB", normalise, ServerLoad, MISSING)
 
 
 def with_server_load(frame: Any) -> Any:

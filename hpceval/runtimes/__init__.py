@@ -31,16 +31,6 @@ RUNTIMES: Registry[Runtime] = Registry(
     "container runtime", "hpceval.runtimes", package=__name__,
     make=lambda cls: cls(), order=lambda runtime: runtime.order)
 
-
-def register(cls: type[Runtime]) -> type[Runtime]:
-    """Class decorator: make a runtime known by its ``name``."""
-    return RUNTIMES.register(cls)
-
-
-def runtime_names() -> tuple[str, ...]:
-    """Every runtime's name, in their declared order (the schema's choices)."""
-    return RUNTIMES.names()
-
-
-def runtime_for(name: str) -> Runtime:
-    return RUNTIMES.get(name)
+register = RUNTIMES.register  # class decorator: a runtime known by its ``name``
+runtime_names = RUNTIMES.names  # in their declared order (the schema's choices)
+runtime_for = RUNTIMES.get  # the runtime of execution.container_runtime, or an UnknownName

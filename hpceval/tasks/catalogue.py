@@ -16,10 +16,11 @@ for contamination) never answer a short name; they are only mentioned in "also i
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from hpceval.tasks.definitions import (
     AmbiguousTaskError,
@@ -158,46 +159,29 @@ def _synthesize(harness: HarnessDef, task_name: str) -> TaskDef:
     )
 
 
+D = TypeVar("D", HarnessDef, TaskDef)
+
+
+def _from_index(cls: type[D], raw: Mapping[str, Any]) -> D:
+    """A harness or task definition from its index entry (plain JSON): its lists become the
+    tuples and its objects the read-only mappings the frozen definition holds; a key the entry
+    lacks (an optional one, e.g. a task's sample count) keeps the field's default."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        value = raw[f.name]
+        if str(f.type).startswith("tuple["):
+            value = tuple(value)
+        elif str(f.type).startswith("Mapping["):
+            value = MappingProxyType(value)
+        values[f.name] = value
+    return cls(**values)
+
+
 def _harness(h: Mapping[str, Any]) -> HarnessDef:
-    return HarnessDef(
-        name=h["name"],
-        description=h["description"],
-        image=h["image"],
-        sif=h["sif"],
-        runtime=h["runtime"],
-        parser=h["parser"],
-        command=h["command"],
-        default_endpoint_type=h["default_endpoint_type"],
-        upstream_image=h["upstream_image"],
-        pip_package=h["pip_package"],
-        required_env=tuple(h["required_env"]),
-        needs_gpu=h["needs_gpu"],
-        needs_judge=h["needs_judge"],
-        qualified_only=h["qualified_only"],
-        aliases=tuple(h["aliases"]),
-        defaults=MappingProxyType(h["defaults"]),
-        source=h["source"],
-    )
+    return _from_index(HarnessDef, h)
 
 
 def _task(t: Mapping[str, Any]) -> TaskDef:
-    return TaskDef(
-        name=t["name"],
-        harness=t["harness"],
-        task_id=t["task_id"],
-        endpoint_type=t["endpoint_type"],
-        description=t["description"],
-        image=t["image"],
-        sif=t["sif"],
-        needs_gpu=t["needs_gpu"],
-        needs_judge=t["needs_judge"],
-        required_env=tuple(t["required_env"]),
-        canonical=t["canonical"],
-        aliases=tuple(t["aliases"]),
-        data=tuple(t["data"]),
-        needs_network=t["needs_network"],
-        samples=t.get("samples"),
-        requests_per_sample=t.get("requests_per_sample"),
-        params=MappingProxyType(t["params"]),
-        source=t["source"],
-    )
+    return _from_index(TaskDef, t)

@@ -11,7 +11,6 @@ reset, so no claim is ever forgotten and no checkpoint evaluated twice.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import WATCH_LOCK_FILE, WATCH_STATE_FILE
+from hpceval.records import read_json_record
 from hpceval.storage import atomic_write_json
 from hpceval.watch.spec import WatchError
 
@@ -214,17 +214,7 @@ def new_state() -> WatchState:
 def load_state(watch_dir: Path) -> WatchState:
     """THE reader of state.json: its state, or WatchStateError naming the file and the fix."""
     path = state_path(watch_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise WatchStateError(path, "no such file") from exc
-    except OSError as exc:
-        raise WatchStateError(path, f"cannot be read ({exc.strerror or exc})") from exc
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise WatchStateError(path, f"not valid JSON ({exc})") from exc
-    return WatchState.from_json(data, path)
+    return WatchState.from_json(read_json_record(path, WatchStateError), path)
 
 
 def save_state(watch_dir: Path, state: WatchState) -> None:
