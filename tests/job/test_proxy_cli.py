@@ -18,7 +18,7 @@ import pytest
 from proxy_fakes import FakeUpstream, chat, running_upstreams
 from support.ports import free_port
 
-from hpceval.job.proxy_cli import build_parser, config_from_args, main
+from hpceval.job.proxy.cli import build_parser, config_from_args, main
 
 BASE = ["--port", "0", "--upstream", "http://n1:8000", "--upstream", "http://n2:8000/",
         "--cache-dir", "/c", "--progress-file", "/p.json"]
@@ -59,7 +59,7 @@ def _proxy_process(tmp_path: Path, port: int, upstream: str, *extra: str,
                    env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+         "import sys; from hpceval.job.proxy.cli import main; sys.exit(main(sys.argv[1:]))",
          "--port", str(port), "--upstream", upstream, "--cache-dir", str(tmp_path / "cache"),
          "--progress-file", str(tmp_path / "progress.json"), *extra],
         stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})

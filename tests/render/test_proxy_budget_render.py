@@ -10,7 +10,7 @@ import pytest
 from render_helpers import bash_syntax, context, resolve
 
 from hpceval.config.errors import ConfigError
-from hpceval.job.proxy_cli import build_parser, config_from_args
+from hpceval.job.proxy.cli import build_parser, config_from_args
 from hpceval.render import render_job
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",

@@ -1,5 +1,9 @@
 """`python -m hpceval.job proxy ...`: command-line wiring of the in-job proxy (argparse, no click:
-this runs on compute nodes and should import as little as possible)."""
+this runs on compute nodes and should import as little as possible).
+
+aiohttp comes in with the package (hpceval.job.proxy imports the server for the job's
+pre-flight check), so it is loaded before the arguments are parsed, not after.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ from pathlib import Path
 
 from hpceval.contract import RUNTIME_FILE, SERVER_LOAD_FILE, TASK_ROUTE
 from hpceval.interceptors import chain_from_json, routes_from_json
-from hpceval.job.proxy_config import CLIENT_KEY_ENV, ProxyConfig
-from hpceval.job.proxy_liveness import parse_pids
+from hpceval.job.proxy.config import CLIENT_KEY_ENV, ProxyConfig
+from hpceval.job.proxy.liveness import parse_pids
+from hpceval.job.proxy.process import run_proxy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,8 +179,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    # aiohttp only once the arguments are known good
-    from hpceval.job.proxy_process import run_proxy
-
     run_proxy(config)
     return 0
