@@ -13,6 +13,7 @@ from hpceval.backends.slurm.formats import SBATCH_FLAG, sets_comment, walltime_m
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.config.secret_files import from_file, secret_file_issues
+from hpceval.contract import is_proxy_budget
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
 from hpceval.storage import run_umask_bits
@@ -103,7 +104,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           "remove it from the URL and set target.api_endpoint.api_key_name to "
                           "the NAME of the variable holding the key")
     budget = spec.evaluation.proxy_budget
-    if budget not in ("off", "adaptive") and not (budget.isdigit() and int(budget) > 0):
+    if not is_proxy_budget(budget):
         yield ConfigIssue("evaluation.proxy_budget", f"{budget!r} is not a budget",
                           "write off, adaptive or a number of requests above 0")
     engine = engine_for(dep.type)

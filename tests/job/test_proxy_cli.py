@@ -19,6 +19,7 @@ from proxy_fakes import FakeUpstream, chat, running_upstreams
 from support.ports import free_port
 
 from hpceval.job.proxy.cli import build_parser, config_from_args, main
+from hpceval.job.proxy.config import ProxyConfig
 
 BASE = ["--port", "0", "--upstream", "http://n1:8000", "--upstream", "http://n2:8000/",
         "--cache-dir", "/c", "--progress-file", "/p.json"]
@@ -44,6 +45,14 @@ def test_arguments_become_config() -> None:
     assert config.request_log_path == Path("/proxy-requests.jsonl")
     assert config.host == "127.0.0.1"
     assert config_from_args(build_parser().parse_args(BASE)).interceptors == ()
+
+
+def test_options_left_out_take_the_config_defaults() -> None:
+    """The parser's defaults are ProxyConfig's own (declared there once): a job script that
+    leaves an option out gets what a ProxyConfig made in Python gets."""
+    given = config_from_args(build_parser().parse_args(BASE))
+    assert given == ProxyConfig(upstreams=given.upstreams, port=0, cache_dir=Path("/c"),
+                                progress_file=Path("/p.json"))
 
 
 @pytest.mark.parametrize("bad", [["--interceptors", '[{"name": "shout"}]'],

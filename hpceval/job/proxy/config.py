@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpceval.contract import SERVER_LOAD_FILE, UNIX_URL, unix_socket
+from hpceval.contract import SERVER_LOAD_FILE, UNIX_URL, is_proxy_budget, unix_socket
 from hpceval.interceptors import Interceptor
 from hpceval.interceptors.log_requests import LogRequests
 
@@ -133,8 +133,7 @@ class ProxyConfig:
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():
             raise ValueError("the upstream API key is empty")
-        if self.budget not in ("off", "adaptive") and not (
-                self.budget.isdigit() and int(self.budget) > 0):
+        if not is_proxy_budget(self.budget):
             raise ValueError(f"budget {self.budget!r}: use off, adaptive or a number above 0")
         chains = [("interceptors", self.interceptors)] + [
             (f"task_interceptors.{key}", chain) for key, chain in self.task_interceptors]
