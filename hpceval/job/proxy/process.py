@@ -1,5 +1,5 @@
 """The in-job proxy as a process (`python -m hpceval.job proxy`): the ProxyServer of
-hpceval.job.proxy, run until the job stops it, with the signals a job sends it and the ready
+hpceval.job.proxy.server, run until the job stops it, with the signals a job sends it and the ready
 file the job waits for.
 
 SIGTERM and SIGINT stop it (in-flight requests get the grace period, then cache and progress

@@ -37,7 +37,7 @@ from hpceval.job.proxy.forward import (
 from hpceval.job.proxy.guard import clean_headers
 from hpceval.job.proxy.stats import Answered, TaskRecorder
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hpceval.job.proxy")  # the lines proxy.log has always had
 
 FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"

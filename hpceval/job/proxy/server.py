@@ -62,7 +62,7 @@ from hpceval.job.proxy.tls import server_context
 from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
 from hpceval.results.ledger import BUSY, append_mark
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hpceval.job.proxy")  # the lines proxy.log has always had
 
 LINGER_S = 2.0  # long enough for a client to read a 413 before the connection closes
 
