@@ -41,7 +41,7 @@ import aiohttp
 from aiohttp import web
 
 from hpceval.job.cache import ResponseCache
-from hpceval.job.proxy_http import HttpClient
+from hpceval.job.proxy.client import HttpClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_json import (

@@ -12,7 +12,7 @@ catalogue parallelism, through the in-job proxy. The modes:
 * concurrent: every task at once against the one server, still started after the health wait;
 * concurrent + overlap: every task at once, started while the model loads
   (``evaluation.overlap_load: true``; the in-job proxy holds their requests until every
-  instance serves: hpceval/job/proxy_hold.py).
+  instance serves: hpceval/job/proxy/hold.py).
 
 Per mode, from "all instances ready" (the job log; the script reads it every 0.1 s, so the
 moment is known to about that) to the last answer (the proxy's busy record in progress.json,

@@ -105,6 +105,18 @@ def unix_socket(url: str) -> str | None:
     return url[len(UNIX_URL):] if url.startswith(UNIX_URL) else None
 
 
+
+# evaluation.proxy_budget, passed to the proxy as --budget: in-flight requests per server
+# instance. Checked on both sides of the contract, by one rule: when the config loads
+# (config.checks, so a bad value names the key before submit) and when the proxy starts
+# (job.proxy.config, for a hand-written or older job script).
+PROXY_BUDGETS = ("off", "adaptive")  # besides a whole number of requests above 0
+
+
+def is_proxy_budget(value: str) -> bool:
+    """Whether `value` is a budget the proxy takes: off, adaptive or a number above 0."""
+    return value in PROXY_BUDGETS or (value.isdigit() and int(value) > 0)
+
 # -- written by the local backend's runner ----------------------------------------------------
 LOCAL_RC_FILE = "local.rc"  # models/<key>/: the job script's exit status
 LOCAL_LOG_FILE = "local.log"  # models/<key>/: its output (what Slurm's --output would hold)

@@ -12,6 +12,7 @@ from hpceval.backends import backend_for
 from hpceval.config.errors import ConfigIssue
 from hpceval.config.schema import RunSpec
 from hpceval.config.secret_files import from_file, secret_file_issues
+from hpceval.contract import is_proxy_budget
 from hpceval.durations import walltime_minutes
 from hpceval.engines import engine_for, engine_names
 from hpceval.runtimes import runtime_for, runtime_names
@@ -82,7 +83,7 @@ def semantic_issues(spec: RunSpec, environ: Mapping[str, str] | None) -> Iterato
                           "remove it from the URL and set target.api_endpoint.api_key_name to "
                           "the NAME of the variable holding the key")
     budget = spec.evaluation.proxy_budget
-    if budget not in ("off", "adaptive") and not (budget.isdigit() and int(budget) > 0):
+    if not is_proxy_budget(budget):
         yield ConfigIssue("evaluation.proxy_budget", f"{budget!r} is not a budget",
                           "write off, adaptive or a number of requests above 0")
     engine = engine_for(dep.type)

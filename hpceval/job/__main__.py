@@ -1,6 +1,6 @@
 """`python -m hpceval.job COMMAND ...`: the helpers the job script runs on compute nodes.
 
-    proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy_cli)
+    proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy.cli)
     collect  parse a finished harness run into the task's results (hpceval.job.collect)
     compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
     watch-tick  one tick of a checkpoint watch: look, claim, submit (hpceval.watch.tick)
@@ -32,7 +32,7 @@ commands:
 
 
 def _proxy(argv: Sequence[str]) -> int:
-    from hpceval.job.proxy_cli import main
+    from hpceval.job.proxy.cli import main
 
     return main(list(argv))
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from hpceval.job.proxy_balancer import Balancer
+    from hpceval.job.proxy.balancer import Balancer
 
 Outcome = Literal["ok", "error", "timeout"]
 

@@ -13,7 +13,7 @@ untouched. Parameter names may be dotted to reach nested fields:
 
 A task with a chain of its own (NeMo Evaluator's per-task adapter_config, a task's
 `interceptors`) asks the proxy under its task route, `/task/<task key>/...` (contract.TASK_ROUTE;
-proxy_stats takes it off): that task's chain applies (`Routes`), and the rest goes upstream as
+proxy.stats takes it off): that task's chain applies (`Routes`), and the rest goes upstream as
 for any other task. The cache key
 carries the chain's request stage (`request_chain`), so answers are shared only between tasks
 whose chains change requests the same way.
@@ -91,7 +91,7 @@ class Routes:
         self.tasks = {key: build_interceptors(c, key) for key, c in tasks.items()}
 
     def chain(self, task: str | None) -> Interceptors:
-        """The chain for a request under /task/<task>/ (proxy_stats takes the route off);
+        """The chain for a request under /task/<task>/ (proxy.stats takes the route off);
         the job's for a task without one of its own, or a request outside any task route."""
         return self.tasks.get(task, self.default) if task is not None else self.default
 

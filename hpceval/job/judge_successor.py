@@ -32,8 +32,9 @@ from hpceval.job.judge_endpoint import (
     JudgeEndpoint,
     read_endpoint,
 )
-from hpceval.job.proxy_balancer import Balancer, Instance
-from hpceval.job.proxy_forward import Answer, UpstreamFailure
+from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.forward import Answer, UpstreamFailure
+from hpceval.job.proxy.instance import Instance
 
 log = logging.getLogger(__name__)
 

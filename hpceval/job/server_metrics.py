@@ -30,9 +30,9 @@ from hpceval.results.server_load import LoadSeries, write_server_load
 
 if TYPE_CHECKING:
     from hpceval.job.budget import Admission, AimdLimit
-    from hpceval.job.proxy_balancer import Balancer
-    from hpceval.job.proxy_config import ProxyConfig
-    from hpceval.job.proxy_sessions import Sessions
+    from hpceval.job.proxy.balancer import Balancer
+    from hpceval.job.proxy.config import ProxyConfig
+    from hpceval.job.proxy.sessions import Sessions
 
 log = logging.getLogger(__name__)
 

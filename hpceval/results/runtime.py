@@ -152,7 +152,7 @@ class TaskStats:
 def write_runtime(task_dir: Path, data: dict[str, Any], durable: bool = False) -> None:
     """Replace task_dir/runtime.json (temp file beside it, then os.replace)."""
     path = task_dir / RUNTIME_FILE
-    # the thread too: the proxy writes from worker threads (proxy_stats)
+    # the thread too: the proxy writes from worker threads (proxy.stats)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with tmp.open("w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1)

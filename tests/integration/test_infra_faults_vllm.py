@@ -31,7 +31,7 @@ from support import site
 from support.ports import serving
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.job.proxy_cli import build_parser
+from hpceval.job.proxy.cli import build_parser
 from tests.integration.vllm_support import (
     GSM8K,
     HELLASWAG,

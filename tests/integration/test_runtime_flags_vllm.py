@@ -27,8 +27,8 @@ import aiohttp
 import pytest
 
 from hpceval.interceptors.strip_reasoning import StripReasoning
-from hpceval.job.proxy import ProxyServer
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.server import ProxyServer
 from hpceval.results.flags import LENGTH_SHARE, runtime_flags
 from hpceval.results.runtime import read_runtime
 from tests.integration.vllm_support import SHARED_NAME, Served

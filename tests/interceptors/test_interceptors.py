@@ -16,7 +16,7 @@ from hpceval.interceptors.rename_params import RenameParams
 from hpceval.interceptors.strip_reasoning import StripReasoning, split_reasoning
 from hpceval.interceptors.system_prompt import SystemPrompt
 from hpceval.job.interceptors import RequestLog, build_interceptors
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 CHAT = "/v1/chat/completions"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 TEST_TIMEOUT_S = 30
 

@@ -15,8 +15,8 @@ from aiohttp import web
 from support.ports import free_port
 
 from hpceval.contract import UNIX_URL
-from hpceval.job.proxy import ProxyServer
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.server import ProxyServer
 
 
 def chat(content: str = "hi", **params: Any) -> dict[str, Any]:

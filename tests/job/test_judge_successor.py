@@ -21,8 +21,8 @@ from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
 from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
-from hpceval.job.proxy_cli import build_parser, config_from_args
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 

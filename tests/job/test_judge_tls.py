@@ -22,7 +22,7 @@ from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
 from hpceval.contract import AUX_ENDPOINT_FILE, AUX_TOKEN_FILE
 from hpceval.job.judge_endpoint import EndpointUntrusted, read_endpoint
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 TOKEN = "judge-token-0123456789"

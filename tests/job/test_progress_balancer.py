@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from hpceval.job.progress import Progress, write_atomic
-from hpceval.job.proxy_balancer import Balancer
+from hpceval.job.proxy.balancer import Balancer
 
 
 def test_snapshot_schema_and_rate_and_eta() -> None:

@@ -11,7 +11,7 @@ import aiohttp
 from proxy_fakes import FakeUpstream, chat, dead_url, running_proxy, running_upstreams
 
 from hpceval.config.schema import InterceptorsSpec
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 

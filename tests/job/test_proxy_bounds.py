@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams, status_of
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 CHAT = "/v1/chat/completions"

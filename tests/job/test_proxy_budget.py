@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 

@@ -12,7 +12,7 @@ import aiohttp
 from proxy_fakes import chat, running_proxy
 from support.ports import free_port
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 SERVER = """
 import asyncio, sys

@@ -18,7 +18,8 @@ import pytest
 from proxy_fakes import FakeUpstream, chat, running_upstreams
 from support.ports import free_port
 
-from hpceval.job.proxy_cli import build_parser, config_from_args, main
+from hpceval.job.proxy.cli import build_parser, config_from_args, main
+from hpceval.job.proxy.config import ProxyConfig
 
 BASE = ["--port", "0", "--upstream", "http://n1:8000", "--upstream", "http://n2:8000/",
         "--cache-dir", "/c", "--progress-file", "/p.json"]
@@ -46,6 +47,14 @@ def test_arguments_become_config() -> None:
     assert config_from_args(build_parser().parse_args(BASE)).interceptors == ()
 
 
+def test_options_left_out_take_the_config_defaults() -> None:
+    """The parser's defaults are ProxyConfig's own (declared there once): a job script that
+    leaves an option out gets what a ProxyConfig made in Python gets."""
+    given = config_from_args(build_parser().parse_args(BASE))
+    assert given == ProxyConfig(upstreams=given.upstreams, port=0, cache_dir=Path("/c"),
+                                progress_file=Path("/p.json"))
+
+
 @pytest.mark.parametrize("bad", [["--interceptors", '[{"name": "shout"}]'],
                                  ["--interceptors", "{"],
                                  ["--upstream", "n3:8000"], ["--max-retries", "-1"]])
@@ -59,7 +68,7 @@ def _proxy_process(tmp_path: Path, port: int, upstream: str, *extra: str,
                    env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; from hpceval.job.proxy_cli import main; sys.exit(main(sys.argv[1:]))",
+         "import sys; from hpceval.job.proxy.cli import main; sys.exit(main(sys.argv[1:]))",
          "--port", str(port), "--upstream", upstream, "--cache-dir", str(tmp_path / "cache"),
          "--progress-file", str(tmp_path / "progress.json"), *extra],
         stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})

@@ -15,8 +15,8 @@ import pytest
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams, status_of
 from second_user import as_nobody, shared_scratch
 
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_guard import RateLimitedLines, allowed, raise_open_file_limit
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.guard import RateLimitedLines, allowed, raise_open_file_limit
 
 MakeConfig = Callable[..., ProxyConfig]
 TOKEN = "job-token-fedcba9876543210"
@@ -59,7 +59,7 @@ async def test_another_uid_is_refused_and_not_counted_while_the_harness_is_serve
                 as_nobody, "/usr/bin/python3", str(script), base, body))
             progress = server.progress
             assert server.cache is not None and len(server.cache) == 1
-    # the tokenizer routes stay open (lm-eval's remote tokenizer sends no key: proxy_guard)
+    # the tokenizer routes stay open (lm-eval's remote tokenizer sends no key: proxy.guard)
     assert seen == {CHAT: 401, "/v1/models": 401, "/metrics": 401, "/tokenize": 200}
     # the stranger reached neither the model nor its cached answer nor any other route
     assert up.hits == 1 and [p for p in up.paths if p != "/health"] == [CHAT, "/tokenize"]
@@ -234,6 +234,6 @@ def test_a_limit_that_cannot_be_raised_is_said_once(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
     monkeypatch.setattr(resource, "setrlimit", refuse)
-    with caplog.at_level(logging.WARNING, logger="hpceval.job.proxy_guard"):
+    with caplog.at_level(logging.WARNING, logger="hpceval.job.proxy.guard"):
         raise_open_file_limit()
     assert caplog.messages == ["could not raise the open file limit from 1024: not allowed"]

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import aiohttp
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
-from hpceval.job.proxy_cli import build_parser, config_from_args
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 
@@ -59,7 +59,7 @@ async def test_a_client_that_left_while_held_is_not_forwarded(make_config: MakeC
             running_proxy(make_config(urls, hold=30.0)) as (server, base):
         with contextlib.suppress(asyncio.TimeoutError):  # a harness's timeout, < the load
             await _post(base, timeout=0.3)
-        while server.hold.dropped < 1:  # noticed within a check (proxy_hold.CHECK_S)
+        while server.hold.dropped < 1:  # noticed within a check (proxy.hold.CHECK_S)
             await asyncio.sleep(0.05)
         server.hold.release()
         assert (await _post(base))[0] == 200  # its retry goes through

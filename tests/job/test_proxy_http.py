@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from proxy_fakes import dead_url
 
-from hpceval.job.proxy_http import (
+from hpceval.job.proxy.client import (
     HttpClient,
     UpstreamConnectError,
     UpstreamDisconnected,

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams, status_of
 
-from hpceval.job import proxy_keyless
-from hpceval.job.proxy_body import BodyError
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_keyless import MAX_BODY, KeylessBudget
+from hpceval.job.proxy import keyless
+from hpceval.job.proxy.body import BodyError
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.keyless import MAX_BODY, KeylessBudget
 
 MakeConfig = Callable[..., ProxyConfig]
 TOKEN = "job-token-0123456789abcdef"
@@ -35,7 +35,7 @@ async def test_a_keyless_body_is_capped_small_and_one_with_the_key_is_not(
         make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     assert MAX_BODY == 1 << 20
     cap = 64 << 10  # smaller here: the fake server (aiohttp) takes bodies up to 1 MiB only
-    monkeypatch.setattr(proxy_keyless, "MAX_BODY", cap)
+    monkeypatch.setattr(keyless, "MAX_BODY", cap)
     up = FakeUpstream()
     async with running_upstreams(up) as urls, \
             running_proxy(make_config(urls, api_key=TOKEN)) as (_, base):

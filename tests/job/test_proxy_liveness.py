@@ -22,10 +22,10 @@ import aiohttp
 import pytest
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
-from hpceval.job.proxy_balancer import Balancer
-from hpceval.job.proxy_cli import build_parser, config_from_args
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_liveness import alive, parse_pids
+from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.liveness import alive, parse_pids
 
 MakeConfig = Callable[..., ProxyConfig]
 
@@ -131,7 +131,7 @@ async def test_a_server_that_exits_while_its_port_is_probed_is_put_down_to_its_e
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The race CI met: the reset arrives while the killed server is not yet a zombie, so the
     probe runs; by the time it fails, the process is gone, and that is the reason."""
-    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.0)  # probed at once
+    monkeypatch.setattr("hpceval.job.proxy.balancer.SETTLE_S", 0.0)  # probed at once
     server_process = subprocess.Popen(["sleep", "300"])
     try:
         balancer = Balancer(["http://127.0.0.1:9"], pids=((server_process.pid,),))
@@ -156,7 +156,7 @@ async def test_a_suspected_server_is_held_until_its_step_has_had_time_to_end(
     """shared-cluster-4 F1(c): the killed vLLM's connections drop a moment before its step (and
     the srun the proxy watches) ends; another uid's port answered the probe and 19 requests in
     that moment. Now nothing goes to the port during the hold, and after it the pid decides."""
-    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.6)
+    monkeypatch.setattr("hpceval.job.proxy.balancer.SETTLE_S", 0.6)
     step = subprocess.Popen(["sleep", "0.3"])  # the step ends 0.3 s after the drop
     try:
         balancer = Balancer(["http://127.0.0.1:9"], pids=((step.pid,),))
@@ -174,7 +174,7 @@ async def test_a_suspected_server_is_held_until_its_step_has_had_time_to_end(
 
 async def test_a_held_server_whose_step_still_runs_is_probed_and_stays(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("hpceval.job.proxy_balancer.SETTLE_S", 0.2)
+    monkeypatch.setattr("hpceval.job.proxy.balancer.SETTLE_S", 0.2)
     step = subprocess.Popen(["sleep", "300"])
     probed: list[float] = []
     try:
@@ -268,7 +268,7 @@ def test_without_proc_the_kill_check_decides(monkeypatch: pytest.MonkeyPatch) ->
         def read_text(self) -> str:
             raise FileNotFoundError("/proc is not mounted")
 
-    monkeypatch.setattr("hpceval.job.proxy_liveness.Path", NoProc)
+    monkeypatch.setattr("hpceval.job.proxy.liveness.Path", NoProc)
     assert alive(os.getpid())
     assert not alive(2 ** 22 + 7)
 
@@ -277,7 +277,7 @@ def test_another_users_process_is_never_the_jobs_server() -> None:
     """kill(pid, 0) on another uid's process raises PermissionError: it exists, but the job
     did not start it. Checked as an ordinary user (here, nobody when the tests run as root)
     against pid 1, which root owns."""
-    check = "from hpceval.job.proxy_liveness import alive; print(alive(1))"
+    check = "from hpceval.job.proxy.liveness import alive; print(alive(1))"
     if os.geteuid() != 0:
         assert not alive(1)
         return

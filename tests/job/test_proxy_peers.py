@@ -16,8 +16,8 @@ import aiohttp
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 from second_user import NOBODY_UID, RUNUSER, shared_scratch
 
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_peers import peer_key, proc_address
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.peers import peer_key, proc_address
 
 MakeConfig = Callable[..., ProxyConfig]
 TOKEN = "job-token-0123456789abcdef"
@@ -110,7 +110,7 @@ async def test_one_uid_over_its_share_is_turned_away_while_the_harness_is_served
 
 
 def test_the_share_is_read_from_the_command_line() -> None:
-    from hpceval.job.proxy_cli import build_parser, config_from_args
+    from hpceval.job.proxy.cli import build_parser, config_from_args
 
     base = ["--port", "0", "--upstream", "http://127.0.0.1:1", "--cache-dir", "/tmp/c",
             "--progress-file", "/tmp/p.json"]

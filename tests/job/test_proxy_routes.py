@@ -19,8 +19,8 @@ from hpceval.interceptors.strip_reasoning import StripReasoning
 from hpceval.interceptors.system_prompt import SystemPrompt
 from hpceval.job.cache import request_key
 from hpceval.job.interceptors import Routes
-from hpceval.job.proxy_cli import build_parser, config_from_args
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 CHAT = "/v1/chat/completions"

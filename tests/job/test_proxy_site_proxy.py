@@ -16,7 +16,7 @@ import pytest
 from connect_proxy import running_connect_proxy
 from proxy_fakes import FakeUpstream, chat, running_proxy
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 
 MakeConfig = Callable[..., ProxyConfig]
 API_HOST = "api.hpceval.test"  # resolvable by nobody but the site proxy

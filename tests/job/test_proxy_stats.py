@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from proxy_fakes import FakeUpstream, chat, running_proxy, running_upstreams
 
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.config import ProxyConfig
 from hpceval.results.runtime import read_runtime
 
 MakeConfig = Callable[..., ProxyConfig]
@@ -131,7 +131,7 @@ async def test_an_infrastructure_failure_is_on_disk_before_its_answer_arrives(
 
 async def test_writes_of_runtime_json_never_go_back_to_an_older_snapshot(
         tmp_path: Path) -> None:
-    from hpceval.job.proxy_stats import TaskRecorder
+    from hpceval.job.proxy.stats import TaskRecorder
 
     (tmp_path / "t").mkdir()
     recorder = TaskRecorder(tmp_path)

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from proxy_fakes import FakeUpstream, chat, running_proxy
 
-from hpceval.job.proxy_balancer import Balancer
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_sessions import Sessions
+from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.sessions import Sessions
 
 MakeConfig = Callable[..., ProxyConfig]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from proxy_fakes import FakeUpstream, running_proxy, running_upstreams
 
 from hpceval.contract import SERVER_LOAD_FILE
-from hpceval.job.proxy_cli import build_parser, config_from_args
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
 from hpceval.job.server_metrics import (
     LoadRecorder,
     Metrics,

@@ -10,7 +10,9 @@ import pytest
 from render_helpers import bash_syntax, context, resolve
 
 from hpceval.config.errors import ConfigError
-from hpceval.job.proxy_cli import build_parser, config_from_args
+from hpceval.contract import is_proxy_budget
+from hpceval.job.proxy.cli import build_parser, config_from_args
+from hpceval.job.proxy.config import ProxyConfig
 from hpceval.render import render_job
 
 MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
@@ -47,3 +49,19 @@ def test_default_passes_no_budget(tmp_path: Path) -> None:
 def test_a_bad_budget_names_the_key(tmp_path: Path, budget: str) -> None:
     with pytest.raises(ConfigError, match=r"evaluation\.proxy_budget"):
         rendered(tmp_path, budget)
+
+
+@pytest.mark.parametrize("budget", ["off", "adaptive", "1", "12", "0", "-3", "lots", "", " 4"])
+def test_the_config_and_the_proxy_take_the_same_budgets(tmp_path: Path, budget: str) -> None:
+    """One rule (contract.is_proxy_budget) on both sides: what loads, the proxy starts with."""
+    try:
+        rendered(tmp_path, budget)
+        loads = True
+    except ConfigError:
+        loads = False
+    try:
+        ProxyConfig(upstreams=("http://127.0.0.1:9",), budget=budget)
+        starts = True
+    except ValueError:
+        starts = False
+    assert loads == starts == is_proxy_budget(budget)

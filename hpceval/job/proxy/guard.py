@@ -1,13 +1,13 @@
 """What the in-job proxy lets in, and how much of it at once.
 
 Every process on the node can reach the proxy's port, another user's included (review F3, F5,
-F8), so beyond the per-job secret (`ProxyConfig.api_key`, checked in proxy.py) the proxy:
+F8), so beyond the per-job secret (`ProxyConfig.api_key`, checked in proxy.server) the proxy:
 
 - forwards only the routes hpceval's harnesses use (`allowed`): the OpenAI-style generation
   and model-list endpoints, and vLLM's tokenizer routes (lm-eval's remote tokenizer); `/metrics`,
   `/load`, `/version`, admin and any other route of the server are refused with 404;
 - bounds the total, not only each request: the body bytes held by all requests together
-  (`BodyBudget`, 503 beyond) and the open connections, in all and per peer (`CappedServer`,
+  (`body.BodyBudget`, 503 beyond) and the open connections, in all and per peer (`CappedServer`,
   503 and closed beyond);
 - logs refused requests and client protocol errors as one line each, at most `burst` lines per
   `window` seconds (`RateLimitedLines`): a flood of bad requests cannot fill the run directory;
@@ -27,9 +27,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from hpceval.job import proxy_peers as peers
 from hpceval.job.cache import CACHED_PATHS
-from hpceval.job.proxy_body import BodyError
+from hpceval.job.proxy import peers
 
 READ = frozenset({"GET", "HEAD"})
 WRITE = frozenset({"POST"})
@@ -74,38 +73,6 @@ def shown(text: str, limit: int = 120) -> str:
     """A client-chosen string as it goes into a log line: one line, bounded."""
     text = text if len(text) <= limit else text[:limit] + "..."
     return ascii(text)
-
-
-class BodyBudget:
-    """Request body bytes held by all requests at once: each request takes what it reads (as
-    sent and as inflated) and gives it all back when it ends. Beyond `limit`: 503, so a few
-    slow 60 MiB bodies cannot take the node's memory (review F5: 12 took 762 MB)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    def lease(self) -> BodyLease:
-        return BodyLease(self)
-
-
-class BodyLease:
-    def __init__(self, budget: BodyBudget) -> None:
-        self._budget = budget
-        self.size = 0
-
-    def take(self, n: int) -> None:
-        budget = self._budget
-        if budget.held + n > budget.limit:
-            raise BodyError(503, f"the proxy holds {budget.held} bytes of request bodies; "
-                                 f"{n} more would exceed its total of {budget.limit}; retry",
-                            "server_busy")
-        budget.held += n
-        self.size += n
-
-    def close(self) -> None:
-        self._budget.held -= self.size
-        self.size = 0
 
 
 class RateLimitedLines(logging.Filter):
@@ -163,7 +130,7 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n
 
 class CappedServer(web.Server):
     """aiohttp's low-level server with caps on open connections: one beyond `max_connections`,
-    or beyond `max_per_peer` from one peer (proxy_peers: a uid on loopback, else an address),
+    or beyond `max_per_peer` from one peer (proxy.peers: a uid on loopback, else an address),
     is answered 503 and closed at once (review F5: ~15,000 trickling connections were held; a
     per-peer share keeps one local user from taking every slot the harness needs). Peers are
     looked up only while the connections outnumber one peer's share: below that, none can be

@@ -1,11 +1,11 @@
 """The in-job proxy as a process (`python -m hpceval.job proxy`): the ProxyServer of
-hpceval.job.proxy, run until the job stops it, with the signals a job sends it and the ready
+hpceval.job.proxy.server, run until the job stops it, with the signals a job sends it and the ready
 file the job waits for.
 
 SIGTERM and SIGINT stop it (in-flight requests get the grace period, then cache and progress
 are made durable); SIGUSR1, Slurm's pre-timeout signal, flushes cache and progress and keeps
 serving; SIGUSR2, the job's "every instance serves" (evaluation.overlap_load), releases the
-requests it holds (hpceval.job.proxy_hold). The ready file appears once the port is bound,
+requests it holds (hpceval.job.proxy.hold). The ready file appears once the port is bound,
 where only the job can write.
 """
 
@@ -18,9 +18,9 @@ import os
 import signal
 from pathlib import Path
 
-from hpceval.job import proxy_guard as guard
-from hpceval.job.proxy import ProxyServer
-from hpceval.job.proxy_config import ProxyConfig
+from hpceval.job.proxy import guard
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.server import ProxyServer
 
 log = logging.getLogger("hpceval.job.proxy")  # the proxy's one logger, as before the split
 

@@ -5,7 +5,7 @@ kernel knows: the client's socket is a line of /proc/net/tcp (or tcp6) whose loc
 the connection's peer address and whose remote address is the proxy's; its `uid` column is the
 client's uid. A peer is therefore `uid N` on loopback and `address A` otherwise (or when the
 line is gone: the client closed at once). Nothing here runs per request: the proxy asks only
-while its connections outnumber one peer's share (proxy_guard.CappedServer).
+while its connections outnumber one peer's share (proxy.guard.CappedServer).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Why not aiohttp's ClientSession here: measured on the target kind of machine it 
 CPU per request, half of the proxy's whole budget, while a protocol that writes one request
 and parses one response costs ~0.05 ms. Streamed requests and health probes still use aiohttp.
 
-An upstream on a Unix socket (a job's server, proxy_balancer.Instance.socket) is the same
+An upstream on a Unix socket (a job's server, proxy.instance.Instance.socket) is the same
 protocol over that socket; its connections are pooled per socket path.
 
 Scope, on purpose narrow: one request at a time per connection (no pipelining), bodies framed

@@ -4,7 +4,7 @@ A sweep's judge is a job of its own, reached by the elements' proxies over the c
 a port number proves nothing once the judge has died (another uid bound its port and received
 every judge request with the token). The judge job therefore makes a key pair of its own (in a
 0700 folder) and serves its instances through an hpceval proxy with TLS on it; endpoint.json
-carries the certificate's SHA-256 and the elements' proxies pin it (proxy_http, proxy_sessions):
+carries the certificate's SHA-256 and the elements' proxies pin it (proxy.client, proxy.sessions):
 a process without the key cannot complete the handshake, and nothing is sent before it.
 """
 

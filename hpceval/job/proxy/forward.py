@@ -4,7 +4,7 @@ What counts as what (a wrong call here either wastes GPU hours or hides a dead s
 - connect refused / connect timeout: the instance is gone -> marked down, and the request moves
   to another instance at once without spending a retry (once per instance and request);
 - disconnect or reset mid-request: the server may have died, or a pooled keep-alive connection
-  went stale -> the instance is only suspected (see proxy_balancer), the request moves on at
+  went stale -> the instance is only suspected (see proxy.balancer), the request moves on at
   once, likewise once per instance;
 - read timeout: suspected too, then a retry after backoff;
 - 5xx and 429: the server is alive but failed -> retry after backoff; the last answer is passed
@@ -32,15 +32,16 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from hpceval.job.budget import LimitLog, Outcome, admission_for
-from hpceval.job.proxy_balancer import Balancer, Instance
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_http import (
+from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.client import (
     HttpClient,
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamProtocolError,
 )
-from hpceval.job.proxy_sessions import Sessions
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.instance import Instance
+from hpceval.job.proxy.sessions import Sessions
 
 # The answers the proxy retries, and what each still is after the retries: an infrastructure
 # failure, not the model's answer (counted per task: results.runtime); 502-504 are the proxy's

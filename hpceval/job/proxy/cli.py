@@ -1,5 +1,9 @@
 """`python -m hpceval.job proxy ...`: command-line wiring of the in-job proxy (argparse, no click:
-this runs on compute nodes and should import as little as possible)."""
+this runs on compute nodes and should import as little as possible).
+
+aiohttp comes in with the package (hpceval.job.proxy imports the server for the job's
+pre-flight check), so it is loaded before the arguments are parsed, not after.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,14 @@ from pathlib import Path
 
 from hpceval.contract import RUNTIME_FILE, SERVER_LOAD_FILE, TASK_ROUTE
 from hpceval.interceptors import chain_from_json, routes_from_json
-from hpceval.job.proxy_config import CLIENT_KEY_ENV, ProxyConfig
-from hpceval.job.proxy_liveness import parse_pids
+from hpceval.job.proxy.config import CLIENT_KEY_ENV, ProxyConfig
+from hpceval.job.proxy.liveness import parse_pids
+from hpceval.job.proxy.process import run_proxy
+
+MIB = 1 << 20
+# The defaults below are ProxyConfig's, declared there once: an option left out gives the
+# setting a ProxyConfig made without it has (tests/job/test_proxy_cli.py checks they agree).
+DEFAULTS = ProxyConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,9 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="OpenAI-compatible proxy in front of the model server instances of a job: "
                     "balancing, response cache on shared storage, interceptors, progress file.")
     p.add_argument("--port", type=int, required=True, help="port to listen on")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1: harnesses run on the same node; "
-                        "0.0.0.0 opens it to the cluster network)")
+    p.add_argument("--host", default=DEFAULTS.host,
+                   help=f"address to bind (default {DEFAULTS.host}: harnesses run on the same "
+                        "node; 0.0.0.0 opens it to the cluster network)")
     p.add_argument("--api-key-env", metavar="NAME",
                    help="name of the environment variable holding the per-job client key (job "
                         f"scripts use {CLIENT_KEY_ENV}); requests (all but /health) must then "
@@ -62,12 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"counted for that task, in <tasks dir>/<key>/{RUNTIME_FILE}")
     p.add_argument("--log-file", type=Path,
                    help="request log path (default: proxy-requests.jsonl beside the progress file)")
-    p.add_argument("--request-timeout", type=float, default=ProxyConfig.request_timeout,
+    p.add_argument("--request-timeout", type=float, default=DEFAULTS.request_timeout,
                    metavar="S", help="seconds per attempt (default "
-                                     f"{ProxyConfig.request_timeout:g})")
-    p.add_argument("--max-retries", type=int, default=ProxyConfig.max_retries, metavar="N",
+                                     f"{DEFAULTS.request_timeout:g})")
+    p.add_argument("--max-retries", type=int, default=DEFAULTS.max_retries, metavar="N",
                    help="retries on connection errors, timeouts, 5xx and 429 (default "
-                        f"{ProxyConfig.max_retries})")
+                        f"{DEFAULTS.max_retries})")
     p.add_argument("--external-upstream", action="store_true",
                    help="the upstream is an API outside the job: re-probe it with /v1/models "
                         "(any answer below 500 means up) instead of /health")
@@ -79,43 +89,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tasks with a chain of their own: a JSON object {task key: chain}; "
                         "its requests under /task/<task key>/ (/task/<key>/v1/chat/completions) "
                         "and gets its chain in place of --interceptors")
-    p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB",
+    body_mb, total_mb = DEFAULTS.max_body_bytes / MIB, DEFAULTS.max_total_body_bytes / MIB
+    p.add_argument("--max-body-mb", type=float, default=body_mb, metavar="MB",
                    help="largest request body, as sent and after gzip/deflate decoding "
-                        "(default 64); larger ones get 413")
-    p.add_argument("--client-timeout", type=float, default=60.0, metavar="S",
+                        f"(default {body_mb:g}); larger ones get 413")
+    p.add_argument("--client-timeout", type=float, default=DEFAULTS.body_timeout, metavar="S",
                    help="seconds a client may take to send a request head, or stall while "
-                        "sending a body (default 60)")
-    p.add_argument("--body-deadline", type=float, default=120.0, metavar="S",
+                        f"sending a body (default {DEFAULTS.body_timeout:g})")
+    p.add_argument("--body-deadline", type=float, default=DEFAULTS.body_deadline, metavar="S",
                    help="seconds a client may take to send a whole request body, however it "
-                        "trickles (default 120); then 408")
-    p.add_argument("--max-total-body-mb", type=float, default=512.0, metavar="MB",
-                   help="request body bytes held by all requests together (default 512); a "
-                        "request that would exceed it gets 503")
-    p.add_argument("--max-connections", type=int, default=4096, metavar="N",
-                   help="open client connections (default 4096); one more is answered 503 "
-                        "and closed")
-    p.add_argument("--max-connections-per-peer", type=int, default=2048, metavar="N",
+                        f"trickles (default {DEFAULTS.body_deadline:g}); then 408")
+    p.add_argument("--max-total-body-mb", type=float, default=total_mb, metavar="MB",
+                   help=f"request body bytes held by all requests together (default "
+                        f"{total_mb:g}); a request that would exceed it gets 503")
+    p.add_argument("--max-connections", type=int, default=DEFAULTS.max_connections,
+                   metavar="N", help=f"open client connections (default "
+                                     f"{DEFAULTS.max_connections}); one more is answered 503 "
+                                     "and closed")
+    p.add_argument("--max-connections-per-peer", type=int,
+                   default=DEFAULTS.max_connections_per_peer, metavar="N",
                    help="open client connections from one peer: a uid when it connects over "
-                        "loopback (from /proc/net/tcp), else an address (default 2048, 0 for "
-                        "no per-peer cap); one more is answered 503 and closed")
-    p.add_argument("--budget", default="off", metavar="off|adaptive|N",
+                        "loopback (from /proc/net/tcp), else an address (default "
+                        f"{DEFAULTS.max_connections_per_peer}, 0 for no per-peer cap); one "
+                        "more is answered 503 and closed")
+    p.add_argument("--budget", default=DEFAULTS.budget, metavar="off|adaptive|N",
                    help="in-flight requests per upstream instance; the rest wait in the "
                         "proxy, round-robin across clients: adaptive (AIMD on errors, "
                         "timeouts and vLLM's /metrics queue), a fixed N, or off (default)")
-    p.add_argument("--metrics-interval", type=float, default=ProxyConfig.metrics_interval,
+    p.add_argument("--metrics-interval", type=float, default=DEFAULTS.metrics_interval,
                    metavar="S",
                    help="seconds between polls of each server's /metrics for the load series "
                         f"in {SERVER_LOAD_FILE} beside the progress file (default "
-                        f"{ProxyConfig.metrics_interval:g}; every second while an adaptive "
+                        f"{DEFAULTS.metrics_interval:g}; every second while an adaptive "
                         "--budget needs them; not with --external-upstream)")
     p.add_argument("--judge-dir", type=Path, metavar="DIR",
                    help="the sweep judge's folder (auxiliary/<name>/): when the judge fails, "
                         "follow its successor job's endpoint.json and token there (this "
                         "user's own files only)")
-    p.add_argument("--judge-wait", type=float, default=600.0, metavar="S",
+    p.add_argument("--judge-wait", type=float, default=DEFAULTS.judge_wait, metavar="S",
                    help="with --judge-dir: seconds requests wait for a successor's record "
-                        "before they fail (default 600; job scripts pass the judge's "
-                        "health_timeout)")
+                        f"before they fail (default {DEFAULTS.judge_wait:g}; job scripts pass "
+                        "the judge's health_timeout)")
     p.add_argument("--hold", type=float, metavar="S",
                    help="hold requests, unforwarded, until this process gets SIGUSR2 (the job "
                         "script sends it once every instance serves), at most S seconds after "
@@ -127,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     api_key = _secret(args.api_key_env, "--api-key-env")
     upstream_api_key = _secret(args.upstream_api_key_env, "--upstream-api-key-env")
-    max_body = int(args.max_body_mb * (1 << 20))
+    max_body = int(args.max_body_mb * MIB)
     return ProxyConfig(
         upstreams=tuple(args.upstream), port=args.port, host=args.host,
         cache_dir=None if args.no_cache else args.cache_dir,
@@ -138,7 +152,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         log_file=args.log_file,
         max_body_bytes=max_body, max_inflated_bytes=max_body, header_timeout=args.client_timeout,
         body_timeout=args.client_timeout, body_deadline=args.body_deadline,
-        max_total_body_bytes=int(args.max_total_body_mb * (1 << 20)),
+        max_total_body_bytes=int(args.max_total_body_mb * MIB),
         max_connections=args.max_connections,
         max_connections_per_peer=args.max_connections_per_peer or None, api_key=api_key,
         upstream_api_key=upstream_api_key, tls=_tls(args.tls_cert, args.tls_key),
@@ -174,8 +188,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    # aiohttp only once the arguments are known good
-    from hpceval.job.proxy_process import run_proxy
-
     run_proxy(config)
     return 0

@@ -1,4 +1,4 @@
-"""Settings of the in-job endpoint proxy: one immutable object, from proxy_cli or the runtime."""
+"""Settings of the in-job endpoint proxy: one immutable object, from proxy.cli or the runtime."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpceval.contract import SERVER_LOAD_FILE, UNIX_URL, unix_socket
+from hpceval.contract import SERVER_LOAD_FILE, UNIX_URL, is_proxy_budget, unix_socket
 from hpceval.interceptors import Interceptor
 from hpceval.interceptors.log_requests import LogRequests
 
@@ -24,7 +24,7 @@ class ProxyConfig:
     host: str = "127.0.0.1"
     cache_dir: Path | None = None  # None = no response cache
     progress_file: Path | None = None
-    tasks_dir: Path | None = None  # models/<key>/tasks: runtime.json per task (proxy_stats)
+    tasks_dir: Path | None = None  # models/<key>/tasks: runtime.json per task (proxy.stats)
     expected_requests: int | None = None
     # Per attempt. Generations of long reasoning traces take minutes, so the default is generous;
     # a dead node is still found fast through connect_timeout.
@@ -44,7 +44,7 @@ class ProxyConfig:
     # down-marked one is re-probed with GET /v1/models, and any answer below 500 means it is up.
     external_upstream: bool = False
     # Per upstream (same order): the pids of the processes the job started for it. An instance
-    # whose process exited is down for good (proxy_liveness); () = not given (external, tests).
+    # whose process exited is down for good (proxy.liveness); () = not given (external, tests).
     upstream_pids: tuple[tuple[int, ...], ...] = ()
     progress_interval: float = 2.0
     # Seconds between polls of the job's own servers' /metrics for the load series
@@ -67,7 +67,7 @@ class ProxyConfig:
     # each proxied request holds two descriptors, so the cap stays well below the fd limit.
     max_total_body_bytes: int = 512 << 20
     max_connections: int = 4096
-    # Open connections from one peer (a uid on loopback, else an address: proxy_peers), so one
+    # Open connections from one peer (a uid on loopback, else an address: proxy.peers), so one
     # local user cannot take every slot; half the total leaves the harness at least as many.
     # None: no per-peer cap.
     max_connections_per_peer: int | None = 2048
@@ -93,7 +93,7 @@ class ProxyConfig:
     # (certificate, key): serve https (a sweep judge's front; its clients pin the certificate)
     tls: tuple[Path, Path] | None = None
     # Requests wait, unforwarded, until SIGUSR2 (the job saw every instance serve), at most this
-    # many seconds after the start (hpceval.job.proxy_hold); None: nothing is held.
+    # many seconds after the start (hpceval.job.proxy.hold); None: nothing is held.
     hold: float | None = None
 
     def __post_init__(self) -> None:
@@ -133,8 +133,7 @@ class ProxyConfig:
             raise ValueError("the proxy's API key is empty")
         if self.upstream_api_key is not None and not self.upstream_api_key.strip():
             raise ValueError("the upstream API key is empty")
-        if self.budget not in ("off", "adaptive") and not (
-                self.budget.isdigit() and int(self.budget) > 0):
+        if not is_proxy_budget(self.budget):
             raise ValueError(f"budget {self.budget!r}: use off, adaptive or a number above 0")
         chains = [("interceptors", self.interceptors)] + [
             (f"task_interceptors.{key}", chain) for key, chain in self.task_interceptors]

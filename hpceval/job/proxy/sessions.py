@@ -5,7 +5,7 @@ A job's server on a Unix socket has the instance URL ``unix:<path>`` (contract.U
 aiohttp's UnixConnector sends every request of its session to one socket path, so each such
 upstream gets a session of its own, and is asked for ``http://localhost<path>`` (Instance.base).
 Streamed requests, health probes and /metrics go through these; everything else through the
-cheap client (proxy_http), which connects to the same socket itself.
+cheap client (proxy.client), which connects to the same socket itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 if TYPE_CHECKING:
-    from hpceval.job.proxy_balancer import Instance
+    from hpceval.job.proxy.instance import Instance
 
 # below uvicorn's 5 s default, so pooled connections are not reused just as vLLM closes them
 # (that race looks like a dead server); limit=0: harnesses set the concurrency, the proxy must

@@ -4,7 +4,7 @@ Any process on the node can reach the proxy's port, so a body is hostile until r
 capped as sent (`max_body_bytes`, Content-Length checked before reading a byte), a client that
 stalls mid-body gets 408 after `body_timeout`, one that trickles gets 408 once the whole body
 has taken `body_deadline` (one byte every 20 s was held forever, review F5), every byte read
-and inflated is taken from the proxy's total (`proxy_guard.BodyLease`, 503 beyond), and a
+and inflated is taken from the proxy's total (`BodyBudget`, `BodyLease`: 503 beyond), and a
 compressed body is inflated by streaming decompression that stops at `max_inflated_bytes`
 (aiohttp's own decoding is switched off: it inflates the whole body first and applies the limit
 afterwards, so 100 KB of gzip became 100 MB in memory). Large bodies are decoded in a worker
@@ -16,12 +16,9 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
-
-if TYPE_CHECKING:
-    from hpceval.job.proxy_guard import BodyLease
 
 # Below this, parsing and hashing cost less than the hand-off to a thread (~50 us).
 OFFLOAD_BYTES = 256 * 1024
@@ -43,6 +40,39 @@ class BodyError(Exception):
 
 def too_large(limit: int, what: str) -> BodyError:
     return BodyError(413, f"request body {what} exceeds {limit} bytes", "request_too_large")
+
+
+class BodyBudget:
+    """Request body bytes held by all requests at once: each request takes what it reads (as
+    sent and as inflated) and gives it all back when it ends. Beyond `limit`: 503, so a few
+    slow 60 MiB bodies cannot take the node's memory (review F5: 12 took 762 MB)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def lease(self) -> BodyLease:
+        return BodyLease(self)
+
+
+class BodyLease:
+    def __init__(self, budget: BodyBudget) -> None:
+        self._budget = budget
+        self.size = 0
+
+    def take(self, n: int) -> None:
+        budget = self._budget
+        if budget.held + n > budget.limit:
+            raise BodyError(503, f"the proxy holds {budget.held} bytes of request bodies; "
+                                 f"{n} more would exceed its total of {budget.limit}; retry",
+                            "server_busy")
+        budget.held += n
+        self.size += n
+
+    def close(self) -> None:
+        self._budget.held -= self.size
+        self.size = 0
+
 
 
 async def read_body(request: web.BaseRequest, max_bytes: int, timeout: float,

@@ -1,14 +1,14 @@
 """Requests the proxy serves without the job's key, and their bounds (shared-cluster-4 N3).
 
 lm-eval's remote tokenizer asks `/tokenizer_info`, `/tokenize` and `/detokenize` without the
-key (proxy_guard.KEYLESS), so any uid on the node can too. Before, those requests shared the
+key (proxy.guard.KEYLESS), so any uid on the node can too. Before, those requests shared the
 job's body budget and took bodies up to 64 MiB: another uid could fill the budget (503s for
 the job's own generation requests) and stall the harness. Now:
 
 - a keyless body is capped at `MAX_BODY` (1 MiB: a 128k-token prompt is ~0.5 MB of text) and
   held in a budget of its own (`KeylessBudget`, `TOTAL` bytes), apart from the key-carrying
   requests' budget, so it cannot refuse those;
-- no peer (a uid on loopback, else an address: proxy_peers) holds more than half of that
+- no peer (a uid on loopback, else an address: proxy.peers) holds more than half of that
   budget, so one other user cannot take what the harness's tokenizer needs. Peers are looked
   up only while more than half is held: below that none can be over its share;
 - `/tokenizer_info` is answered from a copy (`TokenizerInfo`) the proxy fetched once with the
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from hpceval.job import proxy_peers as peers
-from hpceval.job.proxy_body import BodyError
-from hpceval.job.proxy_guard import BodyBudget, BodyLease
+from hpceval.job.proxy import peers
+from hpceval.job.proxy.body import BodyBudget, BodyError, BodyLease
 
 MAX_BODY = 1 << 20
 TOTAL = 16 << 20

@@ -4,18 +4,18 @@ Runs on the first node of the allocation. `/v1/chat/completions`, `/v1/completio
 `/v1/embeddings` go through the interceptors and the response cache and are counted in the
 progress file; `/health` is the proxy's own (200 while an instance is up); the few other routes
 harnesses use (`/v1/models`, vLLM's `/tokenize`, `/detokenize`, `/tokenizer_info`) are passed
-through as they are, and every other route gets 404 (proxy_guard.allowed).
+through as they are, and every other route gets 404 (proxy.guard.allowed).
 Answers carry `X-Hpceval-Cache: hit|miss` on the cached endpoints. Under a task's route,
-`/task/<task key>/` (proxy_stats), a task with interceptors of its own gets its own chain
+`/task/<task key>/` (proxy.stats), a task with interceptors of its own gets its own chain
 (job.interceptors.Routes).
 
 Other users' processes on the node can reach the port: with `api_key` set (the job passes a
 per-job token by variable name, `--api-key-env`), every path but `/health` and the keyless
 tokenizer routes needs `Authorization: Bearer <token>`, checked before a byte of the body is
-read, and only such requests are counted (keyless ones are bounded apart: proxy_keyless);
+read, and only such requests are counted (keyless ones are bounded apart: proxy.keyless);
 bodies are bounded as sent and as inflated, each and all together, slow clients are cut off
-(proxy_body), open connections are capped and refusals are logged one rate-limited line each
-(proxy_guard).
+(proxy.body), open connections are capped and refusals are logged one rate-limited line each
+(proxy.guard).
 
 Cost matters (the target is under 0.5 ms of CPU per request, on a node whose cores the
 harnesses also need): aiohttp's low-level server, without the application and router layers; the
@@ -24,7 +24,9 @@ answer is parsed once (the cache stores only answers that parse and carry choice
 `cache.usable_answer`); file writes are one `write` per cached answer, and everything slow on
 shared storage (fsync, progress file, cache lease) runs in a thread off the event loop.
 
-The process around the server (signals, the ready file): proxy_process.
+This class admits or refuses a request and owns what lives as long as the process (listening
+socket, background writers, shutdown); serving an admitted request is proxy.relay's. The process
+around the server (signals, the ready file): proxy.process.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import asyncio
 import hmac
 import json
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -43,46 +44,33 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from hpceval.job import proxy_guard as guard
-from hpceval.job import proxy_keyless as keyless_bounds
-from hpceval.job.cache import CACHED_PATHS, ResponseCache, parse_answer, storable
-from hpceval.job.interceptors import Interceptors, RequestLog, Routes, prepare
+from hpceval.job.cache import CACHED_PATHS, ResponseCache
+from hpceval.job.interceptors import RequestLog, Routes
 from hpceval.job.judge_successor import JudgeSuccessor
 from hpceval.job.progress import Progress, run_writer, write_atomic
-from hpceval.job.proxy_balancer import Balancer
-from hpceval.job.proxy_body import BodyError, decoded_body, off_loop
-from hpceval.job.proxy_config import ProxyConfig
-from hpceval.job.proxy_forward import (
-    REQUEST,
-    Answer,
-    Forwarder,
-    RequestContext,
-    UpstreamFailure,
-)
-from hpceval.job.proxy_guard import BodyLease
-from hpceval.job.proxy_hold import Hold
-from hpceval.job.proxy_sessions import Sessions
-from hpceval.job.proxy_stats import Answered, TaskRecorder
-from hpceval.job.proxy_tls import server_context
+from hpceval.job.proxy import guard
+from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.body import BodyBudget, BodyError
+from hpceval.job.proxy.config import ProxyConfig
+from hpceval.job.proxy.forward import Forwarder
+from hpceval.job.proxy.hold import Hold
+from hpceval.job.proxy.keyless import KeylessBudget
+from hpceval.job.proxy.relay import JSON, Relay, error_response
+from hpceval.job.proxy.sessions import Sessions
+from hpceval.job.proxy.stats import TaskRecorder
+from hpceval.job.proxy.tls import server_context
 from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
 from hpceval.results.ledger import BUSY, append_mark
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hpceval.job.proxy")  # the lines proxy.log has always had
 
-FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
-JSON = "application/json"
 LINGER_S = 2.0  # long enough for a client to read a 413 before the connection closes
 
 
-def error_response(status: int, message: str, kind: str, close: bool = False) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": status}}
-    response = web.Response(status=status, body=json.dumps(body).encode(), content_type=JSON)
-    if close:  # the rest of the request body is unread: do not parse it as the next request
-        response.force_close()
-    return response
-
-
 class ProxyServer:
+    """The proxy's lifetime (start, flush, stop) and its front door (`_dispatch`): key, route,
+    hold and body budget are checked here before proxy.relay sees a request."""
+
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.balancer = Balancer(config.upstreams, external=config.external_upstream,
@@ -98,15 +86,15 @@ class ProxyServer:
         self._sessions: Sessions | None = None
         self._forwarder: Forwarder | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.bodies = guard.BodyBudget(config.max_total_body_bytes)
-        self.keyless = keyless_bounds.KeylessBudget()
-        self.tokenizer_info = keyless_bounds.TokenizerInfo()
+        self._relay: Relay | None = None  # what serves an admitted request (proxy.relay)
+        self.bodies = BodyBudget(config.max_total_body_bytes)
+        self.keyless = KeylessBudget()
         self.refused = guard.refusal_logger()
         self.tasks = TaskRecorder(config.tasks_dir)  # per task: runtime.json (results.runtime)
         # the servers' load from their /metrics (results.server_load), None for an external API
         self.load = LoadRecorder(config.server_load_path, poll_interval(config)) \
             if config.server_load_path is not None else None
-        self.hold = Hold(config.hold)  # until the job's instances are ready (proxy_hold)
+        self.hold = Hold(config.hold)  # until the job's instances are ready (proxy.hold)
         self.judge = JudgeSuccessor(config.judge_dir, self.balancer, config.upstream_api_key,
                                     config.judge_wait, config.probe_interval) \
             if config.judge_dir is not None else None
@@ -116,7 +104,9 @@ class ProxyServer:
         # The job's own servers never go through a site proxy, whatever NO_PROXY holds.
         self._sessions = sessions = Sessions(trust_env=self.config.external_upstream)
         self._forwarder = Forwarder(self.config, self.balancer, self._sessions)
-        # auto_decompress off: proxy_body inflates within a cap. keepalive_timeout also closes
+        self._relay = Relay(self.config, self._forwarder, self.balancer, self.progress,
+                            self.routes, self.cache, self.request_log, self.tasks, self.judge)
+        # auto_decompress off: proxy.body inflates within a cap. keepalive_timeout also closes
         # a connection that has not sent a complete head by then (aiohttp arms it at connect);
         # after a refused body, the rest of it is drained for at most LINGER_S, then closed.
         # logger: aiohttp's "Error handling request" (a malformed request from anyone) is one
@@ -216,7 +206,7 @@ class ProxyServer:
     def _make_request(self, message: RawRequestMessage, payload: StreamReader,
                       protocol: RequestHandler, writer: AbstractStreamWriter,
                       task: asyncio.Task[None]) -> web.BaseRequest:
-        # Bodies are read by proxy_body within the configured caps, not by request.read().
+        # Bodies are read by proxy.body within the configured caps, not by request.read().
         return web.BaseRequest(message, payload, protocol, writer, task,
                                asyncio.get_running_loop(),
                                client_max_size=self.config.max_inflated_bytes)
@@ -238,12 +228,14 @@ class ProxyServer:
             refused = await self.hold.wait(request)
             if refused is not None:
                 return error_response(503, refused, "loading", close=True)
-        # keyless: bounded apart from the job's own requests (proxy_keyless)
+        relay = self._relay
+        assert relay is not None, "start() first"
+        # keyless: bounded apart from the job's own requests (proxy.keyless)
         lease = self.keyless.lease_for(request) if keyless else self.bodies.lease()
         try:
             if path in CACHED_PATHS:
-                return await self._openai(request, lease, task, self.routes.chain(task))
-            return await self._passthrough(request, lease, keyless)
+                return await relay.openai(request, lease, task, self.routes.chain(task))
+            return await relay.passthrough(request, lease, keyless)
         except BodyError as exc:
             if path in CACHED_PATHS:
                 self.progress.failed += 1
@@ -264,15 +256,6 @@ class ProxyServer:
         given = value.strip().encode("utf-8", "replace")  # odd bytes: a mismatch, not a 500
         return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token)
 
-    async def _read(self, request: web.BaseRequest, lease: BodyLease,
-                    keyless: bool = False) -> bytes:
-        config = self.config
-        sent, inflated = config.max_body_bytes, config.max_inflated_bytes
-        if keyless:
-            sent, inflated = (min(cap, keyless_bounds.MAX_BODY) for cap in (sent, inflated))
-        return await decoded_body(request, sent, inflated, config.body_timeout,
-                                  config.body_deadline, lease)
-
     async def _health(self, _request: web.BaseRequest) -> web.Response:
         up = sum(i.up for i in self.balancer.instances)
         if up:
@@ -281,135 +264,3 @@ class ProxyServer:
                     "instances": len(self.balancer.instances)}
             return web.Response(body=json.dumps(body).encode(), content_type=JSON)
         return error_response(503, self.balancer.down_reason(), "no_upstream")
-
-    async def _openai(self, request: web.BaseRequest, lease: BodyLease, task: str | None = None,
-                      chain: Interceptors | None = None) -> web.StreamResponse:
-        path = request.path
-        chain = chain or self.routes.default
-        raw = await self._read(request, lease)
-        prepared = await off_loop(len(raw), prepare, path, raw, chain)
-        if prepared is None:
-            self.progress.failed += 1
-            return error_response(400, "request body must be a JSON object", "invalid_request")
-        body, raw, base_key = prepared
-        progress = self.progress
-        progress.in_flight += 1
-        context = RequestContext(task or "")  # its queue behind the budget, its retries
-        REQUEST.set(context)
-        done = Answered(task, body.get("echo") is True, bool(body.get("stream")),
-                        context.retries)
-        try:
-            if done.streamed:
-                response = await self._stream(request, raw)
-                done.status = response.status
-            else:
-                response, payload, done.cached, done.answer = await self._answer(
-                    request, path, chain, body, raw, base_key, task is not None)
-                done.status = response.status
-                self.request_log.record(path, body, done.status, payload, done.cached,
-                                        time.monotonic() - done.started, chain.route)
-            if not response.prepared:  # (a stream's status went with its first bytes)
-                await self.tasks.before_sending(done)
-            return response
-        finally:
-            self.tasks.count(done)
-            progress.in_flight -= 1
-            if 200 <= done.status < 300:
-                progress.done += 1
-            else:
-                progress.failed += 1
-
-    async def _answer(self, request: web.BaseRequest, path: str, chain: Interceptors,
-                      body: dict[str, Any], raw: bytes, base_key: bytes, counted: bool = False
-                      ) -> tuple[web.Response, bytes, bool, Any]:
-        cache = self.cache
-        key = cache.key_for(path, body, base_key) if cache is not None else None
-        payload = cache.get(key, path) if cache is not None and key is not None else None
-        hit = payload is not None
-        if payload is not None:
-            self.progress.cached += 1
-            status, content_type = 200, JSON
-        else:
-            try:
-                answer = await self._send(request, raw)
-            except UpstreamFailure as exc:
-                return self._failure(exc), b"", False, None
-            status, payload, content_type = answer.status, answer.body, answer.content_type
-        ok = 200 <= status < 300
-        fresh = cache is not None and key is not None and not hit and ok
-        parsed: Any = None
-        if fresh or (ok and (chain.response or counted)):
-            parsed = await off_loop(len(payload), parse_answer, payload)
-        if fresh and cache is not None and key is not None:
-            line = storable(path, payload, parsed)
-            if line is not None:
-                cache.put(key, path, status, line)
-        if isinstance(parsed, dict) and chain.on_response(path, parsed):
-            payload = json.dumps(parsed, ensure_ascii=False).encode()
-        headers = {"X-Hpceval-Cache": "hit" if hit else "miss"}
-        return (web.Response(status=status, body=payload, content_type=content_type.split(";")[0],
-                             headers=headers), payload, hit, parsed)
-
-    async def _stream(self, request: web.BaseRequest, raw: bytes) -> web.StreamResponse:
-        """Streamed answers go to the client as they arrive: not cached, not intercepted."""
-        try:
-            answer = await self._send(request, raw, stream=True)
-        except UpstreamFailure as exc:
-            return self._failure(exc)
-        if answer.stream is None or answer.instance is None:
-            return web.Response(status=answer.status, body=answer.body,
-                                content_type=answer.content_type.split(";")[0])
-        upstream, ok = answer.stream, False
-        try:
-            response = web.StreamResponse(status=upstream.status)
-            response.content_type = answer.content_type.split(";")[0]
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            ok = True
-            return response
-        finally:
-            upstream.release()
-            self.balancer.release(answer.instance, ok)
-
-    async def _passthrough(self, request: web.BaseRequest, lease: BodyLease,
-                           keyless: bool = False) -> web.StreamResponse:
-        info = request.path == "/tokenizer_info"
-        kept = self.tokenizer_info.response() if info else None
-        if kept is not None:
-            return kept
-        raw = await self._read(request, lease, keyless)
-        try:
-            answer = await self._send(request, raw or None)
-        except UpstreamFailure as exc:
-            return self._failure(exc)
-        content_type = answer.content_type.split(";")[0]
-        if info:
-            self.tokenizer_info.keep(answer.status, answer.body, content_type)
-        return web.Response(status=answer.status, body=answer.body, content_type=content_type)
-
-    async def _send(self, request: web.BaseRequest, data: bytes | None,
-                    stream: bool = False) -> Answer:
-        assert self._forwarder is not None, "start() first"
-        forwarder = self._forwarder
-        # With a client key, the client's Authorization is that key, the proxy's own: it is not
-        # passed on (an external judge must not get the job's token); upstreams get theirs.
-        names = FORWARDED_HEADERS if self._token is None else FORWARDED_HEADERS[1:]
-        headers = guard.clean_headers({h: request.headers[h] for h in names
-                                       if h in request.headers})
-
-        async def attempt(token: str | None) -> Answer:
-            if token is not None:
-                headers["Authorization"] = f"Bearer {token}"
-            return await forwarder.send(request.method, request.path_qs, data, headers, stream)
-
-        if self.judge is not None:  # a sweep's judge: follow its successor jobs
-            return await self.judge.send(attempt)
-        return await attempt(self.config.upstream_api_key)
-
-    def _failure(self, exc: UpstreamFailure) -> web.Response:
-        if exc.status == 503:
-            self.progress.record_no_upstream(exc.reason)
-        log.error("request failed: %s", exc.reason)
-        return error_response(exc.status, exc.reason, "upstream_unavailable")

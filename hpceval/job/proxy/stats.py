@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from hpceval.contract import TASK_ROUTE
-from hpceval.job.proxy_forward import INFRA_CAUSES
+from hpceval.job.proxy.forward import INFRA_CAUSES
 from hpceval.results.runtime import CLIENT_CLOSED, KEY_RE, TaskStats, write_runtime
 
 log = logging.getLogger(__name__)
