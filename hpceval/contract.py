@@ -41,7 +41,7 @@ JOBS_FILE = "jobs.json"  # the chain of jobs (hpceval.runs.jobs)
 SUCCESSORS_FILE = "jobs.chain"  # "<id> [model key]" per successor a job submitted itself
 EXPORT_WAITED_FILE = "export.waited"  # successor ids the export job has already waited for
 AGGREGATE_WAITED_FILE = "aggregate.waited"  # the same, for a sweep's aggregation with a judge
-# exit status of `hpceval.results.table aggregate --resubmit` when it submitted itself again
+# exit status of `python -m hpceval.job aggregate --resubmit` when it submitted itself again
 # after auto-resume successors: the aggregation script then leaves the sweep's judge running
 WAITS_FOR_SUCCESSORS = 3
 JOB_FAILURE_FILE = "job-failure"  # models/<key>/: one line, why the job itself failed

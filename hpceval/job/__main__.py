@@ -2,6 +2,8 @@
 
     proxy    the in-job OpenAI-compatible proxy (hpceval.job.proxy.cli)
     collect  parse a finished harness run into the task's results (hpceval.job.collect)
+    aggregate  a sweep's results table, after its models' jobs (hpceval.job.aggregate)
+    export   send a run's results to export.destinations (hpceval.job.export)
     compact-cache  merge a response cache's shards after the job (hpceval.job.cache_compact)
     watch-tick  one tick of a checkpoint watch: look, claim, submit (hpceval.watch.tick)
     judge-endpoint  the sweep judge's URLs, from its trusted record (hpceval.job.judge_endpoint)
@@ -14,6 +16,7 @@ start-up time is paid once per task on the node.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -24,6 +27,8 @@ USAGE = f"""usage: python -m hpceval.job COMMAND [ARGS...]
 commands:
   proxy    OpenAI-compatible proxy in front of the job's model servers
   collect  turn a finished harness run into {RESULTS_FILE}, {MANIFEST_FILE} and {DONE_MARKER}
+  aggregate --run-dir DIR  a sweep's results table (results.csv) from its finished tasks
+  export --run-dir DIR --dest D  send a run's results to export.destinations
   compact-cache  merge the response cache's shard files (run after the proxy stopped)
   watch-tick     one tick of a checkpoint watch (hpceval.watch.tick)
   judge-endpoint DIR  the sweep judge's instance URLs from DIR/{AUX_ENDPOINT_FILE}, if trusted
@@ -31,46 +36,17 @@ commands:
 """
 
 
-def _proxy(argv: Sequence[str]) -> int:
-    from hpceval.job.proxy.cli import main
-
-    return main(list(argv))
-
-
-def _collect(argv: Sequence[str]) -> int:
-    from hpceval.job.collect import main
-
-    return main(list(argv))
-
-
-def _compact_cache(argv: Sequence[str]) -> int:
-    from hpceval.job.cache_compact import main
-
-    return main(list(argv))
-
-
-def _watch_tick(argv: Sequence[str]) -> int:
-    from hpceval.watch.tick import main
-
-    return main(list(argv))
-
-
-def _judge_endpoint(argv: Sequence[str]) -> int:
-    from hpceval.job.judge_endpoint import main
-
-    return main(list(argv))
-
-
-def _compile_cache(argv: Sequence[str]) -> int:
-    from hpceval.job.compile_cache import main
-
-    return main(list(argv))
-
-
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "proxy": _proxy, "collect": _collect, "compact-cache": _compact_cache,
-    "watch-tick": _watch_tick, "judge-endpoint": _judge_endpoint,
-    "compile-cache": _compile_cache}
+# command -> the module whose main(argv) runs it, imported only when chosen
+COMMANDS: dict[str, str] = {
+    "proxy": "hpceval.job.proxy.cli",
+    "collect": "hpceval.job.collect",
+    "aggregate": "hpceval.job.aggregate",
+    "export": "hpceval.job.export",
+    "compact-cache": "hpceval.job.cache_compact",
+    "watch-tick": "hpceval.watch.tick",
+    "judge-endpoint": "hpceval.job.judge_endpoint",
+    "compile-cache": "hpceval.job.compile_cache",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,11 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0
-    command = COMMANDS.get(args[0])
-    if command is None:
+    module = COMMANDS.get(args[0])
+    if module is None:
         print(f"unknown command {args[0]!r}\n\n{USAGE}", end="", file=sys.stderr)
         return 2
-    return command(args[1:])
+    run: Callable[[list[str]], int] = importlib.import_module(module).main
+    return run(args[1:])
 
 
 if __name__ == "__main__":

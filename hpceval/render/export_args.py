@@ -1,6 +1,6 @@
 """The auto-export step's command line: export.* as options of the in-job exporter.
 
-Render writes it into sweep and job scripts; the exporter (results/autoexport.py) parses it.
+Render writes it into sweep and job scripts; the export step (job/export.py) parses it.
 It lives in render so that render does not depend on results (the layer above it).
 """
 
@@ -10,7 +10,7 @@ from hpceval.config.schema import ExportSpec
 
 
 def export_arguments(spec: ExportSpec, run_dir: str) -> list[str]:
-    """export.* as the options of `python -m hpceval.results.autoexport` (its parser reads
+    """export.* as the options of `python -m hpceval.job export` (its parser reads
     them back), for the rendered script: one --flag=value each."""
     args: list[str] = []
     for dest in dict.fromkeys(spec.destinations):

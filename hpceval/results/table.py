@@ -11,17 +11,15 @@ The primary metric of a task (the leaderboard's number) is, in order: the metric
 (``subtask`` equal to the task's short name, or the only subtask); else the first metric.
 Harness adapters list the headline metric first, so "first" is meaningful and stable.
 
-``python -m hpceval.results.table aggregate --run-dir DIR`` (the sweep's dependent job) writes
+``aggregate(run_dir)`` (``python -m hpceval.job aggregate``: the sweep's dependent job) writes
 DIR/results.csv and, when pyarrow is importable, DIR/results.parquet.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +27,10 @@ from typing import Any
 from hpceval.contract import (
     MODELS_DIR,
     RESULTS_FILE,
-    WAITS_FOR_SUCCESSORS,
     is_done,
     tasks_dir,
 )
-from hpceval.records import Role, RunFileError, RunRecord, read_run
+from hpceval.records import RunFileError, RunRecord, read_run
 from hpceval.storage import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -279,30 +276,9 @@ def aggregate(run_dir: Path) -> Any:
     return frame
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpceval.results.table")
-    sub = parser.add_subparsers(dest="command", required=True)
-    agg = sub.add_parser("aggregate", help="write RUN_DIR/results.csv (+ .parquet)")
-    agg.add_argument("--run-dir", type=Path, required=True)
-    agg.add_argument("--resubmit", type=Path,
-                     help="this job's script: if elements continue in auto-resume successors, "
-                          f"submit it again after them and exit {WAITS_FOR_SUCCESSORS}")
-    args = parser.parse_args(argv)
-    if args.resubmit is not None:
-        from hpceval.contract import AGGREGATE_WAITED_FILE
-        from hpceval.results.autoexport import wait_for_successors
-
-        job = wait_for_successors(args.run_dir, args.resubmit,
-                                  waited_file=AGGREGATE_WAITED_FILE, role=Role.AGGREGATE)
-        if job is not None:
-            print(f"the sweep continues in successor jobs: aggregation waits for them (job {job})")
-            return WAITS_FOR_SUCCESSORS
-    frame = aggregate(args.run_dir)
-    models = frame["model"].nunique() if not frame.empty else 0
-    print(f"aggregate: {len(frame)} metric rows from {models} model(s) -> "
-          f"{args.run_dir / 'results.csv'}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # Job scripts rendered before the aggregation step moved to `python -m hpceval.job
+    # aggregate` name this module (`... results.table aggregate --run-dir DIR`): the same step.
+    import runpy
+
+    runpy.run_module("hpceval.job", run_name="__main__", alter_sys=True)

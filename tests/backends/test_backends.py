@@ -118,7 +118,7 @@ def test_only_the_slurm_backend_adds_an_aggregation_job(tmp_path: Path) -> None:
     assert backend_for("slurm").scripts(files) == {"aggregate.sbatch": "#!/bin/bash\n"}
     local = backend_for("local").scripts(files)
     assert list(local) == ["local.sh"]
-    assert "-m hpceval.results.table aggregate" in local["local.sh"]  # the runner aggregates
+    assert "-m hpceval.job aggregate" in local["local.sh"]  # the runner aggregates
 
 
 def test_log_paths_follow_each_backend(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_sweep_render_shows_the_judge_and_the_aggregation_stops_it(tmp_path: Pat
     stop = f"{context(models[0][1]).run_dir_text}/auxiliary/judge/stop"
     assert f": > {stop}\n" in scripts.aggregate
     # after the aggregation (which may instead wait for auto-resume successors: then no stop)
-    assert scripts.aggregate.index("hpceval.results.table aggregate") < scripts.aggregate.index(
+    assert scripts.aggregate.index("hpceval.job aggregate") < scripts.aggregate.index(
         stop) and "--resubmit" in scripts.aggregate
     # the elements are the ordinary model jobs: the judge is not in them
     assert all("judge-judge" not in text for text in scripts.elements.values())
@@ -235,8 +235,8 @@ def test_a_judge_capped_by_the_partition_continues_in_a_successor(
     assert successor_call(text, tmp_path, stop=False, allocations=6) == ([], "")  # 72 h used
 
     from hpceval.backends.base import JobEntry
-    from hpceval.results.autoexport import unwaited_successors
     from hpceval.runs.jobs import read_jobs
+    from hpceval.runs.successors import unwaited_successors
 
     run_dir = tmp_path / "run"
     successor_call(text, tmp_path, stop=False)

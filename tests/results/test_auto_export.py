@@ -16,7 +16,7 @@ from support.slurm import FakeSlurm
 
 from hpceval.config import ResolvedConfig, load_run
 from hpceval.contract import EXPORT_SCRIPT, EXPORT_WAITED_FILE, SUCCESSORS_FILE
-from hpceval.results import autoexport
+from hpceval.job import export as autoexport
 from hpceval.runs.control import resume_run
 from hpceval.runs.index import find_run
 from hpceval.runs.jobs import read_jobs
@@ -85,9 +85,9 @@ def test_the_local_runner_exports_after_the_last_model(tmp_path: Path) -> None:
     run = prepare_run(cfg, invocation_id="inv-1", python="/py")
     assert run.export is None and EXPORT_SCRIPT not in run.scripts
     runner = run.scripts["local.sh"]
-    assert (f"/py -m hpceval.results.autoexport --run-dir \"$RUN_DIR\" --dest=local "
+    assert (f"/py -m hpceval.job export --run-dir \"$RUN_DIR\" --dest=local "
             f"--local-dir={run.run_dir}/export --local-format=csv") in runner
-    assert runner.index("autoexport") > runner.index("done\n")
+    assert runner.index("hpceval.job export") > runner.index("done\n")
 
 
 def test_export_waits_for_successors_once_each_then_exports(tmp_path: Path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -323,10 +324,10 @@ def test_a_task_is_found_by_its_full_or_its_last_dotted_name(tmp_path: Path) -> 
 
 def test_the_in_job_aggregation_writes_the_runs_table_and_says_what(
         two_models: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m hpceval.results.table aggregate` is what a sweep's aggregation job runs:
+    """`python -m hpceval.job aggregate` is what a sweep's aggregation job runs:
     results.csv with every metric row, one line saying how many, exit 0 (with --resubmit and
     no successor to wait for, the same)."""
-    from hpceval.results.table import main
+    from hpceval.job.__main__ import main
 
     script = tmp_path / "aggregate.sbatch"
     script.write_text("#!/bin/bash\n")
@@ -339,3 +340,24 @@ def test_the_in_job_aggregation_writes_the_runs_table_and_says_what(
     with pytest.raises(SystemExit):
         main(["aggregate"])  # the run directory is required
     assert "--run-dir" in capsys.readouterr().err
+
+
+def test_scripts_rendered_before_the_move_still_aggregate_and_export(
+        two_models: Path, tmp_path: Path) -> None:
+    """A run submitted before the steps moved to `python -m hpceval.job` carries scripts that
+    name the old modules: they run the same steps."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([sys.executable, "-m", "hpceval.results.table", "aggregate",
+                           "--run-dir", str(two_models)], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "aggregate: 4 metric rows from 2 model(s)" in done.stdout
+    out = tmp_path / "exported"
+    done = subprocess.run([sys.executable, "-m", "hpceval.results.autoexport", "--run-dir",
+                           str(two_models), "--dest", "local", "--local-dir", str(out)],
+                          capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("local: ") and any(out.iterdir())

@@ -100,7 +100,7 @@ class SlurmBackend:
 
     def scripts(self, files: BackendFiles) -> dict[str, str]:
         # A sweep's table is written by a dependent CPU job once every element has ended;
-        # export.destinations are sent by another (hpceval.results.autoexport).
+        # export.destinations are sent by another (hpceval.job export).
         scripts = {AGGREGATE_SCRIPT: files.aggregate} if files.aggregate is not None else {}
         if files.export is not None:
             scripts[EXPORT_SCRIPT] = files.export
