@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import click
+
+
+def _listing(as_json: bool, rows: Sequence[Any], to_json: Callable[[Any], Any], empty: str,
+             header: str, lines: Callable[[Any], Iterable[str]]) -> None:
+    """A listing: JSON (one object per row), or a header and each row's lines; ``empty``
+    (what to do about it) when there is nothing to list."""
+    if as_json:
+        click.echo(json.dumps([to_json(row) for row in rows], indent=2))
+    elif not rows:
+        click.echo(empty)
+    else:
+        click.echo(header)
+        for row in rows:
+            for line in lines(row):
+                click.echo(line)
 
 
 @click.group()
@@ -68,24 +85,19 @@ def runs(as_json: bool, limit: int, output_dirs: tuple[str, ...]) -> None:
 
     from hpceval import api
 
-    found = api.runs(limit=limit, output_dirs=output_dirs)
-    if as_json:
-        click.echo(json.dumps([{"invocation_id": r.invocation_id, "run_dir": str(r.run_dir),
-                                "submitted_at": r.submitted_at, "user": r.user, "kind": r.kind,
-                                "sweep": r.sweep, "models": list(r.models)} for r in found],
-                              indent=2))
-        return
-    if not found:
-        click.echo("no runs yet (submit one, or pass --output-dir / set $HPCEVAL_OUTPUT_DIRS)")
-        return
-    click.echo(f"{'INVOCATION':<24}  {'SUBMITTED':<16}  {'USER':<10}  {'KIND':<5}  MODELS")
-    for r in found:
+    def lines(r: Any) -> list[str]:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.submitted_at))
         models = ", ".join(r.models[:4]) + (f" (+{len(r.models) - 4})" if len(r.models) > 4
                                             else "")
-        click.echo(f"{r.invocation_id:<24}  {when:<16}  {r.user[:10]:<10}  {r.kind:<5}  "
-                   f"{models}")
-        click.echo(f"{'':<24}  {r.run_dir}")
+        return [f"{r.invocation_id:<24}  {when:<16}  {r.user[:10]:<10}  {r.kind:<5}  {models}",
+                f"{'':<24}  {r.run_dir}"]
+
+    _listing(as_json, api.runs(limit=limit, output_dirs=output_dirs), lambda r: {
+        "invocation_id": r.invocation_id, "run_dir": str(r.run_dir),
+        "submitted_at": r.submitted_at, "user": r.user, "kind": r.kind, "sweep": r.sweep,
+        "models": list(r.models)},
+        "no runs yet (submit one, or pass --output-dir / set $HPCEVAL_OUTPUT_DIRS)",
+        f"{'INVOCATION':<24}  {'SUBMITTED':<16}  {'USER':<10}  {'KIND':<5}  MODELS", lines)
 
 
 @ls.command("watches")
@@ -98,14 +110,9 @@ def watches(as_json: bool, output_dirs: tuple[str, ...]) -> None:
     states use `hpceval status WATCH`."""
     from hpceval import api
 
-    rows = api.watches(output_dirs=output_dirs)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no watches yet (hpceval watch start; or pass --output-dir)")
-        return
-    click.echo(f"{'WATCH':<30}  {'STATUS':<9}  {'SEEN':>4}  {'SUBMITTED':>9}  CHECKPOINTS")
-    for row in rows:
-        click.echo(f"{row['watch_id']:<30}  {row['status']:<9}  {row.get('seen', '-'):>4}  "
-                   f"{row.get('submitted', '-'):>9}  {row.get('checkpoints', row.get('reason'))}")
+    _listing(as_json, api.watches(output_dirs=output_dirs), lambda row: row,
+             "no watches yet (hpceval watch start; or pass --output-dir)",
+             f"{'WATCH':<30}  {'STATUS':<9}  {'SEEN':>4}  {'SUBMITTED':>9}  CHECKPOINTS",
+             lambda row: [f"{row['watch_id']:<30}  {row['status']:<9}  "
+                          f"{row.get('seen', '-'):>4}  {row.get('submitted', '-'):>9}  "
+                          f"{row.get('checkpoints', row.get('reason'))}"])
