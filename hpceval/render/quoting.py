@@ -149,7 +149,7 @@ class ShippedPartials(jinja2.BaseLoader):
             raise jinja2.TemplateNotFound(template)
         try:
             found = importlib.resources.files(package).joinpath(*split_template_path(rest))
-        except ModuleNotFoundError as exc:
+        except (ModuleNotFoundError, TypeError) as exc:  # none, or a module (not a package)
             raise jinja2.TemplateNotFound(template) from exc
         if not found.is_file():
             raise jinja2.TemplateNotFound(template)

@@ -59,3 +59,22 @@ def test_the_memory_backend_passes_the_conformance_suite_and_the_controller_test
     # every selected test ran (none skipped: the plugin was importable), the rig's six included
     assert passed is not None and int(passed.group(1)) >= 18, summary
     assert "skipped" not in summary and "deselected" in summary, summary
+
+
+def test_the_loader_reads_a_package_folder_and_nothing_above_or_beside_it() -> None:
+    """The seam itself, in this interpreter: a "package:folder/name" template comes from the
+    folder that package ships; a name that climbs out of it, or names no package, is not found
+    (the built-in partials stay under templates/)."""
+    import jinja2
+
+    from hpceval.render.quoting import partials_folder, shipped_environment
+    from hpceval.resources import templates_dir
+
+    env = shipped_environment()
+    source = env.loader.get_source(env, "hpceval.tasks:lm_eval_tasks/judged_qa/utils.py")
+    assert "def " in source[0] and source[1].endswith("judged_qa/utils.py")
+    for name in ("hpceval.tasks:../render/quoting.py", "hpceval_no_such_package:partials/env.j2",
+                 "hpceval.contract:x.j2", "not a package:env.j2", "backends/memory/env.j2"):
+        with pytest.raises(jinja2.TemplateNotFound):
+            env.get_template(name)
+    assert partials_folder("backends/slurm") == templates_dir() / "backends" / "slurm"
