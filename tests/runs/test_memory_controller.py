@@ -223,3 +223,28 @@ def test_jobs_of_no_run_ride_in_the_next_refresh(tmp_path: Path, cluster: Memory
     backend.job_states([(tick.id, tick.submitted_at)], ask=False)  # rides again ...
     assert backend.job_states([(tick.id, tick.submitted_at)])[0].phase is Phase.DONE  # asked
     assert len(cluster.asked("states")) == 2
+
+
+def test_the_api_verbs_on_a_memory_run(tmp_path: Path, cluster: MemoryCluster) -> None:
+    """tests/api/test_api.py's render, submit, status, kill, resume and cost, on a sweep of the
+    memory scheduler: the API passes its client through to the plugin's backend."""
+    from hpceval import api
+
+    run_file = write_run_file(tmp_path, 2, execution=MEMORY)
+    assert next(iter(api.render(run_file, profile="local-dev"))) == "sweep.sbatch"
+    submitted = api.submit(run_file, profile="local-dev", client=cluster)
+    array, aggregate = submitted.job_ids
+    assert [job.script.name for job in cluster.submits] == ["sweep.sbatch", "aggregate.sbatch"]
+    cluster.set(f"{array}_0", "running")
+    (state,) = api.status([submitted.invocation_id], client=cluster)
+    assert [m["state"] for m in state["models"]] == ["running", "queued"]
+    report = api.kill(submitted.invocation_id, client=cluster)
+    assert sorted(report.cancelled) == sorted([array, aggregate])
+    cluster.set(f"{array}_0", "cancelled", gpus=4, nodes=1, elapsed_s=900)
+    finish_task(submitted.run_dir, "model-00", ONE)
+    finish_task(submitted.run_dir, "model-00", TWO)
+    (entry, *_) = api.resume(api.find(str(submitted.run_dir)), client=cluster)
+    assert entry.models == (1,) and cluster.arrays[entry.id] == (f"{entry.id}_1",)
+    frame = api.cost_of([submitted.run_dir], client=cluster)
+    every = frame[frame["task"] == "(all jobs)"].set_index("model")["gpu_hours"]
+    assert every["model-00"] == 1.0  # 4 GPUs x 900 s, as the test said it held
