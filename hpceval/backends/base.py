@@ -237,7 +237,8 @@ class Backend(Protocol):
     # by this name (env.j2: the job id, node list, array index and restart count under
     # hpceval's names; discover.j2: the NODES array; launch.j2: a server's step; successor.j2:
     # submit_after; preempted.j2: preempted; detach.j2: leave the allocation's environment;
-    # stop.j2: stop_servers, the servers' end at teardown)
+    # stop.j2: stop_servers, the servers' end at teardown). A backend of another distribution
+    # names a folder it ships as "package:folder" (hpceval.render.quoting.ShippedPartials)
     partials: ClassVar[str]
 
     def scripts(self, files: BackendFiles) -> dict[str, str]:

@@ -10,13 +10,18 @@ spaces, quotes, ``$()``, backticks, ``;`` or newlines stays one literal word.
 
 from __future__ import annotations
 
+import importlib.resources
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
+from jinja2.loaders import split_template_path
+
+if TYPE_CHECKING:  # importlib.resources.abc from 3.11 on; this one is 3.10's (as a type only)
+    from importlib.abc import Traversable
 
 from hpceval.engines import engine_for, engine_names
 
@@ -114,9 +119,49 @@ def render_template(name: str, values: dict[str, Any]) -> str:
     return shipped_environment().get_template(name).render(values)
 
 
+# A backend's in-job partials (Backend.partials) are a folder of templates/ ("backends/slurm"),
+# or, for a backend of another distribution, "package:folder": a folder that package ships
+# (hpceval_memory_backend:partials). The templates include "<partials>/env.j2" either way, so
+# the one seam is the loader below: names with a ":" are looked up in that package's folder.
+
+
+def partials_folder(partials: str) -> Traversable:
+    """The folder a backend's ``partials`` name points at: under templates/, or inside the
+    package a "package:folder" name gives (what the tests list to check its files)."""
+    from hpceval.resources import templates_dir
+
+    package, sep, folder = partials.partition(":")
+    if not sep:
+        return templates_dir().joinpath(*split_template_path(partials))
+    return importlib.resources.files(package).joinpath(*split_template_path(folder))
+
+
+class ShippedPartials(jinja2.BaseLoader):
+    """Loads "package:folder/name.j2" from the folder that package ships, so a scheduler of
+    another distribution brings its in-job dialect along without a file in templates/. Only
+    a backend's own class names such a package (Backend.partials), never a config; the path
+    below it is split as Jinja's FileSystemLoader splits one (no "..")."""
+
+    def get_source(self, environment: jinja2.Environment, template: str
+                   ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        package, sep, rest = template.partition(":")
+        if not sep or not all(part.isidentifier() for part in package.split(".")):
+            raise jinja2.TemplateNotFound(template)
+        try:
+            found = importlib.resources.files(package).joinpath(*split_template_path(rest))
+        except (ModuleNotFoundError, TypeError) as exc:  # none, or a module (not a package)
+            raise jinja2.TemplateNotFound(template) from exc
+        if not found.is_file():
+            raise jinja2.TemplateNotFound(template)
+        return found.read_text(encoding="utf-8"), str(found), lambda: True
+
+
 def make_environment(template_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir)),
+        # templates/ first: the shipped templates and the built-in backends' partials render
+        # as they always have; "package:folder/..." names only resolve in the second loader
+        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(template_dir)),
+                                    ShippedPartials()]),
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,
         autoescape=False,

@@ -1,7 +1,8 @@
 """One set of tests every execution backend passes: the Slurm backend on the strict fake client
 (tests/support/slurm.FakeSlurm) and the local backend on this machine here, the Slurm
 backend on the real dev cluster in test_conformance_cluster.py. A new backend joins by adding
-a rig.
+a rig: the memory backend of another distribution (tests/plugins/memory_backend) has one where
+it is installed, which test_memory_plugin.py arranges in a subprocess (`-k memory`).
 
 Each rig starts a trivial job that would run for a minute; the tests submit it, ask for it
 with `query`, cancel it and ask again.
@@ -9,6 +10,7 @@ with `query`, cancel it and ask again.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +38,8 @@ from hpceval.phases import Phase
 from hpceval.render.quoting import render_template
 
 LIVE = {Phase.QUEUED, Phase.RUNNING}
+# the memory plugin is there only in an interpreter that had it on its path from the start
+MEMORY = importlib.util.find_spec("hpceval_memory_backend") is not None
 FLAGS = ("resubmits_itself", "accounted", "multi_node", "srun_steps", "confines_jobs",
          "schedules_later", "side_by_side", "partitions", "pulls_ahead", "runs_here")
 
@@ -95,9 +99,33 @@ def _local(tmp_path: Path) -> Rig:
     return Rig(backend, tmp_path, JobRequest(LOCAL_RUNNER), short=short)
 
 
-@pytest.fixture(params=["slurm-fake", "local"])
+def _memory(tmp_path: Path) -> Rig:
+    from hpceval_memory_backend import MemoryBackend, MemoryCluster
+
+    cluster = MemoryCluster()  # this rig's own scheduler: the test drives its jobs' phases
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\nsleep 60\n")
+    backend = MemoryBackend(cluster)
+
+    def started(entry: JobEntry) -> None:
+        cluster.set(entry.id, "running")
+
+    def short() -> tuple[JobEntry, JobUsage]:
+        run_dir = tmp_path / "short"
+        model_dir(run_dir, "m").mkdir(parents=True)
+        (run_dir / "job.sbatch").write_text("#!/bin/bash\nsleep 1\n")
+        (entry,) = backend.submit(run_dir, JobRequest("job.sbatch", (0,), ("m",)))
+        cluster.set(entry.id, "done", gpus=2, nodes=1, elapsed_s=3)
+        return entry, JobUsage(entry.id, 3, 2, 1, True)
+
+    return Rig(backend, tmp_path, JobRequest("job.sbatch"), started, short=short)
+
+
+RIGS = {"slurm-fake": _fake_slurm, "local": _local, **({"memory": _memory} if MEMORY else {})}
+
+
+@pytest.fixture(params=list(RIGS))
 def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
-    return _fake_slurm(tmp_path) if request.param == "slurm-fake" else _local(tmp_path)
+    return RIGS[request.param](tmp_path)
 
 
 def _until(rig: Rig, check: Callable[[], JobInfo | bool | None]) -> JobInfo | bool | None:

@@ -5,17 +5,15 @@ a run with ``deployment.type: toyserve`` and loads a catalogue whose harness nam
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from support.plugins import build_wheel, pip_install
 
 from hpceval.registry import Registry, UnknownName
 
@@ -53,36 +51,9 @@ tasks:
 """
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def build_wheel(folder: Path) -> Path:
-    """The plugin folder as a wheel (a zip with a dist-info): no build backend needed."""
-    files = {
-        "hpceval_toy_engine.py": (PLUGIN / "hpceval_toy_engine.py").read_bytes(),
-        f"{DIST}.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hpceval-toy-engine\n"
-                                      b"Version: 0.1\n",
-        f"{DIST}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: hpceval-tests\n"
-                                   b"Root-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{DIST}.dist-info/entry_points.txt": (PLUGIN / "entry_points.txt").read_bytes(),
-    }
-    record = [_record_line(name, data) for name, data in files.items()]
-    files[f"{DIST}.dist-info/RECORD"] = ("\n".join([*record, f"{DIST}.dist-info/RECORD,,"])
-                                         + "\n").encode()
-    wheel = folder / f"{DIST}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return wheel
-
-
 def test_an_engine_of_another_distribution_is_found_by_name(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--disable-pip-version-check", "--target", str(site),
-                    str(build_wheel(tmp_path))], check=True, timeout=120)
+    site = pip_install(build_wheel(tmp_path, PLUGIN, "hpceval-toy-engine", "0.1",
+                                   ("hpceval_toy_engine.py",)), tmp_path / "site")
     assert (site / f"{DIST}.dist-info" / "entry_points.txt").is_file()  # pip installed it
     run = tmp_path / "run.yaml"
     run.write_text(yaml.safe_dump({
