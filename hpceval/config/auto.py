@@ -14,7 +14,7 @@ from typing import Any
 
 from hpceval.engines import engine_for, engine_names
 from hpceval.errors import ConfigIssue
-from hpceval.runtimes import IMAGE, from_image
+from hpceval.runtimes import IMAGE, from_image, runtime_for, runtime_names
 
 AUTO = "auto"
 
@@ -70,9 +70,12 @@ def local_gpus(data: dict[str, Any], env: Mapping[str, str],
             "(set execution.gpus_per_node)"], []
 
 
-# NEL's local executor runs the server and the harnesses with `docker run`; podman takes the
-# same command line (hpceval.runtimes), so a machine with podman and no docker gets podman.
-_LOCAL_RUNTIMES = ("docker", "podman")
+def _workstation_runtimes() -> list[tuple[str, str]]:
+    """(runtime, its program) of the runtimes `auto` may choose, in the registry's order: NEL's
+    local executor runs the server and the harnesses with `docker run`; podman takes the same
+    command line, so a machine with podman and no docker gets podman."""
+    return [(name, runtime_for(name).run_tool) for name in runtime_names()
+            if runtime_for(name).auto_on_workstation]
 
 
 def _runs_here(execution: dict[str, Any]) -> bool:
@@ -112,10 +115,12 @@ def local_runtime(data: dict[str, Any], which: Callable[[str], str | None] | Non
         execution["container_runtime"] = "none"
         return [], []
     look = which or find_program
-    found = next((name for name in _LOCAL_RUNTIMES if look(name)), None)
-    chosen = found or _LOCAL_RUNTIMES[0]
+    candidates = _workstation_runtimes()
+    found = next((name for name, tool in candidates if look(tool)), None)
+    chosen = found or candidates[0][0]
     execution["container_runtime"] = chosen
-    why = "found on this machine" if found else "neither docker nor podman found here"
+    why = "found on this machine" if found else (
+        f"neither {' nor '.join(tool for _, tool in candidates)} found here")
     return [f"execution.container_runtime: auto chose {chosen} ({why}): the server and the "
             "harnesses run in containers, as NeMo Evaluator's local executor runs them "
             "(set execution.container_runtime to choose)"], []

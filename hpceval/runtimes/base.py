@@ -40,6 +40,9 @@ class Runtime:
     # True: its containers are started by a daemon (dockerd, podman's conmon), outside the
     # process tree and cgroup of whoever asked: a scheduler can neither confine nor stop them
     leaves_the_job: ClassVar[bool] = False
+    # A choice of the local profile's `container_runtime: auto`, as NeMo Evaluator's local
+    # executor runs containers (`docker run`); the first whose run_tool is installed wins
+    auto_on_workstation: ClassVar[bool] = False
     # Prefix of a variable passed into the container (--cleanenv drops the rest).
     env_prefix: ClassVar[str] = ""
     image_suffix: ClassVar[str] = ".sif"  # the staged image file a job runs

@@ -42,6 +42,7 @@ def _volume(spec: str) -> str:
 @register
 class Docker(Runtime):
     name = "docker"
+    auto_on_workstation = True  # and podman, which takes the same command line
     order = 4
     summary = "docker (docker run, local runs)"
     staged_kind = "image"
