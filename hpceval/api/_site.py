@@ -13,7 +13,7 @@ from hpceval.api._runs import submit
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpceval.backends.slurm.client import SlurmClient
+    from hpceval.backends import SchedulerClient
     from hpceval.doctor.report import Report
     from hpceval.runs.submit import Submitted
     from hpceval.staging import StageReport
@@ -65,7 +65,7 @@ def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] 
           marker: str | None = None, grace_s: int | str | None = None,
           interval_s: int | str = 600, after_job: str | None = None, attempts: int = 3,
           max_per_tick: int | None = None, trust_owners: Sequence[str] = (),
-          dry_run: bool = False, client: SlurmClient | None = None) -> Started:
+          dry_run: bool = False, client: SchedulerClient | None = None) -> Started:
     """`hpceval watch start`: evaluate each new complete checkpoint in `checkpoints`.
 
     Returns ``hpceval.watch.control.Started`` (watch_id, watch_dir, script, tick_job). A
@@ -100,7 +100,7 @@ def watch(config: str | Path, checkpoints: str | Path, overrides: Sequence[str] 
 
 
 def stop_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
-               client: SlurmClient | None = None) -> tuple[Path, list[str]]:
+               client: SchedulerClient | None = None) -> tuple[Path, list[str]]:
     """`hpceval watch stop`: no further tick (evaluations already submitted go on). Returns
     the watch directory and the tick jobs cancelled."""
     from hpceval.watch.control import stop_watch as stop
@@ -110,7 +110,7 @@ def stop_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
 
 
 def resume_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
-                 client: SlurmClient | None = None) -> tuple[Path, str]:
+                 client: SchedulerClient | None = None) -> tuple[Path, str]:
     """`hpceval watch resume`: queue a tick now (claims in state.json are kept: nothing is
     evaluated twice). Returns the watch directory and the tick job."""
     from hpceval.watch.control import resume_watch as resume
@@ -120,7 +120,7 @@ def resume_watch(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (
 
 
 def watch_status(watch_ref: str | Path, *, output_dirs: Iterable[str | Path] = (),
-                 client: SlurmClient | None = None) -> dict[str, Any]:
+                 client: SchedulerClient | None = None) -> dict[str, Any]:
     """`hpceval status WATCH --json` as a dict (one scheduler call)."""
     from hpceval.watch.status import watch_status as status_of
 
@@ -138,7 +138,7 @@ def watch_steps(watch_ref: str | Path) -> pd.DataFrame:
 def doctor_report(config: ConfigSource = None, overrides: Sequence[str] = (), *,
                   profile: str | None = None, on_node: bool = False,
                   network_target: str | None = None, timeout_s: float = 300.0,
-                  client: SlurmClient | None = None) -> Report:
+                  client: SchedulerClient | None = None) -> Report:
     """`hpceval doctor`: a run file's site (and staging), or a profile's alone (``profile``
     without ``config``), as a report of ok / warning / problem lines with the fix
     (``.table()``, ``.to_json()``, ``.exit_code``). ``on_node`` submits the one short CPU
@@ -168,7 +168,7 @@ def doctor_report(config: ConfigSource = None, overrides: Sequence[str] = (), *,
 def doctor(config: str | Path | None = None, overrides: Sequence[str] = (), *,
            profile: str | None = None, on_node: bool = False,
            network_target: str | None = None, timeout_s: float = 300.0,
-           client: SlurmClient | None = None) -> dict[str, Any]:
+           client: SchedulerClient | None = None) -> dict[str, Any]:
     """`hpceval doctor --json` as a dict (doctor_report's ``to_json()``); the exit status as
     ``result["exit_code"]``."""
     return doctor_report(config, overrides, profile=profile, on_node=on_node,
