@@ -11,7 +11,7 @@ server (``vllm:num_requests_waiting``). A request whose time at the server passe
 upstream timeout is a timeout (aborted, sent again). Clients: 4 tasks, each keeping
 ``parallelism`` requests open (closed loop). The proxy admits ``budget x instances`` requests
 (least-outstanding instance first) and queues the rest; the budget is either fixed or
-hpceval.job.budget.AimdLimit fed with each completion and, every 0.5 s, the server's metrics.
+hpceval.job.proxy.budget.AimdLimit fed with each completion and, every 0.5 s, the server's metrics.
 
 Baseline, in the same run: every fixed budget from 1 to 256 per instance; the best one is the
 reference. Goal (issue 22): adaptive throughput within 10 % of the best fixed, no timeouts, for
@@ -29,7 +29,7 @@ from typing import Any
 
 from report_json import add_json_option, command_line, row, write_result
 
-from hpceval.job.budget import AimdLimit
+from hpceval.job.proxy.budget import AimdLimit
 
 FIXED = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256)
 

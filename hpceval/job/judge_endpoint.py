@@ -4,7 +4,7 @@ The sweep's judge job (scope: sweep) writes ``token`` (0600) and then ``endpoint
 renamed into place, once every judge instance is healthy; a successor judge job (the first one
 reached its walltime) writes new ones. Two readers need them: the element's job script, once,
 before it starts the judge's proxy (``python -m hpceval.job judge-endpoint DIR`` prints the URLs),
-and that proxy, again, when the judge it uses is gone (hpceval.job.judge_successor). Both go
+and that proxy, again, when the judge it uses is gone (hpceval.job.proxy.judge_successor). Both go
 through `read_endpoint`, so what is trusted is decided here only.
 
 A record is trusted only as this user's own plain files: not links, owned by the user, not

@@ -2,7 +2,7 @@
 defined once (the proxy's writer and every view's reader).
 
 While a job's own servers run, the in-job proxy polls each up instance's ``/metrics`` every few
-seconds (``job.server_metrics``: every second while the adaptive budget needs it, else
+seconds (``job.proxy.server_metrics``: every second while the adaptive budget needs it, else
 ``--metrics-interval``, default 5 s) and keeps one sample per poll: requests waiting and
 running (summed over the instances), KV-cache use (the highest) and the output (generation)
 and prompt tokens/s (from vLLM's counters; a restarted server adds no rate for that step). It

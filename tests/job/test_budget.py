@@ -1,4 +1,5 @@
-"""The adaptive in-flight budget (hpceval.job.budget): the AIMD rule, the fair gate, /metrics."""
+"""The adaptive in-flight budget (hpceval.job.proxy.budget): the AIMD rule, the fair gate,
+/metrics."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import asyncio
 
 import pytest
 
-from hpceval.job.budget import Admission, AimdLimit, LimitLog
-from hpceval.job.server_metrics import Metrics, parse_vllm_metrics
+from hpceval.job.proxy.budget import Admission, AimdLimit, LimitLog
+from hpceval.job.proxy.server_metrics import Metrics, parse_vllm_metrics
 
 
 def window(limit: AimdLimit, latency: float = 1.0, outcome: str = "ok") -> None:

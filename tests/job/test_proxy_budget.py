@@ -1,4 +1,4 @@
-"""The proxy's in-flight budget (ProxyConfig.budget, hpceval.job.budget) on real sockets."""
+"""The proxy's in-flight budget (ProxyConfig.budget, hpceval.job.proxy.budget) on real sockets."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The proxy's one reader of the servers' /metrics (hpceval.job.server_metrics) on real sockets:
-the load series it writes beside progress.json (results.server_load), its token rates from
+"""The proxy's one reader of the servers' /metrics (hpceval.job.proxy.server_metrics) on real
+sockets: the load series it writes beside progress.json (results.server_load), its token rates from
 vLLM's counters, a restarted server, a server without /metrics, an external API; and the
 budget still fed from the same polls."""
 
@@ -14,7 +14,7 @@ from proxy_fakes import FakeUpstream, running_proxy, running_upstreams
 from hpceval.contract import SERVER_LOAD_FILE
 from hpceval.job.proxy.cli import build_parser, config_from_args
 from hpceval.job.proxy.config import ProxyConfig
-from hpceval.job.server_metrics import (
+from hpceval.job.proxy.server_metrics import (
     LoadRecorder,
     Metrics,
     Throughput,

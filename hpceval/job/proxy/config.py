@@ -82,12 +82,12 @@ class ProxyConfig:
     # Written with the proxy's pid once its port is bound: the job script trusts the port only
     # then, never because *something* answers there (another user could be listening).
     ready_file: Path | None = None
-    # In-flight requests per upstream instance (hpceval.job.budget): "off" (harness
+    # In-flight requests per upstream instance (hpceval.job.proxy.budget): "off" (harness
     # parallelism alone), "adaptive" (AIMD from 8) or a fixed number.
     budget: str = "off"
     # A sweep's judge job (scope: sweep) that may be followed by a successor job: its folder
     # (auxiliary/<name>/). When the judge fails the proxy, it re-reads the record there and
-    # follows it, waiting up to judge_wait seconds for one (hpceval.job.judge_successor).
+    # follows it, waiting up to judge_wait seconds for one (hpceval.job.proxy.judge_successor).
     judge_dir: Path | None = None
     judge_wait: float = 600.0
     # (certificate, key): serve https (a sweep judge's front; its clients pin the certificate)

@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from hpceval.job.budget import LimitLog, Outcome, admission_for
 from hpceval.job.proxy.balancer import Balancer
+from hpceval.job.proxy.budget import LimitLog, Outcome, admission_for
 from hpceval.job.proxy.client import (
     HttpClient,
     UpstreamConnectError,
@@ -154,7 +154,7 @@ class Forwarder:
 
     async def _admitted(self, inst: Instance, method: str, path_qs: str, data: bytes | None,
                         headers: dict[str, str], stream: bool, task: str) -> Answer | _Failed:
-        """`_attempt` inside the in-flight budget, if the proxy has one (hpceval.job.budget):
+        """`_attempt` inside the in-flight budget, if the proxy has one (hpceval.job.proxy.budget):
         waiting in `task`'s queue, served round-robin with the other tasks'."""
         if self.admission is None:
             return await self._attempt(inst, method, path_qs, data, headers, stream)

@@ -21,7 +21,6 @@ from aiohttp import web
 
 from hpceval.job.cache import ResponseCache, parse_answer, storable
 from hpceval.job.interceptors import Interceptors, RequestLog, Routes, prepare
-from hpceval.job.judge_successor import JudgeSuccessor
 from hpceval.job.progress import Progress
 from hpceval.job.proxy import keyless as keyless_bounds
 from hpceval.job.proxy.balancer import Balancer
@@ -35,6 +34,7 @@ from hpceval.job.proxy.forward import (
     UpstreamFailure,
 )
 from hpceval.job.proxy.guard import clean_headers
+from hpceval.job.proxy.judge_successor import JudgeSuccessor
 from hpceval.job.proxy.stats import Answered, TaskRecorder
 
 log = logging.getLogger("hpceval.job.proxy")  # the lines proxy.log has always had

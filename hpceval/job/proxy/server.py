@@ -46,7 +46,6 @@ from aiohttp.web_protocol import RequestHandler
 
 from hpceval.job.cache import CACHED_PATHS, ResponseCache
 from hpceval.job.interceptors import RequestLog, Routes
-from hpceval.job.judge_successor import JudgeSuccessor
 from hpceval.job.progress import Progress, run_writer, write_atomic
 from hpceval.job.proxy import guard
 from hpceval.job.proxy.balancer import Balancer
@@ -54,12 +53,18 @@ from hpceval.job.proxy.body import BodyBudget, BodyError
 from hpceval.job.proxy.config import ProxyConfig
 from hpceval.job.proxy.forward import Forwarder
 from hpceval.job.proxy.hold import Hold
+from hpceval.job.proxy.judge_successor import JudgeSuccessor
 from hpceval.job.proxy.keyless import KeylessBudget
 from hpceval.job.proxy.relay import JSON, Relay, error_response
+from hpceval.job.proxy.server_metrics import (
+    LoadRecorder,
+    metrics_sinks,
+    poll_interval,
+    poll_metrics,
+)
 from hpceval.job.proxy.sessions import Sessions
 from hpceval.job.proxy.stats import TaskRecorder
 from hpceval.job.proxy.tls import server_context
-from hpceval.job.server_metrics import LoadRecorder, metrics_sinks, poll_interval, poll_metrics
 from hpceval.results.ledger import BUSY, append_mark
 
 log = logging.getLogger("hpceval.job.proxy")  # the lines proxy.log has always had

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from hpceval.results.server_load import LoadSeries, write_server_load
 
 if TYPE_CHECKING:
-    from hpceval.job.budget import Admission, AimdLimit
     from hpceval.job.proxy.balancer import Balancer
+    from hpceval.job.proxy.budget import Admission, AimdLimit
     from hpceval.job.proxy.config import ProxyConfig
     from hpceval.job.proxy.sessions import Sessions
 
@@ -91,7 +91,7 @@ Sink = Callable[[Mapping[str, Metrics]], None]
 
 def poll_interval(config: ProxyConfig) -> float:
     """Seconds between polls: the configured ones, at most the budget's while it adapts."""
-    from hpceval.job.budget import METRICS_INTERVAL_S
+    from hpceval.job.proxy.budget import METRICS_INTERVAL_S
 
     if config.budget == "adaptive":
         return min(config.metrics_interval, METRICS_INTERVAL_S)
