@@ -4,7 +4,9 @@
 
 Prints a Markdown table: median wall time of `python -c pass`, `python -c "import click"`,
 `hpceval --help` and `hpceval config show` (a real config resolution), each as a ratio to the
-bare interpreter measured in the same run (ratios survive a noisy machine better than seconds).
+bare interpreter measured in the same run (ratios survive a noisy machine better than seconds);
+and what the one registry's plugin discovery costs: a built-in engine found by name (no
+entry-point scan) against every engine's name (installed distributions' entry points read).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from report_json import add_json_option, command_line, row, write_result
 
 BASELINE = "python -c pass (baseline)"
 CLICK = "python -c 'import click'"
+BY_NAME = "a built-in engine by name (no entry-point scan)"
+ALL_NAMES = "every engine's name (entry points scanned)"
 
 def median_seconds(cmd: list[str], runs: int) -> float:
     samples = []
@@ -48,6 +52,8 @@ def main() -> None:
         CLICK: [py, "-c", "import click"],
         "hpceval --help": [hpceval, "--help"],
         "hpceval config show (local-dev)": show,
+        BY_NAME: [py, "-c", "from hpceval.engines import engine_for; engine_for('vllm')"],
+        ALL_NAMES: [py, "-c", "from hpceval.engines import engine_names; engine_names()"],
     }
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "0")
     for cmd in cases.values():  # warm the page cache and .pyc files
@@ -65,7 +71,9 @@ def main() -> None:
                  notes=[f"Median of {runs} runs per command after one untimed run (warm page "
                         "cache and .pyc files); each as a ratio to a bare interpreter start "
                         "measured in the same run.",
-                        f"For reference, {CLICK} took {times[CLICK] * 1000:.1f} ms."])
+                        f"For reference, {CLICK} took {times[CLICK] * 1000:.1f} ms.",
+                        f"Plugin discovery (hpceval/registry.py): {ALL_NAMES} took "
+                        f"{times[ALL_NAMES] / times[BY_NAME]:.2f}x {BY_NAME}."])
 
 
 if __name__ == "__main__":
