@@ -1,8 +1,10 @@
 """A strict fake `sinfo` first on PATH, for the tests of what hpceval learns from it. Its script
 records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reaches no
 accounting database, as on a site without slurmdbd (a test that needs its answers writes its
-own fake over it), so no test asks the machine's real one. partitions caches sinfo's and
-sacctmgr's answers per process, so the caches are cleared before and after."""
+own fake over it), so no test asks the machine's real one, and an `scontrol` whose `show
+config` enforces what the file `enforce` beside it holds (none when it is absent). partitions
+caches sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
+before and after."""
 
 from __future__ import annotations
 
@@ -13,16 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.backends.slurm.partitions import associations, partition_info, qos_max_minutes
+from hpceval.backends.slurm.partitions import (
+    associations,
+    enforced,
+    partition_info,
+    qos_max_minutes,
+)
 
 NO_ACCOUNTING = r'''#!/bin/bash
 echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
 exit 1
 '''
+SCONTROL = r'''#!/bin/bash
+[ "$*" = "show config" ] || { echo "unexpected arguments: $*" >&2; exit 2; }
+echo "AccountingStorageEnforce = $(cat "$(dirname "$0")/enforce" 2>/dev/null || echo none)"
+echo "MaxArraySize            = 1001"
+'''
 
 
 def _clear() -> None:
-    for cached in (partition_info, qos_max_minutes, associations):
+    for cached in (partition_info, qos_max_minutes, associations, enforced):
         cached.cache_clear()
 
 
@@ -31,12 +43,28 @@ def fake_sinfo_on_path(bin_dir: Path, script: str,
                        monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """`script` as `bin_dir/sinfo`, first on PATH; yields the path of its `calls` file."""
     bin_dir.mkdir(exist_ok=True)
-    for name, text in (("sinfo", script), ("sacctmgr", NO_ACCOUNTING)):
+    for name, text in (("sinfo", script), ("sacctmgr", NO_ACCOUNTING), ("scontrol", SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     _clear()
     try:
         yield bin_dir / "calls"
+    finally:
+        _clear()
+
+
+@contextmanager
+def no_accounting_on_path(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A `sacctmgr` that reaches no accounting database first on PATH (the machine's real one
+    would answer for the dev cluster's users, QOS and grants), the answers cached before
+    cleared; sinfo stays the machine's."""
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sacctmgr").write_text(NO_ACCOUNTING)
+    (bin_dir / "sacctmgr").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _clear()
+    try:
+        yield
     finally:
         _clear()

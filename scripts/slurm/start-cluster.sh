@@ -21,6 +21,9 @@
 #   SLURM_NUM_NODES   (2)      fake compute nodes node1..nodeN, partition "debug" (default)
 #   SLURM_DRILL_NODES (1)      extra nodes after those, partition "drill" (never the default):
 #                              fault drills kill their slurmd without touching other jobs
+#   SLURM_CPU_NODES   (1)      CPU-only nodes after those (no GPUs), partition "cpu": where a site's
+#                              profile sends aggregation, export, pulls and watch ticks
+#                              (execution.cpu_partition)
 #   SLURM_NODE_CPUS   (4)      CPUs declared per node (may exceed real cores)
 #   SLURM_NODE_MEM_MB (8000)   RealMemory declared per node (bookkeeping only)
 #   SLURM_NODE_GPUS   (4)      fake GPUs per node; 0 = no GRES
@@ -43,7 +46,9 @@ set -euo pipefail
 
 NCOMPUTE=${SLURM_NUM_NODES:-2}
 NDRILL=${SLURM_DRILL_NODES:-1}
-NNODES=$((NCOMPUTE + NDRILL))
+NCPUONLY=${SLURM_CPU_NODES:-1}
+NGPUNODES=$((NCOMPUTE + NDRILL))
+NNODES=$((NGPUNODES + NCPUONLY))
 NCPUS=${SLURM_NODE_CPUS:-4}
 MEM_MB=${SLURM_NODE_MEM_MB:-8000}
 NGPUS=${SLURM_NODE_GPUS:-4}
@@ -109,7 +114,9 @@ kill_pidfile() {
 }
 
 NODES=(); for i in $(seq 1 "$NNODES"); do NODES+=("node$i"); done
-NODE_RANGE="node[1-$NNODES]"; [ "$NNODES" = 1 ] && NODE_RANGE=node1
+node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
+NODE_RANGE=$(node_range 1 "$NNODES")
+GPU_NODE_RANGE=$(node_range 1 "$NGPUNODES")  # the nodes with (fake) GPUs; the CPU-only ones after
 
 # ---------------------------------------------------------------- 1. packages
 PKGS=(munge slurm-client slurmctld slurmd)
@@ -219,7 +226,10 @@ AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu
 # as many sites do (hpc-admin-2 N14): each job's submit environment is kept in the database,
 # so a secret exported to sbatch is kept there too (sacct --env-vars shows it)
-AccountingStoreFlags=job_env"
+AccountingStoreFlags=job_env
+# as sites do: a job needs an association (a user known to slurmdbd), may name only the QOS its
+# association grants, and is held to the QOS's limits (QOS short: MaxWall 30 minutes)
+AccountingStorageEnforce=associations,limits,qos"
 else
   ACCT_CONF="AccountingStorageType=accounting_storage/none"
 fi
@@ -284,20 +294,26 @@ JobCompType=jobcomp/none
 $GRES_TYPES
 EOF
 for i in $(seq 1 "$NNODES"); do
-  echo "NodeName=node$i NodeAddr=$(node_addr "$i") Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB${GRES_NODE} State=UNKNOWN"
+  gres=$GRES_NODE; [ "$i" -gt "$NGPUNODES" ] && gres=""   # CPU-only nodes: no GPUs
+  echo "NodeName=node$i NodeAddr=$(node_addr "$i") Port=$((PORT_BASE + i)) CPUs=$NCPUS RealMemory=$MEM_MB$gres State=UNKNOWN"
 done
-node_range() { if [ "$1" = "$2" ]; then echo "node$1"; else echo "node[$1-$2]"; fi; }
 echo "PartitionName=debug Nodes=$(node_range 1 "$NCOMPUTE") Default=YES MaxTime=INFINITE State=UP PriorityTier=10"
 # a site's short partition: 30 minutes at most (a sweep judge there is capped and continues in
 # successors; a model job asking more is refused)
 echo "PartitionName=short Nodes=$(node_range 1 "$NCOMPUTE") Default=NO MaxTime=30 State=UP PriorityTier=10"
 if [ "$NDRILL" -gt 0 ]; then
-  local drill; drill=$(node_range $((NCOMPUTE + 1)) "$NNODES")
+  local drill; drill=$(node_range $((NCOMPUTE + 1)) "$NGPUNODES")
   echo "PartitionName=drill Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=10"
   # preemption drills: a job in "drill" preempts one in "lowprio" (SIGTERM, 15 s grace, then gone)
   # or in "requeue" (the same, then Slurm queues it again under its id, as many sites do)
   echo "PartitionName=lowprio Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=15"
   echo "PartitionName=requeue Nodes=$drill Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=15"
+fi
+# a site's CPU-only partition: nodes without GPUs, for the jobs that need none (aggregation,
+# export, image pulls, watch ticks: execution.cpu_partition); 1 hour at most, as such
+# partitions often are
+if [ "$NCPUONLY" -gt 0 ]; then
+  echo "PartitionName=cpu Nodes=$(node_range $((NGPUNODES + 1)) "$NNODES") Default=NO MaxTime=60 State=UP PriorityTier=10"
 fi
 }
 write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
@@ -305,7 +321,7 @@ write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
 if [ "$NGPUS" -gt 0 ]; then
   # gres/gpu in 22.05 DROPS gpus without File= ("Removing file-less GPU"), so File= is required.
   write_conf $ETC/gres.conf root:root 0644 \
-    < <(printf 'AutoDetect=off\nNodeName=%s Name=gpu File=/dev/fakegpu[0-%d]\n' "$NODE_RANGE" $((NGPUS - 1)))
+    < <(printf 'AutoDetect=off\nNodeName=%s Name=gpu File=/dev/fakegpu[0-%d]\n' "$GPU_NODE_RANGE" $((NGPUS - 1)))
 else
   rm -f $ETC/gres.conf
 fi
@@ -394,9 +410,18 @@ EOF
   for u in root $SITE_USERS $EXTRA_USERS; do
     sacctmgr -n -P list user format=user | grep -qx "$u" || sacctmgr -i add user "$u" DefaultAccount=default >/dev/null
   done
-  # a QOS with a MaxWall, the way sites usually cap walltime (hpceval reads it with sacctmgr;
-  # not enforced here: AccountingStorageEnforce is unset, so any job may name it)
-  sacctmgr -n -P show qos format=name | grep -qx short || sacctmgr -i add qos short MaxWall=00:30:00 >/dev/null
+  # a QOS with a MaxWall, the way sites usually cap walltime (hpceval reads it with sacctmgr),
+  # enforced (AccountingStorageEnforce above): DenyOnLimit refuses a job above it at submit,
+  # rather than leaving it pending for ever. Granted to every user of the site beside "normal";
+  # a QOS nobody is granted ("restricted") is refused to all.
+  for q in short restricted; do
+    sacctmgr -n -P show qos format=name | grep -qx "$q" || sacctmgr -i add qos "$q" >/dev/null
+  done
+  sacctmgr -i modify qos short set MaxWall=00:30:00 Flags=DenyOnLimit >/dev/null || true
+  for u in root $SITE_USERS $EXTRA_USERS; do
+    [ "$(sacctmgr -n -P show assoc where user="$u" format=qos | sort -u)" = "normal,short" ] \
+      || sacctmgr -i modify user where name="$u" set qos=normal,short >/dev/null
+  done
 fi
 
 # ---------------------------------------------------------------- 6. slurmctld + slurmds

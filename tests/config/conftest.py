@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_sinfo import no_accounting_on_path
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user profiles or site variables leak in from the machine running the tests."""
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No user profiles, site variables or accounting database (the dev cluster's QOS grants
+    and limits) leak in from the machine running the tests."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
     monkeypatch.setenv("SCRATCH", "/scratch/alice")
@@ -15,6 +18,8 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("USER", "alice")
     monkeypatch.delenv("HPCEVAL_PROFILE_PATH", raising=False)
     monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
+    with no_accounting_on_path(tmp_path / "no-accounting-bin", monkeypatch):
+        yield
 
 
 def write(path: Path, text: str) -> Path:

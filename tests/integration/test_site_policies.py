@@ -1,7 +1,9 @@
 """The site in a box's policies as Slurm itself applies them (scripts/slurm/start-cluster.sh):
 partition `short` has a MaxTime of 30 minutes and `EnforcePartLimits=ALL` refuses a job above it
-at submit. hpceval learns the limit from Slurm (one sinfo) and refuses such a run before it
-writes or submits anything, naming the key and the fix; a run within the limit renders."""
+at submit; QOS `short` has a MaxWall of 30 minutes, enforced (`AccountingStorageEnforce=
+associations,limits,qos`, `DenyOnLimit`), and QOS `restricted` is granted to nobody. hpceval
+learns the limits and grants from Slurm (sinfo, sacctmgr, scontrol) and refuses such a run
+before it writes or submits anything, naming the key and the fix; a run within them renders."""
 
 from __future__ import annotations
 
@@ -46,6 +48,19 @@ def test_slurm_refuses_a_job_above_the_partitions_max_time(
     assert within.returncode == 0, within.stderr
 
 
+def test_slurm_enforces_the_qos_max_wall_and_grants(slurm_cluster: CommandSlurmClient) -> None:
+    def test_only(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sbatch", "--test-only", "-p", "debug", *args, "--wrap", "true"],
+                              capture_output=True, text=True, check=False)
+
+    over = test_only("-q", "short", "-t", "60")
+    assert over.returncode != 0 and "qos policy" in over.stderr.lower(), over.stderr
+    assert test_only("-q", "short", "-t", "30").returncode == 0
+    ungranted = test_only("-q", "restricted", "-t", "5")
+    assert ungranted.returncode != 0 and "invalid qos" in ungranted.stderr.lower(), (
+        ungranted.stderr)
+
+
 def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
         slurm_cluster: CommandSlurmClient, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,3 +75,19 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
     fits = hpceval("submit", str(path), "--dry-run", "-o", "execution.walltime=00:30:00")
     assert fits.returncode == 0, fits.stdout + fits.stderr
+
+    # the QOS's MaxWall (on a partition without a MaxTime) and a QOS not granted to the user
+    debug = ["-o", "execution.partition=debug"]
+    over_qos = hpceval("submit", str(path), *debug, "-o", "execution.qos=short",
+                       "-o", "execution.walltime=01:00:00")
+    assert over_qos.returncode == 2, over_qos.stdout + over_qos.stderr
+    assert "more than QOS short's MaxWall (30 minutes)" in over_qos.stderr, over_qos.stderr
+    ungranted = hpceval("submit", str(path), *debug, "-o", "execution.qos=restricted",
+                        "-o", "execution.walltime=00:10:00")
+    assert ungranted.returncode == 2, ungranted.stdout + ungranted.stderr
+    assert "execution.qos" in ungranted.stderr and "'restricted' is not a QOS" in (
+        ungranted.stderr) and "grants normal, short" in ungranted.stderr, ungranted.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+    granted = hpceval("submit", str(path), "--dry-run", *debug, "-o", "execution.qos=short",
+                      "-o", "execution.walltime=00:30:00")
+    assert granted.returncode == 0, granted.stdout + granted.stderr

@@ -2,7 +2,9 @@
 scripts/slurm/start-cluster.sh, home 0700, project group hpcproj) submits, follows and reads a
 two-model sweep in her home, in a login shell's environment (nothing of root's). Slurm's own
 record says the jobs were hers; what they wrote is hers and not world-readable; bob, of the
-same project, can neither read her results nor see her run.
+same project, can neither read her results nor see her run. The profile sends the job that
+needs no GPU (aggregation) to the site's CPU-only partition, as sites ask: it runs on the node
+without GPUs.
 
 Models: tests/fakes/oracle_server.py behind `command` deployments; task: the ask harness."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.slurm
 
 def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
     config: dict[str, Any] = sweep_config(home_dir / "runs", ORACLE)
+    config["execution"]["cpu_partition"] = "cpu"
     run_file = home_dir / "run.yaml"
     run_file.write_text(yaml.safe_dump(config), encoding="utf-8")
     os.chown(run_file, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
@@ -50,6 +54,10 @@ def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
     assert sorted(jobs) == ["aggregate", "main"], run["jobs"]
     for job_id in jobs.values():
         assert sacct_ended(job_id) == ({USER}, {"COMPLETED"}), job_id
+    placed = subprocess.run(["sacct", "-n", "-P", "-X", "-j", jobs["aggregate"], "-o",
+                             "Partition,NodeList,AllocTRES"], capture_output=True, text=True,
+                            check=True).stdout.split("|")
+    assert placed[:2] == ["cpu", "node4"] and "gpu" not in placed[2], placed
     results = run_dir / "results.csv"
     assert results.is_file(), sorted(p.name for p in run_dir.iterdir())
     # everything the run wrote is hers and, with the profile's umask (0027), not world-readable

@@ -1,12 +1,13 @@
 """What the cluster allows, learned from Slurm itself: whether a partition exists, its MaxTime,
 the MaxWall of the QOS a profile names, and the MaxWall of the user's association (user,
-account, partition: the usual ways sites cap walltime).
+account, partition: the usual ways sites cap walltime); the QOS an association grants, and
+whether the controller enforces that grant (``AccountingStorageEnforce``).
 
 One ``sinfo`` call per partition, one ``sacctmgr`` call per QOS and one per account (the
-association's, all its partitions at once), per process (cached): a sweep of a thousand models
-asks once, and ``hpceval doctor`` reads the same answers. No sinfo or sacctmgr here (render on a
-laptop; a site without slurmdbd), an error, or a time-out: None, and nothing is capped or
-refused on its account.
+association's, all its partitions at once), one ``scontrol show config``, per process
+(cached): a sweep of a thousand models asks once, and ``hpceval doctor`` reads the same
+answers. No sinfo or sacctmgr here (render on a laptop; a site without slurmdbd), an error, or
+a time-out: None, and nothing is capped or refused on its account.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class Association:
     partition: str  # "": the user's association for the partitions without one of their own
     max_minutes: int | None  # None: no MaxWall, on it or on an account above it
     default_qos: str = ""  # the QOS of a job that names none ("": none set)
+    granted_qos: tuple[str, ...] = ()  # the QOS a job of it may name (): not known
 
     @property
     def label(self) -> str:
@@ -118,6 +120,9 @@ def user_name() -> str | None:
         return None
 
 
+ASSOCIATION_FIELDS = "cluster,account,partition,maxwall,defaultqos,qos"
+
+
 @functools.cache
 def associations(user: str, account: str | None) -> tuple[Association, ...] | None:
     """The associations of ``user`` with ``account`` (None: the user's default account, as a
@@ -127,12 +132,14 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
     one of its own carries its account's, or that account's parent's."""
     which = f"account={account}" if account else "onlydefaults"
     out = _ask(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", which,
-                "format=cluster,account,partition,maxwall,defaultqos"])
+                f"format={ASSOCIATION_FIELDS}"])
     if out is None:
         return None
     rows = [line.strip().split("|") for line in out.splitlines()]
-    return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), qos)
-                 for cluster, acct, part, limit, qos in (row for row in rows if len(row) == 5))
+    return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), default,
+                             tuple(name for name in granted.split(",") if name))
+                 for cluster, acct, part, limit, default, granted in
+                 (row for row in rows if len(row) == 6))
 
 
 def job_association(partition: str | None, account: str | None) -> Association | None:
@@ -206,3 +213,30 @@ def capped_walltime(walltime: str, partition: str | None, qos: str | None = None
     if wanted is None or limit is None or wanted <= limit.minutes:
         return walltime, None
     return str(limit.minutes), limit
+
+
+@functools.cache
+def enforced() -> frozenset[str] | None:
+    """What the controller's ``AccountingStorageEnforce`` holds (associations, limits, qos,
+    safe, ...); None when ``scontrol show config`` cannot be asked. Without ``qos`` there, a
+    job may name a QOS its association does not grant."""
+    out = _ask(["scontrol", "show", "config"])
+    if out is None:
+        return None
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "AccountingStorageEnforce":
+            return frozenset(word.strip() for word in value.strip().split(",")
+                             if word.strip() and word.strip() != "(null)")
+    return frozenset()
+
+
+def ungranted_qos(qos: str, partition: str | None, account: str | None) -> Association | None:
+    """The association a job of ``partition`` and ``account`` runs under when it does not
+    grant QOS ``qos`` and the controller enforces grants (Slurm refuses such a job: "Invalid
+    qos specification"); None when it grants it, or that cannot be learned."""
+    assoc = job_association(partition, account)
+    if assoc is None or not assoc.granted_qos or qos in assoc.granted_qos:
+        return None
+    rules = enforced()
+    return assoc if rules is not None and "qos" in rules else None

@@ -24,7 +24,8 @@ HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "c
 def spec_issues(ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
     """Every issue of ``ex`` a Slurm job could not carry; ``ask``: sinfo, sacctmgr may be asked
     for the walltime's limits (at submit, not when rendering on another machine)."""
-    return [*_walltime_issues(ex, ask), *_flag_issues(ex), *_text_issues(ex)]
+    return [*_qos_issues(ex, ask), *_walltime_issues(ex, ask), *_flag_issues(ex),
+            *_text_issues(ex)]
 
 
 def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
@@ -32,6 +33,18 @@ def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
         return ConfigIssue(key, f"{text!r} contains a newline or control character, which "
                            "cannot be written on an #SBATCH line", "remove it")
     return None
+
+
+def _qos_issues(ex: ExecutionView, ask: bool) -> Iterator[ConfigIssue]:
+    from hpceval.backends.slurm.partitions import ungranted_qos
+
+    assoc = ungranted_qos(ex.qos, ex.partition, ex.account) if ask and ex.qos else None
+    if assoc is not None:
+        yield ConfigIssue("execution.qos", f"{ex.qos!r} is not a QOS that {assoc.label} may "
+                          f"use (it grants {', '.join(assoc.granted_qos)}): {SUBMIT} would "
+                          "refuse the job (Invalid qos specification)",
+                          f"set execution.qos to one of {', '.join(assoc.granted_qos)}, or to "
+                          "null for your default QOS (your site's admins grant others)")
 
 
 def _walltime_issues(ex: ExecutionView, ask: bool) -> Iterator[ConfigIssue]:

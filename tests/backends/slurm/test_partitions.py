@@ -63,7 +63,7 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
 
 
 # Association rows as `sacctmgr -n -P show associations user=alice account=A|onlydefaults
-# format=cluster,account,partition,maxwall,defaultqos` prints them: a row's MaxWall is its own
+# format=cluster,account,partition,maxwall,defaultqos,qos` prints them: a row's MaxWall is its own
 # or, where it sets none, its account's (sacctmgr fills the parents' limits in by default).
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
@@ -76,13 +76,14 @@ if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall" ]; then
   exit 0
 fi
 [ "$1 $2 $3 $4 $5 $7 $#" = \
-  "-n -P show associations user=alice format=cluster,account,partition,maxwall,defaultqos 7" ] \
+  "-n -P show associations user=alice format=cluster,account,partition,maxwall,defaultqos,qos 7" ] \
   || { echo "bad: $*" >&2; exit 2; }
 case $6 in
-  account=proj1|onlydefaults) printf 'c1|proj1||04:00:00|\nc1|proj1|gpu|01:00:00|\n' ;;
-  account=proj2) echo "c1|proj2|||short" ;;
-  account=twins) printf 'c1|twins||04:00:00|\nc2|twins||04:00:00|\n' ;;
-  account=split) printf 'c1|split||04:00:00|\nc2|split||08:00:00|\n' ;;
+  account=proj1|onlydefaults) printf '%s\n' 'c1|proj1||04:00:00||long,normal,open,short' \
+                                            'c1|proj1|gpu|01:00:00||long,normal,open,short' ;;
+  account=proj2) echo "c1|proj2|||short|normal,short" ;;
+  account=twins) printf 'c1|twins||04:00:00||\nc2|twins||04:00:00||\n' ;;
+  account=split) printf 'c1|split||04:00:00||\nc2|split||08:00:00||\n' ;;
   account=down) echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
                 exit 1 ;;
 esac
@@ -213,10 +214,10 @@ def test_an_association_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
         time_limit("long", None, "proj1")
     asked = fake_sacctmgr.read_text().splitlines()
     assert asked.count("-n -P show associations user=alice account=proj1 "
-                       "format=cluster,account,partition,maxwall,defaultqos") == 1
+                       "format=cluster,account,partition,maxwall,defaultqos,qos") == 1
     assert [line for line in asked if "onlydefaults" in line] == [
         "-n -P show associations user=alice onlydefaults "
-        "format=cluster,account,partition,maxwall,defaultqos"]
+        "format=cluster,account,partition,maxwall,defaultqos,qos"]
 
 
 def test_no_accounting_is_no_association_limit_and_never_a_refusal(
@@ -332,3 +333,36 @@ def test_every_unambiguous_prefix_of_comment_sets_the_comment() -> None:
 
     assert [f for f in ("c", "co", "com", "comm", "comment", "comments", "cpus") if
             sets_comment(f)] == ["com", "comm", "comment"]
+
+
+def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_grants(
+        fake_sacctmgr: Path, tmp_path: Path) -> None:
+    # the site in a box enforces grants (AccountingStorageEnforce=...,qos): sbatch refuses a
+    # job naming a QOS its association does not grant, "Invalid qos specification"
+    from hpceval.backends.slurm.partitions import enforced, ungranted_qos
+    from hpceval.config import load_config
+    from hpceval.config.errors import ConfigError
+
+    run = tmp_path / "run.yaml"
+    run.write_text("deployment: {type: none}\n"
+                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
+                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    wants_long = ["execution.partition=long", "execution.account=proj2", "execution.qos=long",
+                  "execution.walltime=00:20:00"]
+    # not enforced (the controller's default): Slurm takes the job, so hpceval does too
+    assert enforced() == frozenset({"none"})
+    load_config(run, wants_long, profile="slurm")
+    (fake_sacctmgr.parent / "enforce").write_text("associations,limits,qos\n")
+    enforced.cache_clear()
+    assert enforced() == frozenset({"associations", "limits", "qos"})
+    assert ungranted_qos("short", "long", "proj2") is None
+    assert ungranted_qos("long", "long", "proj1") is None  # proj1 grants long
+    with pytest.raises(ConfigError) as refused:
+        load_config(run, wants_long, profile="slurm")
+    text = str(refused.value)
+    assert "execution.qos" in text and "'long' is not a QOS that alice's association with " \
+        "account proj2 may use (it grants normal, short)" in text, text
+    assert "set execution.qos to one of normal, short, or to null" in text, text
+    # an association whose grants sacctmgr does not show: nothing is refused on its account
+    assert ungranted_qos("long", "long", "twins") is None
+    enforced.cache_clear()
