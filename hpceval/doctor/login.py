@@ -18,6 +18,7 @@ from typing import Protocol
 
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
 from hpceval.backends.slurm.commands import LIMITS, SUBMIT, TEST_ONLY
+from hpceval.backends.slurm.formats import overridden_inputs
 from hpceval.backends.slurm.header import HeaderLine, header_lines
 from hpceval.backends.slurm.partitions import (
     association_limit,
@@ -130,6 +131,29 @@ def association_line(ex: ExecutionSpec) -> Line:
                     f"-o execution.walltime="
                     f"{wall.minutes} or less (auto-resume continues in a new allocation)")
     return Line(LOGIN, key, Status.OK, limit)
+
+
+def submit_environment_line(spec: RunSpec, environ: Mapping[str, str]) -> Line:
+    """The submit shell's SBATCH_* variables: those for an option the job sets itself are
+    left out at submit (formats.overridden_inputs, the client's one rule), the others apply."""
+    check = "submit environment"
+    found = sorted(name for name in environ if name.startswith("SBATCH_"))
+    if not found:
+        return Line(LOGIN, check, Status.OK, f"no SBATCH_* variable for {SUBMIT}")
+    header = test_only_header(spec, Path(spec.execution.output_dir))
+    script = "\n".join(["#!/bin/bash", *(line.text() for line in header), "true"])
+    left_out = overridden_inputs(script, [], dict(environ))
+    applied = [f"{name}={environ[name]}" for name in found if name not in left_out]
+    applies = f"{', '.join(applied)} applied (the job leaves those options unset)" \
+        if applied else ""
+    if not left_out:
+        return Line(LOGIN, check, Status.OK, applies)
+    return Line(LOGIN, check, Status.WARNING,
+                f"{', '.join(f'{name}={environ[name]}' for name in left_out)} not applied: the "
+                "job sets those options itself, as hpceval render shows"
+                + (f"; {applies}" if applies else ""),
+                "unset them, or leave the profile's key unset (null) to take the "
+                "environment's value")
 
 
 def test_only_line(spec: RunSpec, client: ProbingClient, folder: Path | None) -> Line:

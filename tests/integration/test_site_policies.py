@@ -91,3 +91,45 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     granted = hpceval("submit", str(path), "--dry-run", *debug, "-o", "execution.qos=short",
                       "-o", "execution.walltime=00:30:00")
     assert granted.returncode == 0, granted.stdout + granted.stderr
+
+
+def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site module's SBATCH_PARTITION and a user's SBATCH_TIMELIMIT override a script's own
+    #SBATCH lines in sbatch: the job runs where and as long as the profile says (as render
+    shows), not in `short` for one minute; an unset key's variable still applies and is
+    checked (tests/backends/slurm/test_submit_environment.py)."""
+    import json
+    import os
+
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
+                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SBATCH_PARTITION", "short")
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "1")
+    path = run_file(tmp_path)
+    submitted = hpceval("submit", str(path), "-o", "execution.partition=debug",
+                        "-o", "execution.walltime=00:40:00")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    assert "not applied from your environment: SBATCH_PARTITION=short, SBATCH_TIMELIMIT=1" in (
+        submitted.stderr), submitted.stderr
+    status = json.loads(hpceval("status", "--json", "--output-dir",
+                                str(tmp_path / "runs")).stdout or "[]")
+    job_ids = [job["id"] for run in status for job in run["jobs"]]
+    assert job_ids, status
+    try:
+        placed = subprocess.run(["squeue", "--states=all", "-h", "-o", "%P|%l", "-j",
+                                 ",".join(job_ids)], capture_output=True, text=True,
+                                check=True, env={k: v for k, v in os.environ.items()
+                                                 if not k.startswith("SBATCH_")}).stdout
+        assert {line for line in placed.splitlines() if line} <= {"debug|40:00"}, placed
+        assert placed.strip(), job_ids
+    finally:
+        subprocess.run(["scancel", *job_ids], check=False)
+
+    # unset in the profile: the environment's partition is the job's, and its limit is checked
+    over = hpceval("submit", str(path), "-o", "execution.partition=null",
+                   "-o", "execution.walltime=00:40:00")
+    assert over.returncode == 2, over.stdout + over.stderr
+    assert "(from your environment: SBATCH_PARTITION=short)" in over.stderr, over.stderr

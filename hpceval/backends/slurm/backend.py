@@ -300,11 +300,12 @@ class SlurmBackend:
         """Within the partition's, QOS's and association's limits; where no partition can be
         seen (render on a machine without Slurm) none is known: one allocation's
         execution.walltime (submit refuses a longer one), continued in successors."""
-        from hpceval.backends.slurm.partitions import capped_walltime, partition_seen
+        from hpceval.backends.slurm.partitions import capped_walltime, job_place, partition_seen
 
-        if not partition_seen(ex.partition):
+        place = job_place(ex)
+        if not partition_seen(place.partition):
             return ex.walltime, True
-        walltime, capped = capped_walltime(wanted, ex.partition, ex.qos, ex.account)
+        walltime, capped = capped_walltime(wanted, place.partition, place.qos, place.account)
         return walltime, capped is not None
 
     def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from hpceval.backends.slurm.formats import overridden_inputs
 from hpceval.backends.slurm.records import (
     DEFAULT_MAX_ARRAY_SIZE,
     SACCT_FIELDS,
@@ -112,8 +113,9 @@ class CommandSlurmClient:
         args = ["--parsable", *extra_args]
         if dependency:
             args.append(f"--dependency={dependency}")
+        ignored = _overridden(script_path, args)
         args += [str(script_path), *script_args]
-        command, result = self._run("sbatch", args)
+        command, result = self._run("sbatch", args, unset=ignored)
         try:
             return parse_sbatch_id(result.stdout)
         except SlurmParseError as exc:
@@ -137,7 +139,9 @@ class CommandSlurmClient:
     def test_only(self, script_path: Path, *, extra_args: Sequence[str] = ()) -> str:
         """``sbatch --test-only``: would Slurm take this job (partition, account, QOS, limits)?
         Queues nothing; returns sbatch's answer ("Job N to start at ..."), SlurmError if not."""
-        _, result = self._run("sbatch", ["--test-only", *extra_args, str(script_path)])
+        args = ["--test-only", *extra_args]
+        ignored = _overridden(script_path, args)
+        _, result = self._run("sbatch", [*args, str(script_path)], unset=ignored)
         return (result.stderr or result.stdout).strip()
 
     def sacct(
@@ -191,12 +195,14 @@ class CommandSlurmClient:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _run(
-        self, program: str, args: Sequence[str], *, tolerate_gone: bool = False
+        self, program: str, args: Sequence[str], *, tolerate_gone: bool = False,
+        unset: Sequence[str] = (),
     ) -> tuple[list[str], subprocess.CompletedProcess[str]]:
         executable = str(self._bin_dir / program) if self._bin_dir else program
         command = [executable, *args]
         # A user's SLURM_TIME_FORMAT=relative would turn timestamps into "Tomorrow 10:00".
-        env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
+        env = {**{k: v for k, v in os.environ.items() if k not in unset},
+               "SLURM_TIME_FORMAT": "standard"}
         log.debug("running %s", command)
         try:
             result = self._runner(
@@ -217,6 +223,21 @@ class CommandSlurmClient:
         if result.returncode != 0 and not (tolerate_gone and _only_gone(result.stderr)):
             raise SlurmError(command, result.returncode, result.stderr)
         return command, result
+
+
+def _overridden(script_path: Path, args: Sequence[str]) -> list[str]:
+    """The submit environment's SBATCH_* variables that would override what the job sets
+    itself (formats.overridden_inputs), said once per submit: they are left out."""
+    try:
+        text = script_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""  # sbatch names the missing script itself
+    ignored = overridden_inputs(text, list(args), dict(os.environ))
+    if ignored:
+        log.warning("not applied from your environment: %s (the job sets those options "
+                    "itself, as hpceval render shows)",
+                    ", ".join(f"{name}={os.environ[name]}" for name in ignored))
+    return ignored
 
 
 def _only_gone(stderr: str) -> bool:

@@ -56,3 +56,42 @@ def carries_run(comment: str, invocation_id: str) -> bool:
     """Whether a job's comment (squeue %k) is one `run_comment` wrote for this run."""
     return (f"hpceval:{invocation_id}" in comment.split()
             or f'"hpceval":"{invocation_id}"' in comment)
+
+
+# sbatch's input environment variables: an SBATCH_<OPTION> of the submit shell (a site's module,
+# a user's .bashrc) overrides the script's own #SBATCH line for that option. These three are
+# not named after their option.
+_INPUT_NAMES = {"time": "SBATCH_TIMELIMIT", "array": "SBATCH_ARRAY_INX",
+                "mem": "SBATCH_MEM_PER_NODE"}
+# A directive line: sbatch reads them up to the script's first command.
+_DIRECTIVE = re.compile(r"^#SBATCH\s+--([a-z][a-z0-9-]*)")
+
+
+def input_variable(option: str) -> str:
+    """The submit environment's variable that sets long option ``option`` ("partition" ->
+    SBATCH_PARTITION, "time" -> SBATCH_TIMELIMIT)."""
+    return _INPUT_NAMES.get(option, "SBATCH_" + option.upper().replace("-", "_"))
+
+
+def script_options(text: str) -> list[str]:
+    """The long options a job script's #SBATCH lines set, as sbatch reads them: from the line
+    after the interpreter's up to the first line that is neither a comment nor blank."""
+    options = []
+    for line in text.splitlines()[1:]:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if match := _DIRECTIVE.match(stripped):
+            options.append(match.group(1))
+    return options
+
+
+def overridden_inputs(script_text: str, args: list[str], environ: dict[str, str]) -> list[str]:
+    """The variables of ``environ`` that sbatch would let override what the script (its
+    #SBATCH lines) or the command line (``args``) sets: the job must be what `hpceval render`
+    shows, so these are left out of sbatch's environment. A variable for an option the job
+    leaves unset (an SBATCH_ACCOUNT where execution.account is null) still applies."""
+    options = {*script_options(script_text),
+               *(arg[2:].partition("=")[0] for arg in args if arg.startswith("--"))}
+    return sorted(name for name in {input_variable(option) for option in options}
+                  if name in environ)

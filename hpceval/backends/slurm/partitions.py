@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import functools
 import getpass
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
+from hpceval.backends.slurm.formats import input_variable
+from hpceval.backends.views import ExecutionView
 from hpceval.durations import walltime_minutes
 
 SINFO_TIMEOUT_S = 10
@@ -240,3 +243,32 @@ def ungranted_qos(qos: str, partition: str | None, account: str | None) -> Assoc
         return None
     rules = enforced()
     return assoc if rules is not None and "qos" in rules else None
+
+
+@dataclass(frozen=True)
+class JobPlace:
+    """Where a job runs and under what: the profile's partition, QOS and account, or, where it
+    leaves one unset, what sbatch takes from the submit environment (SBATCH_PARTITION ...:
+    formats.overridden_inputs leaves out only those the job sets itself)."""
+
+    partition: str | None
+    qos: str | None
+    account: str | None
+    from_environment: tuple[str, ...] = ()  # "SBATCH_PARTITION=short", ...
+
+    @property
+    def note(self) -> str:
+        """For messages: where an unset key's value came from ("" when from none)."""
+        return (f" (from your environment: {', '.join(self.from_environment)})"
+                if self.from_environment else "")
+
+
+def job_place(ex: ExecutionView) -> JobPlace:
+    values, used = {}, []
+    for option, value in (("partition", ex.partition), ("qos", ex.qos),
+                          ("account", ex.account)):
+        if value is None and (found := os.environ.get(input_variable(option))):
+            value = found
+            used.append(f"{input_variable(option)}={found}")
+        values[option] = value
+    return JobPlace(values["partition"], values["qos"], values["account"], tuple(used))

@@ -36,28 +36,32 @@ def sbatch_text_issue(text: str, key: str) -> ConfigIssue | None:
 
 
 def _qos_issues(ex: ExecutionView, ask: bool) -> Iterator[ConfigIssue]:
-    from hpceval.backends.slurm.partitions import ungranted_qos
+    from hpceval.backends.slurm.partitions import job_place, ungranted_qos
 
-    assoc = ungranted_qos(ex.qos, ex.partition, ex.account) if ask and ex.qos else None
+    if not ask:
+        return
+    place = job_place(ex)
+    assoc = ungranted_qos(place.qos, place.partition, place.account) if place.qos else None
     if assoc is not None:
-        yield ConfigIssue("execution.qos", f"{ex.qos!r} is not a QOS that {assoc.label} may "
-                          f"use (it grants {', '.join(assoc.granted_qos)}): {SUBMIT} would "
-                          "refuse the job (Invalid qos specification)",
+        yield ConfigIssue("execution.qos", f"{place.qos!r}{place.note} is not a QOS that "
+                          f"{assoc.label} may use (it grants {', '.join(assoc.granted_qos)}): "
+                          f"{SUBMIT} would refuse the job (Invalid qos specification)",
                           f"set execution.qos to one of {', '.join(assoc.granted_qos)}, or to "
                           "null for your default QOS (your site's admins grant others)")
 
 
 def _walltime_issues(ex: ExecutionView, ask: bool) -> Iterator[ConfigIssue]:
-    from hpceval.backends.slurm.partitions import time_limit
+    from hpceval.backends.slurm.partitions import job_place, time_limit
 
     wall = walltime_minutes(ex.walltime)
     if not ask or not wall:
         return
-    limit = time_limit(ex.partition, ex.qos, ex.account)
+    place = job_place(ex)
+    limit = time_limit(place.partition, place.qos, place.account)
     if limit is not None and wall > limit.minutes:
         yield ConfigIssue("execution.walltime", f"{ex.walltime} is more than {limit.what} "
-                          f"({limit.minutes} minutes): {SUBMIT} would refuse the job or "
-                          "leave it pending for ever",
+                          f"({limit.minutes} minutes){place.note}: {SUBMIT} would refuse the "
+                          "job or leave it pending for ever",
                           f"set execution.walltime to {limit.minutes} minutes or less "
                           "(auto-resume continues in a new allocation)")
 
