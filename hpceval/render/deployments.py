@@ -255,6 +255,14 @@ SERVER_CACHES = (("VLLM_CACHE_ROOT", "/vllm"), ("TORCHINDUCTOR_CACHE_DIR", "/ind
                  ("TRITON_CACHE_DIR", "/triton"),
                  ("FLASHINFER_WORKSPACE_BASE", "/flashinfer"), ("CUDA_CACHE_PATH", "/nv-compute"),
                  ("XDG_CACHE_HOME", ""))
+# A host server's temporary files too, beside its caches in its step's private folder (the
+# step makes both, templates/deployment/_launch.j2; only the caches are published to the
+# compile store): Python's tempfile, and so Inductor's precompiled headers, which ignore
+# TORCHINDUCTOR_CACHE_DIR and take /tmp/torchinductor_$USER, a name another user can make first
+# (then the server dies on a PermissionError, or loads what was planted). Not for containers:
+# their cache root is on shared storage, where vLLM's ZMQ sockets (made in the temp folder)
+# would not work and a long path exceeds a socket name's 107 bytes.
+HOST_SERVER_TEMP = ("TMPDIR", "$private/tmp")
 # A container server's cache root: the deployment's server folder on shared storage (made by
 # the batch shell, see _instances.j2), bound in, because a bind's source must exist on every
 # node before the container starts.

@@ -20,7 +20,7 @@ from hpceval.engines import engine_for
 from hpceval.engines.vllm import VLLM_VERSION as VLLM_VERSION
 from hpceval.interceptors import Interceptor, chain_json, routes_json
 from hpceval.render.context import JobContext, backend_view, job_backend
-from hpceval.render.deployments import SERVER_CACHES, deployment_view
+from hpceval.render.deployments import HOST_SERVER_TEMP, SERVER_CACHES, deployment_view
 from hpceval.render.judge_in_job import proxy_views
 from hpceval.render.ports import PortPlan
 from hpceval.render.pull import pull_dir
@@ -126,7 +126,9 @@ def build_context(resolved: ResolvedConfig, ctx: JobContext, *, sockets: bool = 
         "any_socket": any(inst["socket"] for d in served for inst in d["instances"]),
         # a server runs from the host: its step makes a private cache folder on its node
         "private_cache": any(d["private_cache"] and d["instances"] for d in served),
-        "server_caches": ShellCode(" ".join(f"{name}=$cache{sub}" for name, sub in SERVER_CACHES)),
+        "server_caches": ShellCode(" ".join(
+            [*(f"{name}=$cache{sub}" for name, sub in SERVER_CACHES), "=".join(HOST_SERVER_TEMP)])),
+        "server_temp": ShellCode(f'"{HOST_SERVER_TEMP[1]}"'),
         "pulls": pulls,
         "health_timeout": max([d["health_timeout"] for d in served] or [dep.health_timeout]),
         "instances": model["instances"],

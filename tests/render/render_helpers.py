@@ -58,3 +58,11 @@ def backend_env(script: str) -> str:
     script with the scheduler's variables in its environment."""
     start = script.index("\n{\n  export HPCEVAL_JOB_ID=") + 1
     return script[start:script.index("\n}\n", start) + 3]
+
+
+# A vLLM model served on a cluster, and a run of one task against it (test_site_servers.py,
+# test_server_images.py).
+SERVER_MODEL = {"type": "vllm", "checkpoint_path": "/models/m", "served_model_name": "m",
+                "tensor_parallel_size": 8}
+SERVER_RUN: dict[str, Any] = {"deployment": SERVER_MODEL,
+                              "evaluation": {"tasks": [{"name": "boxed_chat"}]}}
