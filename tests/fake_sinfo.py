@@ -2,7 +2,8 @@
 records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reaches no
 accounting database, as on a site without slurmdbd (a test that needs its answers writes its
 own fake over it), so no test asks the machine's real one, and an `scontrol` whose `show
-config` enforces what the file `enforce` beside it holds (none when it is absent). partitions
+config` enforces what the file `enforce` beside it holds (none when it is absent), and whose
+`-o show partition P` gives P the QOS the file `partition-qos` names ("P QOS" lines). partitions
 caches sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
 before and after."""
 
@@ -19,6 +20,8 @@ from hpceval.backends.slurm.partitions import (
     associations,
     enforced,
     partition_info,
+    partition_qos,
+    qos_info,
     qos_max_minutes,
 )
 
@@ -27,14 +30,21 @@ echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
 exit 1
 '''
 SCONTROL = r'''#!/bin/bash
+here=$(dirname "$0")
+if [ "$#" = 4 ] && [ "$1 $2 $3" = "-o show partition" ]; then
+  qos=$(awk -v p="$4" '$1 == p {print $2}' "$here/partition-qos" 2>/dev/null)
+  echo "PartitionName=$4 AllowQos=ALL QoS=${qos:-N/A} State=UP"
+  exit 0
+fi
 [ "$*" = "show config" ] || { echo "unexpected arguments: $*" >&2; exit 2; }
-echo "AccountingStorageEnforce = $(cat "$(dirname "$0")/enforce" 2>/dev/null || echo none)"
+echo "AccountingStorageEnforce = $(cat "$here/enforce" 2>/dev/null || echo none)"
 echo "MaxArraySize            = 1001"
 '''
 
 
 def _clear() -> None:
-    for cached in (partition_info, qos_max_minutes, associations, enforced):
+    for cached in (partition_info, qos_info, qos_max_minutes, partition_qos, associations,
+                   enforced):
         cached.cache_clear()
 
 

@@ -25,6 +25,7 @@ from hpceval.backends.slurm.partitions import (
     associations,
     job_association,
     partition_info,
+    partition_qos,
     qos_max_minutes,
     user_name,
 )
@@ -82,10 +83,21 @@ def partition_lines(ex: ExecutionSpec) -> list[Line]:
                                   f"{ex.walltime} is longer ({SUBMIT} refuses it)",
                                   f"-o execution.walltime={info.max_minutes} or less"))
             else:
-                lines.append(Line(LOGIN, key, Status.OK, f"{info.name}: MaxTime {limit}"))
+                lines.append(Line(LOGIN, key, Status.OK, f"{info.name}: MaxTime {limit}"
+                                  f"{_own_qos(info.name)}"))
     if ex.qos:
         lines.append(_qos_line(ex, ex.qos))
     return lines
+
+
+def _own_qos(partition: str | None) -> str:
+    """The partition's own QOS for its line: its MaxWall caps every job there (submit checks
+    it with the other limits, partitions.time_limit)."""
+    own = partition_qos(partition) if partition else None
+    if own is None:
+        return ""
+    wall = qos_max_minutes(own)
+    return f"; its own QOS {own}" + (f" (MaxWall {wall} minutes)" if wall is not None else "")
 
 
 def _qos_line(ex: ExecutionSpec, qos: str) -> Line:

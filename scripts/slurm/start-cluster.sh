@@ -233,6 +233,8 @@ AccountingStorageEnforce=associations,limits,qos"
 else
   ACCT_CONF="AccountingStorageType=accounting_storage/none"
 fi
+# partition cpu's own QOS: it must exist in the accounting database before slurmctld reads it
+CPU_PARTITION_QOS=""; [ "$ACCT" = 1 ] && CPU_PARTITION_QOS=cpujobs
 GRES_NODE=""; GRES_TYPES=""
 if [ "$NGPUS" -gt 0 ]; then GRES_NODE=" Gres=gpu:$NGPUS"; GRES_TYPES="GresTypes=gpu"; fi
 
@@ -313,7 +315,9 @@ fi
 # export, image pulls, watch ticks: execution.cpu_partition); 1 hour at most, as such
 # partitions often are
 if [ "$NCPUONLY" -gt 0 ]; then
-  echo "PartitionName=cpu Nodes=$(node_range $((NGPUNODES + 1)) "$NNODES") Default=NO MaxTime=60 State=UP PriorityTier=10"
+  # its own QOS (cpujobs, made below when accounting is on: MaxWall 45 minutes), which caps
+  # every job there before the job's own QOS does, as partition QOS do
+  echo "PartitionName=cpu Nodes=$(node_range $((NGPUNODES + 1)) "$NNODES") Default=NO MaxTime=60 State=UP PriorityTier=10${CPU_PARTITION_QOS:+ QOS=$CPU_PARTITION_QOS}"
 fi
 }
 write_conf $ETC/slurm.conf root:root 0644 < <(gen_slurm_conf)
@@ -414,10 +418,13 @@ EOF
   # enforced (AccountingStorageEnforce above): DenyOnLimit refuses a job above it at submit,
   # rather than leaving it pending for ever. Granted to every user of the site beside "normal";
   # a QOS nobody is granted ("restricted") is refused to all.
-  for q in short restricted; do
+  # QOS cpujobs is partition cpu's own QOS (slurm.conf above), granted to nobody: a partition's
+  # QOS applies to every job there whatever QOS the job names.
+  for q in short restricted cpujobs; do
     sacctmgr -n -P show qos format=name | grep -qx "$q" || sacctmgr -i add qos "$q" >/dev/null
   done
   sacctmgr -i modify qos short set MaxWall=00:30:00 Flags=DenyOnLimit >/dev/null || true
+  sacctmgr -i modify qos cpujobs set MaxWall=00:45:00 Flags=DenyOnLimit >/dev/null || true
   for u in root $SITE_USERS $EXTRA_USERS; do
     [ "$(sacctmgr -n -P show assoc where user="$u" format=qos | sort -u)" = "normal,short" ] \
       || sacctmgr -i modify user where name="$u" set qos=normal,short >/dev/null

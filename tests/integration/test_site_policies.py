@@ -1,7 +1,8 @@
 """The site in a box's policies as Slurm itself applies them (scripts/slurm/start-cluster.sh):
 partition `short` has a MaxTime of 30 minutes and `EnforcePartLimits=ALL` refuses a job above it
 at submit; QOS `short` has a MaxWall of 30 minutes, enforced (`AccountingStorageEnforce=
-associations,limits,qos`, `DenyOnLimit`), and QOS `restricted` is granted to nobody. hpceval
+associations,limits,qos`, `DenyOnLimit`), QOS `restricted` is granted to nobody, and partition
+`cpu` has a QOS of its own (`cpujobs`, 45 minutes) that counts before the job's. hpceval
 learns the limits and grants from Slurm (sinfo, sacctmgr, scontrol) and refuses such a run
 before it writes or submits anything, naming the key and the fix; a run within them renders."""
 
@@ -59,6 +60,14 @@ def test_slurm_enforces_the_qos_max_wall_and_grants(slurm_cluster: CommandSlurmC
     ungranted = test_only("-q", "restricted", "-t", "5")
     assert ungranted.returncode != 0 and "invalid qos" in ungranted.stderr.lower(), (
         ungranted.stderr)
+    # partition cpu's own QOS (cpujobs, 45 minutes) caps every job there, and before the job's
+    # own QOS: short's 30 minutes do not count in cpu
+    def on_cpu(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sbatch", "--test-only", "-p", "cpu", *args, "--wrap", "true"],
+                              capture_output=True, text=True, check=False)
+
+    assert on_cpu("-t", "50").returncode != 0 and on_cpu("-t", "45").returncode == 0
+    assert on_cpu("-q", "short", "-t", "40").returncode == 0
 
 
 def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
@@ -91,6 +100,17 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     granted = hpceval("submit", str(path), "--dry-run", *debug, "-o", "execution.qos=short",
                       "-o", "execution.walltime=00:30:00")
     assert granted.returncode == 0, granted.stdout + granted.stderr
+
+    # the partition's own QOS: refused above it; and it, not the job's QOS, is what counts
+    cpu = ["-o", "execution.partition=cpu"]
+    over_own = hpceval("submit", str(path), *cpu, "-o", "execution.walltime=00:50:00")
+    assert over_own.returncode == 2, over_own.stdout + over_own.stderr
+    assert "more than QOS cpujobs's MaxWall (partition cpu's own QOS) (45 minutes)" in (
+        over_own.stderr), over_own.stderr
+    assert not (tmp_path / "runs").exists()
+    within_own = hpceval("submit", str(path), "--dry-run", *cpu, "-o", "execution.qos=short",
+                         "-o", "execution.walltime=00:40:00")
+    assert within_own.returncode == 0, within_own.stdout + within_own.stderr
 
 
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(

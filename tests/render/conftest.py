@@ -37,6 +37,8 @@ def site_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_info",
                         lambda p: Partition(p, True, None))
     monkeypatch.setattr("hpceval.backends.slurm.partitions.qos_max_minutes", lambda _q: None)
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.qos_info", lambda _q: None)
+    monkeypatch.setattr("hpceval.backends.slurm.partitions.partition_qos", lambda _p: None)
     monkeypatch.setattr("hpceval.backends.slurm.partitions.job_association",
                         lambda _p, _a: None)
     yield

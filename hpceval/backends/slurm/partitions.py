@@ -82,15 +82,48 @@ def partition_max_minutes(partition: str | None) -> int | None:
     return info.max_minutes if info is not None else None
 
 
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    max_minutes: int | None  # None: no MaxWall
+    flags: frozenset[str]  # PartitionTimeLimit, OverPartQOS, DenyOnLimit, ...
+
+
+@functools.cache
+def qos_info(qos: str) -> Qos | None:
+    """QOS ``qos`` as the accounting database holds it (one sacctmgr call); None when it
+    cannot be learned (no sacctmgr, no such QOS, an error)."""
+    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=name,maxwall,flags"])
+    for line in (out or "").splitlines():
+        name, limit, flags = [*line.strip().split("|"), "", ""][:3]
+        if name == qos:
+            return Qos(name, _limit_minutes(limit),
+                       frozenset(flag for flag in flags.split(",") if flag))
+    return None
+
+
 @functools.cache
 def qos_max_minutes(qos: str) -> int | None:
-    """MaxWall of QOS ``qos`` in minutes, as the accounting database holds it; None when it is
-    unlimited or cannot be learned (no sacctmgr, no such QOS, an error)."""
-    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=name,maxwall"])
-    for line in (out or "").splitlines():
-        name, _, limit = line.strip().partition("|")
-        if name == qos:
-            return _limit_minutes(limit)
+    """MaxWall of QOS ``qos`` in minutes; None when it is unlimited or cannot be learned."""
+    info = qos_info(qos)
+    return info.max_minutes if info is not None else None
+
+
+def qos_flags(qos: str) -> frozenset[str]:
+    info = qos_info(qos)
+    return info.flags if info is not None else frozenset()
+
+
+@functools.cache
+def partition_qos(partition: str) -> str | None:
+    """The partition's own QOS (slurm.conf ``QOS=``; one ``scontrol show partition``): its
+    limits apply to every job there, before the job's own QOS's unless that QOS has the
+    OverPartQOS flag. None: it has none, or that cannot be learned."""
+    out = _ask(["scontrol", "-o", "show", "partition", partition])
+    for word in (out or "").split():
+        key, _, value = word.partition("=")
+        if key == "QoS":
+            return value if value and value != "N/A" else None
     return None
 
 
@@ -184,17 +217,36 @@ def time_limit(partition: str | None, qos: str | None,
     limits where it sets none itself). A QOS's MaxWall longer than the association's is
     what such a QOS is for, so the association's does not count then."""
     limits = []
+    flags = qos_flags(qos) if qos else frozenset()
     part = partition_max_minutes(partition)
-    if part is not None:
+    if part is not None and "PartitionTimeLimit" not in flags:  # such a QOS may exceed it
         limits.append(TimeLimit(part, "the partition's MaxTime"))
-    wall = qos_max_minutes(qos) if qos else None
+    wall = _qos_wall(partition, qos, flags)
     if wall is not None:
-        limits.append(TimeLimit(wall, f"QOS {qos}'s MaxWall"))
+        limits.append(wall)
     else:
         assoc = job_association(partition, account)
         below = association_limit(assoc, named_qos=qos is not None) if assoc else None
         limits += [below] if below is not None else []
     return min(limits, key=lambda limit: limit.minutes, default=None)
+
+
+def _qos_wall(partition: str | None, qos: str | None,
+              flags: frozenset[str]) -> TimeLimit | None:
+    """The MaxWall of the first QOS that sets one, in Slurm's order: the partition's own QOS,
+    then the job's (the job's first where it has the OverPartQOS flag)."""
+    info = partition_info(partition)
+    named = info.name if info is not None and info.found else None
+    own = partition_qos(named) if named else None
+    ordered = [(qos, f"QOS {qos}'s MaxWall"),
+               (own, f"QOS {own}'s MaxWall (partition {named}'s own QOS)")]
+    if "OverPartQOS" not in flags:
+        ordered.reverse()
+    for name, what in ordered:
+        wall = qos_max_minutes(name) if name else None
+        if wall is not None:
+            return TimeLimit(wall, what)
+    return None
 
 
 def association_limit(assoc: Association, *, named_qos: bool) -> TimeLimit | None:

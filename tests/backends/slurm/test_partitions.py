@@ -67,11 +67,13 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
 # or, where it sets none, its account's (sacctmgr fills the parents' limits in by default).
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
-if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall" ]; then
+if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall,flags" ]; then
   case $5 in
-    short) echo "short|00:30:00" ;;
-    long) echo "long|2-00:00:00" ;;
-    open) echo "open|" ;;
+    short) echo "short|00:30:00|DenyOnLimit" ;;
+    long) echo "long|2-00:00:00|" ;;
+    open) echo "open||" ;;
+    beyond) echo "beyond|3-00:00:00|PartitionTimeLimit,OverPartQOS" ;;
+    capped) echo "capped|02:00:00|DenyOnLimit" ;;
   esac
   exit 0
 fi
@@ -98,11 +100,7 @@ def fake_sacctmgr(fake_sinfo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     tool.write_text(FAKE_SACCTMGR)
     tool.chmod(0o755)
     monkeypatch.setenv("LOGNAME", "alice")
-    qos_max_minutes.cache_clear()
-    associations.cache_clear()
     yield fake_sinfo.parent / "sacctmgr.calls"
-    qos_max_minutes.cache_clear()
-    associations.cache_clear()
 
 
 def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
@@ -119,7 +117,7 @@ def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
     for _ in range(3):
         qos_max_minutes("short")
     assert fake_sacctmgr.read_text().splitlines().count(
-        "-n -P show qos short format=name,maxwall") == 1  # one call per QOS and process
+        "-n -P show qos short format=name,maxwall,flags") == 1  # one call per QOS and process
 
 
 def test_a_walltime_above_the_qos_max_wall_is_refused_naming_it(fake_sacctmgr: Path,
@@ -366,3 +364,26 @@ def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_gr
     # an association whose grants sacctmgr does not show: nothing is refused on its account
     assert ungranted_qos("long", "long", "twins") is None
     enforced.cache_clear()
+
+
+def test_a_partitions_own_qos_and_the_flags_that_lift_limits(fake_sacctmgr: Path) -> None:
+    # hpc-admin-2 D1's rest: a partition's own QOS (slurm.conf QOS=) caps every job there
+    # before the job's own QOS; a job QOS with OverPartQOS comes first again, and one with
+    # PartitionTimeLimit may exceed the partition's MaxTime
+    from hpceval.backends.slurm.partitions import partition_qos, qos_flags
+
+    (fake_sacctmgr.parent / "partition-qos").write_text("long capped\n")
+    assert partition_qos("long") == "capped" and partition_qos("gpu") is None
+    assert qos_flags("beyond") == frozenset({"PartitionTimeLimit", "OverPartQOS"})
+    assert qos_flags("missing") == frozenset()
+    own = TimeLimit(120, "QOS capped's MaxWall (partition long's own QOS)")
+    assert time_limit("long", None, "other") == own
+    assert time_limit("long", "long", "other") == own  # the job's 2 days do not lift it
+    assert time_limit("long", "short", "other") == own  # nor do its 30 minutes count
+    # OverPartQOS: the job's QOS first; PartitionTimeLimit: gpu's 12 hours do not count
+    assert time_limit("long", "beyond", "other") == TimeLimit(3 * 24 * 60, "QOS beyond's MaxWall")
+    assert time_limit("gpu", "beyond", "other") == TimeLimit(3 * 24 * 60, "QOS beyond's MaxWall")
+    assert time_limit("gpu", "long", "other") == TimeLimit(720, "the partition's MaxTime")
+    assert capped_walltime("72:00:00", "long", "short") == ("120", own)
+    asked = fake_sacctmgr.read_text().splitlines()
+    assert asked.count("-n -P show qos capped format=name,maxwall,flags") == 1
