@@ -20,6 +20,7 @@ commands only look up names they already carry.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
@@ -148,9 +149,7 @@ class Registry(Generic[T]):
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=self.group):
+        for point in _installed().select(group=self.group):
             if point.name in self._entries or point.name in self._lazy:
                 continue  # a built-in name: an outside package cannot replace it
             try:  # a module that registers itself, or the class to register
@@ -166,6 +165,15 @@ class Registry(Generic[T]):
                 raise ValueError(f"the installed package {_distribution(point)} registers "
                                  f"{self.kind} {point.name!r} for a class named {declared!r}")
             self.register(loaded, point.name)
+
+
+@functools.cache
+def _installed() -> Any:
+    """Every installed distribution's entry points, read once per process (a scan of every
+    dist-info folder on sys.path) and shared by the registries: each selects its group."""
+    from importlib.metadata import entry_points
+
+    return entry_points()
 
 
 def _distribution(point: Any) -> str:

@@ -116,3 +116,29 @@ def test_a_lazy_entry_is_imported_only_when_asked_for() -> None:
     assert lazy.get("json") is json.dumps
     with pytest.raises(ModuleNotFoundError):
         lazy.get("nope")
+
+
+def test_installed_entry_points_are_read_once_for_every_registry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading entry points scans every dist-info folder on sys.path: the registries share one
+    read per process, each selecting its group."""
+    import importlib.metadata
+
+    from hpceval import registry
+
+    calls = []
+    real = importlib.metadata.entry_points
+
+    def counted(**kwargs: object) -> object:
+        calls.append(kwargs)
+        return real(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", counted)
+    registry._installed.cache_clear()
+    try:
+        for group in ("hpceval.engines", "hpceval.runtimes", "hpceval.parsers"):
+            with pytest.raises(UnknownName):
+                Registry("thing", group).get("no-such-plugin")
+        assert calls == [{}]  # one read of all groups, not one per registry
+    finally:
+        registry._installed.cache_clear()
