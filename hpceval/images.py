@@ -1,6 +1,7 @@
 """Container image names: the docker reference, the SIF file staged from it, and the spelling
 pyxis/enroot want (which file each runtime runs is the runtime's: ``hpceval.runtimes``); and
-the one rule for whether an image file is there to run (image_file_problem). Imported by
+the one rule for whether an image file is there to run (image_file_problem), and what format a
+file's first bytes say it is (image_format, format_problem). Imported by
 config, render, staging, runs and the runtimes alike (so it imports none of them)."""
 
 from __future__ import annotations
@@ -74,3 +75,46 @@ def image_file_problem(path: str | os.PathLike[str]) -> str | None:
 def usable_image_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is an image file a job can run (image_file_problem finds nothing)."""
     return image_file_problem(path) is None
+
+
+# What a file's first bytes say it is: the formats container runtimes run, and the files most
+# often found where one belongs (an image not converted yet, a download that saved a web page).
+FORMATS = {"sif": "a SIF image", "squashfs": "a SquashFS image",
+           "tar": "a tar archive (docker save, or an unconverted layer)", "gzip": "a gzip file",
+           "zstd": "a zstd file", "html": "a web page (a download that saved an error page)"}
+_HEAD_BYTES = 512
+
+
+def image_format(path: str | os.PathLike[str]) -> str | None:
+    """The key of FORMATS that the first bytes of ``path`` match; None when they match none
+    (or it cannot be read: image_file_problem says why)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_HEAD_BYTES)
+    except OSError:
+        return None
+    if head[:4] == b"hsqs":  # SquashFS superblock magic, little-endian (enroot's .sqsh too)
+        return "squashfs"
+    if b"SIF_MAGIC" in head[:64]:  # after the launch line "#!/usr/bin/env run-singularity"
+        return "sif"
+    if head[257:262] == b"ustar":
+        return "tar"
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return "zstd"
+    if head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
+        return "html"
+    return None
+
+
+def format_problem(path: str | os.PathLike[str], runtime: str,
+                   runs: frozenset[str]) -> str | None:
+    """Why ``path`` is not an image that ``runtime`` runs (formats ``runs``), in words that
+    follow "is" in a message; None when it is one, or its first bytes match no format known
+    here (then the runtime itself judges it)."""
+    found = image_format(path)
+    if found is None or found in runs:
+        return None
+    wanted = " or ".join(FORMATS[name].removeprefix("a ") for name in sorted(runs))
+    return f"{FORMATS[found]}, which {runtime} does not run (it runs {wanted} files)"

@@ -48,6 +48,9 @@ class Runtime:
     image_suffix: ClassVar[str] = ".sif"  # the staged image file a job runs
     staged_files: ClassVar[bool] = True  # False: images live in the runtime's own store
     staged_kind: ClassVar[str] = "SIF"  # what that file is called in messages
+    # what the first bytes of a file it runs may say it is (hpceval.images.FORMATS): Apptainer
+    # and Singularity run SIF and plain SquashFS images
+    image_formats: ClassVar[frozenset[str]] = frozenset({"sif", "squashfs"})
     pull_tool: ClassVar[str] = ""  # the program `hpceval stage` pulls with (default: name)
     # the program a compute node runs containers with (default: name), and the arguments that
     # make it print its version (hpceval doctor --on-node probes it)

@@ -76,6 +76,7 @@ class Charliecloud(Runtime):
     summary = "charliecloud (ch-run, .sqfs images)"
     env_prefix = PREFIX
     image_suffix = ".sqfs"
+    image_formats = frozenset({"squashfs"})  # ch-run runs SquashFS files (or folders), not SIF
     staged_kind = "SquashFS"
     pull_tool = "ch-image"
     node_tool = "ch-run"

@@ -82,6 +82,7 @@ class Pyxis(Runtime):
     summary = "pyxis (srun --container-image, .sqsh images; Slurm jobs only)"
     srun_steps: ClassVar[bool] = True
     image_suffix = ".sqsh"  # the squashfs file `enroot import` writes (same stem as the SIF)
+    image_formats = frozenset({"squashfs"})  # enroot runs SquashFS files only (a SIF is not one)
     staged_kind = "squashfs image (.sqsh)"
     pull_tool = "enroot"
     node_tool = "enroot"  # srun's pyxis plugin runs the containers through it

@@ -16,7 +16,7 @@ from hpceval.backends import backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.config.checks import ENV_NAME
 from hpceval.config.errors import ConfigError, ConfigIssue
-from hpceval.images import image_file_problem
+from hpceval.images import format_problem, image_file_problem
 from hpceval.runtimes import runtime_for
 from hpceval.staging import data as hub
 from hpceval.staging.images import image_needs
@@ -87,7 +87,8 @@ def preflight_notes(configs: ResolvedConfig | Sequence[ResolvedConfig]) -> list[
 
 def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
     offline = resolved.spec.execution.offline
-    kind = runtime_for(resolved.spec.execution.container_runtime).staged_kind
+    runtime = runtime_for(resolved.spec.execution.container_runtime)
+    kind = runtime.staged_kind
     fix = stage_command(resolved)
     issues: list[ConfigIssue] = []
     for need in image_needs(resolved):
@@ -105,7 +106,8 @@ def _image_issues(resolved: ResolvedConfig) -> list[ConfigIssue]:
                                       "would be pulled at run time", how))
             continue
         sif = Path(need.in_job)
-        problem = image_file_problem(sif)  # the rule the runtime staged it by, too
+        problem = image_file_problem(sif) or (  # the rule the runtime staged it by, too
+            format_problem(sif, runtime.name, runtime.image_formats))
         if problem is not None:
             how = f"run `{fix}` on the login node"
             if need.reference is None:

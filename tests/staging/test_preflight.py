@@ -192,3 +192,50 @@ def test_online_sites_are_told_of_run_time_server_pulls(site: Site, tmp_path: Pa
     assert preflight_notes(site.load(run)) == []
     # offline: not a note but a refusal (the test above)
     assert preflight_notes(site.load(_server_run(site, tmp_path, image_dir=None))) == []
+
+
+def _squashfs(path: Path) -> Path:
+    """A real SquashFS file (mksquashfs, Debian's squashfs-tools), as enroot import and
+    ch-convert write them."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("mksquashfs")
+    if tool is None:
+        pytest.skip("mksquashfs (squashfs-tools) is not installed")
+    tree = path.parent / "tree"
+    (tree / "bin").mkdir(parents=True, exist_ok=True)
+    (tree / "bin" / "sh").write_text("#!/bin/true\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([tool, str(tree), str(path), "-quiet", "-noappend"], check=True,
+                   capture_output=True)
+    return path
+
+
+def test_an_image_of_a_format_the_runtime_does_not_run_is_refused(site: Site) -> None:
+    """Issue 35 ("an image of the wrong format for the runtime fails before any GPU-hour"):
+    the file's first bytes say what it is; pyxis and Charliecloud run SquashFS, Apptainer SIF
+    or SquashFS."""
+    from hpceval.images import image_format
+
+    stem = "eval-factory_simple-evals_26.03"
+    run = site.run_file([{"name": "simple_evals.gpqa_diamond"}],
+                        execution={"container_runtime": "pyxis"})
+    sqsh = site.image_dir / f"{stem}.sqsh"
+    # a SIF copied under the .sqsh name: enroot would fail on the node after the queue wait
+    sqsh.parent.mkdir(parents=True, exist_ok=True)
+    sqsh.write_bytes(b"#!/usr/bin/env run-singularity\n\x00SIF_MAGIC" + bytes(200))
+    [issue] = _issues(site, run)
+    assert f"squashfs image (.sqsh) {sqsh} (harness simple_evals) is a SIF image, which pyxis " \
+        "does not run (it runs SquashFS image files)" in issue, issue
+    _squashfs(sqsh.with_suffix(".tmp")).replace(sqsh)
+    assert image_format(sqsh) == "squashfs" and _issues(site, run) == []
+    # Apptainer runs a SquashFS file as it is, and refuses a saved web page
+    apptainer = site.run_file([{"name": "simple_evals.gpqa_diamond"}])
+    sif = site.image_dir / f"{stem}.sif"
+    sif.write_bytes(sqsh.read_bytes())
+    assert _issues(site, apptainer) == []
+    sif.write_text("<!DOCTYPE html><html><body>429 Too Many Requests</body></html>\n")
+    [page] = _issues(site, apptainer)
+    assert "is a web page (a download that saved an error page), which apptainer does not " \
+        "run" in page, page
