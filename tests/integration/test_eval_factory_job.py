@@ -57,6 +57,24 @@ def _hpceval_env(harness_bin: Path) -> dict[str, str]:
                                                    str(harness_bin), os.environ["PATH"]])}
 
 
+def _bfcl_irrelevance(harness: Path) -> dict[str, int]:
+    """BFCL's per-sample files of its irrelevance category: one model answer per line in
+    result/<model>/BFCL_v3_irrelevance_result.json, and in score/<model>/..._score.json a
+    summary line, then one line per sample scored wrong. Counted here, independently of
+    hpceval's parser, which reads only the harness's aggregate (results.yml)."""
+    [result] = harness.glob("result/*/BFCL_v3_irrelevance_result.json")
+    [score] = harness.glob("score/*/BFCL_v3_irrelevance_score.json")
+    answers = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+    summary, *wrong = [json.loads(line) for line in score.read_text().splitlines()
+                       if line.strip()]
+    assert len({answer["id"] for answer in answers}) == len(answers), answers
+    assert {entry["id"] for entry in wrong} <= {answer["id"] for answer in answers}, wrong
+    correct = len(answers) - len(wrong)
+    assert summary["correct_count"] == correct, (summary, wrong)
+    assert summary["accuracy"] == pytest.approx(correct / summary["total_count"]), summary
+    return {"answered": len(answers), "total": summary["total_count"], "correct": correct}
+
+
 @pytest.mark.slurm
 def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
         slurm_cluster: CommandSlurmClient, evalfactory_venv: Path, vllm_bin: Path,
@@ -118,6 +136,11 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
     for key in (BFCL2, BFCL3):  # percentages; SmolLM2 gets a few non-live calls right
         assert ("bfcl", "non_live_overall_acc", None) in metrics[key], metrics[key]
         assert all(0.0 <= v <= 100.0 for v in metrics[key].values())
+        # the harness's per-sample records against its own aggregate, as hpceval parsed it
+        per_sample = _bfcl_irrelevance(model / "tasks" / key / "harness")
+        assert per_sample["answered"] == per_sample["total"] == 2, per_sample  # limit_samples
+        assert metrics[key][("bfcl", "irrelevance_detection_non_live", None)] == round(
+            100 * per_sample["correct"] / per_sample["total"], 2), (per_sample, metrics[key])
     # every request went through vLLM: its own access log
     served = len(re.findall(r'"POST /v1/chat/completions HTTP/1.1" 200',
                             (model / "server" / "instance-0.log").read_text()))
