@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.api._load import RunSource, find
-from hpceval.contract import model_dir, task_dir
+from hpceval.contract import AUX_DIR, aux_dir, model_dir, task_dir
 from hpceval.records import RunFileError, read_run
 
 if TYPE_CHECKING:
@@ -108,29 +108,33 @@ class Tracking:
                     if t.phase is Phase.DONE:
                         self._final[folder] = found[t.key]
             # after the tasks: what a refresh read before it had this read keeps its figures
-            server = self._server(str(state.ref.run_dir), m.key, budget, now)
+            folder = model_dir(str(state.ref.run_dir), m.key)
+            server = self._server(folder, budget, now)
+            judges = {name: load for name in _judges_in(folder)
+                      if (load := self._server(aux_dir(folder, name), budget, now)) is not None}
             ledger = self._ledger(str(state.ref.run_dir), m.key, m.job_id, budget, now)
             present = [r for r in found.values() if not r.missing]
-            if not present and not unread and server is None and ledger is None:
+            if not present and not unread and server is None and ledger is None and not judges:
                 continue
             total = totals(present)
             out[m.key] = {"requests": total["requests"], "tokens_per_s": live_tokens_per_s(
                 present, now, LIVE_WINDOW_S), "tasks": total["tasks"],
                 "unread": unread, "unknown": {k: r.problem for k, r in found.items()
                                               if r.facts is None and not r.missing},
-                "server": server, "ledger": ledger}
+                "server": server, "judges": judges, "ledger": ledger}
         return out
 
     @staticmethod
-    def _server(run_dir: str, key: str, budget: list[int], now: float) -> dict[str, Any] | None:
-        """A running model's latest load sample (one read of its server-load.json, from
-        `budget`), {"unknown": why}, or None."""
+    def _server(folder: str, budget: list[int], now: float) -> dict[str, Any] | None:
+        """The latest load sample of the servers whose proxy writes into ``folder`` (a running
+        model's, or a judge's in its job: one read of its server-load.json, from `budget`),
+        {"unknown": why}, or None."""
         from hpceval.results.server_load import load_server_load
 
         if budget[0] <= 0:
             return None
         budget[0] -= 1
-        load = load_server_load(model_dir(run_dir, key))
+        load = load_server_load(folder)
         if load.facts is None:
             return None if load.missing else {"unknown": load.problem}
         last = load.facts["last"]
@@ -194,3 +198,19 @@ def task_flags(state: RunState) -> dict[tuple[str, str], list[Flag]]:
                 if found:
                     out[(m.key, t.key)] = found
     return out
+
+
+JUDGES_SHOWN = 4  # judges served in a model's job whose load status reads (one or two is usual)
+
+
+def _judges_in(model_folder: str) -> list[str]:
+    """The judges served in a model's job that have a folder of their own (auxiliary/<name>:
+    their proxy's server-load.json), by name; none when it serves none."""
+    import os
+
+    try:
+        with os.scandir(os.path.join(model_folder, AUX_DIR)) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    return sorted(names)[:JUDGES_SHOWN]

@@ -151,6 +151,8 @@ def live_text(served: Mapping[str, Any]) -> str:
     server = served.get("server")
     if server:
         parts.append(server_now(server))
+    for name, sample in (served.get("judges") or {}).items():  # judges served in its job
+        parts.append(f"judge {name}'s {server_now(sample)}")
     return "; ".join(parts)
 
 

@@ -134,3 +134,28 @@ def test_info_of_a_model_without_the_file_says_why(tmp_path: Path, fake: FakeSlu
     as_json = json.loads(CliRunner().invoke(cli, ["info", result.invocation_id,
                                                   "--json"]).output)
     assert as_json["server_load"] == {"solo": None}
+
+
+def test_status_shows_the_load_of_a_judge_served_in_the_model_s_job(sweep: Path) -> None:
+    """Issue 36 item 2: a judge's proxy samples its servers too (auxiliary/<judge>/ in the
+    model's folder); status shows it after the model's own, text and --json."""
+    from hpceval.contract import aux_dir
+
+    write_load(aux_dir(model_dir(sweep, "model-00"), "grader"))
+    out = CliRunner().invoke(cli, ["status", str(sweep)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    row = next(i for i, x in enumerate(lines) if x.strip().startswith("model-00"))
+    assert lines[row + 1].strip().endswith(
+        "900.0 in; judge grader's server: 3 waiting, 8 running, KV cache 42%, 120.5 tokens/s "
+        "out, 900.0 in"), lines[row + 1]
+    models = {m["model"]: m for m in json.loads(CliRunner().invoke(
+        cli, ["status", str(sweep), "--json"]).output)[0]["models"]}
+    judge = models["model-00"]["served"]["judges"]["grader"]
+    assert (judge["waiting"], judge["running"], judge["kv"]) == (3, 8, 0.42)
+    # a folder that is not the judge's own (a link) is not read
+    other = sweep / "elsewhere"
+    write_load(other)
+    (model_dir(sweep, "model-00") / "auxiliary" / "linked").symlink_to(other)
+    served = json.loads(CliRunner().invoke(cli, ["status", str(sweep), "--json"]).output)[0]
+    assert set(served["models"][0]["served"]["judges"]) == {"grader"}
