@@ -154,20 +154,14 @@ JUDGES_LISTED = 16  # in-job judges per model whose load is read (a model has on
 
 def _judge_loads(run_dir: Path, manifest: RunRecord) -> dict[str, ServerLoad]:
     """Each judge's server-load.json that exists (its proxy samples its servers too)."""
-    from hpceval.contract import AUX_DIR, aux_dir, aux_folder
-    from hpceval.results.server_load import load_server_load
+    from hpceval.contract import aux_dir, aux_folder
+    from hpceval.results.server_load import judges_served_in, load_server_load
 
-    found = {aux_folder(name): aux_dir(run_dir, name) for name in manifest.judge_names}
+    found = {aux_folder(name): str(aux_dir(run_dir, name)) for name in manifest.judge_names}
     for m in manifest.models:
-        folder = Path(model_dir(run_dir, m.key))
-        try:
-            names = sorted(p.name for p in (folder / AUX_DIR).iterdir()
-                           if p.is_dir() and not p.is_symlink())
-        except OSError:  # no judge in its job
-            continue
-        found.update({f"{m.key}/{AUX_DIR}/{name}": aux_dir(folder, name)
-                      for name in names[:JUDGES_LISTED]})
-    loads = {label: load_server_load(str(path)) for label, path in found.items()}
+        found.update({f"{m.key}/{aux_folder(name)}": folder for name, folder in
+                      judges_served_in(model_dir(str(run_dir), m.key), JUDGES_LISTED)})
+    loads = {label: load_server_load(path) for label, path in found.items()}
     return {label: load for label, load in loads.items() if not load.missing}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.api._load import RunSource, find
-from hpceval.contract import AUX_DIR, aux_dir, model_dir, task_dir
+from hpceval.contract import model_dir, task_dir
 from hpceval.records import RunFileError, read_run
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class Tracking:
 
         from hpceval.phases import Phase
         from hpceval.results.runtime_view import live_tokens_per_s, load_runtime, totals
+        from hpceval.results.server_load import judges_served_in
 
         out: dict[str, dict[str, Any]] = {}
         now = time.time()
@@ -110,8 +111,8 @@ class Tracking:
             # after the tasks: what a refresh read before it had this read keeps its figures
             folder = model_dir(str(state.ref.run_dir), m.key)
             server = self._server(folder, budget, now)
-            judges = {name: load for name in _judges_in(folder)
-                      if (load := self._server(aux_dir(folder, name), budget, now)) is not None}
+            judges = {name: load for name, judge in judges_served_in(folder, JUDGES_SHOWN)
+                      if (load := self._server(judge, budget, now)) is not None}
             ledger = self._ledger(str(state.ref.run_dir), m.key, m.job_id, budget, now)
             present = [r for r in found.values() if not r.missing]
             if not present and not unread and server is None and ledger is None and not judges:
@@ -200,17 +201,5 @@ def task_flags(state: RunState) -> dict[tuple[str, str], list[Flag]]:
     return out
 
 
+
 JUDGES_SHOWN = 4  # judges served in a model's job whose load status reads (one or two is usual)
-
-
-def _judges_in(model_folder: str) -> list[str]:
-    """The judges served in a model's job that have a folder of their own (auxiliary/<name>:
-    their proxy's server-load.json), by name; none when it serves none."""
-    import os
-
-    try:
-        with os.scandir(os.path.join(model_folder, AUX_DIR)) as entries:
-            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-    return sorted(names)[:JUDGES_SHOWN]

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpceval.contract import SERVER_LOAD_FILE
+from hpceval.contract import AUX_DIR, SERVER_LOAD_FILE, aux_dir
 from hpceval.results.columns import model_folder, with_column
 from hpceval.results.runtime_view import checked_number, load_view, shown
 
@@ -202,6 +202,18 @@ def load_server_load(model_dir: str) -> ServerLoad:
     """A model's server-load.json, read once through one descriptor and checked."""
     return load_view(f"{model_dir}/{SERVER_LOAD_FILE}", READ_LIMIT,
                      "the proxy writes under 64 KiB", normalise, ServerLoad, MISSING)
+
+
+def judges_served_in(model_folder: str, limit: int) -> list[tuple[str, str]]:
+    """(name, folder) of the judges served in a model's job: its auxiliary/<name> folders of
+    their own (not links), by name, at most ``limit``; their proxies write server-load.json
+    there as the model's does in its folder. Status, info and the report list them so."""
+    try:
+        with os.scandir(os.path.join(model_folder, AUX_DIR)) as entries:
+            names = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:  # no judge in its job
+        return []
+    return [(name, aux_dir(model_folder, name)) for name in names[:limit]]
 
 
 def with_server_load(frame: Any) -> Any:

@@ -125,3 +125,21 @@ def test_info_shows_each_judge_s_load_after_the_models(run: Path) -> None:
     data = json.loads(CliRunner().invoke(cli, ["info", str(run), "--json"]).output)
     assert set(data["server_load"]) == {"solo", "solo/auxiliary/judge"}
     assert data["server_load"]["solo/auxiliary/judge"]["samples"] == 3
+
+
+def test_the_report_draws_each_judge_s_load_in_its_model_s_section(run: Path) -> None:
+    """Issue 36 item 2: a judge served in the model's job has its own load charts under the
+    model's, labelled; a judge folder without a file adds nothing."""
+    series = LoadSeries(5.0)
+    for i in range(3):
+        series.add(1_767_268_800.0 + 5 * i, i, 2, 0.25, 100.0, 50.0)
+    judge = model_dir(run, "solo") / "auxiliary" / "grader"
+    judge.mkdir(parents=True)
+    write_server_load(judge / SERVER_LOAD_FILE, series.to_json())
+    (model_dir(run, "solo") / "auxiliary" / "idle-judge").mkdir()
+    section = _section(html_report(results_frame([run]), run_dirs=[run]))
+    assert '<h4 class="judge-load">judge grader</h4>' in section and "idle-judge" not in section
+    charts = re.findall(r'<svg [^>]*class="chart timeline".*?</svg>', section, re.S)
+    assert len(charts) == 4  # the model's two, then the judge's two
+    assert "solo judge grader: requests in the server" in charts[2]
+    assert "waiting (peak 2)" in charts[2] and "generated (peak 100" in charts[3]

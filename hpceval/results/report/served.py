@@ -1,7 +1,8 @@
 """The report's "What the server did": per model, each task's runtime.json as a table row (the
 columns `hpceval info` shows: results.runtime_text) and its tokens/s as a bar; then the model's
 server load over the job (server-load.json: results.server_load) as two charts, queue depth
-(waiting, running) and output tokens/s, under its peaks and means.
+(waiting, running) and output tokens/s, under its peaks and means; and the same for each
+judge served in the model's job (its proxy samples its servers into auxiliary/<judge>/).
 
 Only the tasks of the results table are shown (--model / --task narrow this section as they
 narrow the samples), and the load of their models. A file that cannot be shown (not yours, too
@@ -21,7 +22,9 @@ from hpceval.results.report.runinfo import ModelInfo, RunInfo
 from hpceval.results.runtime_text import COLUMNS, cells, extra_headers, load_line, total_line
 from hpceval.results.runtime_view import Runtime, load_runtime, totals
 from hpceval.results.server_load import COLUMNS as LOAD_COLUMNS
-from hpceval.results.server_load import ServerLoad, load_server_load
+from hpceval.results.server_load import ServerLoad, judges_served_in, load_server_load
+
+JUDGES_CHARTED = 4  # judges served in one model's job whose load the report draws
 
 
 def _e(value: Any) -> str:
@@ -29,14 +32,17 @@ def _e(value: Any) -> str:
 
 
 def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime]],
-                 load: ServerLoad) -> str:
+                 load: ServerLoad, judges: list[tuple[str, ServerLoad]]) -> str:
     out = [f'<div class="served" data-model="{_e(model.key)}" '
            f'data-run="{_e(info.invocation_id)}"><h3>{_e(model.key)} · '
            f"{_e(info.invocation_id)}</h3>"]
     if found:
         out.append(_tasks_table(model, found))
     if not load.missing:
-        out.append(_load_charts(model, load))
+        out.append(_load_charts(model.key, load))
+    for name, judge in judges:  # the judges served in its job, each sampled by its proxy
+        out.append(f'<h4 class="judge-load">judge {_e(name)}</h4>'
+                   + _load_charts(f"{model.key} judge {name}", judge))
     out.append("</div>")
     return "".join(out)
 
@@ -65,7 +71,7 @@ def _tasks_table(model: ModelInfo, found: list[tuple[str, Runtime]]) -> str:
     return "".join(out)
 
 
-def _load_charts(model: ModelInfo, load: ServerLoad) -> str:
+def _load_charts(label: str, load: ServerLoad) -> str:
     """The servers' load over the job: its peaks and means, then the two charts."""
     if load.facts is None:
         return (f'<p class="load"><span class="flag">server load unknown: '
@@ -75,10 +81,10 @@ def _load_charts(model: ModelInfo, load: ServerLoad) -> str:
     times = [float(t) for t in column["t"]]
     out = [f'<p class="meta load">Server load from /metrics: {_e(load_line(load))}.</p>']
     if points:
-        out.append(time_chart(f"{model.key}: requests in the server", times,
+        out.append(time_chart(f"{label}: requests in the server", times,
                               [("waiting", column["waiting"]), ("running", column["running"])],
                               "highest per point"))
-        out.append(time_chart(f"{model.key}: output tokens/s", times,
+        out.append(time_chart(f"{label}: output tokens/s", times,
                               [("generated", column["gen_tps"])], "mean per point"))
     return "".join(out)
 
@@ -102,9 +108,12 @@ def served_section(infos: list[RunInfo], wanted: set[tuple[str, str]]) -> str:
             found = [(t.task, load_runtime(contract.task_dir(info.run_dir, m.key, t.key)))
                      for t in m.tasks if t.done and (m.key, t.task) in wanted]
             found = [(task, r) for task, r in found if not r.missing]
-            load = load_server_load(contract.model_dir(info.run_dir, m.key))
-            if found or not load.missing:
-                out.append(_model_table(info, m, found, load))
+            folder = contract.model_dir(info.run_dir, m.key)
+            load = load_server_load(folder)
+            judges = [(name, judge) for name, path in judges_served_in(folder, JUDGES_CHARTED)
+                      if not (judge := load_server_load(path)).missing]
+            if found or not load.missing or judges:
+                out.append(_model_table(info, m, found, load, judges))
                 shown += 1
     if not shown:
         out.append("<p>No runtime.json for these tasks, no server-load.json for their models "
