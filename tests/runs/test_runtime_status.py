@@ -66,7 +66,7 @@ def test_status_shows_the_running_model_s_requests_and_tokens_per_s(
     models = {m["model"]: m for m in json.loads(as_json.output)[0]["models"]}
     assert models["model-00"]["served"] == {"requests": 13, "tokens_per_s": 80.0, "tasks": 2,
                                             "unread": 0, "unknown": {}, "server": None,
-                                         "ledger": None}
+                                            "judges": {}, "ledger": None}
     assert models["model-01"]["served"] is None  # queued: nothing served
     assert len(fake.sacct_calls) - before == 2  # one scheduler call per status, files aside
 
@@ -90,7 +90,7 @@ def test_reads_per_refresh_are_bounded_and_finished_tasks_read_once(
     (second,) = tracking.refresh(force=True)
     assert second.served["model-00"] == {"requests": 13, "tokens_per_s": 80.0, "tasks": 2,
                                          "unread": 0, "unknown": {}, "server": None,
-                                         "ledger": None}
+                                         "judges": {}, "ledger": None}
 
 
 def test_an_old_file_adds_its_requests_but_not_its_rate(sweep: Path, fake: FakeSlurm) -> None:
