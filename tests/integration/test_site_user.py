@@ -39,7 +39,9 @@ def test_an_ordinary_user_runs_a_sweep_from_her_home(home_dir: Path) -> None:
     while time.monotonic() < deadline:
         status = hpceval(USER, "status", "--json")
         assert status.returncode == 0, status.stderr
-        runs = json.loads(status.stdout)
+        # hers from this test: alice may have other runs (the README demo submits as her)
+        runs = [run for run in json.loads(status.stdout)
+                if Path(run["run_dir"]).parent == home_dir / "runs"]
         if runs and runs[0]["state"] in ("done", "failed", "cancelled"):
             break
         time.sleep(3)
