@@ -1,11 +1,13 @@
-"""What the cluster allows, learned from Slurm itself: whether a partition exists, its MaxTime,
-the MaxWall of the QOS a profile names, and the MaxWall of the user's association (user,
-account, partition: the usual ways sites cap walltime); the QOS an association grants, and
-whether the controller enforces that grant (``AccountingStorageEnforce``).
+"""What the cluster allows, learned from Slurm itself: whether a partition exists, its MaxTime
+and its own QOS, the MaxWall and flags of the QOS a profile names, and the MaxWall of the user's
+association (user, account, partition: the usual ways sites cap walltime); the QOS an
+association grants, and whether the controller enforces that grant
+(``AccountingStorageEnforce``); which partition, QOS and account a job has where the profile
+leaves them to the submit shell's SBATCH_* variables (job_place).
 
-One ``sinfo`` call per partition, one ``sacctmgr`` call per QOS and one per account (the
-association's, all its partitions at once), one ``scontrol show config``, per process
-(cached): a sweep of a thousand models asks once, and ``hpceval doctor`` reads the same
+One ``sinfo`` and one ``scontrol show partition`` call per partition, one ``sacctmgr`` call
+per QOS and one per account (the association's, all its partitions at once), one ``scontrol
+show config``, per process (cached): a sweep of a thousand models asks once, and ``hpceval doctor`` reads the same
 answers. No sinfo or sacctmgr here (render on a laptop; a site without slurmdbd), an error, or
 a time-out: None, and nothing is capped or refused on its account.
 """
@@ -212,8 +214,9 @@ def time_limit(partition: str | None, qos: str | None,
                account: str | None = None) -> TimeLimit | None:
     """The walltime limit a job of this partition, QOS (None: its association's default QOS)
     and account (None: the user's default account) meets; None if none is known. It is the
-    shorter of the partition's MaxTime and the MaxWall Slurm takes from the first of these
-    that sets one: the job's QOS, then the user's association (which shows its accounts'
+    shorter of the partition's MaxTime (unless the job's QOS has PartitionTimeLimit) and the
+    MaxWall Slurm takes from the first of these that sets one: the partition's own QOS and the
+    job's QOS (_qos_wall's order), then the user's association (which shows its accounts'
     limits where it sets none itself). A QOS's MaxWall longer than the association's is
     what such a QOS is for, so the association's does not count then."""
     limits = []
