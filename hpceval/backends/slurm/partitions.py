@@ -7,9 +7,9 @@ leaves them to the submit shell's SBATCH_* variables (job_place).
 
 One ``sinfo`` and one ``scontrol show partition`` call per partition, one ``sacctmgr`` call
 per QOS and one per account (the association's, all its partitions at once), one ``scontrol
-show config``, per process (cached): a sweep of a thousand models asks once, and ``hpceval doctor`` reads the same
-answers. No sinfo or sacctmgr here (render on a laptop; a site without slurmdbd), an error, or
-a time-out: None, and nothing is capped or refused on its account.
+show config``, per process (cached): a sweep of a thousand models asks once, and ``hpceval
+doctor`` reads the same answers. No sinfo or sacctmgr here (render on a laptop; a site without
+slurmdbd), an error, or a time-out: None, and nothing is capped or refused on its account.
 """
 
 from __future__ import annotations
