@@ -2,8 +2,9 @@
 
 The config layer asks the backend of the run's execution type; these rules are Slurm's: values
 written on `#SBATCH` lines, sbatch flag names, the --comment that `hpceval kill` relies on, and
-the partition's, QOS's and association's time limits. The header (header.py) raises the same
-issues as a guard for configs built by hand, so `config show` refuses what render would.
+the partition's, QOS's and association's time limits and the QOS the association grants. The
+header (header.py) raises the same issues as a guard for configs built by hand, so `config
+show` refuses what render would.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ HEADER_TEXT_KEYS = ("job_name", "account", "partition", "qos", "reservation", "c
 
 
 def spec_issues(ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
-    """Every issue of ``ex`` a Slurm job could not carry; ``ask``: sinfo, sacctmgr may be asked
-    for the walltime's limits (at submit, not when rendering on another machine)."""
+    """Every issue of ``ex`` a Slurm job could not carry; ``ask``: sinfo, sacctmgr and scontrol
+    may be asked for the walltime's limits and the QOS grants (at submit, not when rendering on
+    another machine), for the partition, QOS and account the job will have (job_place)."""
     return [*_qos_issues(ex, ask), *_walltime_issues(ex, ask), *_flag_issues(ex),
             *_text_issues(ex)]
 
