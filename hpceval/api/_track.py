@@ -43,6 +43,9 @@ LIVE_POLL_S = 30.0
 LIVE_READS = 256
 # A file written in this last stretch is a task being served now: its tokens/s count as live.
 LIVE_WINDOW_S = 60.0
+# Judges served in a model's job whose load a refresh reads (one or two is usual), from the
+# same budget.
+JUDGES_SHOWN = 4
 
 
 class Tracking:
@@ -199,7 +202,3 @@ def task_flags(state: RunState) -> dict[tuple[str, str], list[Flag]]:
                 if found:
                     out[(m.key, t.key)] = found
     return out
-
-
-
-JUDGES_SHOWN = 4  # judges served in a model's job whose load status reads (one or two is usual)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from hpceval.backends.slurm.client import SlurmClient, SlurmError
 from hpceval.backends.slurm.commands import LIMITS, SUBMIT, TEST_ONLY
-from hpceval.backends.slurm.formats import overridden_inputs
+from hpceval.backends.slurm.formats import inputs_overridden
 from hpceval.backends.slurm.header import HeaderLine, header_lines
 from hpceval.backends.slurm.partitions import (
     association_limit,
@@ -147,14 +147,13 @@ def association_line(ex: ExecutionSpec) -> Line:
 
 def submit_environment_line(spec: RunSpec, environ: Mapping[str, str]) -> Line:
     """The submit shell's SBATCH_* variables: those for an option the job sets itself are
-    left out at submit (formats.overridden_inputs, the client's one rule), the others apply."""
+    left out at submit (formats.inputs_overridden, the client's one rule), the others apply."""
     check = "submit environment"
     found = sorted(name for name in environ if name.startswith("SBATCH_"))
     if not found:
         return Line(LOGIN, check, Status.OK, f"no SBATCH_* variable for {SUBMIT}")
     header = test_only_header(spec, Path(spec.execution.output_dir))
-    script = "\n".join(["#!/bin/bash", *(line.text() for line in header), "true"])
-    left_out = overridden_inputs(script, [], dict(environ))
+    left_out = inputs_overridden([line.flag for line in header], environ)
     applied = [f"{name}={environ[name]}" for name in found if name not in left_out]
     applies = f"{', '.join(applied)} applied (the job leaves those options unset)" \
         if applied else ""

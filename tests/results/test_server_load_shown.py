@@ -106,12 +106,18 @@ def test_names_are_escaped_and_gaps_break_the_line() -> None:
     assert "none (unknown)" in svg and "3 min" in svg
 
 
-def test_info_shows_each_judge_s_load_after_the_models(run: Path) -> None:
-    """A judge's proxy samples its servers as the model's does, beside its own progress file:
-    in the model's folder (a judge in the model's job) or the run's (a sweep's judge job)."""
+def judge_series() -> LoadSeries:
+    """A judge's three polls: waiting 0 to 2, 2 running, KV 25 %, 100 tokens/s out."""
     series = LoadSeries(5.0)
     for i in range(3):
         series.add(1_767_268_800.0 + 5 * i, i, 2, 0.25, 100.0, 50.0)
+    return series
+
+
+def test_info_shows_each_judge_s_load_after_the_models(run: Path) -> None:
+    """A judge's proxy samples its servers as the model's does, beside its own progress file:
+    in the model's folder (a judge in the model's job) or the run's (a sweep's judge job)."""
+    series = judge_series()
     judge = model_dir(run, "solo") / "auxiliary" / "judge"
     judge.mkdir(parents=True)
     write_server_load(judge / SERVER_LOAD_FILE, series.to_json())
@@ -130,9 +136,7 @@ def test_info_shows_each_judge_s_load_after_the_models(run: Path) -> None:
 def test_the_report_draws_each_judge_s_load_in_its_model_s_section(run: Path) -> None:
     """Issue 36 item 2: a judge served in the model's job has its own load charts under the
     model's, labelled; a judge folder without a file adds nothing."""
-    series = LoadSeries(5.0)
-    for i in range(3):
-        series.add(1_767_268_800.0 + 5 * i, i, 2, 0.25, 100.0, 50.0)
+    series = judge_series()
     judge = model_dir(run, "solo") / "auxiliary" / "grader"
     judge.mkdir(parents=True)
     write_server_load(judge / SERVER_LOAD_FILE, series.to_json())

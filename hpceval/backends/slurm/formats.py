@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 # A long sbatch option name without its dashes ("mail-type"): validation and the header.
 SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -91,7 +92,13 @@ def overridden_inputs(script_text: str, args: list[str], environ: dict[str, str]
     #SBATCH lines) or the command line (``args``) sets: the job must be what `hpceval render`
     shows, so these are left out of sbatch's environment. A variable for an option the job
     leaves unset (an SBATCH_ACCOUNT where execution.account is null) still applies."""
-    options = {*script_options(script_text),
-               *(arg[2:].partition("=")[0] for arg in args if arg.startswith("--"))}
+    return inputs_overridden([*script_options(script_text),
+                              *(arg[2:].partition("=")[0] for arg in args
+                                if arg.startswith("--"))], environ)
+
+
+def inputs_overridden(options: list[str], environ: Mapping[str, str]) -> list[str]:
+    """The variables of ``environ`` for the long ``options`` a job sets itself (its header's,
+    its command line's): sbatch would let them override the job, so they are left out."""
     return sorted(name for name in {input_variable(option) for option in options}
                   if name in environ)

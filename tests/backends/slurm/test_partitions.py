@@ -103,6 +103,16 @@ def fake_sacctmgr(fake_sinfo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     yield fake_sinfo.parent / "sacctmgr.calls"
 
 
+def endpoint_run(tmp_path: Path) -> Path:
+    """A run file against an external endpoint: no server, one task; the limits are the
+    profile's and the overrides'."""
+    run = tmp_path / "run.yaml"
+    run.write_text("deployment: {type: none}\n"
+                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
+                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    return run
+
+
 def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
     # hpc-admin-2 D1: sites usually cap walltime by QOS or association, not by partition
     assert qos_max_minutes("short") == 30 and qos_max_minutes("long") == 2 * 24 * 60
@@ -125,10 +135,7 @@ def test_a_walltime_above_the_qos_max_wall_is_refused_naming_it(fake_sacctmgr: P
     from hpceval.config import load_config
     from hpceval.config.errors import ConfigError
 
-    run = tmp_path / "run.yaml"
-    run.write_text("deployment: {type: none}\n"
-                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
-                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    run = endpoint_run(tmp_path)
     with pytest.raises(ConfigError) as refused:
         load_config(run, ["execution.partition=gpu", "execution.qos=short",
                           "execution.walltime=01:00:00"], profile="slurm")
@@ -238,10 +245,7 @@ def test_a_walltime_above_the_association_max_wall_is_refused_naming_it(
     from hpceval.config import load_config
     from hpceval.config.errors import ConfigError
 
-    run = tmp_path / "run.yaml"
-    run.write_text("deployment: {type: none}\n"
-                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
-                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    run = endpoint_run(tmp_path)
     with pytest.raises(ConfigError) as refused:
         load_config(run, ["execution.partition=long", "execution.account=proj1",
                           "execution.walltime=05:00:00"], profile="slurm")
@@ -341,10 +345,7 @@ def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_gr
     from hpceval.config import load_config
     from hpceval.config.errors import ConfigError
 
-    run = tmp_path / "run.yaml"
-    run.write_text("deployment: {type: none}\n"
-                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
-                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    run = endpoint_run(tmp_path)
     wants_long = ["execution.partition=long", "execution.account=proj2", "execution.qos=long",
                   "execution.walltime=00:20:00"]
     # not enforced (the controller's default): Slurm takes the job, so hpceval does too

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fake_sinfo import fake_sinfo_on_path
+from test_partitions import endpoint_run
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.backends.slurm.formats import input_variable, overridden_inputs, script_options
@@ -96,10 +97,7 @@ def test_an_unset_partition_is_checked_as_the_environment_sets_it(
     from hpceval.config import load_config
     from hpceval.config.errors import ConfigError
 
-    run = tmp_path / "run.yaml"
-    run.write_text("deployment: {type: none}\n"
-                   "target: {api_endpoint: {url: 'http://h/v1', model_id: m}}\n"
-                   "evaluation: {tasks: [{name: ifeval}]}\n")
+    run = endpoint_run(tmp_path)
     hour = ["execution.partition=null", "execution.walltime=01:00:00"]
     load_config(run, hour, profile="slurm")  # the default partition (gpu): 12 hours
     monkeypatch.setenv("SBATCH_PARTITION", "short")
