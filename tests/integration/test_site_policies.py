@@ -113,6 +113,34 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     assert within_own.returncode == 0, within_own.stdout + within_own.stderr
 
 
+def test_a_runs_cpu_jobs_fit_the_cpu_partitions_limits(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pull job wants an hour; partition `cpu`'s own QOS (cpujobs, DenyOnLimit) allows 45
+    minutes, so Slurm refused it, and with it the run. Rendered against the real partition,
+    every script of the run passes `sbatch --test-only`."""
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
+                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    run = yaml.safe_load(run_file(tmp_path).read_text(encoding="utf-8"))
+    run["execution"].update({"partition": "debug", "cpu_partition": "cpu", "gpus_per_node": 1,
+                             "container_runtime": "apptainer", "walltime": "02:00:00"})
+    run["deployment"] = {"type": "vllm", "checkpoint_path": "/models/m",
+                         "served_model_name": "m", "image": "docker://vllm/vllm-openai:v0.32.0"}
+    path = tmp_path / "pulls.yaml"
+    path.write_text(yaml.safe_dump(run), encoding="utf-8")
+    rendered = hpceval("render", str(path), "--out", str(tmp_path / "scripts"))
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    scripts = sorted((tmp_path / "scripts").glob("*.sbatch"))
+    assert {script.name for script in scripts} == {"job.sbatch", "pull.sbatch"}, scripts
+    pull = (tmp_path / "scripts" / "pull.sbatch").read_text(encoding="utf-8")
+    assert "#SBATCH --partition=cpu" in pull and "#SBATCH --time=45 " in pull, pull
+    for script in scripts:
+        tested = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
+                                text=True, check=False)
+        assert tested.returncode == 0, (script.name, tested.stderr)
+
+
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
         slurm_cluster: CommandSlurmClient, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

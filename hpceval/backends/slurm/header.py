@@ -69,12 +69,30 @@ def log_name(role: str) -> str:
 
 
 def cpu_header(ex: ExecutionView, job: CpuJob) -> list[str]:
-    """The header of a run's (or a watch's) CPU job, as text lines."""
+    """The header of a run's (or a watch's) CPU job, as text lines; its time within its
+    partition's, QOS's and association's limits (cpu_minutes)."""
     name = HeaderLine("job-name", sbatch_value(job.name, "execution.job_name"), job.name_why)
     log = f"{slurm_filename(job.log_dir)}/{log_name(job.role)}"
-    return [line.text() for line in cpu_job_lines(ex, name, log, job.minutes, job.why,
+    minutes, why = cpu_minutes(ex, job)
+    return [line.text() for line in cpu_job_lines(ex, name, log, minutes, why,
                                                   job.cpu_why, job.invocation_id,
                                                   cpus=job.cpus)]
+
+
+def cpu_minutes(ex: ExecutionView, job: CpuJob) -> tuple[int, str]:
+    """A CPU job's time limit and why: its own minutes, or the shortest limit its partition
+    (execution.cpu_partition), QOS or association sets where that is shorter. Slurm refuses a
+    longer --time under a DenyOnLimit QOS and leaves it pending forever under a partition's
+    MaxTime, so the job asks for what it may have; sinfo unseen: its own minutes."""
+    from hpceval.backends.slurm.partitions import capped_walltime, job_place, partition_seen
+
+    place = job_place(ex, cpu=True)
+    if not partition_seen(place.partition):
+        return job.minutes, job.why
+    _, limit = capped_walltime(str(job.minutes), place.partition, place.qos, place.account)
+    if limit is None:
+        return job.minutes, job.why
+    return limit.minutes, f"{job.why}; {job.minutes} wanted, {limit.what} allows {limit.minutes}"
 
 
 def cpu_job_lines(ex: ExecutionView, name: HeaderLine, log_file: str, minutes: int, why: str,

@@ -318,9 +318,12 @@ class JobPlace:
                 if self.from_environment else "")
 
 
-def job_place(ex: ExecutionView) -> JobPlace:
+def job_place(ex: ExecutionView, *, cpu: bool = False) -> JobPlace:
+    """Where a job of ``ex`` runs: a model job, or (``cpu``) a CPU job beside the run, which
+    takes execution.cpu_partition where that is set."""
     values, used = {}, []
-    for option, value in (("partition", ex.partition), ("qos", ex.qos),
+    partition = ex.cpu_partition if cpu and ex.cpu_partition is not None else ex.partition
+    for option, value in (("partition", partition), ("qos", ex.qos),
                           ("account", ex.account)):
         if value is None and (found := os.environ.get(input_variable(option))):
             value = found
