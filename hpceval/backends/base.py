@@ -349,3 +349,10 @@ class Backend(Protocol):
         (render raises the same as a guard). ``ask``: its scheduler may be asked for limits
         (False when rendering on another machine)."""
         ...
+
+    def submit_issues(self, ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
+        """What would make the scheduler refuse a run of ``ex`` midway, whose ``jobs`` (the
+        role of each job it submits: a sweep's models are one Role.MAIN each) it takes
+        (a limit on the jobs a user may have queued), asked once at submit before anything is
+        written: a run is several submissions, and one refused leaves the others queued."""
+        ...

@@ -164,6 +164,9 @@ class LocalBackend:
     def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
         return []
 
+    def submit_issues(self, ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
+        return []  # one machine, no queue limits
+
 
 def runner_script(files: BackendFiles) -> str:
     """local.sh, from templates/local.sh.j2 (every value shell-quoted by the renderer)."""

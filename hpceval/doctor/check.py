@@ -54,6 +54,7 @@ def doctor(spec: RunSpec, configs: Sequence[ResolvedConfig] = (), *,
     report = Report()
     report.lines += login.partition_lines(ex)
     report.lines.append(login.association_line(ex))
+    report.lines.append(login.submit_limit_line(ex))
     report.lines.append(login.submit_environment_line(configs[0].spec if configs else spec, env))
     folder, lines = login.private_folder(ex.output_dir, table)
     report.lines += lines

@@ -24,6 +24,7 @@ from hpceval.backends.slurm.partitions import (
     association_limit,
     associations,
     job_association,
+    job_place,
     partition_info,
     partition_qos,
     qos_max_minutes,
@@ -308,3 +309,24 @@ def _unescape(field: str) -> str:
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(code, char)
     return field
+
+
+def submit_limit_line(ex: ExecutionSpec) -> Line:
+    """The limits on how many jobs the user may have queued (a QOS's MaxSubmitJobsPerUser, the
+    association's MaxSubmitJobs) and how many of theirs count now: a sweep of more models than
+    fit is refused at submit (backends/slurm/submit_limits.py, the same reads)."""
+    from hpceval.backends.slurm.submit_limits import queued_jobs, submit_limits
+
+    key = "queued jobs"
+    limits = list(submit_limits(job_place(ex)))
+    if not limits:
+        return Line(LOGIN, key, Status.OK, "no limit on your queued jobs known")
+    queued = queued_jobs()
+    shown = []
+    for limit in limits:
+        counted = "" if queued is None else \
+            f" ({sum(limit.counts(job) for job in queued)} of yours in the queue now)"
+        shown.append(f"{limit.what} {limit.jobs}{counted}")
+    return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
+                "of a sweep is one) is refused at submit")
+

@@ -22,6 +22,7 @@ from pathlib import Path
 from hpceval.backends import Backend, JobEntry, JobRequest, SchedulerClient, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, PULL_SCRIPT
+from hpceval.errors import ConfigError
 from hpceval.records import Role
 from hpceval.runs.jobs import append_jobs
 from hpceval.runs.registry import check_writable, register_run
@@ -42,19 +43,25 @@ class Submitted:
 
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
-               python: str | None = None) -> PreparedRun:
+               python: str | None = None, aggregate: bool = True) -> PreparedRun:
     """Prepare and write a new run directory; a clashing invocation id gets a fresh one.
 
     Preflight runs first: a missing image, checkpoint, staged data or secret stops the run
-    before anything is written or queued (ConfigError, exit 2, with the command that fixes it).
+    before anything is written or queued (ConfigError, exit 2, with the command that fixes it),
+    and so does a scheduler that would refuse one of its jobs after queueing the others (its
+    limit on a user's queued jobs: Backend.submit_issues, for the jobs submit_prepared
+    submits with ``aggregate``).
     """
     from hpceval.staging.preflight import check_preflight
 
     check_preflight(configs)
     first = configs if isinstance(configs, ResolvedConfig) else configs[0]
     with run_umask(first.spec.execution.umask):
-        for _ in range(_ID_ATTEMPTS):
+        for attempt in range(_ID_ATTEMPTS):
             run = prepare_run(configs, python=python)
+            if attempt == 0 and (issues := backend_for(run.kind).submit_issues(
+                    run.resolved.spec.execution, planned_jobs(run, aggregate=aggregate))):
+                raise ConfigError(issues)
             check_writable(run.run_dir.parent)  # before anything is written or submitted
             try:
                 write_run(run)
@@ -63,6 +70,20 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
             return run
     raise RuntimeError(f"could not create a new run directory in {run.run_dir.parent} after "
                        f"{_ID_ATTEMPTS} tries")
+
+
+def planned_jobs(run: PreparedRun, *, aggregate: bool) -> list[Role]:
+    """The role of each job submit_prepared submits for ``run``, one per job the scheduler
+    counts (a sweep's models: one array element each, Role.MAIN)."""
+    return [*([Role.PULL] if run.pull is not None else []), *(Role.JUDGE for _ in run.judges),
+            *(Role.MAIN for _ in run.models),
+            *([Role.AGGREGATE] if _with_aggregate(run, aggregate) else []),
+            *([Role.EXPORT] if run.export is not None else [])]
+
+
+def _with_aggregate(run: PreparedRun, aggregate: bool) -> bool:
+    # A judge job is ended by the aggregation job's stop file: with a judge it always comes.
+    return run.aggregate is not None and (aggregate or bool(run.judges))
 
 
 def submit_prepared(run: PreparedRun, client: SchedulerClient | None = None, *,
@@ -80,10 +101,8 @@ def _submit_prepared(run: PreparedRun, client: SchedulerClient | None, *, aggreg
     backend = backend_for(run.kind, client=client)
     main = JobRequest(run.entry, tuple(m.index for m in run.models), sweep=run.sweep,
                       max_parallel=run.resolved.spec.execution.array_parallelism)
-    # A judge job is ended by the aggregation job's stop file: with a judge it always comes.
-    with_aggregate = run.aggregate is not None and (aggregate or bool(run.judges))
     entries = submit_jobs(run.run_dir, backend, main,
-                          AGGREGATE_SCRIPT if with_aggregate else None,
+                          AGGREGATE_SCRIPT if _with_aggregate(run, aggregate) else None,
                           EXPORT_SCRIPT if run.export is not None else None,
                           judges=tuple(run.judges.items()),
                           pull=PULL_SCRIPT if run.pull is not None else None)
@@ -138,7 +157,7 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],
                    client: SchedulerClient | None = None, *, aggregate: bool = True,
                    python: str | None = None) -> Submitted:
-    run = create_run(configs, python=python)
+    run = create_run(configs, python=python, aggregate=aggregate)
     return submit_prepared(run, client, aggregate=aggregate, written=True)
 
 

@@ -35,6 +35,7 @@ from hpceval.backends.slurm.backend import SlurmBackend
 from hpceval.contract import LOCAL_RC_FILE, LOCAL_RUNNER, LOCAL_RUNNER_LOG, model_dir
 from hpceval.errors import HpcevalError
 from hpceval.phases import Phase
+from hpceval.records import Role
 from hpceval.render.quoting import render_template
 
 LIVE = {Phase.QUEUED, Phase.RUNNING}
@@ -145,8 +146,9 @@ def test_a_backend_declares_its_name_capabilities_and_words(rig: Rig) -> None:
 
 
 def test_a_backend_writes_its_own_header_as_comments_to_bash(rig: Rig) -> None:
-    """The header dialect (Backend.header, cpu_header, log_name, spec_issues): plain lines
-    bash reads as comments (none where no scheduler reads them), a log name per role."""
+    """The header dialect (Backend.header, cpu_header, log_name, spec_issues, submit_issues):
+    plain lines bash reads as comments (none where no scheduler reads them), a log name per
+    role."""
     from hpceval.backends import CpuJob
     from hpceval.config.schema import ExecutionSpec
 
@@ -157,6 +159,8 @@ def test_a_backend_writes_its_own_header_as_comments_to_bash(rig: Rig) -> None:
     assert all(isinstance(line, str) and line.startswith("#") for line in lines)
     assert "aggregate" in backend.log_name("aggregate")
     assert backend.spec_issues(ex, ask=False) == []
+    # one job of a profile that names no limit: nothing the scheduler would refuse
+    assert backend.submit_issues(ex, [Role.MAIN]) == []
 
 
 def test_submit_query_cancel_query(rig: Rig) -> None:

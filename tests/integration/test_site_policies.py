@@ -95,7 +95,7 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
                         "-o", "execution.walltime=00:10:00")
     assert ungranted.returncode == 2, ungranted.stdout + ungranted.stderr
     assert "execution.qos" in ungranted.stderr and "'restricted' is not a QOS" in (
-        ungranted.stderr) and "grants normal, short" in ungranted.stderr, ungranted.stderr
+        ungranted.stderr) and "grants few, normal, short" in ungranted.stderr, ungranted.stderr
     assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
     granted = hpceval("submit", str(path), "--dry-run", *debug, "-o", "execution.qos=short",
                       "-o", "execution.walltime=00:30:00")
@@ -139,6 +139,48 @@ def test_a_runs_cpu_jobs_fit_the_cpu_partitions_limits(
         tested = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
                                 text=True, check=False)
         assert tested.returncode == 0, (script.name, tested.stderr)
+
+
+def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
+        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """QOS `few` lets a user have 4 jobs pending or running. A 4-model sweep is 5 jobs (its
+    array's elements and the aggregation): sbatch queued the array and refused the aggregation,
+    so the sweep ran without its table. hpceval counts them, and the user's queued jobs of
+    that QOS, and refuses the run before writing or submitting anything."""
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
+                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    run = yaml.safe_load(run_file(tmp_path).read_text(encoding="utf-8"))
+    run["execution"].update({"partition": "debug", "qos": "few"})
+    run["models"] = [{"name": f"m{i}"} for i in range(4)]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(run), encoding="utf-8")
+
+    def few_jobs() -> list[str]:
+        return subprocess.run(["squeue", "-h", "-r", "-q", "few", "-o", "%i"],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    refused = hpceval("submit", str(path))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "execution.qos" in refused.stderr and "this run submits 5 jobs (4 model jobs, 1 " \
+        "aggregation job); QOS few's MaxSubmitJobsPerUser is 4" in refused.stderr, (
+        refused.stderr)
+    assert not (tmp_path / "runs").exists() and few_jobs() == []
+
+    held = [subprocess.run(["sbatch", "--parsable", "--hold", "-p", "debug", "-q", "few",
+                            "-t", "1", "--wrap", "true"], capture_output=True, text=True,
+                           check=True).stdout.strip() for _ in range(2)]
+    try:
+        run["models"] = run["models"][:2]
+        path.write_text(yaml.safe_dump(run), encoding="utf-8")
+        waiting = hpceval("submit", str(path))
+        assert waiting.returncode == 2, waiting.stdout + waiting.stderr
+        assert "2 of your jobs in the queue already count against it" in waiting.stderr, (
+            waiting.stderr)
+        assert sorted(few_jobs()) == sorted(held)
+    finally:
+        subprocess.run(["scancel", *held], check=False)
 
 
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(

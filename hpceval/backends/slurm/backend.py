@@ -313,6 +313,11 @@ class SlurmBackend:
 
         return spec_issues(ex, ask=ask)
 
+    def submit_issues(self, ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
+        from hpceval.backends.slurm.submit_limits import submit_issues
+
+        return submit_issues(ex, jobs)
+
     # -- internals --------------------------------------------------------------------------
 
     def _register(self, queries: Sequence[JobQuery]) -> None:

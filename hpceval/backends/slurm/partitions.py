@@ -49,6 +49,11 @@ def _ask(argv: list[str]) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def _count(text: str) -> int | None:
+    """A job-count limit as sacctmgr prints it; None for none ('', or not a number)."""
+    return int(text.strip()) if text.strip().isdigit() else None
+
+
 def _limit_minutes(text: str) -> int | None:
     """Minutes of a MaxWall as sacctmgr prints it; None for none ('', UNLIMITED)."""
     return walltime_minutes(text.strip()) if text.strip() else None
@@ -89,18 +94,20 @@ class Qos:
     name: str
     max_minutes: int | None  # None: no MaxWall
     flags: frozenset[str]  # PartitionTimeLimit, OverPartQOS, DenyOnLimit, ...
+    max_submit_per_user: int | None = None  # MaxSubmitJobsPerUser (None: none)
 
 
 @functools.cache
 def qos_info(qos: str) -> Qos | None:
     """QOS ``qos`` as the accounting database holds it (one sacctmgr call); None when it
     cannot be learned (no sacctmgr, no such QOS, an error)."""
-    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=name,maxwall,flags"])
+    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos,
+                "format=name,maxwall,flags,maxsubmitpu"])
     for line in (out or "").splitlines():
-        name, limit, flags = [*line.strip().split("|"), "", ""][:3]
+        name, limit, flags, submit = [*line.strip().split("|"), "", "", ""][:4]
         if name == qos:
             return Qos(name, _limit_minutes(limit),
-                       frozenset(flag for flag in flags.split(",") if flag))
+                       frozenset(flag for flag in flags.split(",") if flag), _count(submit))
     return None
 
 
@@ -138,6 +145,7 @@ class Association:
     max_minutes: int | None  # None: no MaxWall, on it or on an account above it
     default_qos: str = ""  # the QOS of a job that names none ("": none set)
     granted_qos: tuple[str, ...] = ()  # the QOS a job of it may name (): not known
+    max_submit: int | None = None  # MaxSubmitJobs, its own or an account's above it (None: none)
 
     @property
     def label(self) -> str:
@@ -158,7 +166,7 @@ def user_name() -> str | None:
         return None
 
 
-ASSOCIATION_FIELDS = "cluster,account,partition,maxwall,defaultqos,qos"
+ASSOCIATION_FIELDS = "cluster,account,partition,maxwall,defaultqos,qos,maxsubmit"
 
 
 @functools.cache
@@ -175,9 +183,10 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
         return None
     rows = [line.strip().split("|") for line in out.splitlines()]
     return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), default,
-                             tuple(name for name in granted.split(",") if name))
-                 for cluster, acct, part, limit, default, granted in
-                 (row for row in rows if len(row) == 6))
+                             tuple(name for name in granted.split(",") if name),
+                             _count(submit))
+                 for cluster, acct, part, limit, default, granted, submit in
+                 ([*row, ""][:7] for row in rows if len(row) in (6, 7)))
 
 
 def job_association(partition: str | None, account: str | None) -> Association | None:

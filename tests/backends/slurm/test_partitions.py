@@ -63,27 +63,30 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
 
 
 # Association rows as `sacctmgr -n -P show associations user=alice account=A|onlydefaults
-# format=cluster,account,partition,maxwall,defaultqos,qos` prints them: a row's MaxWall is its own
-# or, where it sets none, its account's (sacctmgr fills the parents' limits in by default).
+# format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit` prints them: a row's
+# MaxWall (and MaxSubmitJobs) is its own or, where it sets none, its account's (sacctmgr fills
+# the parents' limits in by default).
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
-if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall,flags" ]; then
+if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall,flags,maxsubmitpu" ]; then
   case $5 in
     short) echo "short|00:30:00|DenyOnLimit" ;;
     long) echo "long|2-00:00:00|" ;;
     open) echo "open||" ;;
     beyond) echo "beyond|3-00:00:00|PartitionTimeLimit,OverPartQOS" ;;
     capped) echo "capped|02:00:00|DenyOnLimit" ;;
+    few) echo "few|||4" ;;
   esac
   exit 0
 fi
-[ "$1 $2 $3 $4 $5 $7 $#" = \
-  "-n -P show associations user=alice format=cluster,account,partition,maxwall,defaultqos,qos 7" ] \
+fields=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit
+[ "$1 $2 $3 $4 $5 $7 $#" = "-n -P show associations user=alice format=$fields 7" ] \
   || { echo "bad: $*" >&2; exit 2; }
 case $6 in
   account=proj1|onlydefaults) printf '%s\n' 'c1|proj1||04:00:00||long,normal,open,short' \
                                             'c1|proj1|gpu|01:00:00||long,normal,open,short' ;;
   account=proj2) echo "c1|proj2|||short|normal,short" ;;
+  account=queue) echo "c1|queue|||few|few,normal|3" ;;
   account=twins) printf 'c1|twins||04:00:00||\nc2|twins||04:00:00||\n' ;;
   account=split) printf 'c1|split||04:00:00||\nc2|split||08:00:00||\n' ;;
   account=down) echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
@@ -126,8 +129,8 @@ def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
         ("30", TimeLimit(30, "QOS short's MaxWall"))
     for _ in range(3):
         qos_max_minutes("short")
-    assert fake_sacctmgr.read_text().splitlines().count(
-        "-n -P show qos short format=name,maxwall,flags") == 1  # one call per QOS and process
+    assert fake_sacctmgr.read_text().splitlines().count(  # one call per QOS and process
+        "-n -P show qos short format=name,maxwall,flags,maxsubmitpu") == 1
 
 
 def test_a_walltime_above_the_qos_max_wall_is_refused_naming_it(fake_sacctmgr: Path,
@@ -219,10 +222,10 @@ def test_an_association_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
         time_limit("long", None, "proj1")
     asked = fake_sacctmgr.read_text().splitlines()
     assert asked.count("-n -P show associations user=alice account=proj1 "
-                       "format=cluster,account,partition,maxwall,defaultqos,qos") == 1
+                       "format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit") == 1
     assert [line for line in asked if "onlydefaults" in line] == [
         "-n -P show associations user=alice onlydefaults "
-        "format=cluster,account,partition,maxwall,defaultqos,qos"]
+        "format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit"]
 
 
 def test_no_accounting_is_no_association_limit_and_never_a_refusal(
@@ -387,4 +390,4 @@ def test_a_partitions_own_qos_and_the_flags_that_lift_limits(fake_sacctmgr: Path
     assert time_limit("gpu", "long", "other") == TimeLimit(720, "the partition's MaxTime")
     assert capped_walltime("72:00:00", "long", "short") == ("120", own)
     asked = fake_sacctmgr.read_text().splitlines()
-    assert asked.count("-n -P show qos capped format=name,maxwall,flags") == 1
+    assert asked.count("-n -P show qos capped format=name,maxwall,flags,maxsubmitpu") == 1

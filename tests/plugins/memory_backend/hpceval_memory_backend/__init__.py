@@ -230,3 +230,6 @@ class MemoryBackend:
 
     def spec_issues(self, ex: ExecutionView, *, ask: bool) -> list[ConfigIssue]:
         return []
+
+    def submit_issues(self, ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
+        return []  # no queue limits

@@ -1,0 +1,98 @@
+"""A user's limit on queued jobs (issue 38: MaxSubmitJobs). Slurm counts each pending or running
+job, each array element one, against the MaxSubmitJobsPerUser of the job's QOS and of its
+partition's own QOS and the MaxSubmitJobs of its association; a run is several sbatch calls, so
+the one past the limit was refused after the others were queued (a sweep without its
+aggregation). hpceval counts the run's jobs and the user's queued ones at submit and refuses
+the run first, naming the key and the fix. sacctmgr and squeue are strict fakes here; the dev
+cluster's QOS `few` in tests/integration/test_site_policies.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_sinfo import fake_sinfo_on_path
+from test_partitions import FAKE, FAKE_SACCTMGR
+
+from hpceval.backends.slurm.submit_limits import submit_issues
+from hpceval.backends.views import ExecutionView
+from hpceval.config.schema import ExecutionSpec
+from hpceval.records import Role
+
+# `squeue -h -r -u alice -o %q|%a|%P`: alice's pending and running jobs, one line per array
+# element, from the file `queue` beside it
+FAKE_SQUEUE = r'''#!/bin/bash
+echo "$*" >> "$(dirname "$0")/squeue.calls"
+[ "$*" = "-h -r -u alice -o %q|%a|%P" ] || { echo "bad: $*" >&2; exit 2; }
+queue="$(dirname "$0")/queue"
+[ -e "$queue" ] || { echo "squeue: error: slurm_load_jobs error: Unable to contact" >&2; exit 1; }
+cat "$queue"
+'''
+
+
+@pytest.fixture
+def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The fake sinfo, sacctmgr (test_partitions') and squeue, first on PATH, as alice; their
+    folder (write the queue into `queue` there)."""
+    with fake_sinfo_on_path(tmp_path, FAKE, monkeypatch):
+        for name, text in (("sacctmgr", FAKE_SACCTMGR), ("squeue", FAKE_SQUEUE)):
+            (tmp_path / name).write_text(text)
+            (tmp_path / name).chmod(0o755)
+        monkeypatch.setenv("LOGNAME", "alice")
+        yield tmp_path
+
+
+def execution(**keys: str) -> ExecutionView:
+    return ExecutionSpec(**keys)
+
+
+def sweep(models: int) -> list[Role]:
+    return [*([Role.MAIN] * models), Role.AGGREGATE]
+
+
+def test_a_run_past_its_qoss_submit_limit_is_refused_counting_the_queue(tools: Path) -> None:
+    (tools / "queue").write_text("few|proj1|gpu\nfew|proj1|gpu\nnormal|proj1|gpu\n")
+    ex = execution(qos="few", account="proj1", partition="gpu")
+    (issue,) = submit_issues(ex, sweep(2))
+    assert issue.path == "execution.qos"
+    text = str(issue)
+    assert "this run submits 3 jobs (2 model jobs, 1 aggregation job)" in text, text
+    assert "QOS few's MaxSubmitJobsPerUser is 4, and 2 of your jobs in the queue already " \
+        "count against it" in text, text  # the normal-QOS job does not count
+    assert "submit at most 1 model at once" in text and "squeue --me" in text, text
+    assert submit_issues(ex, [Role.MAIN, Role.AGGREGATE]) == []  # 2 more fit
+
+
+def test_an_associations_submit_limit_and_the_default_qos(tools: Path) -> None:
+    (tools / "queue").write_text("")
+    # account queue: MaxSubmitJobs 3, default QOS few (4): a job naming no QOS counts there too
+    ex = execution(account="queue", partition="gpu")
+    (issue,) = submit_issues(ex, [Role.PULL, *sweep(2)])
+    assert issue.path == "execution.account"
+    text = str(issue)
+    assert "the MaxSubmitJobs of alice's association with account queue is 3" in text, text
+    assert "4 jobs (2 model jobs, 1 aggregation job, 1 image pull job)" in text, text
+    (tools / "queue").write_text("few|queue|gpu\nnormal|other|gpu\n")
+    assert [i.path for i in submit_issues(ex, sweep(2))] == ["execution.account"]
+    assert [i.path for i in submit_issues(ex, sweep(3))] == ["execution.qos",
+                                                             "execution.account"]
+
+
+def test_no_limit_asks_no_queue_and_an_unreadable_queue_refuses_nothing(tools: Path) -> None:
+    assert submit_issues(execution(qos="short", account="proj1"), sweep(100)) == []
+    assert not (tools / "squeue.calls").exists()  # no limit: the queue is not asked
+    # no queue file: squeue fails (controller down), so nothing can be counted or refused
+    assert submit_issues(execution(qos="few", account="proj1"), sweep(100)) == []
+    assert (tools / "squeue.calls").read_text().count("\n") == 1
+
+
+def test_doctor_shows_the_limits_and_the_queue(tools: Path) -> None:
+    from hpceval.doctor.login import submit_limit_line
+
+    (tools / "queue").write_text("few|queue|gpu\n")
+    line = submit_limit_line(execution(account="queue", partition="gpu"))
+    assert "QOS few's MaxSubmitJobsPerUser 4 (1 of yours in the queue now); the " \
+        "MaxSubmitJobs of alice's association with account queue 3 (1 of yours" in (
+            line.detail), line
+    assert "no limit" in submit_limit_line(execution(qos="short", account="proj1")).detail
