@@ -15,16 +15,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpceval.backends import Backend, JobEntry, JobRequest, SchedulerClient, backend_for
 from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, PULL_SCRIPT
-from hpceval.errors import ConfigError
+from hpceval.errors import ConfigError, HpcevalError
 from hpceval.records import Role
-from hpceval.runs.jobs import append_jobs
+from hpceval.runs.jobs import append_jobs, mark_cancelled
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
 
@@ -124,34 +124,63 @@ def submit_jobs(run_dir: Path, backend: Backend, main: JobRequest,
     once the judges have started too), then (if `aggregate` / `export` name a script) the
     aggregation and export jobs that wait for the main job (for all of its jobs: a sweep may
     be several arrays); each entry goes into jobs.json as soon as it exists (the main
-    entries first in the returned list). Submit and resume both come here."""
+    entries first in the returned list). Submit and resume both come here.
+
+    All or none: when the scheduler refuses one of them, those it queued before are cancelled
+    (and marked so in jobs.json) and SubmitWithdrawn names them, so no part of the run runs
+    without the rest (a sweep without its aggregation, a judge serving no array)."""
+    queued: list[JobEntry] = []
+
+    def submit(request: JobRequest) -> list[JobEntry]:
+        # recorded at once: if a later submission fails, they are known (and cancelled)
+        entries = backend.submit(run_dir, request)
+        append_jobs(run_dir, backend.name, entries)
+        queued.extend(entries)
+        return entries
+
+    try:
+        return _submit_in_order(submit, main, aggregate, export, judges, pull)
+    except HpcevalError as exc:
+        if not queued:
+            raise
+        _withdraw(run_dir, backend, queued)
+        raise SubmitWithdrawn(f"{exc}; the {len(queued)} job(s) of the run queued before it "
+                              f"were cancelled ({', '.join(e.id for e in queued)}), so none "
+                              "of it runs") from exc
+
+
+def _submit_in_order(submit: Callable[[JobRequest], list[JobEntry]], main: JobRequest,
+                     aggregate: str | None, export: str | None,
+                     judges: Sequence[tuple[str, str]], pull: str | None) -> list[JobEntry]:
     pulled: list[JobEntry] = []
     if pull is not None:
-        pulled = backend.submit(run_dir, JobRequest(pull, role=Role.PULL, reason=main.reason))
-        append_jobs(run_dir, backend.name, pulled)  # at once, as the judges below
+        pulled = submit(JobRequest(pull, role=Role.PULL, reason=main.reason))
         main = dataclasses.replace(main, after=(*main.after, *(e.id for e in pulled)))
     judged: list[JobEntry] = []
     for name, script in judges:
-        (judge,) = backend.submit(run_dir, JobRequest(script, role=Role.JUDGE,
-                                                      after=tuple(e.id for e in pulled),
-                                                      reason=main.reason, aux=name))
-        # Recorded at once: if a later submission fails, `kill` still finds the judge.
-        append_jobs(run_dir, backend.name, [judge])
-        judged.append(judge)
+        judged += submit(JobRequest(script, role=Role.JUDGE, after=tuple(e.id for e in pulled),
+                                    reason=main.reason, aux=name))
     if judged:
         main = dataclasses.replace(
             main, started_after=(*main.started_after, *(j.id for j in judged)))
-    entries = backend.submit(run_dir, main)
-    # Recorded before the aggregation job: if that submission fails, the main jobs are known.
-    append_jobs(run_dir, backend.name, entries)
+    entries = submit(main)
     after = tuple(e.id for e in entries)
     for dependent, role in ((aggregate, Role.AGGREGATE), (export, Role.EXPORT)):
         if dependent is not None:
-            jobs = backend.submit(run_dir, JobRequest(dependent, after=after, role=role,
-                                                      reason=main.reason))
-            append_jobs(run_dir, backend.name, jobs)
-            entries += jobs
+            entries += submit(JobRequest(dependent, after=after, role=role, reason=main.reason))
     return [*entries, *judged, *pulled]
+
+
+class SubmitWithdrawn(HpcevalError):
+    """The scheduler refused one of a run's jobs after queueing others, which were cancelled."""
+
+
+def _withdraw(run_dir: Path, backend: Backend, entries: Sequence[JobEntry]) -> None:
+    def mark(ids: list[str]) -> None:
+        mark_cancelled(run_dir, ids)
+
+    with contextlib.suppress(HpcevalError):  # the refusal is the error to report
+        backend.cancel(run_dir, entries, mark=mark, verify_s=10.0, sleep=time.sleep)
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],

@@ -112,9 +112,10 @@ def submit_checkpoint(spec: WatchSpec, ckpt: Checkpoint,
     try:
         result = submit_prepared(run, client, written=True)
     except Exception as exc:
-        # the scheduler may have queued the job before what failed: only an empty chain is safe to
+        # the scheduler may have queued the job before what failed: only a chain with nothing
+        # left queued (none submitted, or all withdrawn: runs.submit.submit_jobs) is safe to
         # submit again
-        queued = bool(read_jobs(run.run_dir).ids)
+        queued = any(e.cancelled_at is None for e in read_jobs(run.run_dir).chain)
         raise SubmitFailed(f"{type(exc).__name__}: {exc}", retryable=not queued,
                            run_dir=str(run.run_dir)) from exc
     return {"run_id": result.invocation_id, "run_dir": str(result.run_dir),
