@@ -118,7 +118,11 @@ class Charliecloud(Runtime):
                        env_names: list[str], *, gpus: bool,
                        site: SiteOptions = NO_SITE) -> list[Any]:
         own = ShellCode(f"{task_dir}:{task_dir}")
-        argv = self._run([own, *(_bind(b) for b in binds)], env_names, site)
+        # The site's folders first, then the task's own: ch-run 0.31 mounts onto a folder the
+        # image has, or one a bind before it brought in, so a task folder below a bound file
+        # system's top folder (execution.extra_binds: /scratch, which the image has) needs no
+        # mount point of its own (a bind in the other order mounts the file system over it).
+        argv = self._run([*(_bind(b) for b in binds), own], env_names, site)
         return [*argv, "-c", task_dir, LineStart(image), "--"]
 
     def pull_words(self, binary: str, dest: Any, source: str) -> list[Any]:

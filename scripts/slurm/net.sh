@@ -52,12 +52,12 @@ net_node_hosts_write() {
   done
 }
 
-# net_node_hosts_ok NODE PID -> true when PID sees the hosts file NODE should see: a mount
-# namespace of its own for a node with its own hosts file, this machine's otherwise
+# net_node_hosts_ok NODE PID -> true when PID sees the hosts file NODE should see: its own
+# (bound over /etc/hosts in its mount namespace) for a node that has one, this machine's otherwise
 net_node_hosts_ok() {
-  local own=0
-  [ "$(readlink "/proc/$2/ns/mnt" 2>/dev/null)" != "$(readlink /proc/self/ns/mnt)" ] && own=1
-  if [ -s "$(net_node_hosts "$1")" ]; then [ "$own" = 1 ]; else [ "$own" = 0 ]; fi
+  local want=/etc/hosts
+  [ -s "$(net_node_hosts "$1")" ] && want=$(net_node_hosts "$1")
+  [ "$(stat -c %d:%i "/proc/$2/root/etc/hosts" 2>/dev/null)" = "$(stat -c %d:%i "$want")" ]
 }
 
 # net_hosts_lines NODE... -> /etc/hosts lines naming login and every node by its own address

@@ -35,6 +35,9 @@
 #   SLURM_NET_PREFIX  (198.18.0) the site's /24: login .1, nodeI .(10+I) (RFC 2544 benchmark range)
 #   SLURM_LOOPBACK_NAME_NODES (node2) nodes whose own name resolves to 127.0.1.1 on themselves, as
 #                              Debian's installer and cloud-init write /etc/hosts ("" = none)
+#   SLURM_NODE_TMP    (1)      1 = each node its own /tmp (scripts/slurm/node-tmp.sh); shared storage
+#                              is the checkout, /home, SLURM_SCRATCH (/srv/scratch) and the
+#                              folders of SLURM_SHARED_TMP (pytest's under /tmp are shared)
 #   SLURM_PORT_BASE   (6820)   slurmd on nodeI listens on SLURM_PORT_BASE+I
 #   SLURM_DB_PASS     (slurmdbpass)
 #   SLURM_EXTRA_USERS ("")     extra unix users to add to the accounting db
@@ -95,6 +98,8 @@ esac
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=scripts/slurm/net.sh
 . "$(dirname "${BASH_SOURCE[0]}")/net.sh"
+# shellcheck source=scripts/slurm/node-tmp.sh
+. "$(dirname "${BASH_SOURCE[0]}")/node-tmp.sh"
 # wait_for SECONDS CMD... -> poll CMD every 0.2 s
 wait_for() {
   local t=$1; shift; local n=$(( t * 5 ))
@@ -450,6 +455,11 @@ for n in "${NODES[@]}"; do
   fi
   if [ "$NETNS" = 1 ] && pid_alive "/run/slurm/slurmd-$n.pid" && ! net_node_hosts_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
     log "slurmd $n does not see its own hosts file: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
+  fi
+  # a slurmd that sees another /tmp than its node's (node-tmp.sh), or a shared folder there that
+  # was removed and made again here since it started, restarts with the right ones
+  if pid_alive "/run/slurm/slurmd-$n.pid" && ! node_tmp_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
+    log "slurmd $n does not see its node's /tmp: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
   fi
   if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
     log "starting slurmd $n (address $(node_addr "${n#node}"))"

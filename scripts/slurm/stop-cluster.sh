@@ -95,7 +95,7 @@ fi
 # 4. state
 if [ "$PURGE" = 1 ]; then
   log "purging state, logs, generated configs"
-  rm -rf /var/lib/slurm/slurmctld/* /var/lib/slurm/slurmd/* /var/log/slurm/*
+  rm -rf /var/lib/slurm/slurmctld/* /var/lib/slurm/slurmd/* /var/log/slurm/* /var/lib/hpceval-node-tmp  # node-tmp.sh
   rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/cgroup.conf /etc/slurm/slurmdbd.conf \
         /etc/mysql/mariadb.conf.d/60-slurm.cnf
   if grep -q '# slurm-local-cluster$' /etc/hosts; then

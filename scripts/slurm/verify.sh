@@ -11,7 +11,8 @@
 set -uo pipefail
 WITH_TIMEOUT=0
 if [ "${1:-}" = --with-timeout ]; then WITH_TIMEOUT=1; shift; fi
-W=${1:-$(mktemp -d /tmp/hpceval-slurm-verify.XXXXXX)}
+# on the site's shared scratch (node-tmp.sh): each node's /tmp is its own
+W=${1:-$(mktemp -d "${SLURM_SCRATCH:-/srv/scratch}/hpceval-slurm-verify.XXXXXX")}
 mkdir -p "$W" && cd "$W" || exit 1
 T_START=$(date +%s)
 NFAIL=0

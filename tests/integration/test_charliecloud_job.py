@@ -34,6 +34,7 @@ import pytest
 import yaml
 from support import charliecloud
 from support.lm_eval_env import FAKES, MODEL, TASK_NAME, answer_key, require_lm_eval, write_task_dir
+from support.site import SCRATCH
 from support.site_users import USER, as_user, sacct_ended
 
 from hpceval.backends.slurm.client import CommandSlurmClient
@@ -49,8 +50,9 @@ TIMEOUT = 300  # seconds; about 60 once a node is free
 
 @pytest.fixture(scope="module")
 def image() -> Path:
-    """The harness image as a SquashFS file, built once per machine (content-hashed name)."""
-    return charliecloud.image("harness", sys.prefix)
+    """The harness image as a SquashFS file, built once per machine (content-hashed name), with
+    the site's scratch as a mount point (ch-run 0.31 binds only onto folders the image has)."""
+    return charliecloud.image("harness", sys.prefix, SCRATCH)
 
 
 def _run_file(work: Path, image: Path) -> Path:
@@ -60,7 +62,9 @@ def _run_file(work: Path, image: Path) -> Path:
         "defaults": [{"execution": "local-dev"}, {"deployment": "command"}],
         "execution": {"nodes": 1, "output_dir": str(work / "runs"),
                       "container_runtime": "charliecloud",
-                      "extra_binds": [f"{site}:{site}:ro"]},
+                      # scratch's top folder (the image has it): the run's folders below it
+                      # need no mount point of their own
+                      "extra_binds": [str(SCRATCH), f"{site}:{site}:ro"]},
         "deployment": {"served_model_name": MODEL, "health_timeout": 120,
                        "command": f"exec python3 {FAKES / 'oracle_server.py'} --model {MODEL}"},
         "evaluation": {"params": {"limit_samples": LIMIT, "parallelism": 4},
@@ -75,10 +79,10 @@ def _run_file(work: Path, image: Path) -> Path:
 
 @pytest.fixture
 def scratch_dir(home_dir: Path) -> Iterator[Path]:
-    """alice's folder on the site's scratch, which every node mounts: /tmp here, which ch-run
-    binds whole (ch-run 0.31 binds only onto folders the image has, and her home's are not in
-    it; runs belong on scratch anyway, docs/containers.md)."""
-    work = Path("/tmp") / f"hpceval-{USER}-{uuid.uuid4().hex[:8]}"
+    """alice's folder on the site's scratch, which every node mounts (each node's /tmp is its
+    own), and a mount point of the image (ch-run 0.31 binds only onto folders the image has, and
+    her home's are not in it; runs belong on scratch anyway, docs/containers.md)."""
+    work = SCRATCH / f"hpceval-{USER}-{uuid.uuid4().hex[:8]}"
     made = as_user(USER, "mkdir", "-m", "0700", str(work))
     assert made.returncode == 0, made.stderr
     try:

@@ -5,16 +5,20 @@ own network host on a bridge and has no default route; with SLURM_NETNS=0 every 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-__all__ = ["OUTSIDE", "PROXY_LOG", "addresses", "login_address", "nodes_have_own_network",
-           "proxy_url"]
+__all__ = ["OUTSIDE", "PROXY_LOG", "SCRATCH", "addresses", "login_address",
+           "nodes_have_own_network", "proxy_url"]
 
 MARK = "# slurm-local-cluster"
 # The site's HTTP proxy on the login host (scripts/slurm/site_proxy.py): the nodes' only way
 # out. Names under OUTSIDE are this machine's loopback as the proxy alone resolves them.
 PROXY_LOG = Path("/var/log/slurm/site-proxy.log")
 OUTSIDE = "api.outside.test"
+# The site's shared scratch (scripts/slurm/node-tmp.sh): every node mounts it, as it would a
+# parallel file system; each node's /tmp is its own.
+SCRATCH = Path(os.environ.get("SLURM_SCRATCH", "/srv/scratch"))
 
 
 def addresses() -> dict[str, str]:
