@@ -29,17 +29,27 @@ node_tmp_shared() {
   tr ':' '\n' <<< "${SLURM_SHARED_TMP:-}" | grep '^/tmp/.' || true
 }
 
-# node_tmp_prepare NODE... -> each node's /tmp folder (1777, as /tmp) and the shared folders exist
+# node_tmp_prepare NODE... -> each node's /tmp folder (1777, as /tmp) and the shared folders
+# exist, each shared folder a shared mount of its own: what is mounted below it here later (a
+# test's small tmpfs for a full disk) reaches every node, whose mount namespace is its slave
 node_tmp_prepare() {
-  local n
+  local n p
   install -d -m 1777 "$SITE_SCRATCH"
   [ -d /tmp/pytest-of-root ] || install -d -m 0700 /tmp/pytest-of-root  # pytest's own mode
+  while IFS= read -r p; do
+    [ -d "$p" ] || continue
+    mountpoint -q "$p" || mount --bind "$p" "$p"
+    mount --make-shared "$p"
+  done < <(node_tmp_shared)
   for n in "$@"; do install -d -m 1777 "$(node_tmp_dir "$n")"; done
 }
 
-# node_tmp_mounts NODE -> the commands (for `unshare --mount ... sh -c`) that give NODE's mount
-# namespace its own /tmp: each shared folder bound into the node's folder at its own path,
-# then the node's folder (with those binds: rbind) over /tmp
+# node_tmp_mounts NODE -> the commands (for `unshare --mount --propagation slave ... sh -c`) that
+# give NODE's mount namespace its own /tmp: each shared folder bound into the node's folder at
+# its own path, then the node's folder (with those binds: rbind) over /tmp; and its own
+# /dev/shm, as a real node has: shared memory is how vLLM, torch and NCCL tell processes on one
+# node from those on others, and one /dev/shm for every node made vLLM take two nodes for one
+# (its message queue then went over /tmp's Unix sockets, which do not cross nodes)
 node_tmp_mounts() {
   local dir p out=""
   dir=$(node_tmp_dir "$1")
@@ -47,18 +57,19 @@ node_tmp_mounts() {
     [ -d "$p" ] || continue
     out+="mkdir -p '$dir${p#/tmp}' && mount --bind '$p' '$dir${p#/tmp}' && "
   done < <(node_tmp_shared)
-  echo "${out}mount --rbind '$dir' /tmp && "
+  echo "${out}mount --rbind '$dir' /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
 }
 
 # node_tmp_ok NODE PID -> true when PID sees what NODE should see as /tmp: the node's own folder
-# with every shared folder in it (the same folders as this machine's, not a removed one), or,
-# with SLURM_NODE_TMP=0, this machine's /tmp
+# with every shared folder in it (the same folders as this machine's, not a removed one), and a
+# /dev/shm of its own; or, with SLURM_NODE_TMP=0, this machine's /tmp
 node_tmp_ok() {
   local p root=/proc/$2/root
   if [ "$NODE_TMP" != 1 ]; then
     [ "$(stat -c %d:%i "$root/tmp" 2>/dev/null)" = "$(stat -c %d:%i /tmp)" ]; return
   fi
   [ "$(stat -c %d:%i "$root/tmp" 2>/dev/null)" = "$(stat -c %d:%i "$(node_tmp_dir "$1")")" ] || return 1
+  [ "$(stat -c %d "$root/dev/shm" 2>/dev/null)" != "$(stat -c %d /dev/shm)" ] || return 1
   while IFS= read -r p; do
     [ -d "$p" ] || continue
     [ "$(stat -c %d:%i "$root$p" 2>/dev/null)" = "$(stat -c %d:%i "$p")" ] || return 1

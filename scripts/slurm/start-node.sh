@@ -28,7 +28,8 @@ if [ "$NODE_TMP" = 1 ]; then
   mounts+=$(node_tmp_mounts "$node")
 fi
 if [ -n "$mounts" ]; then
-  spaces+=(--mount --propagation private) setup+=$mounts
+  # slave: mounts made here below a shared folder reach the node; none of the node's come back
+  spaces+=(--mount --propagation slave) setup+=$mounts
 fi
 if [ "${#spaces[@]}" -gt 0 ]; then
   exec "${enter[@]}" unshare "${spaces[@]}" sh -c "${setup}exec /usr/sbin/slurmd -N $node"

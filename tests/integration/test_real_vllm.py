@@ -222,7 +222,12 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     model = next(run_dir.glob("models/*"))
     # Both instances are on the job's first node, vLLM from the host: each listens on a Unix
     # socket in the job's own 0700 folder (deployment.unix_socket), which only its uid reaches.
-    sockets = sockets_once_ready(model / f"slurm-{job_id}.log")
+    # In the node's own /tmp (node-local, as on a real site): looked at from here through the
+    # node's folder
+    node = re.search(r"instance 0 \(head\) on (\S+):",
+                     (model / f"slurm-{job_id}.log").read_text()).group(1)
+    sockets = [str(site.seen_from_login(node, socket))
+               for socket in sockets_once_ready(model / f"slurm-{job_id}.log")]
     assert len(sockets) == 2, sockets
     for socket in sockets:
         folder = os.stat(Path(socket).parent)
@@ -247,8 +252,8 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     assert [i for i, _ in launched] == ["0", "1"], job_log
     assert all(f"--served-model-name {NAME}" in line and "--uds /tmp/hpceval-" in line
                and "--port" not in line for _, line in launched)
-    for i in (0, 1):  # vLLM's own word for where it listened
-        assert f"Starting vLLM server on unix:{sockets[i]}" in \
+    for i, socket in enumerate(re.findall(r"--uds (\S+)", job_log)):  # vLLM's own word
+        assert f"Starting vLLM server on unix:{socket}" in \
             (model / "server" / f"instance-{i}.log").read_text()
     logs = hpceval("logs", run_dir.name)
     assert logs.returncode == 0 and "vllm serve" in logs.stdout

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 __all__ = ["OUTSIDE", "PROXY_LOG", "SCRATCH", "addresses", "login_address",
-           "nodes_have_own_network", "proxy_url"]
+           "nodes_have_own_network", "proxy_url", "seen_from_login"]
 
 MARK = "# slurm-local-cluster"
 # The site's HTTP proxy on the login host (scripts/slurm/site_proxy.py): the nodes' only way
@@ -19,6 +19,18 @@ OUTSIDE = "api.outside.test"
 # The site's shared scratch (scripts/slurm/node-tmp.sh): every node mounts it, as it would a
 # parallel file system; each node's /tmp is its own.
 SCRATCH = Path(os.environ.get("SLURM_SCRATCH", "/srv/scratch"))
+NODE_TMP_ROOT = Path("/var/lib/hpceval-node-tmp")
+
+
+def seen_from_login(node: str, path: str | Path) -> Path:
+    """Where ``path`` of ``node`` is on this (login) host: a path in the node's own /tmp is in
+    the node's folder here (node-tmp.sh); pytest's folders under /tmp, and everything else, are
+    shared and at the same path."""
+    p, own = Path(path), NODE_TMP_ROOT / node
+    if not own.is_dir() or p.parts[:2] != ("/", "tmp") or (
+            len(p.parts) > 2 and p.parts[2].startswith("pytest-of-")):
+        return p
+    return own.joinpath(*p.parts[2:])
 
 
 def addresses() -> dict[str, str]:
