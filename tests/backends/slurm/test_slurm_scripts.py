@@ -15,6 +15,7 @@ SCRIPTS = [
     ROOT / "scripts/slurm/verify.sh",
     ROOT / "scripts/slurm/net.sh",
     ROOT / "scripts/slurm/start-node.sh",
+    ROOT / "scripts/slurm/node-tmp.sh",
     ROOT / "scripts/run-tests.sh",
     ROOT / "scripts/demo.sh",
     ROOT / "scripts/lib/env.sh",
