@@ -224,10 +224,11 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     # socket in the job's own 0700 folder (deployment.unix_socket), which only its uid reaches.
     # In the node's own /tmp (node-local, as on a real site): looked at from here through the
     # node's folder
-    node = re.search(r"instance 0 \(head\) on (\S+):",
-                     (model / f"slurm-{job_id}.log").read_text()).group(1)
-    sockets = [str(site.seen_from_login(node, socket))
-               for socket in sockets_once_ready(model / f"slurm-{job_id}.log")]
+    ready = sockets_once_ready(model / f"slurm-{job_id}.log")
+    launched_on = re.search(r"instance 0 \(head\) on (\S+):",
+                            (model / f"slurm-{job_id}.log").read_text())
+    assert launched_on is not None
+    sockets = [str(site.seen_from_login(launched_on.group(1), socket)) for socket in ready]
     assert len(sockets) == 2, sockets
     for socket in sockets:
         folder = os.stat(Path(socket).parent)

@@ -79,3 +79,19 @@ def test_term_reaches_the_servers_group_and_the_step_ends_with_its_status(
     assert step.wait(timeout=20) == 0  # vLLM ending cleanly on TERM: the step is COMPLETED
     time.sleep(0.2)
     assert not alive(engine)
+
+
+def test_a_server_asked_to_stop_ends_its_step_with_0_whatever_it_says(
+        render: RenderFn, tmp_path: Path) -> None:
+    """A headless vLLM worker on another node errors out when its head stops first (both steps
+    get TERM at teardown): its step was FAILED in every successful TP=2 job across nodes once
+    the site in a box gave each node its own /dev/shm. Asked to stop, a step ends with 0; a
+    server that fails before anyone asked still fails its step (the first test)."""
+    server = 'trap "exit 1" TERM; ' + ENGINE + "while :; do sleep 0.1; done"
+    step = start(render("slurm", RUN), server, tmp_path)
+    engine = wait_file(tmp_path / "engine")
+    wait_file(tmp_path / "server")
+    step.send_signal(signal.SIGTERM)
+    assert step.wait(timeout=20) == 0
+    time.sleep(0.2)
+    assert not alive(engine)
