@@ -73,7 +73,8 @@ def submit(config: ConfigSource, overrides: Sequence[str] = (), *, profile: str 
     SubmitFailed (naming the run directory, which is kept) if the backend refused the job."""
     from hpceval.runs.submit import create_run, submit_prepared
 
-    run = create_run(load(config, overrides, profile=profile), aggregate=aggregate)
+    run = create_run(load(config, overrides, profile=profile), aggregate=aggregate,
+                     client=client)
     try:
         return submit_prepared(run, client, aggregate=aggregate, written=True)
     except ConfigError:

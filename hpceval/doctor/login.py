@@ -325,8 +325,7 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
     shown = []
     for limit in limits:
         counted = "" if queued is None else \
-            f" ({sum(limit.counts(job) for job in queued)} of yours in the queue now)"
+            f" ({limit.counted(queued)} of yours in the queue now)"
         shown.append(f"{limit.what} {limit.jobs}{counted}")
     return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
                 "of a sweep is one) is refused at submit")
-

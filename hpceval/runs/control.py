@@ -32,7 +32,7 @@ from hpceval.errors import HpcevalError
 from hpceval.images import usable_image_file
 from hpceval.records import ModelRecord, Reason, RunFileError, RunRecord, read_run
 from hpceval.runs.index import RunRef
-from hpceval.runs.jobs import Jobs, mark_cancelled, read_jobs
+from hpceval.runs.jobs import Jobs, cancel_marker, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
 from hpceval.runs.state import Tracker, _all_done
 from hpceval.runs.submit import submit_jobs
@@ -68,12 +68,8 @@ def kill_run(ref: RunRef, client: SchedulerClient | None = None, *, verify_s: fl
     except RunFileError:
         tagged = True  # nothing says its jobs predate the tag: the strict check
     return backend.cancel(ref.run_dir, jobs.chain,
-                          mark=lambda ids: _mark(ref.run_dir, ids), verify_s=verify_s,
+                          mark=cancel_marker(ref.run_dir), verify_s=verify_s,
                           sleep=sleep, run_id=ref.invocation_id if tagged else None)
-
-
-def _mark(run_dir: Path, ids: list[str]) -> None:
-    mark_cancelled(run_dir, ids)
 
 
 def unfinished_models(run_dir: Path) -> list[ModelRecord]:
@@ -207,7 +203,7 @@ def _resume_judges(run_dir: Path, backend: Backend, jobs: Jobs,
             running.append(entry.id)
             continue
         if live and entry is not None:
-            backend.cancel(run_dir, [entry], mark=lambda ids: _mark(run_dir, ids),
+            backend.cancel(run_dir, [entry], mark=cancel_marker(run_dir),
                            verify_s=30.0, sleep=time.sleep)
         # the models' jobs trust these files: none may be an earlier judge job's
         for leftover in (AUX_ENDPOINT_FILE, AUX_TOKEN_FILE, JOB_FAILURE_FILE, AUX_STOP_FILE):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,3 +157,12 @@ def mark_cancelled(run_dir: Path, ids: Iterable[str]) -> Jobs:
         updated = Jobs(jobs.kind, chain)
         _write(run_dir, updated)
         return updated
+
+
+def cancel_marker(run_dir: Path) -> Callable[[list[str]], None]:
+    """The ``mark`` a backend's cancel calls with the ids it cancelled: marks them in
+    ``run_dir``'s jobs.json (kill, a withdrawn submission, a superseded job)."""
+    def mark(ids: list[str]) -> None:
+        mark_cancelled(run_dir, ids)
+
+    return mark

@@ -24,7 +24,7 @@ from hpceval.config import ResolvedConfig
 from hpceval.contract import AGGREGATE_SCRIPT, EXPORT_SCRIPT, PULL_SCRIPT
 from hpceval.errors import ConfigError, HpcevalError
 from hpceval.records import Role
-from hpceval.runs.jobs import append_jobs, mark_cancelled
+from hpceval.runs.jobs import append_jobs, cancel_marker
 from hpceval.runs.registry import check_writable, register_run
 from hpceval.runs.rundir import PreparedRun, prepare_run, run_umask, write_run
 
@@ -43,14 +43,15 @@ class Submitted:
 
 
 def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
-               python: str | None = None, aggregate: bool = True) -> PreparedRun:
+               python: str | None = None, aggregate: bool = True,
+               client: SchedulerClient | None = None) -> PreparedRun:
     """Prepare and write a new run directory; a clashing invocation id gets a fresh one.
 
     Preflight runs first: a missing image, checkpoint, staged data or secret stops the run
     before anything is written or queued (ConfigError, exit 2, with the command that fixes it),
     and so does a scheduler that would refuse one of its jobs after queueing the others (its
     limit on a user's queued jobs: Backend.submit_issues, for the jobs submit_prepared
-    submits with ``aggregate``).
+    submits with ``aggregate``, asked through ``client`` as submit_prepared will submit).
     """
     from hpceval.staging.preflight import check_preflight
 
@@ -59,7 +60,7 @@ def create_run(configs: ResolvedConfig | Sequence[ResolvedConfig], *,
     with run_umask(first.spec.execution.umask):
         for attempt in range(_ID_ATTEMPTS):
             run = prepare_run(configs, python=python)
-            if attempt == 0 and (issues := backend_for(run.kind).submit_issues(
+            if attempt == 0 and (issues := backend_for(run.kind, client=client).submit_issues(
                     run.resolved.spec.execution, planned_jobs(run, aggregate=aggregate))):
                 raise ConfigError(issues)
             check_writable(run.run_dir.parent)  # before anything is written or submitted
@@ -176,17 +177,15 @@ class SubmitWithdrawn(HpcevalError):
 
 
 def _withdraw(run_dir: Path, backend: Backend, entries: Sequence[JobEntry]) -> None:
-    def mark(ids: list[str]) -> None:
-        mark_cancelled(run_dir, ids)
-
     with contextlib.suppress(HpcevalError):  # the refusal is the error to report
-        backend.cancel(run_dir, entries, mark=mark, verify_s=10.0, sleep=time.sleep)
+        backend.cancel(run_dir, entries, mark=cancel_marker(run_dir), verify_s=10.0,
+                       sleep=time.sleep)
 
 
 def submit_configs(configs: ResolvedConfig | Sequence[ResolvedConfig],
                    client: SchedulerClient | None = None, *, aggregate: bool = True,
                    python: str | None = None) -> Submitted:
-    run = create_run(configs, python=python, aggregate=aggregate)
+    run = create_run(configs, python=python, aggregate=aggregate, client=client)
     return submit_prepared(run, client, aggregate=aggregate, written=True)
 
 

@@ -104,7 +104,8 @@ def submit_checkpoint(spec: WatchSpec, ckpt: Checkpoint,
     try:
         configs = load_run(Path(spec.run_file), checkpoint_overrides(spec, ckpt),
                            profile=spec.profile)
-        run = create_run(configs)  # preflight: the checkpoint folder is checked here too
+        # preflight: the checkpoint folder is checked here too
+        run = create_run(configs, client=client)
     except ConfigError as exc:
         raise SubmitFailed(f"config error: {exc}", retryable=True) from exc
     except Exception as exc:  # nothing queued yet; the next checkpoint must not wait on it

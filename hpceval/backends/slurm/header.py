@@ -84,13 +84,13 @@ def cpu_minutes(ex: ExecutionView, job: CpuJob) -> tuple[int, str]:
     (execution.cpu_partition), QOS or association sets where that is shorter. Slurm refuses a
     longer --time under a DenyOnLimit QOS and leaves it pending forever under a partition's
     MaxTime, so the job asks for what it may have; sinfo unseen: its own minutes."""
-    from hpceval.backends.slurm.partitions import capped_walltime, job_place, partition_seen
+    from hpceval.backends.slurm.partitions import job_place, partition_seen, time_limit
 
     place = job_place(ex, cpu=True)
     if not partition_seen(place.partition):
         return job.minutes, job.why
-    _, limit = capped_walltime(str(job.minutes), place.partition, place.qos, place.account)
-    if limit is None:
+    limit = time_limit(place.partition, place.qos, place.account)
+    if limit is None or job.minutes <= limit.minutes:
         return job.minutes, job.why
     return limit.minutes, f"{job.why}; {job.minutes} wanted, {limit.what} allows {limit.minutes}"
 

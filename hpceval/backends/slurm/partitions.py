@@ -35,7 +35,7 @@ class Partition:
     max_minutes: int | None  # None: unlimited (or not found)
 
 
-def _ask(argv: list[str]) -> str | None:
+def ask(argv: list[str]) -> str | None:
     """What ``argv`` (its tool found on PATH) prints; None when it cannot be run, fails or
     times out."""
     tool = shutil.which(argv[0])
@@ -63,7 +63,7 @@ def _limit_minutes(text: str) -> int | None:
 def partition_info(partition: str | None) -> Partition | None:
     """``partition`` (None: the cluster's default partition) as sinfo reports it; None when
     sinfo cannot be asked (absent, failing, timing out)."""
-    out = _ask(["sinfo", "-h", "-o", "%P %l", *(["-p", partition] if partition else [])])
+    out = ask(["sinfo", "-h", "-o", "%P %l", *(["-p", partition] if partition else [])])
     if out is None:
         return None
     for line in out.splitlines():
@@ -101,7 +101,7 @@ class Qos:
 def qos_info(qos: str) -> Qos | None:
     """QOS ``qos`` as the accounting database holds it (one sacctmgr call); None when it
     cannot be learned (no sacctmgr, no such QOS, an error)."""
-    out = _ask(["sacctmgr", "-n", "-P", "show", "qos", qos,
+    out = ask(["sacctmgr", "-n", "-P", "show", "qos", qos,
                 "format=name,maxwall,flags,maxsubmitpu"])
     for line in (out or "").splitlines():
         name, limit, flags, submit = [*line.strip().split("|"), "", "", ""][:4]
@@ -128,7 +128,7 @@ def partition_qos(partition: str) -> str | None:
     """The partition's own QOS (slurm.conf ``QOS=``; one ``scontrol show partition``): its
     limits apply to every job there, before the job's own QOS's unless that QOS has the
     OverPartQOS flag. None: it has none, or that cannot be learned."""
-    out = _ask(["scontrol", "-o", "show", "partition", partition])
+    out = ask(["scontrol", "-o", "show", "partition", partition])
     for word in (out or "").split():
         key, _, value = word.partition("=")
         if key == "QoS":
@@ -177,7 +177,7 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
     parents' limits filled in (its default; WOPLimits would leave them out), so a row without
     one of its own carries its account's, or that account's parent's."""
     which = f"account={account}" if account else "onlydefaults"
-    out = _ask(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", which,
+    out = ask(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", which,
                 f"format={ASSOCIATION_FIELDS}"])
     if out is None:
         return None
@@ -287,7 +287,7 @@ def enforced() -> frozenset[str] | None:
     """What the controller's ``AccountingStorageEnforce`` holds (associations, limits, qos,
     safe, ...); None when ``scontrol show config`` cannot be asked. Without ``qos`` there, a
     job may name a QOS its association does not grant."""
-    out = _ask(["scontrol", "show", "config"])
+    out = ask(["scontrol", "show", "config"])
     if out is None:
         return None
     for line in out.splitlines():

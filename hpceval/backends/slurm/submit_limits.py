@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from hpceval.backends.slurm.commands import QUEUE, SUBMIT
 from hpceval.backends.slurm.partitions import (
     JobPlace,
-    _ask,
+    ask,
     job_association,
     job_place,
     partition_qos,
@@ -51,12 +51,16 @@ class SubmitLimit:
     fix: str  # what to change besides the run's size
     counts: Callable[[QueuedJob], bool]  # whether a queued job of the user counts against it
 
+    def counted(self, queued: Sequence[QueuedJob]) -> int:
+        """How many of the user's ``queued`` jobs count against this limit."""
+        return sum(self.counts(job) for job in queued)
+
 
 def queued_jobs() -> list[QueuedJob] | None:
     """The user's pending and running jobs, each array element apart (one ``squeue``); None
     when the queue cannot be asked."""
     user = user_name()
-    out = _ask([QUEUE, "-h", "-r", "-u", user, "-o", "%q|%a|%P"]) if user else None
+    out = ask([QUEUE, "-h", "-r", "-u", user, "-o", "%q|%a|%P"]) if user else None
     if out is None:
         return None
     rows = (line.strip().split("|") for line in out.splitlines())
@@ -99,7 +103,7 @@ def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
     issues = []
     models = sum(role == Role.MAIN for role in jobs)
     for limit in limits:
-        counted = sum(limit.counts(job) for job in queued)
+        counted = limit.counted(queued)
         room = max(limit.jobs - counted, 0)
         if len(jobs) <= room:
             continue
