@@ -122,8 +122,12 @@ class Runtime:
     def harness_runner(self, image: str, task_dir: ShellCode, binds: list[str],
                        env_names: list[str], *, gpus: bool,
                        site: SiteOptions = NO_SITE) -> list[Any]:
-        """Words before a harness's command: the task directory is bound and its workdir."""
-        argv: list[Any] = [self.name, "exec", "--cleanenv"]
+        """Words before a harness's command: the task directory is bound and its workdir.
+        The user's home stays out (``--no-home``), as pyxis's and Charliecloud's harnesses
+        run: a harness's caches are in its task folder (HF_HOME, XDG_CACHE_HOME), the hub
+        cache and data folders are bound by name, and $HOME is one quota every job of the
+        user shares (hpc-admin-2 D12)."""
+        argv: list[Any] = [self.name, "exec", "--cleanenv", "--no-home"]
         if gpus:
             argv.append("--nv")
         argv += ["--bind", task_dir]

@@ -63,3 +63,28 @@ def test_the_pull_template_names_no_runtimes_variable() -> None:
         runtime = runtime_for(name)
         for variable in (*runtime.pull_cache_env, *runtime.pull_temp_env):
             assert variable not in text, (name, variable)
+
+
+# How each runtime keeps the user's home out of a container, or brings it in (None: it mounts
+# only what it is given). A new runtime is refused here until its line says which it does.
+HOME_FLAGS = {"apptainer": ("--no-home", True), "singularity": ("--no-home", True),
+              "pyxis": ("--no-container-mount-home", True), "charliecloud": ("--home", False),
+              "docker": None, "podman": None}
+
+
+@pytest.mark.parametrize("name", [n for n in runtime_names() if runtime_for(n).containers])
+def test_a_harness_container_leaves_the_users_home_out(name: str) -> None:
+    """hpc-admin-2 D12: a harness's caches are in its task folder and its hub cache and data
+    are bound by name, so nothing of it is in $HOME, one quota every job of the user shares
+    (apptainer's and singularity's harnesses still bound it)."""
+    from hpceval.shell import ShellCode
+
+    assert name in HOME_FLAGS, f"say how runtime {name} treats the user's home"
+    words = [str(w) for w in runtime_for(name).harness_runner(
+        "/images/h.sif", ShellCode('"$TASK_DIR"'), ["/data:/data:ro"], ["HF_HOME"], gpus=False)]
+    flags = HOME_FLAGS[name]
+    if flags is None:
+        assert not any("$HOME" in w or "~" in w or "--home" in w for w in words), words
+    else:
+        flag, wanted = flags
+        assert (flag in words) is wanted, words
