@@ -321,11 +321,11 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
     limits = list(submit_limits(job_place(ex)))
     if not limits:
         return Line(LOGIN, key, Status.OK, "no limit on your queued jobs known")
-    queued = queued_jobs()
+    queued = queued_jobs(everyone=any(limit.everyone for limit in limits))
     shown = []
     for limit in limits:
-        counted = "" if queued is None else \
-            f" ({limit.counted(queued)} of yours in the queue now)"
+        whose = "in the queue" if limit.everyone else "of yours in the queue"
+        counted = "" if queued is None else f" ({limit.counted(queued)} {whose} now)"
         shown.append(f"{limit.what} {limit.jobs}{counted}")
     return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
                 "of a sweep is one) is refused at submit")

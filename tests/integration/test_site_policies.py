@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.site_users import OTHER, as_user
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 
@@ -144,10 +145,11 @@ def test_a_runs_cpu_jobs_fit_the_cpu_partitions_limits(
 def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
         slurm_cluster: CommandSlurmClient, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """QOS `few` lets a user have 4 jobs pending or running. A 4-model sweep is 5 jobs (its
-    array's elements and the aggregation): sbatch queued the array and refused the aggregation,
-    so the sweep ran without its table. hpceval counts them, and the user's queued jobs of
-    that QOS, and refuses the run before writing or submitting anything."""
+    """QOS `few` lets a user have 4 jobs pending or running, and its users together 5. A
+    4-model sweep is 5 jobs (its array's elements and the aggregation): sbatch queued the
+    array and refused the aggregation, so the sweep ran without its table. hpceval counts
+    them, and the queued jobs of that QOS that count (the user's; every user's for the group
+    limit), and refuses the run before writing or submitting anything."""
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
                        str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -181,6 +183,23 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
         assert sorted(few_jobs()) == sorted(held)
     finally:
         subprocess.run(["scancel", *held], check=False)
+
+    # QOS few's GrpSubmitJobs (5) counts every user's jobs: bob's 4 leave room for one, and a
+    # 2-model sweep is 3 jobs (within the per-user limit: none of bob's are this user's)
+    others = [as_user(OTHER, "sbatch", "--parsable", "--hold", "-p", "debug", "-q", "few", "-t",
+                      "1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
+              for _ in range(4)]
+    try:
+        assert all(others) and sorted(few_jobs()) == sorted(others), others
+        path.write_text(yaml.safe_dump(run), encoding="utf-8")  # the 2-model sweep again
+        crowded = hpceval("submit", str(path))
+        assert crowded.returncode == 2, crowded.stdout + crowded.stderr
+        assert "QOS few's GrpSubmitJobs (every user's jobs together) is 5, and 4 jobs in the " \
+            "queue already count against it" in crowded.stderr, crowded.stderr
+        assert "MaxSubmitJobsPerUser" not in crowded.stderr, crowded.stderr
+        assert sorted(few_jobs()) == sorted(others)
+    finally:
+        subprocess.run(["scancel", *others], check=False)
 
 
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(

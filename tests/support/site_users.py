@@ -4,10 +4,14 @@ jobs. The ``home_dir`` fixture (a folder in alice's home) is in tests/integratio
 
 from __future__ import annotations
 
+import os
 import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 USER, OTHER = "alice", "bob"
@@ -33,6 +37,47 @@ def as_user(user: str, *args: str, cwd: Path | None = None,
 
 def hpceval(user: str, *args: str) -> subprocess.CompletedProcess[str]:
     return as_user(user, sys.executable, "-m", "hpceval", *args)
+
+
+# What a user's login shell sets for themselves: never carried over from this (root's) process.
+OWN_VARIABLES = ("HOME", "USER", "LOGNAME", "MAIL", "XDG_RUNTIME_DIR", "XDG_CACHE_HOME",
+                 "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "PWD", "OLDPWD")
+
+
+def user_command(user: str, argv: list[str], env: Mapping[str, str], *,
+                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as ``user`` with ``env`` (this process's, as a site module would have set
+    it up), but the user's own HOME, USER and caches; from their home folder."""
+    home = pwd.getpwnam(user).pw_dir
+    own = {k: v for k, v in env.items() if k not in OWN_VARIABLES}
+    own.update({"HOME": home, "USER": user, "LOGNAME": user})
+    command = ["runuser", "-u", user, "--", "env", "-i",
+               *(f"{k}={v}" for k, v in own.items()), *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=home,
+                          check=False)
+
+
+class UserTmp:
+    """Folders of ``user``'s own (0700) on the site's shared scratch, as a user's work folder
+    on a parallel file system is: jobs the user submits write there, and this (root) process
+    reads and writes everything. One folder per pytest session (its pid); older sessions'
+    folders are removed when a new one starts, as pytest keeps only its newest tmp folders."""
+
+    def __init__(self, user: str, scratch: Path) -> None:
+        self.user = user
+        top = scratch / "hpceval-tests"
+        top.mkdir(mode=0o755, exist_ok=True)
+        for old in top.glob("session-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        self.base = top / f"session-{os.getpid()}"
+        self.base.mkdir(mode=0o755)
+
+    def mktemp(self, name: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.base))
+        entry = pwd.getpwnam(self.user)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
+        return path
 
 
 def sacct_ended(job_id: str, timeout: float = 90) -> tuple[set[str], set[str]]:

@@ -95,6 +95,8 @@ class Qos:
     max_minutes: int | None  # None: no MaxWall
     flags: frozenset[str]  # PartitionTimeLimit, OverPartQOS, DenyOnLimit, ...
     max_submit_per_user: int | None = None  # MaxSubmitJobsPerUser (None: none)
+    max_submit_per_account: int | None = None  # MaxSubmitJobsPerAccount (None: none)
+    group_submit: int | None = None  # GrpSubmitJobs: every user's jobs of it together
 
 
 @functools.cache
@@ -102,12 +104,14 @@ def qos_info(qos: str) -> Qos | None:
     """QOS ``qos`` as the accounting database holds it (one sacctmgr call); None when it
     cannot be learned (no sacctmgr, no such QOS, an error)."""
     out = ask(["sacctmgr", "-n", "-P", "show", "qos", qos,
-                "format=name,maxwall,flags,maxsubmitpu"])
+               "format=name,maxwall,flags,maxsubmitpu,maxsubmitpa,grpsubmit"])
     for line in (out or "").splitlines():
-        name, limit, flags, submit = [*line.strip().split("|"), "", "", ""][:4]
+        name, limit, flags, per_user, per_account, group = [*line.strip().split("|"),
+                                                            *[""] * 6][:6]
         if name == qos:
             return Qos(name, _limit_minutes(limit),
-                       frozenset(flag for flag in flags.split(",") if flag), _count(submit))
+                       frozenset(flag for flag in flags.split(",") if flag), _count(per_user),
+                       _count(per_account), _count(group))
     return None
 
 

@@ -2,12 +2,16 @@
 
 Slurm counts each pending or running job of a user, each array element as one, against the
 MaxSubmitJobsPerUser of the job's QOS and of its partition's own QOS, and against the
-MaxSubmitJobs of the job's association (or an account above it); ``sbatch`` refuses a job past
-any of them (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit). A run is several ``sbatch``
-calls (the pull job, a judge, the model jobs or arrays, the aggregation and export jobs), so
-the one that crossed the limit failed after the others were queued: a sweep ran without its
-aggregation. Checked at submit instead, with the jobs of the user's already in the queue
-(one ``squeue``), before anything is written or submitted.
+MaxSubmitJobs of the job's association (or an account above it); every user's jobs count
+against those QOS's GrpSubmitJobs, and the jobs of the job's account against their
+MaxSubmitJobsPerAccount. ``sbatch`` refuses a job past any of them
+(QOSMaxSubmitJobPerUserLimit, QOSGrpSubmitJobsLimit, AssocMaxSubmitJobLimit, ...). A run is
+several ``sbatch`` calls (the pull job, a judge, the model jobs or arrays, the aggregation and
+export jobs), so the one that crossed the limit failed after the others were queued: a sweep
+ran without its aggregation. Checked at submit instead, with the jobs of the user's already in
+the queue (one ``squeue``; every user's where a limit counts others' jobs: a site that hides
+them, PrivateData=jobs, shows fewer, so such a count is a floor), before anything is written or
+submitted.
 
 The limits come from partitions.py's cached sacctmgr answers (the same calls as the walltime
 limits); no sacctmgr or squeue here: nothing is known and nothing is refused.
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from hpceval.backends.slurm.commands import QUEUE, SUBMIT
 from hpceval.backends.slurm.partitions import (
     JobPlace,
+    Qos,
     ask,
     job_association,
     job_place,
@@ -36,8 +41,9 @@ from hpceval.records import Role
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """One pending or running job (array element) of the user, as ``squeue -r`` lists it."""
+    """One pending or running job (array element), as ``squeue -r`` lists it."""
 
+    user: str
     qos: str
     account: str
     partition: str
@@ -45,51 +51,72 @@ class QueuedJob:
 
 @dataclass(frozen=True)
 class SubmitLimit:
-    jobs: int  # how many jobs of the user may be pending or running at once under it
+    jobs: int  # how many jobs may be pending or running at once under it
     what: str  # whose limit it is, for messages
     key: str  # the execution key that chooses it
     fix: str  # what to change besides the run's size
-    counts: Callable[[QueuedJob], bool]  # whether a queued job of the user counts against it
+    counts: Callable[[QueuedJob], bool]  # whether a queued job counts against it
+    everyone: bool = False  # other users' jobs count too (GrpSubmitJobs, ...PerAccount)
 
     def counted(self, queued: Sequence[QueuedJob]) -> int:
-        """How many of the user's ``queued`` jobs count against this limit."""
+        """How many of ``queued`` count against this limit."""
         return sum(self.counts(job) for job in queued)
 
 
-def queued_jobs() -> list[QueuedJob] | None:
-    """The user's pending and running jobs, each array element apart (one ``squeue``); None
-    when the queue cannot be asked."""
+def queued_jobs(*, everyone: bool = False) -> list[QueuedJob] | None:
+    """The user's pending and running jobs (``everyone``: every user's that Slurm shows),
+    each array element apart (one ``squeue``); None when the queue cannot be asked."""
     user = user_name()
-    out = ask([QUEUE, "-h", "-r", "-u", user, "-o", "%q|%a|%P"]) if user else None
+    if not user:
+        return None
+    out = ask([QUEUE, "-h", "-r", *([] if everyone else ["-u", user]), "-o", "%u|%q|%a|%P"])
     if out is None:
         return None
     rows = (line.strip().split("|") for line in out.splitlines())
-    return [QueuedJob(*row) for row in rows if len(row) == 3]
+    return [QueuedJob(*row) for row in rows if len(row) == 4]
 
 
 def submit_limits(place: JobPlace) -> Iterator[SubmitLimit]:
     """Every submit limit a job of ``place`` counts against: its QOS's (named, else its
     association's default, else Slurm's ``normal``), its partition's own QOS's, its
     association's."""
+    user = user_name() or ""
     assoc = job_association(place.partition, place.account)
     qos = place.qos or (assoc.default_qos if assoc is not None else "") or "normal"
-    own = qos_info(qos)
-    if own is not None and own.max_submit_per_user is not None:
-        yield SubmitLimit(own.max_submit_per_user, f"QOS {qos}'s MaxSubmitJobsPerUser",
-                          "execution.qos", "name a QOS that allows more jobs",
-                          lambda job: job.qos == qos)
+    account = place.account or (assoc.account if assoc is not None else None)
+    yield from _qos_limits(qos_info(qos), f"QOS {qos}'s", "execution.qos",
+                           "name a QOS that allows more jobs", lambda job: job.qos == qos,
+                           user, account)
     part_qos = partition_qos(place.partition) if place.partition else None
-    part = qos_info(part_qos) if part_qos and part_qos != qos else None
-    if part is not None and part.max_submit_per_user is not None:
-        yield SubmitLimit(part.max_submit_per_user,
-                          f"QOS {part_qos}'s MaxSubmitJobsPerUser (partition "
-                          f"{place.partition}'s own QOS)", "execution.partition",
-                          "use another partition", lambda job: job.partition == place.partition)
+    if part_qos and part_qos != qos:
+        yield from _qos_limits(qos_info(part_qos), f"QOS {part_qos}'s", "execution.partition",
+                               "use another partition",
+                               lambda job: job.partition == place.partition, user, account,
+                               f" (partition {place.partition}'s own QOS)")
     if assoc is not None and assoc.max_submit is not None:
         yield SubmitLimit(assoc.max_submit, f"the MaxSubmitJobs of {assoc.label}",
                           "execution.account", "use another account",
-                          lambda job: job.account == assoc.account and (
+                          lambda job: job.user == user and job.account == assoc.account and (
                               not assoc.partition or job.partition == assoc.partition))
+
+
+def _qos_limits(info: Qos | None, whose: str, key: str, fix: str,
+                under: Callable[[QueuedJob], bool], user: str, account: str | None,
+                note: str = "") -> Iterator[SubmitLimit]:
+    """A QOS's submit limits: the user's jobs under it, the account's (when the job's account
+    is known), everyone's."""
+    if info is None:
+        return
+    if info.max_submit_per_user is not None:
+        yield SubmitLimit(info.max_submit_per_user, f"{whose} MaxSubmitJobsPerUser{note}", key,
+                          fix, lambda job: job.user == user and under(job))
+    if info.max_submit_per_account is not None and account:
+        yield SubmitLimit(info.max_submit_per_account,
+                          f"{whose} MaxSubmitJobsPerAccount{note} (account {account})", key,
+                          fix, lambda job: job.account == account and under(job), everyone=True)
+    if info.group_submit is not None:
+        yield SubmitLimit(info.group_submit, f"{whose} GrpSubmitJobs{note} (every user's jobs "
+                          "together)", key, fix, under, everyone=True)
 
 
 def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
@@ -97,7 +124,8 @@ def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
     role; a sweep's models one Role.MAIN each) would pass."""
     place = job_place(ex)
     limits = list(submit_limits(place))
-    queued = queued_jobs() if limits else None  # the queue is asked only under a limit
+    # the queue is asked only under a limit, and for every user's jobs only where they count
+    queued = queued_jobs(everyone=any(limit.everyone for limit in limits)) if limits else None
     if queued is None:
         return []
     issues = []
@@ -107,7 +135,9 @@ def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
         room = max(limit.jobs - counted, 0)
         if len(jobs) <= room:
             continue
-        waiting = (f", and {counted} of your jobs in the queue already count against it"
+        whose = ("job" if counted == 1 else "jobs") if limit.everyone else "of your jobs"
+        counts = "counts" if counted == 1 else "count"
+        waiting = (f", and {counted} {whose} in the queue already {counts} against it"
                    if counted else "")
         fewer = room - (len(jobs) - models)
         issues.append(ConfigIssue(

@@ -66,16 +66,19 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
 # format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit` prints them: a row's
 # MaxWall (and MaxSubmitJobs) is its own or, where it sets none, its account's (sacctmgr fills
 # the parents' limits in by default).
+QOS_FIELDS = "name,maxwall,flags,maxsubmitpu,maxsubmitpa,grpsubmit"
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
-if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=name,maxwall,flags,maxsubmitpu" ]; then
+qos_fields=name,maxwall,flags,maxsubmitpu,maxsubmitpa,grpsubmit
+if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=$qos_fields" ]; then
   case $5 in
     short) echo "short|00:30:00|DenyOnLimit" ;;
     long) echo "long|2-00:00:00|" ;;
     open) echo "open||" ;;
     beyond) echo "beyond|3-00:00:00|PartitionTimeLimit,OverPartQOS" ;;
     capped) echo "capped|02:00:00|DenyOnLimit" ;;
-    few) echo "few|||4" ;;
+    few) echo "few|||4||" ;;
+    team) echo "team|||4|3|5" ;;
   esac
   exit 0
 fi
@@ -130,7 +133,7 @@ def test_a_qos_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
     for _ in range(3):
         qos_max_minutes("short")
     assert fake_sacctmgr.read_text().splitlines().count(  # one call per QOS and process
-        "-n -P show qos short format=name,maxwall,flags,maxsubmitpu") == 1
+        f"-n -P show qos short format={QOS_FIELDS}") == 1
 
 
 def test_a_walltime_above_the_qos_max_wall_is_refused_naming_it(fake_sacctmgr: Path,
@@ -390,4 +393,4 @@ def test_a_partitions_own_qos_and_the_flags_that_lift_limits(fake_sacctmgr: Path
     assert time_limit("gpu", "long", "other") == TimeLimit(720, "the partition's MaxTime")
     assert capped_walltime("72:00:00", "long", "short") == ("120", own)
     asked = fake_sacctmgr.read_text().splitlines()
-    assert asked.count("-n -P show qos capped format=name,maxwall,flags,maxsubmitpu") == 1
+    assert asked.count(f"-n -P show qos capped format={QOS_FIELDS}") == 1

@@ -20,14 +20,17 @@ from hpceval.backends.views import ExecutionView
 from hpceval.config.schema import ExecutionSpec
 from hpceval.records import Role
 
-# `squeue -h -r -u alice -o %q|%a|%P`: alice's pending and running jobs, one line per array
-# element, from the file `queue` beside it
+# `squeue -h -r -u alice -o %u|%q|%a|%P`: alice's pending and running jobs, one line per array
+# element, from the file `queue` beside it; without `-u alice`, every user's
 FAKE_SQUEUE = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/squeue.calls"
-[ "$*" = "-h -r -u alice -o %q|%a|%P" ] || { echo "bad: $*" >&2; exit 2; }
 queue="$(dirname "$0")/queue"
 [ -e "$queue" ] || { echo "squeue: error: slurm_load_jobs error: Unable to contact" >&2; exit 1; }
-cat "$queue"
+case "$*" in
+  "-h -r -u alice -o %u|%q|%a|%P") grep '^alice|' "$queue" || true ;;
+  "-h -r -o %u|%q|%a|%P") cat "$queue" ;;
+  *) echo "bad: $*" >&2; exit 2 ;;
+esac
 '''
 
 
@@ -52,7 +55,8 @@ def sweep(models: int) -> list[Role]:
 
 
 def test_a_run_past_its_qoss_submit_limit_is_refused_counting_the_queue(tools: Path) -> None:
-    (tools / "queue").write_text("few|proj1|gpu\nfew|proj1|gpu\nnormal|proj1|gpu\n")
+    (tools / "queue").write_text("alice|few|proj1|gpu\nalice|few|proj1|gpu\n"
+                                 "alice|normal|proj1|gpu\n")
     ex = execution(qos="few", account="proj1", partition="gpu")
     (issue,) = submit_issues(ex, sweep(2))
     assert issue.path == "execution.qos"
@@ -73,10 +77,30 @@ def test_an_associations_submit_limit_and_the_default_qos(tools: Path) -> None:
     text = str(issue)
     assert "the MaxSubmitJobs of alice's association with account queue is 3" in text, text
     assert "4 jobs (2 model jobs, 1 aggregation job, 1 image pull job)" in text, text
-    (tools / "queue").write_text("few|queue|gpu\nnormal|other|gpu\n")
+    (tools / "queue").write_text("alice|few|queue|gpu\nalice|normal|other|gpu\n")
     assert [i.path for i in submit_issues(ex, sweep(2))] == ["execution.account"]
     assert [i.path for i in submit_issues(ex, sweep(3))] == ["execution.qos",
                                                              "execution.account"]
+
+
+def test_other_users_jobs_count_against_a_qoss_group_and_account_limits(tools: Path) -> None:
+    """QOS team: MaxSubmitJobsPerUser 4, MaxSubmitJobsPerAccount 3, GrpSubmitJobs 5. Other
+    users' jobs count against the last two (every user's queue is asked then, once), only
+    alice's against the first."""
+    (tools / "queue").write_text("bob|team|proj1|gpu\ncarol|team|other|gpu\n"
+                                 "carol|team|other|gpu\nbob|normal|proj1|gpu\n")
+    ex = execution(qos="team", account="proj1", partition="gpu")
+    assert submit_issues(ex, sweep(1)) == []  # 2 jobs: account 1 + 2 = 3, group 3 + 2 = 5
+    assert (tools / "squeue.calls").read_text() == "-h -r -o %u|%q|%a|%P\n"
+    issues = submit_issues(ex, sweep(2))  # 3 jobs: account 1 + 3 = 4, group 3 + 3 = 6
+    assert [i.path for i in issues] == ["execution.qos", "execution.qos"], issues
+    account, group = (str(issue) for issue in issues)
+    assert "QOS team's MaxSubmitJobsPerAccount (account proj1) is 3, and 1 job in the queue " \
+        "already counts against it" in account, account
+    assert "QOS team's GrpSubmitJobs (every user's jobs together) is 5, and 3 jobs in the " \
+        "queue already count against it" in group, group
+    (tools / "queue").write_text("alice|team|proj1|gpu\n" * 4)  # her own: per user too
+    assert "MaxSubmitJobsPerUser is 4, and 4 of your jobs" in str(submit_issues(ex, sweep(1))[0])
 
 
 def test_no_limit_asks_no_queue_and_an_unreadable_queue_refuses_nothing(tools: Path) -> None:
@@ -90,7 +114,7 @@ def test_no_limit_asks_no_queue_and_an_unreadable_queue_refuses_nothing(tools: P
 def test_doctor_shows_the_limits_and_the_queue(tools: Path) -> None:
     from hpceval.doctor.login import submit_limit_line
 
-    (tools / "queue").write_text("few|queue|gpu\n")
+    (tools / "queue").write_text("alice|few|queue|gpu\n")
     line = submit_limit_line(execution(account="queue", partition="gpu"))
     assert "QOS few's MaxSubmitJobsPerUser 4 (1 of yours in the queue now); the " \
         "MaxSubmitJobs of alice's association with account queue 3 (1 of yours" in (
