@@ -160,6 +160,7 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
         expand_paths,
         image_version_findings,
         load_fit_notes,
+        mount_point_notes,
         semantic_issues,
         umask_notes,
     )
@@ -184,7 +185,8 @@ def _resolve(composed: Composed, environ: Mapping[str, str] | None,
     # An explicit data_parallel_size beside a judge's slice of the node sizes the model's part
     # of it: the node is not shrunk to the model's GPUs (the judge needs the rest).
     spec, layout_notes, issues = (spec, [], []) if slice_gpus(spec) else fit_explicit_layout(spec)
-    composed.notes += layout_notes + load_fit_notes(spec) + umask_notes(spec)
+    composed.notes += (layout_notes + load_fit_notes(spec) + umask_notes(spec)
+                       + mount_point_notes(spec))
     issues += list(semantic_issues(spec, env if check_environment else None))
     aux_issues = spec_issues(spec)
     issues += aux_issues + reference_issues(spec)

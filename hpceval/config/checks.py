@@ -260,6 +260,36 @@ def umask_notes(spec: RunSpec) -> list[str]:
             "to silence this)"]
 
 
+def mount_point_notes(spec: RunSpec) -> list[str]:
+    """A runtime that binds only onto folders its images have (Charliecloud 0.31: ch-run cannot
+    make a mount point in a read-only image) binds the run's folders at their own paths: unless
+    an execution.extra_binds folder above execution.output_dir is bound first, every image
+    must have that folder, or its containers fail to start on the node, after the queue wait.
+    A note, not a refusal: images built for the site have its file systems' folders."""
+    ex = spec.execution
+    runtime = runtime_for(ex.container_runtime)
+    if not runtime.binds_need_mount_points or runtime.writable_options & set(
+            ex.container_options):
+        return []
+    output = os.path.normpath(os.path.expanduser(ex.output_dir))
+    if "$" in output:  # a variable of the job's: not known here
+        return []
+    sources = [os.path.normpath(os.path.expanduser(b.split(":")[0])) for b in ex.extra_binds]
+    if any(output == s or output.startswith(s.rstrip("/") + "/") for s in sources):
+        return []
+    top = "/" + output.strip("/").split("/")[0]
+    return [f"execution.output_dir {ex.output_dir}: {runtime.name} binds the run's folders at "
+            f"their own paths, and binds only onto folders an image has, so every image of the "
+            f"run must have {output} (or {top} bound first: add it to execution.extra_binds, "
+            f"with {top} in the images){_writable_hint(runtime)}"]
+
+
+def _writable_hint(runtime: Any) -> str:
+    options = sorted(runtime.writable_options)
+    return (f"; or make the images writable with execution.container_options: [{options[0]}] "
+            f"where {runtime.name} has it" if options else "")
+
+
 def load_fit_notes(spec: RunSpec) -> list[str]:
     """Loads that may not fit in one allocation (health_timeout + signal_seconds > walltime):
     a note, not a refusal (a small model loads in minutes whatever its timeout says). The job

