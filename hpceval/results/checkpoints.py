@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hpceval.contract import is_done, task_dir
-from hpceval.results.table import COLUMNS, _read_run_json, render, run_rows
+from hpceval.results.table import COLUMNS, read_run_json, render, run_rows
 
 STEP_COLUMNS = ["step", *COLUMNS, "tasks_done", "tasks_total"]
 _METRIC_KEY = ["model", "task", "subtask", "metric", "filter"]
@@ -34,7 +34,7 @@ _METRIC_KEY = ["model", "task", "subtask", "metric", "filter"]
 
 def task_counts(run_dir: Path) -> tuple[int, int]:
     """(finished, listed) tasks of one run, from its run.json and the done markers."""
-    run = _read_run_json(run_dir)
+    run = read_run_json(run_dir)
     listed = [task_dir(Path(run_dir), m.key, t.key)
               for m in (run.models if run else ()) for t in m.tasks]
     return sum(is_done(d) for d in listed), len(listed)

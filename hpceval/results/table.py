@@ -46,7 +46,7 @@ def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _read_run_json(run_dir: Path) -> RunRecord | None:
+def read_run_json(run_dir: Path) -> RunRecord | None:
     """The run's record; None for a directory without a readable one (its rows come from
     what is on disk, under the directory's name)."""
     try:
@@ -114,7 +114,7 @@ def _skip(path: str, why: str) -> None:
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Rows for every finished task of one run directory."""
-    run = _read_run_json(run_dir)
+    run = read_run_json(run_dir)
     invocation, run_dir_text = run.invocation_id if run else run_dir.name, str(run_dir)
     created = run.created_at if run else 0.0
     models: list[tuple[str, list[str] | None]] = (

@@ -34,7 +34,7 @@ from hpceval.records import ModelRecord, Reason, RunFileError, RunRecord, read_r
 from hpceval.runs.index import RunRef
 from hpceval.runs.jobs import Jobs, cancel_marker, read_jobs
 from hpceval.runs.rundir import changed_scripts, run_umask
-from hpceval.runs.state import Tracker, _all_done
+from hpceval.runs.state import Tracker, all_done
 from hpceval.runs.submit import submit_jobs
 
 RESUME_LOCK = ".resume.lock"
@@ -74,7 +74,7 @@ def kill_run(ref: RunRef, client: SchedulerClient | None = None, *, verify_s: fl
 
 def unfinished_models(run_dir: Path) -> list[ModelRecord]:
     run = read_run(run_dir)
-    return [m for m in run.models if not _all_done(run_dir, m)]
+    return [m for m in run.models if not all_done(run_dir, m)]
 
 
 def resume_run(ref: RunRef, client: SchedulerClient | None = None, *, aggregate: bool = True,

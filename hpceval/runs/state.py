@@ -121,7 +121,7 @@ class Tracker:
                 if entry is not None:
                     queries.setdefault(entry.kind, []).append(JobQuery(
                         entry, ref.run_dir, model.key, model.index,
-                        finished=_all_done(ref.run_dir, model)))
+                        finished=all_done(ref.run_dir, model)))
             for name in run.judge_names:
                 entry = jobs.judge(name)
                 if entry is not None:  # asked in the same call as the models' jobs
@@ -304,7 +304,7 @@ def job_failure(model_dir: Path, since: float) -> str:
         return ""
 
 
-def _all_done(run_dir: Path, model: ModelRecord) -> bool:
+def all_done(run_dir: Path, model: ModelRecord) -> bool:
     return bool(model.tasks) and all(is_done(task_dir(run_dir, model.key, t.key))
                                      for t in model.tasks)
 

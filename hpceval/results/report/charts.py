@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from hpceval.results.report.compare import Score
 
 _BAR_H, _GAP, _LABEL_W, _PLOT_W, _VALUE_W = 22, 6, 220, 420, 280
-_COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
+COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
 
 def task_chart(task: str, scores: list[Score], metric: str) -> str:
@@ -29,7 +29,7 @@ def task_chart(task: str, scores: list[Score], metric: str) -> str:
     for i, s in enumerate(scores):
         y = 10 + i * (_BAR_H + _GAP)
         w = max(0.0, s.value) / top * _PLOT_W
-        colour = _COLOURS[i % len(_COLOURS)]
+        colour = COLOURS[i % len(COLOURS)]
         name = html.escape(s.model)
         parts.append(f'<text x="{_LABEL_W - 8}" y="{y + 16}" text-anchor="end" '
                      f'font-size="13">{name}</text>')
@@ -95,7 +95,7 @@ def time_chart(title: str, times: list[float], series: list[tuple[str, list[floa
                      f'font-size="11" text-anchor="middle" fill="#666">'
                      f"{span * frac / 60:.3g} min</text>")
     for i, (name, values) in enumerate(series):
-        colour = _COLOURS[i % len(_COLOURS)]
+        colour = COLOURS[i % len(COLOURS)]
         runs: list[list[str]] = [[]]
         for t, v in zip(times, values, strict=True):
             if v is None:

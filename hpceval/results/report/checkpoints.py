@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from hpceval.results.report.charts import _COLOURS
+from hpceval.results.report.charts import COLOURS
 from hpceval.results.report.compare import Z95
-from hpceval.results.report.sections import _e, _table
+from hpceval.results.report.sections import escape, html_table
 
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 260, 56, 24, 20, 40
 _LABEL_ALL = 12  # more points than this: label the first, the last and the best only
@@ -78,9 +78,9 @@ def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]]
         clipped = min(hi, max(lo, value))
         return _TOP + (hi - clipped) / (hi - lo) * plot_h
 
-    title = _e(f"{task}: {metric} by training step")
+    title = escape(f"{task}: {metric} by training step")
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" role="img" '
-           f'class="step-chart" data-task="{_e(task)}" data-ymin="{lo!r}" data-ymax="{hi!r}" '
+           f'class="step-chart" data-task="{escape(task)}" data-ymin="{lo!r}" data-ymax="{hi!r}" '
            f'data-top="{_TOP}" data-plot-height="{plot_h}" aria-label="{title}">'
            f"<title>{title}</title>"]
     base = _TOP + plot_h
@@ -97,9 +97,9 @@ def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]]
     out.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 4}" font-size="12" '
                'text-anchor="middle" fill="#444">training step</text>')
     for n, (name, pts) in enumerate(series):
-        colour = _COLOURS[n % len(_COLOURS)]
+        colour = COLOURS[n % len(COLOURS)]
         pts = sorted(pts, key=lambda p: p.step)
-        out.append(f'<g class="series" data-model="{_e(name)}">')
+        out.append(f'<g class="series" data-model="{escape(name)}">')
         if len(pts) > 1:
             line = " ".join(f"{x(p.step):.1f},{y(p.value):.1f}" for p in pts)
             out.append(f'<polyline points="{line}" fill="none" stroke="{colour}" '
@@ -115,7 +115,7 @@ def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]]
                 f" ± {p.stderr:.2g}" if p.stderr is not None else "")
             out.append(f'<circle class="point" cx="{cx:.2f}" cy="{cy:.2f}" r="4" '
                        f'fill="{colour}" data-step="{p.step}" data-value="{p.value!r}">'
-                       f"<title>{_e(tip)}</title></circle>")
+                       f"<title>{escape(tip)}</title></circle>")
             if i in labelled:
                 out.append(f'<text class="point-label" x="{cx:.1f}" y="{cy - 8:.1f}" '
                            f'font-size="11" text-anchor="middle">{p.value:.3g}</text>')
@@ -123,8 +123,8 @@ def step_chart(task: str, metric: str, series: list[tuple[str, list[StepPoint]]]
     if len(series) > 1:
         for n, (name, _) in enumerate(series):
             out.append(f'<text x="{_W - _RIGHT}" y="{_TOP + 12 + 14 * n}" font-size="11" '
-                       f'text-anchor="end" fill="{_COLOURS[n % len(_COLOURS)]}">'
-                       f"{_e(name)}</text>")
+                       f'text-anchor="end" fill="{COLOURS[n % len(COLOURS)]}">'
+                       f"{escape(name)}</text>")
     out.append("</svg>")
     return "".join(out)
 
@@ -151,7 +151,7 @@ def steps_section(table: Any, metric: str | None = None) -> str:
 
     out = ['<section id="steps"><h2>Score vs training step</h2>',
            '<p class="meta">One evaluation run per checkpoint. Primary metric per task'
-           + (f" ({_e(metric)})" if metric else "") + "; whiskers: 95% interval (value ± "
+           + (f" ({escape(metric)})" if metric else "") + "; whiskers: 95% interval (value ± "
            "1.96 × the harness's stderr). Only finished tasks are drawn; a step whose run "
            "has tasks left is marked partial in the table.</p>"]
     points = primary_points(table, metric)
@@ -160,8 +160,8 @@ def steps_section(table: Any, metric: str | None = None) -> str:
         return "".join(out)
     steps = sorted(int(s) for s in set(points["step"]))
     for task, label, series in chart_series(points):
-        out.append(f'<div class="step-task" data-task="{_e(task)}"><h3>{_e(task)}</h3>'
-                   f'<p class="meta">{_e(label)}</p>{step_chart(task, label, series, steps)}'
+        out.append(f'<div class="step-task" data-task="{escape(task)}"><h3>{escape(task)}</h3>'
+                   f'<p class="meta">{escape(label)}</p>{step_chart(task, label, series, steps)}'
                    "</div>")
     pivot = step_pivot(table, metric)
     columns = [c for c in pivot.columns if c not in ("tasks_done", "tasks_total")]
@@ -169,10 +169,10 @@ def steps_section(table: Any, metric: str | None = None) -> str:
     for step, r in pivot.iterrows():
         done, total = int(r["tasks_done"]), int(r["tasks_total"])
         state = f"{done}/{total}" + (" partial" if is_partial(done, total) else "")
-        rows.append([_e(f"{int(step):,}")]
+        rows.append([escape(f"{int(step):,}")]
                     + ["" if _number(r[c]) is None else f"{float(r[c]):.4g}" for c in columns]
                     + [f'<span class="{"partial" if is_partial(done, total) else "whole"}">'
-                       f"{_e(state)}</span>"])
-    out.append(_table(["step", *map(str, columns), "tasks done"], rows, "steps"))
+                       f"{escape(state)}</span>"])
+    out.append(html_table(["step", *map(str, columns), "tasks done"], rows, "steps"))
     out.append("</section>")
     return "".join(out)

@@ -17,7 +17,7 @@ from hpceval.results.ledger import JobLedger, read_ledger, sum_ledgers
 from hpceval.results.ledger_view import JOBS_LISTED, span, totals_line
 from hpceval.results.report.charts import stacked_chart
 from hpceval.results.report.runinfo import RunInfo
-from hpceval.results.report.sections import _e
+from hpceval.results.report.sections import escape
 
 # Paul Tol's colours as the other charts; the last task alone a lighter shade of tasks
 KEY = (("setup", "#bbbbbb"), ("load", "#ee7733"), ("tasks", "#4477aa"),
@@ -55,12 +55,13 @@ def job_bar(job: JobLedger) -> tuple[str, list[tuple[str, float, str]], str]:
 
 def _model(info: RunInfo, key: str, read: Read) -> str:
     jobs, why = read
-    out = [f'<div class="ledger" data-model="{_e(key)}" data-run="{_e(info.invocation_id)}">'
-           f"<h3>{_e(key)} · {_e(info.invocation_id)}</h3>"]
+    out = [f'<div class="ledger" data-model="{escape(key)}" '
+           f'data-run="{escape(info.invocation_id)}">'
+           f"<h3>{escape(key)} · {escape(info.invocation_id)}</h3>"]
     if why is not None:
-        out.append(f'<p><span class="flag">ledger unknown: {_e(why)}</span></p></div>')
+        out.append(f'<p><span class="flag">ledger unknown: {escape(why)}</span></p></div>')
         return "".join(out)
-    out.append(f'<p class="meta">{_e(totals_line(sum_ledgers([read])))}</p>')
+    out.append(f'<p class="meta">{escape(totals_line(sum_ledgers([read])))}</p>')
     drawn = jobs[-JOBS_LISTED:]
     if len(drawn) < len(jobs):
         out.append(f'<p class="meta">The newest {len(drawn)} jobs; {len(jobs) - len(drawn)} '
@@ -92,8 +93,8 @@ def ledger_section(infos: list[RunInfo], wanted: set[tuple[str, str]]) -> str:
         if not total["jobs"] and not total["unknown"]:
             continue
         everything += found.values()
-        out.append(f'<p class="total" data-run="{_e(info.invocation_id)}"><b>'
-                   f"{_e(info.invocation_id)}</b>: {_e(totals_line(total))}</p>")
+        out.append(f'<p class="total" data-run="{escape(info.invocation_id)}"><b>'
+                   f"{escape(info.invocation_id)}</b>: {escape(totals_line(total))}</p>")
         for m in info.models:
             jobs, why = found[m.key]
             if (jobs or why) and any((m.key, t.task) in wanted for t in m.tasks):
@@ -101,7 +102,7 @@ def ledger_section(infos: list[RunInfo], wanted: set[tuple[str, str]]) -> str:
         shown += 1
     if shown > 1:
         out.append(f'<p class="total"><b>all {shown} runs</b>: '
-                   f"{_e(totals_line(sum_ledgers(everything)))}</p>")
+                   f"{escape(totals_line(sum_ledgers(everything)))}</p>")
     if not shown:
         out.append("<p>No ledger for these runs (runs older than the job script's marks).</p>")
     out.append("</section>")

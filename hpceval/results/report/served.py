@@ -12,13 +12,11 @@ proxy, a server without /metrics, an older run) is left out.
 
 from __future__ import annotations
 
-import html
-from typing import Any
-
 from hpceval import contract
 from hpceval.results.report.charts import task_chart, time_chart
 from hpceval.results.report.compare import Score
 from hpceval.results.report.runinfo import ModelInfo, RunInfo
+from hpceval.results.report.sections import escape
 from hpceval.results.runtime_text import COLUMNS, cells, extra_headers, load_line, total_line
 from hpceval.results.runtime_view import Runtime, load_runtime, totals
 from hpceval.results.server_load import COLUMNS as LOAD_COLUMNS
@@ -27,21 +25,17 @@ from hpceval.results.server_load import ServerLoad, judges_served_in, load_serve
 JUDGES_CHARTED = 4  # judges served in one model's job whose load the report draws
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
-
-
 def _model_table(info: RunInfo, model: ModelInfo, found: list[tuple[str, Runtime]],
                  load: ServerLoad, judges: list[tuple[str, ServerLoad]]) -> str:
-    out = [f'<div class="served" data-model="{_e(model.key)}" '
-           f'data-run="{_e(info.invocation_id)}"><h3>{_e(model.key)} · '
-           f"{_e(info.invocation_id)}</h3>"]
+    out = [f'<div class="served" data-model="{escape(model.key)}" '
+           f'data-run="{escape(info.invocation_id)}"><h3>{escape(model.key)} · '
+           f"{escape(info.invocation_id)}</h3>"]
     if found:
         out.append(_tasks_table(model, found))
     if not load.missing:
         out.append(_load_charts(model.key, load))
     for name, judge in judges:  # the judges served in its job, each sampled by its proxy
-        out.append(f'<h4 class="judge-load">judge {_e(name)}</h4>'
+        out.append(f'<h4 class="judge-load">judge {escape(name)}</h4>'
                    + _load_charts(f"{model.key} judge {name}", judge))
     out.append("</div>")
     return "".join(out)
@@ -53,14 +47,14 @@ def _tasks_table(model: ModelInfo, found: list[tuple[str, Runtime]]) -> str:
     rows = []
     for task, runtime in found:
         if runtime.facts is None:
-            rows.append(f'<tr class="unknown"><td>{_e(task)}</td><td colspan="{len(head) - 1}">'
-                        f'<span class="flag">unknown: {_e(runtime.problem)}</span></td></tr>')
+            rows.append(f'<tr class="unknown"><td>{escape(task)}</td><td colspan="{len(head) - 1}">'
+                        f'<span class="flag">unknown: {escape(runtime.problem)}</span></td></tr>')
         else:
-            rows.append(f"<tr><td>{_e(task)}</td>"
-                        + "".join(f"<td>{_e(c)}</td>" for c in cells(runtime, extras))
+            rows.append(f"<tr><td>{escape(task)}</td>"
+                        + "".join(f"<td>{escape(c)}</td>" for c in cells(runtime, extras))
                         + "</tr>")
-    out = [f"<p class=\"meta\">{_e(total_line(totals(r for _, r in found)))}</p>",
-           '<table class="served"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
+    out = [f"<p class=\"meta\">{escape(total_line(totals(r for _, r in found)))}</p>",
+           '<table class="served"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head)
            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"]
     # the score chart's bars, one per task here: Score's `model` is the bar's label
     bars = [Score(task, float(r.facts["tokens_per_s"]), None, None) for task, r in found
@@ -75,11 +69,11 @@ def _load_charts(label: str, load: ServerLoad) -> str:
     """The servers' load over the job: its peaks and means, then the two charts."""
     if load.facts is None:
         return (f'<p class="load"><span class="flag">server load unknown: '
-                f"{_e(load.problem)}</span></p>")
+                f"{escape(load.problem)}</span></p>")
     points = load.facts["points"]
     column = {name: [p[i] for p in points] for i, name in enumerate(LOAD_COLUMNS)}
     times = [float(t) for t in column["t"]]
-    out = [f'<p class="meta load">Server load from /metrics: {_e(load_line(load))}.</p>']
+    out = [f'<p class="meta load">Server load from /metrics: {escape(load_line(load))}.</p>']
     if points:
         out.append(time_chart(f"{label}: requests in the server", times,
                               [("waiting", column["waiting"]), ("running", column["running"])],
