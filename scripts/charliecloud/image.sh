@@ -14,15 +14,16 @@
 # the PYTHONPATH of the image's ENV (/ch/environment).
 # Content-hashed: the file's name is the hash of this script, the role, the site-packages path,
 # the FOLDERs and the podman image's tag, so a machine builds each once (about 15 s once the podman
-# image exists), in $HPCEVAL_CH_IMAGE_DIR (/var/tmp/hpceval-charliecloud: every user of the dev
-# cluster reads it).
+# image exists), in $HPCEVAL_CH_IMAGE_DIR (the site's scratch, $SLURM_SCRATCH/hpceval-charliecloud,
+# where a site stages images: every node and every user of the dev cluster reads it; a node's
+# /var/tmp is its own).
 set -euo pipefail
 usage="usage: image.sh harness|server VENV [FOLDER...]"
 ROLE=${1:?$usage}
 VENV=$(cd "${2:?$usage}" && pwd)
 shift 2
 MOUNTS=("$@")
-DIR=${HPCEVAL_CH_IMAGE_DIR:-/var/tmp/hpceval-charliecloud}
+DIR=${HPCEVAL_CH_IMAGE_DIR:-${SLURM_SCRATCH:-/srv/scratch}/hpceval-charliecloud}
 case $ROLE in
   harness) ENTRY=lm_eval MODULE=lm_eval PACKAGES=() ;;
   # vLLM's CPU build links libnuma (vllm._C) and compiles with g++ at run time (torch's
@@ -57,7 +58,8 @@ mkdir "$work/rootfs"
 podman export "$cid" | tar -C "$work/rootfs" -x
 # ch-run 0.31 (Debian 12's) binds only onto folders the image has (it cannot make one in a
 # read-only image; --write-fake came in 0.32): the usual ones, and the site-packages path the
-# jobs bind in. The host's /tmp, where the tests' runs are, is bound whole by ch-run.
+# jobs bind in, and the FOLDERs: the tests' runs are on the site's scratch, whose top folder
+# they bind first (ch-run binds the node's /tmp whole).
 mkdir -p "$work/rootfs"/{dev,proc,sys,tmp,home,mnt,run} "$work/rootfs$SITE"
 if [ ${#PACKAGES[@]} -gt 0 ]; then  # Debian's packages, installed by the image's own apt
   cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf"

@@ -5,7 +5,8 @@
 # On a real site /tmp is each node's own disk (or a per-job tmpfs): nothing passes between nodes,
 # or between the login node and a node, through it. Here every node's slurmd (and so every job
 # step on that node) runs in a mount namespace of its own, whose /tmp is the node's folder
-# $NODE_TMP_ROOT/<node>. Shared storage is what a parallel file system would be: the checkout,
+# $NODE_TMP_ROOT/<node>, and whose /var/tmp is $NODE_TMP_ROOT/<node>.var-tmp (ch-run mounts
+# images and keeps its storage there: per node, as on a real site). Shared storage is what a parallel file system would be: the checkout,
 # /home, the site's scratch ($SITE_SCRATCH, mode 1777, as /scratch or $WORK on a real site) and,
 # for the tests, the folders under /tmp that node_tmp_shared lists (pytest's tmp_path folders
 # live under /tmp/pytest-of-<user>; a checkout cloned under /tmp), bound at the same path into
@@ -19,6 +20,7 @@ NODE_TMP_ROOT=/var/lib/hpceval-node-tmp
 SITE_SCRATCH=${SLURM_SCRATCH:-/srv/scratch}
 
 node_tmp_dir() { echo "$NODE_TMP_ROOT/$1"; }
+node_var_tmp_dir() { echo "$NODE_TMP_ROOT/$1.var-tmp"; }
 
 # node_tmp_shared -> the folders under /tmp that every node shares with this machine, one per line
 node_tmp_shared() {
@@ -41,7 +43,7 @@ node_tmp_prepare() {
     mountpoint -q "$p" || mount --bind "$p" "$p"
     mount --make-shared "$p"
   done < <(node_tmp_shared)
-  for n in "$@"; do install -d -m 1777 "$(node_tmp_dir "$n")"; done
+  for n in "$@"; do install -d -m 1777 "$(node_tmp_dir "$n")" "$(node_var_tmp_dir "$n")"; done
 }
 
 # node_tmp_mounts NODE -> the commands (for `unshare --mount --propagation slave ... sh -c`) that
@@ -57,18 +59,19 @@ node_tmp_mounts() {
     [ -d "$p" ] || continue
     out+="mkdir -p '$dir${p#/tmp}' && mount --bind '$p' '$dir${p#/tmp}' && "
   done < <(node_tmp_shared)
-  echo "${out}mount --rbind '$dir' /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+  echo "${out}mount --rbind '$dir' /tmp && mount --bind '$(node_var_tmp_dir "$1")' /var/tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
 }
 
 # node_tmp_ok NODE PID -> true when PID sees what NODE should see as /tmp: the node's own folder
 # with every shared folder in it (the same folders as this machine's, not a removed one), and a
-# /dev/shm of its own; or, with SLURM_NODE_TMP=0, this machine's /tmp
+# /var/tmp and /dev/shm of its own; or, with SLURM_NODE_TMP=0, this machine's /tmp
 node_tmp_ok() {
   local p root=/proc/$2/root
   if [ "$NODE_TMP" != 1 ]; then
     [ "$(stat -c %d:%i "$root/tmp" 2>/dev/null)" = "$(stat -c %d:%i /tmp)" ]; return
   fi
   [ "$(stat -c %d:%i "$root/tmp" 2>/dev/null)" = "$(stat -c %d:%i "$(node_tmp_dir "$1")")" ] || return 1
+  [ "$(stat -c %d:%i "$root/var/tmp" 2>/dev/null)" = "$(stat -c %d:%i "$(node_var_tmp_dir "$1")")" ] || return 1
   [ "$(stat -c %d "$root/dev/shm" 2>/dev/null)" != "$(stat -c %d /dev/shm)" ] || return 1
   while IFS= read -r p; do
     [ -d "$p" ] || continue

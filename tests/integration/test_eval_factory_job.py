@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import USER, as_user, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import submit, wait
@@ -38,7 +38,7 @@ HUMANEVAL, BFCL2, BFCL3 = ("simple_evals.humaneval", "bfcl.bfclv2_ast_prompting"
 
 
 def _run(work: Path, model: Path) -> dict[str, Any]:
-    (work / "hf").mkdir(parents=True)
+    assert as_user(USER, "mkdir", "-p", str(work / "hf")).returncode == 0  # the user's cache
     return {
         "defaults": [{"execution": "local-dev"}, {"deployment": "vllm-cpu"}],
         "execution": {"gpus_per_node": 1, "cpus_per_task": 2, "hf_cache_dir": str(work / "hf")},
@@ -87,15 +87,14 @@ def test_three_eval_factory_tasks_of_two_harnesses_on_real_vllm(
     env = _hpceval_env(evalfactory_venv / "bin")
 
     # Offline nodes, HumanEval's dataset not staged: refused before anything is queued.
-    refused = subprocess.run([str(hpceval_bin), "submit", str(run_file)], env=env,
-                             capture_output=True, text=True, timeout=120, check=False)
+    # as the user who submits the job (vllm_support.submit): the cache is hers
+    refused = user_command(USER, [str(hpceval_bin), "submit", str(run_file)], env)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert (f"evaluation.tasks.{HUMANEVAL}: compute nodes are offline and dataset "
             "openai/openai_humaneval is not staged") in refused.stderr
     assert not (user_tmp / "runs").exists()
 
-    staged = subprocess.run([str(hpceval_bin), "stage", str(run_file)], env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    staged = user_command(USER, [str(hpceval_bin), "stage", str(run_file)], env, timeout=300)
     assert staged.returncode == 0, staged.stdout + staged.stderr
     assert re.search(r"^data  built +dataset:openai/openai_humaneval", staged.stdout, re.M)
     stage_s = time.monotonic() - started

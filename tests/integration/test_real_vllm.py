@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import pytest
 from support import charliecloud, site
+from support.site_users import USER, reading_as
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.results.ledger import read_ledger
@@ -233,7 +235,9 @@ def test_two_vllm_instances_behind_the_proxy_both_serve_and_score_the_same(
     assert len(sockets) == 2, sockets
     for socket in sockets:
         folder = os.stat(Path(socket).parent)
-        assert (stat.S_IMODE(folder.st_mode), folder.st_uid) == (0o700, os.geteuid())
+        # the job's user's (vllm_support.hpceval submits as USER)
+        assert (stat.S_IMODE(folder.st_mode), folder.st_uid) == (0o700,
+                                                                pwd.getpwnam(USER).pw_uid)
         assert ask_health(socket) == (0, "200")  # it serves, over the socket
         if os.geteuid() == 0 and RUNUSER:  # another uid cannot even connect
             assert ask_health(socket, RUNUSER, "-u", "nobody", "--") == (7, "000")
@@ -334,7 +338,9 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     assert "Starting vLLM server" in (model / "server" / "instance-0.log").read_text()
     assert scores(model) == single_server_scores[0]
     # issue 36: the job's time ledger covers the allocation Slurm accounted (whole seconds)
-    (ledger,), why = read_ledger(model)
+    with reading_as(USER):  # the job's files are hers: read as she reads them
+        (ledger,), why = read_ledger(model)
+        load = load_server_load(str(model))
     record = slurm_cluster.sacct([job_id])[job_id]
     assert why is None and ledger.ended and ledger.gpus == 1, ledger.to_json()
     assert record.elapsed_s is not None and abs(ledger.total_s - record.elapsed_s) <= 2, (
@@ -346,7 +352,6 @@ def test_vllm_and_lm_eval_in_charliecloud_images_score_the_same(
     assert ledger.idle_s is not None and 0 <= ledger.idle_s < ledger.seconds["tasks"], \
         ledger.to_json()
     # and the proxy sampled the real server's /metrics (server-load.json) while tasks ran
-    load = load_server_load(str(model))
     assert load.facts is not None, load.problem
     assert load.facts["samples"] >= 2 and load.facts["summary"]["prompt_tps"]["peak"] > 0, \
         load.to_json()

@@ -50,10 +50,12 @@ def batch(slurm_jobs: SlurmJobs) -> Batch:
         ),
         "multi": slurm_jobs.submit("multi", "srun hostname | sort", "--nodes=2"),
         "gpu": slurm_jobs.submit("gpu", 'echo "CVD=$CUDA_VISIBLE_DEVICES"', "--gpus-per-node=2"),
-        # each node writes a file into its /tmp, then counts the job's files it sees there
-        "tmp": slurm_jobs.submit("tmp", "srun bash -c 'touch /tmp/probe-$SLURM_JOB_ID-$SLURMD_"
-                                 "NODENAME; sleep 2; ls /tmp | grep -c probe-$SLURM_JOB_ID'",
-                                 "--nodes=2"),
+        # each node writes a file into its /tmp and /var/tmp, then counts the job's files it
+        # sees in each
+        "tmp": slurm_jobs.submit("tmp", "srun bash -c 'for d in /tmp /var/tmp; do touch "
+                                 "$d/probe-$SLURM_JOB_ID-$SLURMD_NODENAME; done; sleep 2; for d "
+                                 "in /tmp /var/tmp; do ls $d | grep -c probe-$SLURM_JOB_ID; "
+                                 "done'", "--nodes=2"),
     }
     poller = SacctPoller(slurm_jobs.client, min_interval_s=0.5)
     for job_id in ids.values():
@@ -117,14 +119,16 @@ def test_two_node_job_runs_srun_on_both_nodes(batch: Batch, slurm_jobs: SlurmJob
 
 
 def test_each_node_has_its_own_tmp(batch: Batch, slurm_jobs: SlurmJobs) -> None:
-    """Node-local /tmp (scripts/slurm/node-tmp.sh): nothing passes between nodes, or to the
-    login node, through it; the job's output (in pytest's folder) is shared storage."""
+    """Node-local /tmp and /var/tmp (scripts/slurm/node-tmp.sh): nothing passes between nodes,
+    or to the login node, through them; the job's output (in pytest's folder) is shared
+    storage."""
     from pathlib import Path
 
     job_id = batch.ids["tmp"]
     assert batch.final[job_id].phase is Phase.DONE
-    assert slurm_jobs.output("tmp", job_id).split() == ["1", "1"]
-    assert not list(Path("/tmp").glob(f"probe-{job_id}-*"))
+    assert slurm_jobs.output("tmp", job_id).split() == ["1"] * 4
+    for folder in ("/tmp", "/var/tmp"):
+        assert not list(Path(folder).glob(f"probe-{job_id}-*"))
 
 
 def test_gpu_job_sees_two_fake_gpus(batch: Batch, slurm_jobs: SlurmJobs) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import USER, as_user
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import job_state, wait_for
@@ -78,19 +79,25 @@ done
 
 
 def test_watch_evaluates_each_smollm2_checkpoint_with_real_vllm(
-        slurm_cluster: CommandSlurmClient, slurm_jobs: Any, user_tmp: Path,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     vllm_bin, model_dir = find_vllm_bin(), find_model_dir()
     monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(user_tmp / "hpceval-cache"))
     monkeypatch.setenv("HPCEVAL_WATCH_MIN_INTERVAL", "1")
     client = slurm_cluster
     ckpts = user_tmp / "checkpoints"
-    ckpts.mkdir()
     timeline = user_tmp / "timeline.log"
     runs = run_file(user_tmp, model_dir)
+    # the training job is the user's own, as its checkpoints are: the watch ignores folders
+    # another user (root too) owns
+    script = user_tmp / "fake-training.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={user_tmp}/fake-training-%j.out\n"
+                      "#SBATCH --time=5\n" + training_script(model_dir, ckpts, timeline))
+    assert as_user(USER, "mkdir", str(ckpts)).returncode == 0
     t0 = time.time()
-    train = slurm_jobs.submit("fake-training", training_script(model_dir, ckpts, timeline),
-                              "--partition=drill")
+    submitted = as_user(USER, "sbatch", "--parsable", "--partition=drill", str(script))
+    assert submitted.returncode == 0, submitted.stderr
+    train = submitted.stdout.strip()
     # started with vllm on PATH, as from a site module: the ticks and the evaluation jobs
     # they submit inherit it
     started = hpceval("watch", "start", str(runs), "--checkpoints", str(ckpts),

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 USER, OTHER = "alice", "bob"
@@ -55,6 +56,18 @@ def user_command(user: str, argv: list[str], env: Mapping[str, str], *,
                *(f"{k}={v}" for k, v in own.items()), *argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=home,
                           check=False)
+
+
+@contextmanager
+def reading_as(user: str) -> Iterator[None]:
+    """This (root) process reads as ``user`` within: hpceval's readers of a job's files (the
+    ledger, the server's load) trust only files of the reading user's, as they would be when
+    the user runs hpceval; root's real uid stays, so the effective one comes back after."""
+    os.seteuid(pwd.getpwnam(user).pw_uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
 
 
 class UserTmp:
