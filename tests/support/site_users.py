@@ -73,15 +73,18 @@ def reading_as(user: str) -> Iterator[None]:
 class UserTmp:
     """Folders of ``user``'s own (0700) on the site's shared scratch, as a user's work folder
     on a parallel file system is: jobs the user submits write there, and this (root) process
-    reads and writes everything. One folder per pytest session (its pid); older sessions'
-    folders are removed when a new one starts, as pytest keeps only its newest tmp folders."""
+    reads and writes everything. One folder per pytest session (its pid); the folders of
+    sessions that have ended are removed when a new one starts, as pytest keeps only its newest
+    tmp folders (a session still running beside this one, a CI run's, keeps its own)."""
 
     def __init__(self, user: str, scratch: Path) -> None:
         self.user = user
         top = scratch / "hpceval-tests"
         top.mkdir(mode=0o755, exist_ok=True)
         for old in top.glob("session-*"):
-            shutil.rmtree(old, ignore_errors=True)
+            pid = old.name.removeprefix("session-")
+            if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+                shutil.rmtree(old, ignore_errors=True)
         self.base = top / f"session-{os.getpid()}"
         self.base.mkdir(mode=0o755)
 
