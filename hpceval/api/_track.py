@@ -30,6 +30,9 @@ class RunStatus:
     state: RunState
     cost: dict[str, Any]  # {accounted, gpu_hours, node_hours, unknown_jobs, models: [...]}
     served: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # A running sweep judge job's servers, by judge name: their latest load sample (its front
+    # samples them into auxiliary/<name>/), {"unknown": why}; judges without one left out.
+    judges: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # A view that follows runs (status --watch, a notebook's loop) asks the scheduler at most this
@@ -75,7 +78,8 @@ class Tracking:
         collect_usage(backend_of, wanted, book)
         budget = [LIVE_READS]
         return [RunStatus(s, run_cost(s.ref.run_dir, s.run, s.jobs, book),
-                          self.served(s, budget)) for s in states]
+                          self.served(s, budget), self.judges_served(s, budget))
+                for s in states]
 
     def served(self, state: RunState, budget: list[int]) -> dict[str, dict[str, Any]]:
         """Per running model, summed over its tasks' runtime.json: ``requests``,
@@ -127,6 +131,18 @@ class Tracking:
                                               if r.facts is None and not r.missing},
                 "server": server, "judges": judges, "ledger": ledger}
         return out
+
+    def judges_served(self, state: RunState, budget: list[int]) -> dict[str, dict[str, Any]]:
+        """Each running sweep judge job's servers' latest load sample, by judge name (one read
+        of its server-load.json each, from `budget`, after the models'); RunStatus.judges."""
+        import time
+
+        from hpceval.contract import aux_dir
+        from hpceval.phases import Phase
+
+        now = time.time()
+        return {j.name: sample for j in state.judges if j.phase is Phase.RUNNING and (
+            sample := self._server(str(aux_dir(state.ref.run_dir, j.name)), budget, now))}
 
     @staticmethod
     def _server(folder: str, budget: list[int], now: float) -> dict[str, Any] | None:

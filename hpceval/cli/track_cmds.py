@@ -84,7 +84,7 @@ def status(runs: tuple[str, ...], watch: bool, interval: float, as_json: bool, l
         if as_json:
             click.echo(json.dumps([_with_served(_with_flags(
                 {**state_to_dict(f.state), "cost": costs[f.state.ref.run_dir]}, flags),
-                f.served) for f in found], indent=2))
+                f) for f in found], indent=2))
         else:
             texts = {k: [f.text() for f in v] for k, v in flags.items()}
             click.echo(format_states(states, tasks=not no_tasks, costs=costs, flags=texts,
@@ -114,20 +114,28 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
     return run
 
 
-def _with_served(run: dict[str, Any], served: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _with_served(run: dict[str, Any], found: Any) -> dict[str, Any]:
     """Each model of status --json gets "served" (api.Tracking.served's dict; null when it is
-    not running or has neither a task's runtime.json nor server-load.json)."""
+    not running or has neither a task's runtime.json nor server-load.json), and each sweep
+    judge job "served": its servers' latest load sample (RunStatus.judges; null: none)."""
     for model in run["models"]:
-        model["served"] = served.get(model["model"])
+        model["served"] = found.served.get(model["model"])
+    for judge in run["judges"]:
+        judge["served"] = found.judges.get(judge["name"])
     return run
 
 
 def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
-    """(run_dir, model key) -> the running model's live line, for the text views."""
-    from hpceval.results.runtime_text import live_text
+    """(run_dir, model key) -> the running model's live line, and (run_dir, judge row) -> a
+    running sweep judge job's servers' load, for the text views."""
+    from hpceval.results.runtime_text import live_text, server_now
+    from hpceval.runs.display import judge_row
 
-    return {(str(f.state.ref.run_dir), key): live_text(served)
-            for f in found for key, served in f.served.items()}
+    texts = {(str(f.state.ref.run_dir), key): live_text(served)
+             for f in found for key, served in f.served.items()}
+    texts.update({(str(f.state.ref.run_dir), judge_row(name)): server_now(sample)
+                  for f in found for name, sample in f.judges.items()})
+    return texts
 
 
 @click.command()

@@ -17,6 +17,12 @@ _STYLE = {"queued": "yellow", "running": "cyan", "resuming": "magenta", "done": 
           "failed": "red", "cancelled": "bright_black", "unknown": "white"}
 
 
+def judge_row(name: str) -> str:
+    """The row of a sweep's judge job in the text and rich views, and its key (beside the
+    models' keys, which have no space) in their ``served`` lines."""
+    return f"judge {name}"
+
+
 def state_to_dict(state: RunState) -> dict[str, Any]:
     return {
         "invocation_id": state.ref.invocation_id, "run_dir": str(state.ref.run_dir),
@@ -58,7 +64,8 @@ def format_states(states: list[RunState], *, tasks: bool = True,
     ((run_dir, model key, task key) -> "code: message" texts, from results.flags) marks the
     finished tasks whose scores look wrong; `served` ((run_dir, model key) -> a line, from its
     job's ledger, its tasks' runtime.json and its server-load.json:
-    hpceval.results.runtime_text.live_text) follows a running model."""
+    hpceval.results.runtime_text.live_text) follows a running model, and ((run_dir,
+    judge_row(name)) -> its servers' load) a running sweep judge job."""
     from hpceval.runs.cost import format_cost
 
     lines: list[str] = []
@@ -99,8 +106,11 @@ def format_states(states: list[RunState], *, tasks: bool = True,
                 if flagged:
                     lines.append(f"    {flagged} task(s) FLAGGED (hpceval status shows why)")
         for j in st.judges:  # a sweep's judge job (scope: sweep)
-            lines.append(f"  judge {j.name}  {j.phase.value:<9}  job {j.job_id or '-'}"
+            lines.append(f"  {judge_row(j.name)}  {j.phase.value:<9}  job {j.job_id or '-'}"
                          + (f"  {j.reason}" if j.reason else ""))
+            live = (served or {}).get((str(st.ref.run_dir), judge_row(j.name)))
+            if live:
+                lines.append(f"    {live}")
         lines.append("")
     return "\n".join(lines)
 
@@ -154,8 +164,9 @@ def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None 
                       f"{st.phase.value}[/]  {st.reason}", title_justify="left",
                       caption=f"cost: {format_cost(cost)}" if cost else None,
                       caption_justify="left", expand=False, show_edge=False)
-        live = {m.key: text for m in st.models
-                if (text := (served or {}).get((str(st.ref.run_dir), m.key)))}
+        rows = [m.key for m in st.models] + [judge_row(j.name) for j in st.judges]
+        live = {row: text for row in rows
+                if (text := (served or {}).get((str(st.ref.run_dir), row)))}
         for name in ("model", "state", "job", "tasks", "requests", "GPU-h", "detail",
                      *(("served",) if live else ())):
             table.add_column(name)
@@ -166,7 +177,9 @@ def rich_states(states: list[RunState], costs: dict[Any, dict[str, Any]] | None 
                           m.job_id or "-", bar(done, len(m.tasks)), _requests(m.progress),
                           spent, _detail(m), *((live.get(m.key, ""),) if live else ()))
         for j in st.judges:
-            table.add_row(f"judge {j.name}", Text(j.phase.value, style=_STYLE[j.phase.value]),
-                          j.job_id or "-", "", "", "", j.reason, *(("",) if live else ()))
+            row = judge_row(j.name)
+            table.add_row(row, Text(j.phase.value, style=_STYLE[j.phase.value]),
+                          j.job_id or "-", "", "", "", j.reason,
+                          *((live.get(row, ""),) if live else ()))
         parts.append(table)
     return Group(*parts)

@@ -159,3 +159,41 @@ def test_status_shows_the_load_of_a_judge_served_in_the_model_s_job(sweep: Path)
     (model_dir(sweep, "model-00") / "auxiliary" / "linked").symlink_to(other)
     served = json.loads(CliRunner().invoke(cli, ["status", str(sweep), "--json"]).output)[0]
     assert set(served["models"][0]["served"]["judges"]) == {"grader"}
+
+
+def test_status_shows_the_load_of_a_running_sweep_judge_job(tmp_path: Path, fake: FakeSlurm,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Issue 36 item 2: a sweep's judge job is a server too; its front samples its servers
+    into auxiliary/<name>/. status shows the latest sample under the judge's row (text, the
+    watch view and --json) while the judge job runs, and reads nothing once it has ended."""
+    from rich.console import Console
+    from runs.test_judge_sweep import submitted
+
+    from hpceval.cli.track_cmds import _served_texts
+    from hpceval.contract import aux_dir
+    from hpceval.runs.display import rich_states
+
+    result, array, _, judge = submitted(tmp_path, fake)
+    fake.states.update({judge: "RUNNING", **{f"{array}_{i}": "PENDING" for i in range(3)}})
+    monkeypatch.setattr("hpceval.backends.slurm.client.CommandSlurmClient", lambda **_: fake)
+    write_load(aux_dir(result.run_dir, "judge"))
+    out = CliRunner().invoke(cli, ["status", str(result.run_dir)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    row = next(i for i, x in enumerate(lines) if x.strip().startswith("judge judge"))
+    assert lines[row + 1].strip() == ("server: 3 waiting, 8 running, KV cache 42%, "
+                                      "120.5 tokens/s out, 900.0 in"), lines
+    (run,) = json.loads(CliRunner().invoke(cli, ["status", str(result.run_dir),
+                                                 "--json"]).output)
+    served = run["judges"][0]["served"]
+    assert (served["waiting"], served["running"], served["kv"]) == (3, 8, 0.42)
+    (found,) = api.track([str(result.run_dir)]).refresh(force=True)
+    console = Console(width=250, record=True)
+    console.print(rich_states([found.state], None, _served_texts([found])))  # --watch's
+    assert any("judge judge" in line and "server: 3 waiting" in line
+               for line in console.export_text().splitlines())
+    fake.states[judge] = "COMPLETED"  # ended: its last sample is not "now"
+    (run,) = json.loads(CliRunner().invoke(cli, ["status", str(result.run_dir),
+                                                 "--json"]).output)
+    assert run["judges"][0]["served"] is None

@@ -182,7 +182,7 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
     one of its own carries its account's, or that account's parent's."""
     which = f"account={account}" if account else "onlydefaults"
     out = ask(["sacctmgr", "-n", "-P", "show", "associations", f"user={user}", which,
-                f"format={ASSOCIATION_FIELDS}"])
+               f"format={ASSOCIATION_FIELDS}"])
     if out is None:
         return None
     rows = [line.strip().split("|") for line in out.splitlines()]

@@ -90,7 +90,7 @@ def cost_section(cost: Any) -> str:
                      "" if whole or _missing(r.items) else escape(f"{int(r.items)}"),
                      "" if whole or _missing(r.gpu_s_per_item) else f"{r.gpu_s_per_item:.4g}",
                      escape(f"{int(r.jobs)} ({int(r.unknown_jobs)} not accounted)" if whole and
-                        r.unknown_jobs else (int(r.jobs) if whole else ""))])
+                             r.unknown_jobs else (int(r.jobs) if whole else ""))])
     models = cost[cost["task"] == "(all jobs)"]
     total = (f"{models['gpu_hours'].sum():.4g} GPU-hours, {models['node_hours'].sum():.4g} "
              "node-hours in all")
