@@ -8,12 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from support.runs import configs, finish_task
+from support.runs import configs, finish_task, judged, submitted
 from support.slurm import FakeSlurm
 
 from hpceval.backends.slurm.states import Phase
-from hpceval.config import ResolvedConfig
-from hpceval.config.schema import AuxiliaryDeploymentSpec
 from hpceval.runs.control import kill_run, resume_run
 from hpceval.runs.display import format_states, rich_states, state_to_dict
 from hpceval.runs.index import find_run
@@ -21,22 +19,7 @@ from hpceval.runs.jobs import read_jobs
 from hpceval.runs.state import RunState, Tracker
 from hpceval.runs.submit import Submitted, submit_configs
 
-JUDGE = AuxiliaryDeploymentSpec(type="command", command="exec judge-server --port $PORT",
-                                served_model_name="judge-m", runtime="host",
-                                gpus_per_instance=0, scope="sweep")
 ONE, TWO = "ut-harness.ut_one", "ut-harness.ut_two"
-
-
-def judged(tmp_path: Path, n: int = 3) -> list[ResolvedConfig]:
-    return [dataclasses.replace(c, spec=dataclasses.replace(
-        c.spec, auxiliary_deployments={"judge": JUDGE}))
-        for c in configs(tmp_path, n, execution={"type": "slurm"})]
-
-
-def submitted(tmp_path: Path, fake: FakeSlurm, **kw: bool) -> tuple[Submitted, str, str, str]:
-    result = submit_configs(judged(tmp_path), fake, **kw)
-    array, aggregate, judge = result.job_ids
-    return result, array, aggregate, judge
 
 
 def test_judge_first_array_after_it_started_aggregation_after_the_array(

@@ -168,7 +168,7 @@ def test_status_shows_the_load_of_a_running_sweep_judge_job(tmp_path: Path, fake
     into auxiliary/<name>/. status shows the latest sample under the judge's row (text, the
     watch view and --json) while the judge job runs, and reads nothing once it has ended."""
     from rich.console import Console
-    from runs.test_judge_sweep import submitted
+    from support.runs import submitted
 
     from hpceval.cli.track_cmds import _served_texts
     from hpceval.contract import aux_dir

@@ -4,6 +4,7 @@ files and finished tasks. The counting Slurm fake is support.slurm.FakeSlurm (fi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 from hpceval.config import ResolvedConfig, load_run
+from hpceval.config.schema import AuxiliaryDeploymentSpec
+from hpceval.runs.submit import Submitted, submit_configs
 from support import FAKES
 from support.slurm import FakeSlurm
 
@@ -99,3 +102,24 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
 @pytest.fixture
 def fake() -> FakeSlurm:
     return FakeSlurm()
+
+
+# A sweep's judge job (scope: sweep) of a command server, for the controller tests.
+SWEEP_JUDGE = AuxiliaryDeploymentSpec(type="command",
+                                      command="exec judge-server --port $PORT",
+                                      served_model_name="judge-m", runtime="host",
+                                      gpus_per_instance=0, scope="sweep")
+
+
+def judged(tmp_path: Path, n: int = 3) -> list[ResolvedConfig]:
+    """``n`` models of a Slurm sweep with SWEEP_JUDGE as its judge `judge`."""
+    return [dataclasses.replace(c, spec=dataclasses.replace(
+        c.spec, auxiliary_deployments={"judge": SWEEP_JUDGE}))
+        for c in configs(tmp_path, n, execution={"type": "slurm"})]
+
+
+def submitted(tmp_path: Path, fake: FakeSlurm, **kw: bool) -> tuple[Submitted, str, str, str]:
+    """A judged sweep submitted to ``fake``: (result, array, aggregation, judge job ids)."""
+    result = submit_configs(judged(tmp_path), fake, **kw)
+    array, aggregate, judge = result.job_ids
+    return result, array, aggregate, judge
