@@ -40,6 +40,12 @@ def current_umask() -> int:
     return mask
 
 
+def within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or below it (both normalised already: a bind source, a
+    mount point), by whole path components: /scratch2 is not within /scratch."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def atomic_write_text(path: Path, text: str, *, mode: int = 0o644, durable: bool = True) -> None:
     """`mode` is narrowed by the umask, as for any created file (execution.umask sets it).
 

@@ -18,7 +18,7 @@ import click
 from hpceval.contract import model_dir
 
 if TYPE_CHECKING:
-    from hpceval.api import CancelReport, WatchKill
+    from hpceval.api import CancelReport, RunStatus, WatchKill
     from hpceval.runs.index import RunRef
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -114,7 +114,7 @@ def _with_flags(run: dict[str, Any], flags: dict[tuple[str, str, str], list[Any]
     return run
 
 
-def _with_served(run: dict[str, Any], found: Any) -> dict[str, Any]:
+def _with_served(run: dict[str, Any], found: RunStatus) -> dict[str, Any]:
     """Each model of status --json gets "served" (api.Tracking.served's dict; null when it is
     not running or has neither a task's runtime.json nor server-load.json), and each sweep
     judge job "served": its servers' latest load sample (RunStatus.judges; null: none)."""
@@ -125,7 +125,7 @@ def _with_served(run: dict[str, Any], found: Any) -> dict[str, Any]:
     return run
 
 
-def _served_texts(found: list[Any]) -> dict[tuple[str, str], str]:
+def _served_texts(found: list[RunStatus]) -> dict[tuple[str, str], str]:
     """(run_dir, model key) -> the running model's live line, and (run_dir, judge row) -> a
     running sweep judge job's servers' load, for the text views."""
     from hpceval.results.runtime_text import live_text, server_now

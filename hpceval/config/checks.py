@@ -15,9 +15,9 @@ from hpceval.config.secret_files import from_file, secret_file_issues
 from hpceval.contract import is_proxy_budget
 from hpceval.durations import walltime_minutes
 from hpceval.engines import engine_for, engine_names
-from hpceval.runtimes import runtime_for, runtime_names
+from hpceval.runtimes import Runtime, bind_parts, runtime_for, runtime_names
 from hpceval.shell import BARE_NAME
-from hpceval.storage import run_umask_bits
+from hpceval.storage import run_umask_bits, within
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
@@ -274,8 +274,8 @@ def mount_point_notes(spec: RunSpec) -> list[str]:
     output = os.path.normpath(os.path.expanduser(ex.output_dir))
     if "$" in output:  # a variable of the job's: not known here
         return []
-    sources = [os.path.normpath(os.path.expanduser(b.split(":")[0])) for b in ex.extra_binds]
-    if any(output == s or output.startswith(s.rstrip("/") + "/") for s in sources):
+    sources = [os.path.normpath(os.path.expanduser(bind_parts(b)[0])) for b in ex.extra_binds]
+    if any(within(output, s) for s in sources):
         return []
     top = "/" + output.strip("/").split("/")[0]
     return [f"execution.output_dir {ex.output_dir}: {runtime.name} binds the run's folders at "
@@ -284,7 +284,7 @@ def mount_point_notes(spec: RunSpec) -> list[str]:
             f"with {top} in the images){_writable_hint(runtime)}"]
 
 
-def _writable_hint(runtime: Any) -> str:
+def _writable_hint(runtime: Runtime) -> str:
     options = sorted(runtime.writable_options)
     return (f"; or make the images writable with execution.container_options: [{options[0]}] "
             f"where {runtime.name} has it" if options else "")

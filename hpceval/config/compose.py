@@ -20,6 +20,7 @@ from hpceval.config.overrides import Override, apply_override, find_task, parse_
 from hpceval.config.placeholders import Placeholders
 from hpceval.config.profiles import find_file, read_yaml, split_profile
 from hpceval.config.translation import TRANSLATION, Translation
+from hpceval.runtimes import bind_parts
 
 
 @dataclass
@@ -214,9 +215,10 @@ def _absolute_paths(out: Composed) -> None:
                              f"{execution[key]} (the folder this command runs in)")
     binds = execution.get("extra_binds")
     for i, bind in enumerate(binds if isinstance(binds, list) else []):
-        src, sep, rest = bind.partition(":") if isinstance(bind, str) else ("", "", "")
+        parts = bind_parts(bind) if isinstance(bind, str) else [""]
+        src = parts[0]
         if _relative(src):
-            binds[i] = os.path.abspath(src) + sep + rest  # type: ignore[index]
+            binds[i] = ":".join([os.path.abspath(src), *parts[1:]])  # type: ignore[index]
             out.notes.append(f"execution.extra_binds: {src!r} is relative: binding "
                              f"{os.path.abspath(src)}")
 

@@ -35,6 +35,7 @@ from hpceval.config.schema import ExecutionSpec, RunSpec
 from hpceval.doctor.report import Line, Status
 from hpceval.durations import walltime_minutes
 from hpceval.staging.preflight import preflight_all, preflight_notes
+from hpceval.storage import within
 
 # Filesystems that several machines mount (a login node and compute nodes see the same files).
 SHARED_FS = frozenset({
@@ -240,8 +241,7 @@ def mount_of(path: str, mounts: str) -> tuple[str, str]:
         if len(parts) < 3:
             continue
         point = _unescape(parts[1])
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):
+        if within(real, point) and len(point) >= len(best[0]):
             best = (point, parts[2])
     return best
 

@@ -9,9 +9,9 @@ same declarations, so a new runtime is one new module.
 from __future__ import annotations
 
 from hpceval.registry import Registry
-from hpceval.runtimes.base import Runtime
+from hpceval.runtimes.base import Runtime, bind_parts
 
-__all__ = ["HOST", "IMAGE", "PLACES", "RUNTIMES", "Runtime", "from_image", "register",
+__all__ = ["HOST", "IMAGE", "PLACES", "RUNTIMES", "Runtime", "bind_parts", "from_image", "register",
            "runtime_for", "runtime_names"]
 
 # Where a server (deployment.runtime) or a harness (the catalogue's harness.runtime) runs: from

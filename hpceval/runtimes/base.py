@@ -29,6 +29,12 @@ class SiteOptions:
 NO_SITE = SiteOptions()
 
 
+def bind_parts(spec: str) -> list[str]:
+    """An apptainer-style ``src[:dst[:opts]]`` bind (execution.extra_binds, already checked)
+    as its parts: the source is the first, always there."""
+    return spec.split(":")
+
+
 class Runtime:
     """The defaults describe an apptainer-like runtime: ``<tool> exec`` with ``--bind``s."""
 

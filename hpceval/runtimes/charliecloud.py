@@ -49,7 +49,7 @@ from typing import Any
 
 from hpceval.images import DOCKER
 from hpceval.runtimes import register
-from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions
+from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions, bind_parts
 from hpceval.runtimes.docker import ALWAYS_PASSED
 from hpceval.shell import LineStart, ShellCode, env_name
 
@@ -65,7 +65,7 @@ def _bind(spec: str) -> str:
     """apptainer's ``src`` (same path inside) as ``src:src``; ``src:dst`` as written. ch-run
     has no bind options (apptainer's ``:ro``): a third part is dropped, the image and its
     bind sources stay as the host's permissions make them."""
-    parts = spec.split(":")
+    parts = bind_parts(spec)
     return f"{parts[0]}:{parts[0]}" if len(parts) == 1 else f"{parts[0]}:{parts[1]}"
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from hpceval.images import DOCKER, pyxis_reference, sif_name
 from hpceval.runtimes import register
-from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions
+from hpceval.runtimes.base import NO_SITE, Runtime, SiteOptions, bind_parts
 from hpceval.shell import ShellCode, env_name, joined
 
 
@@ -30,11 +30,6 @@ def image(value: str) -> str:
 def mount(parts: Sequence[Any]) -> ShellCode:
     """One SRC:DST[:FLAGS] entry; a bare SRC mounts at the same path (pyxis wants both)."""
     return joined(parts if len(parts) > 1 else [parts[0], parts[0]], ":")
-
-
-def bind_parts(spec: str) -> list[str]:
-    """An apptainer-style 'src[:dst[:opts]]' bind (already checked) as mount parts."""
-    return spec.split(":")
 
 
 def container_name(image_value: str) -> ShellCode:

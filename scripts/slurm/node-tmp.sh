@@ -6,8 +6,9 @@
 # or between the login node and a node, through it. Here every node's slurmd (and so every job
 # step on that node) runs in a mount namespace of its own, whose /tmp is the node's folder
 # $NODE_TMP_ROOT/<node>, and whose /var/tmp is $NODE_TMP_ROOT/<node>.var-tmp (ch-run mounts
-# images and keeps its storage there: per node, as on a real site). Shared storage is what a parallel file system would be: the checkout,
-# /home, the site's scratch ($SITE_SCRATCH, mode 1777, as /scratch or $WORK on a real site) and,
+# images and keeps its storage there: per node, as on a real site). Shared storage is what a
+# parallel file system would be: the checkout, /home, the site's scratch ($SITE_SCRATCH, mode
+# 1777, as /scratch or $WORK on a real site) and,
 # for the tests, the folders under /tmp that node_tmp_shared lists (pytest's tmp_path folders
 # live under /tmp/pytest-of-<user>; a checkout cloned under /tmp), bound at the same path into
 # every node's /tmp.

@@ -119,6 +119,7 @@ MOUNT_BASE = ["execution.output_dir=/scratch/me/runs", "evaluation.tasks=[ifeval
     (["execution.extra_binds=[/scratch]"], False),  # its file system's top folder, bound first
     (["execution.extra_binds=[/scratch/me:/scratch/me:ro]"], False),
     (["execution.extra_binds=[/lustre]"], True),
+    (["execution.extra_binds=[/scratch/m]"], True),  # a prefix of the name, not a folder above
     (["execution.container_options=[--write-fake]"], False),  # Charliecloud 0.36: writable
     (["execution.container_runtime=apptainer"], False),  # makes its mount points itself
 ])
