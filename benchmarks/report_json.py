@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The project, and tests/ as pytest puts it on the path (its rootdir conftest): benchmarks that
+# rerun a drill import its modules, which import the test support as `fakes` and `support`.
+for _path in (ROOT / "tests", ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from hpceval.storage import atomic_write_json  # noqa: E402
 

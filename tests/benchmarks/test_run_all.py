@@ -136,3 +136,16 @@ def test_aggregate_generator_small(tmp_path: Path) -> None:
                     str(target)], check=True)
     with target.open(newline="") as handle:
         assert sum(1 for _ in csv.reader(handle)) == 91
+
+
+@pytest.mark.parametrize("name", sorted(run_all.SCRIPTS))
+def test_every_benchmark_starts(name: str) -> None:
+    """Each script run_all runs imports what it needs when started as run_all starts it (a
+    fresh interpreter, this checkout's benchmarks/ as its folder): resume_waste.py once could
+    not, as it imports a drill whose modules import the test support as pytest puts it on the
+    path, and no report showed it until run_all reached it."""
+    script = Path(run_all.HERE) / run_all.SCRIPTS[name]
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=run_all.ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
