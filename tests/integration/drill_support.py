@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -20,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.site_users import USER, submitted, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.config import load_config
 from hpceval.runs.jobs import read_jobs
-from hpceval.runs.submit import submit_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE = ROOT / "tests" / "fakes" / "oracle_server.py"
+HOLDING_SBATCH = ROOT / "tests" / "fakes" / "holding_sbatch"
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
@@ -53,14 +54,26 @@ class Submitted:
         return self.model_dir / "tasks" / key
 
 
-def submit_run(client: CommandSlurmClient, run_file: Path) -> Submitted:
-    """`hpceval run` of a single-model run file, through the same code path."""
-    resolved = load_config(run_file)
+def submit_run(run_file: Path, *, hold: bool = False) -> Submitted:
+    """`hpceval submit` of a single-model run file, as the site's ordinary user (its folders
+    must be hers: the fixtures user_tmp and user_tmp_factory); ``hold``: the job stays PENDING
+    (JobHeldUser: sbatch --hold, tests/fakes/holding_sbatch) until the drill cancels it. A
+    resume submits unheld."""
     started = time.monotonic()
-    result = submit_configs(resolved, client, aggregate=False)
-    [job] = result.job_ids
-    [model] = result.models
-    return Submitted(result.run_dir, result.run_dir / "models" / model, job, started)
+    path = f"{HOLDING_SBATCH}{os.pathsep}{os.environ['PATH']}"
+    job, run_dir = submitted(hpceval("submit", str(run_file),
+                                     env={"PATH": path} if hold else None))
+    [model] = (run_dir / "models").iterdir()
+    return Submitted(run_dir, model, job, started)
+
+
+def resume(run_dir: Path) -> str:
+    """`hpceval resume RUN` as the site's ordinary user: the id of the job it submitted."""
+    done = hpceval("resume", str(run_dir))
+    assert done.returncode == 0, done.stderr + done.stdout
+    found = re.search(r"job (\d+)", done.stdout)
+    assert found, done.stdout
+    return found.group(1)
 
 
 def job_state(client: CommandSlurmClient, job_id: str) -> str | None:
@@ -138,10 +151,13 @@ def hashes_by_job(request_log: Path) -> dict[str, list[str]]:
 
 # --- what hpceval says -------------------------------------------------------------------------
 
-def hpceval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it (this process's environment: caches, catalogue, PATH)."""
-    return subprocess.run([sys.executable, "-m", "hpceval", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False, env=dict(os.environ))
+def hpceval(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The CLI as the site's ordinary user (support/site_users.USER) runs it, in this process's
+    environment (catalogue, caches, PATH: as a site module sets them) but her HOME and XDG
+    folders; ``env``: what differs. Her jobs, her run index, her files."""
+    return user_command(USER, [sys.executable, "-m", "hpceval", *args],
+                        {**os.environ, **(env or {})}, timeout=timeout)
 
 
 def status(run_dir: Path) -> dict[str, Any]:

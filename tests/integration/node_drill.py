@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.site_users import UserTmp
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
@@ -151,7 +152,7 @@ def kill_node_under_a_job(client: CommandSlurmClient, work: Path,
     waited = time.monotonic()
     wait_for(lambda: not others_on_drill_node(), 300, "other jobs to leave node3", interval=2.0)
     waited = time.monotonic() - waited
-    run = submit_run(client, run_file(work, ["quick", "hold"], partition="drill"))
+    run = submit_run(run_file(work, ["quick", "hold"], partition="drill"))
     runs.append(run)
     assert "#SBATCH --requeue" in (run.run_dir / "job.sbatch").read_text()
     # the server is answering: `quick` is done and `hold` got its answer
@@ -185,7 +186,7 @@ class NodeDrill:
 
 @pytest.fixture(scope="session")
 def node_killed(request: pytest.FixtureRequest, slurm_cluster: CommandSlurmClient,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeDrill]:
+                user_tmp_factory: UserTmp) -> Iterator[NodeDrill]:
     """kill_node_under_a_job when the first scheduler drill starts, if test_node_failure was
     selected. What fails there is test_node_failure's failure (it re-raises it), not the other
     drills'."""
@@ -193,7 +194,7 @@ def node_killed(request: pytest.FixtureRequest, slurm_cluster: CommandSlurmClien
     if "test_node_failure" not in {item.name for item in request.session.items}:
         yield drill
         return
-    with drill_env(tmp_path_factory.mktemp("node-failure")) as work:
+    with drill_env(user_tmp_factory.mktemp("node-failure")) as work:
         try:
             drill.outcome = kill_node_under_a_job(slurm_cluster, work, drill.runs)
         except Exception as exc:  # reported by test_node_failure

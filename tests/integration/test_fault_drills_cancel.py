@@ -6,8 +6,10 @@ Each drill breaks a run the way a cluster does, then checks three things: what
 
 1. the job is cancelled while queued (submitted with --hold, scancel while PENDING);
 2. the job is cancelled while its model server loads (the server sleeps before it serves);
-3. the job is cancelled mid-task, then two users resume the run at the same moment: one
-   successor job, the other resume is told "already resumed as job N".
+3. the job is cancelled mid-task, then two shells of its user resume the run at the same
+   moment: one successor job, the other resume is told "already resumed as job N".
+
+Every run is submitted and resumed by alice, the site's ordinary user, in a folder of hers.
 
 The fourth, a node failure, is test_fault_drills_node.py: its node is killed when these start
 (node_drill.node_killed), so Slurm's minutes of requeue delay pass while they run. The run and
@@ -17,14 +19,16 @@ walltime chain, dying instances) are in test_resume_drills.py.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.site_users import USER, user_popen
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
@@ -51,8 +55,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("node
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Iterator[Path]:
-    with drill_env(tmp_path) as folder:
+def work(user_tmp: Path) -> Iterator[Path]:
+    """The drill's folder: alice's (the site's ordinary user submits its runs)."""
+    with drill_env(user_tmp) as folder:
         yield folder
 
 
@@ -66,22 +71,11 @@ def runs(slurm_cluster: CommandSlurmClient) -> Iterator[list[Submitted]]:
         slurm_cluster.cancel([j for run in started for j in run.jobs()])
 
 
-class HoldingClient(CommandSlurmClient):
-    """Submits with --hold: the job stays PENDING (JobHeldUser) until the drill cancels it.
-    Only the first submission goes through it; `resume` uses a plain client, so the resumed
-    job runs the same script unheld."""
-
-    def submit(self, script_path: Path, *, extra_args: Sequence[str] = (),
-               dependency: str | None = None, script_args: Sequence[str] = ()) -> str:
-        return super().submit(script_path, extra_args=["--hold", *extra_args],
-                              dependency=dependency, script_args=script_args)
-
-
 # --- 1. cancelled while queued ------------------------------------------------------------------
 
 def test_cancelled_while_queued(slurm_cluster: CommandSlurmClient, work: Path,
                                 runs: list[Submitted]) -> None:
-    run = submit_run(HoldingClient(), run_file(work, ["quick"]))
+    run = submit_run(run_file(work, ["quick"]), hold=True)
     runs.append(run)
     # slurmdbd learns the pending reason after the job itself: sacct lists a fresh held job as
     # PENDING with reason None for a while. The while grew past 30 s once (2026-12-02, node3
@@ -116,7 +110,7 @@ def test_cancelled_while_queued(slurm_cluster: CommandSlurmClient, work: Path,
 
 def test_cancelled_while_the_server_loads(slurm_cluster: CommandSlurmClient, work: Path,
                                           runs: list[Submitted]) -> None:
-    run = submit_run(slurm_cluster, run_file(work, ["quick"], load_once_s=300))
+    run = submit_run(run_file(work, ["quick"], load_once_s=300))
     runs.append(run)
     # in the health wait: the job polls a server that sleeps before it serves
     wait_for(lambda: "waiting up to" in run.log(run.first_job)
@@ -133,7 +127,7 @@ def test_cancelled_while_the_server_loads(slurm_cluster: CommandSlurmClient, wor
 
 def test_cancelled_mid_task_then_two_resumes_at_once(slurm_cluster: CommandSlurmClient,
                                                      work: Path, runs: list[Submitted]) -> None:
-    run = submit_run(slurm_cluster, run_file(work, ["quick", "hold"]))
+    run = submit_run(run_file(work, ["quick", "hold"]))
     runs.append(run)
     wait_for(lambda: holding(run, work), 90, "task hold to start waiting", interval=0.5)
     before = snapshot_done(run.model_dir)
@@ -143,11 +137,10 @@ def test_cancelled_mid_task_then_two_resumes_at_once(slurm_cluster: CommandSlurm
                                             rf"{re.escape(RESUMED)}")
     assert [t["state"] for t in shown["models"][0]["tasks"]] == ["done", "cancelled"], shown
 
-    # Two users, two processes, one moment: both pass the run's state check unless the
+    # Two shells, two processes, one moment: both pass the run's state check unless the
     # resume lock serialises them.
     command = [sys.executable, "-m", "hpceval", "resume", str(run.run_dir)]
-    both = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(2)]
+    both = [user_popen(USER, command, os.environ) for _ in range(2)]
     outputs = [(p.wait(120), *p.communicate()) for p in both]
     ok = [out for rc, out, _ in outputs if rc == 0]
     refused = [err for rc, _, err in outputs if rc != 0]

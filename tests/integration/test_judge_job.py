@@ -12,6 +12,7 @@ job over the same run directory replays it instead of asking the judge again.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.site_users import USER, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
@@ -59,8 +61,9 @@ tasks:
 
 
 @pytest.fixture
-def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with own_catalogue(tmp_path_factory.mktemp("judge-job"), "judge_it.yaml", CATALOGUE) as root:
+def work(user_tmp: Path) -> Iterator[Path]:
+    """The test's folder, alice's: she submits the run."""
+    with own_catalogue(user_tmp, "judge_it.yaml", CATALOGUE) as root:
         yield root
 
 
@@ -86,7 +89,7 @@ def run_file(work: Path) -> Path:
 
 def test_judge_in_the_job_is_asked_once_and_replayed_after(
         slurm_cluster: CommandSlurmClient, work: Path) -> None:
-    submitted = submit_run(slurm_cluster, run_file(work))
+    submitted = submit_run(run_file(work))
     state = wait_done(slurm_cluster, submitted.first_job, timeout=240)
     log = submitted.log(submitted.first_job)
     assert state == "COMPLETED", log
@@ -115,8 +118,8 @@ def test_judge_in_the_job_is_asked_once_and_replayed_after(
     # a later job over the same run (the task to do again) replays the judge's answer
     for name in ("done", "results.json"):
         (task_dir / name).unlink()
-    again = subprocess.run(["sbatch", "--parsable", str(submitted.run_dir / "job.sbatch")],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    again = user_command(USER, ["sbatch", "--parsable", str(submitted.run_dir / "job.sbatch")],
+                         os.environ).stdout.strip()
     state = wait_done(slurm_cluster, again.split(";")[0], timeout=240)
     assert state == "COMPLETED", submitted.log(again)
     assert (task_dir / "done").exists()

@@ -6,7 +6,7 @@ in a ``command`` deployment, breaks the run on purpose, and proves from the *ser
 log* (``--request-log``: one line per answered request, with the Slurm job that answered it) what
 the runtime promises:
 
-a. scancel mid-run, then ``resume_run`` (``hpceval resume``): the resumed job re-sends at most 1%
+a. scancel mid-run, then ``hpceval resume``: the resumed job re-sends at most 1%
    of the requests the first job had answered (the in-job proxy's response cache replays them),
    and the scores equal an uninterrupted run's exactly;
 b. walltime: a job stopped by its walltime signal submits its successor (``jobs.chain``), which
@@ -35,10 +35,9 @@ import pytest
 import yaml
 from fakes import answer_key
 from support.lm_eval_env import MODEL, TASK_NAME, require_lm_eval, write_task_dir
+from support.site_users import UserTmp, owned_mkdir
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.runs.control import resume_run
-from hpceval.runs.index import find_run
 from tests.integration.drill_support import (
     FINAL,
     Submitted,
@@ -46,6 +45,7 @@ from tests.integration.drill_support import (
     hashes_by_job,
     job_state,
     oracle_command,
+    resume,
     status,
     submit_run,
     wait_done,
@@ -89,7 +89,7 @@ class Scenario:
                 "params": {"extra": {"include_path": str(self.work / "lm_eval_tasks")}, **params}}
 
     def run_file(self) -> Path:
-        self.work.mkdir(parents=True, exist_ok=True)
+        owned_mkdir(self.work)  # alice's, as the folder above
         tasks_dir = write_task_dir(self.work / "lm_eval_tasks")
         template = (tasks_dir / f"{TASK_NAME}.yaml").read_text()
         # A second task over the same data, for drills that need two tasks in one job.
@@ -114,8 +114,9 @@ class Scenario:
         return path
 
 
-def submit(client: CommandSlurmClient, scenario: Scenario) -> Submitted:
-    return submit_run(client, scenario.run_file())
+def submit(scenario: Scenario) -> Submitted:
+    """The drill's run submitted by the site's ordinary user (drill_support.submit_run)."""
+    return submit_run(scenario.run_file())
 
 
 # --- what the server saw -----------------------------------------------------------------------
@@ -173,11 +174,12 @@ def assert_exact_scores(task_dir: Path, limit: int, log: str = "") -> None:
 
 
 @pytest.fixture(scope="module")
-def drill_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def drill_env(user_tmp_factory: UserTmp) -> Iterator[Path]:
     """What scripts/demo.sh exports (the venv first on PATH: lm_eval and hpceval on the nodes,
-    sbatch passes the environment on), caches in a tmp dir the nodes share."""
+    sbatch passes the environment on), caches in a folder of the submitting user's (alice's:
+    the drills' jobs are hers) on the scratch the nodes share."""
     require_lm_eval()  # CI (HPCEVAL_REQUIRE_LM_EVAL=1) fails here rather than skip
-    work = tmp_path_factory.mktemp("drills")
+    work = user_tmp_factory.mktemp("drills")
     mp = pytest.MonkeyPatch()
     mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HPCEVAL_CACHE_DIR", "HF_HOME"):
@@ -263,7 +265,7 @@ def background(request: pytest.FixtureRequest, slurm_cluster: CommandSlurmClient
     runs: dict[str, Submitted] = {}
     try:
         for name, scenario in scenarios.items():
-            runs[name] = submit(slurm_cluster, scenario)
+            runs[name] = submit(scenario)
         yield Background(scenarios, runs)
     finally:
         slurm_cluster.cancel([j for run in runs.values() for j in run.jobs()])
@@ -288,7 +290,7 @@ def scancel_then_resume(client: CommandSlurmClient, scenario: Scenario,
                         ) -> ResumeOutcome:
     """Drill (a): submit, scancel once CANCEL_AT answers are logged, resume, wait for the end.
     `on_cancelled` checks the cancelled run before the resume (benchmarks leave it out)."""
-    run = submit(client, scenario)
+    run = submit(scenario)
     if runs is not None:
         runs.append(run)
     first = run.first_job
@@ -304,12 +306,12 @@ def scancel_then_resume(client: CommandSlurmClient, scenario: Scenario,
     assert not (run.task_dir(QUALIFIED) / "done").exists()
     if on_cancelled is not None:
         on_cancelled(run)
-    [entry] = resume_run(find_run(str(run.run_dir)), client)
-    state = wait_done(client, entry.id)
+    resumed = resume(run.run_dir)
+    state = wait_done(client, resumed)
     wall = time.monotonic() - run.submitted_at
-    assert state == "COMPLETED", run.log(entry.id)[-4000:]
+    assert state == "COMPLETED", run.log(resumed)[-4000:]
     jobs = run.jobs()
-    assert jobs == [first, entry.id]
+    assert jobs == [first, resumed]
     return ResumeOutcome(run, jobs, waste(scenario.request_log, jobs), wall)
 
 

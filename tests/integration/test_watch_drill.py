@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import USER, owned_mkdir, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.runs.registry import read_registry
@@ -39,16 +40,15 @@ INTERVAL_S = 2
 
 
 @pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    # The dev cluster's nodes are this machine: tmp is shared storage for the jobs.
-    (tmp_path / "catalogue").mkdir()
-    (tmp_path / "catalogue" / "it.yaml").write_text(CATALOGUE)
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
+def work(user_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """alice's folder on the scratch the nodes share: she trains, watches and evaluates."""
+    (user_tmp / "catalogue").mkdir()
+    (user_tmp / "catalogue" / "it.yaml").write_text(CATALOGUE)
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(user_tmp / "catalogue"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(user_tmp / "hpceval-cache"))
     monkeypatch.setenv("HPCEVAL_WATCH_MIN_INTERVAL", "1")
     monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
-    yield tmp_path
+    yield user_tmp
 
 
 def run_file(work: Path) -> Path:
@@ -104,15 +104,22 @@ def ts(value: datetime | None) -> float | None:
 
 
 def test_watch_evaluates_three_checkpoints_written_over_time(
-        slurm_cluster: CommandSlurmClient, slurm_jobs: Any, work: Path) -> None:
+        slurm_cluster: CommandSlurmClient, work: Path) -> None:
     client = slurm_cluster
-    ckpts = work / "checkpoints"
-    ckpts.mkdir()
+    ckpts = owned_mkdir(work / "checkpoints")
     model = model_folder(work)
     runs = run_file(work)
+    # the training job is alice's own, as its checkpoints are: the watch ignores folders
+    # another user (root too) owns
+    script = work / "fake-training.sbatch"
+    out = work / "fake-training.out"
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={out}\n#SBATCH --time=5\n"
+                      + training_script(work, model, ckpts, work / "state-file-link"))
     t0 = time.time()
-    train = slurm_jobs.submit("fake-training", training_script(
-        work, model, ckpts, work / "state-file-link"), "--partition=drill")
+    submitted = user_command(USER, ["sbatch", "--parsable", "--partition=drill", str(script)],
+                             os.environ)
+    assert submitted.returncode == 0, submitted.stderr
+    train = submitted.stdout.strip()
     started = hpceval("watch", "start", str(runs), "--checkpoints", str(ckpts),
                       "--grace", f"{GRACE_S}s", "--interval", f"{INTERVAL_S}s",
                       "--after-job", train)
@@ -134,7 +141,7 @@ def test_watch_evaluates_three_checkpoints_written_over_time(
             hpceval("watch", "stop", watch_id)
             client.cancel([train])
     state = json.loads(state_file.read_text())
-    assert job_state(client, train) == "COMPLETED", slurm_jobs.output("fake-training", train)
+    assert job_state(client, train) == "COMPLETED", out.read_text() if out.exists() else out
     entries = state["checkpoints"]
     assert sorted(entries) == [f"step_{s}" for s in STEPS]
     assert all(e["status"] == "submitted" and e["attempts"] == 1 for e in entries.values())

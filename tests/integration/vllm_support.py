@@ -32,7 +32,7 @@ import pytest
 import yaml
 from support import site
 from support.ports import free_port
-from support.site_users import USER, UserTmp, user_command
+from support.site_users import USER, UserTmp, submitted, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 
@@ -233,12 +233,7 @@ def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None,
                         **run.get("execution", {})}
     path = work / "run.yaml"
     path.write_text(yaml.safe_dump(run, sort_keys=False))
-    out = hpceval("submit", str(path), vllm_bin=vllm_bin, env=env)
-    assert out.returncode == 0, out.stderr + out.stdout
-    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
-    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
-    assert job and run_dir, out.stdout
-    return job.group(1), Path(run_dir.group(1))
+    return submitted(hpceval("submit", str(path), vllm_bin=vllm_bin, env=env))
 
 
 def resume(slurm: CommandSlurmClient, run_dir: Path, model: Path,

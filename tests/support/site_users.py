@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -30,10 +31,7 @@ def as_user(user: str, *args: str, cwd: Path | None = None,
            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
            "HPCEVAL_TASKS_PATH": str(ROOT / "tests" / "fakes" / "ask-harness.yaml"),
            **(env or {})}
-    command = ["runuser", "-u", user, "--", "env", "-i",
-               *(f"{k}={v}" for k, v in env.items()), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120,
-                          cwd=cwd or home, check=False)
+    return _run_as(user, list(args), env, cwd=cwd or Path(home), timeout=120)
 
 
 def hpceval(user: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -49,13 +47,45 @@ def user_command(user: str, argv: list[str], env: Mapping[str, str], *,
                  timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``argv`` run as ``user`` with ``env`` (this process's, as a site module would have set
     it up), but the user's own HOME, USER and caches; from their home folder."""
-    home = pwd.getpwnam(user).pw_dir
+    return _run_as(user, argv, _login_env(user, env), cwd=Path(pwd.getpwnam(user).pw_dir),
+                   timeout=timeout)
+
+
+def submitted(out: subprocess.CompletedProcess[str]) -> tuple[str, Path]:
+    """(job id, run directory) that `hpceval submit` printed; the test fails on anything else
+    (its stderr and stdout shown)."""
+    assert out.returncode == 0, out.stderr + out.stdout
+    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
+    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
+    assert job and run_dir, out.stdout
+    return job.group(1), Path(run_dir.group(1))
+
+
+def user_popen(user: str, argv: list[str], env: Mapping[str, str]
+               ) -> subprocess.Popen[str]:
+    """user_command, started and not waited for (stdout and stderr piped): several processes
+    of one user at once."""
+    return subprocess.Popen(_argv_as(user, argv, _login_env(user, env)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=pwd.getpwnam(user).pw_dir)
+
+
+def _login_env(user: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the user's own HOME, USER and caches instead of this process's."""
     own = {k: v for k, v in env.items() if k not in OWN_VARIABLES}
-    own.update({"HOME": home, "USER": user, "LOGNAME": user})
-    command = ["runuser", "-u", user, "--", "env", "-i",
-               *(f"{k}={v}" for k, v in own.items()), *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=home,
-                          check=False)
+    own.update({"HOME": pwd.getpwnam(user).pw_dir, "USER": user, "LOGNAME": user})
+    return own
+
+
+def _run_as(user: str, argv: list[str], env: Mapping[str, str], *, cwd: Path,
+            timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_argv_as(user, argv, env), capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, check=False)
+
+
+def _argv_as(user: str, argv: list[str], env: Mapping[str, str]) -> list[str]:
+    """``argv`` as ``user`` with exactly ``env`` (nothing of this root process's)."""
+    return ["runuser", "-u", user, "--", "env", "-i",
+            *(f"{k}={v}" for k, v in env.items()), *argv]
 
 
 @contextmanager
@@ -94,6 +124,18 @@ class UserTmp:
         os.chown(path, entry.pw_uid, entry.pw_gid)
         path.chmod(0o700)
         return path
+
+
+def owned_mkdir(path: Path) -> Path:
+    """``path`` made (with its parents) as mkdir -p would, each new folder given to the owner
+    of the folder above it: a folder this (root) process makes in a user's folder is the
+    user's, as if she had made it, so her jobs may write there."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir()
+        st = folder.parent.stat()
+        os.chown(folder, st.st_uid, st.st_gid)
+    return path
 
 
 def sacct_ended(job_id: str, timeout: float = 90) -> tuple[set[str], set[str]]:
