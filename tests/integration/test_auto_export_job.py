@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_controller import ORACLE, PYTHON, sweep_config, wait_state
+import yaml
+from test_controller import ORACLE, PYTHON, sweep_config
 
-from hpceval import api
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.backends.slurm.states import Phase
 from hpceval.contract import EXPORT_SCRIPT
 from hpceval.runs.jobs import read_jobs
-from hpceval.runs.state import Tracker
+from tests.integration.drill_support import submit_file, wait_status
 
 pytestmark = pytest.mark.slurm
 
@@ -37,14 +36,14 @@ def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient,
     config["export"] = {"destinations": ["local", "mlflow"],
                         "local": {"output_dir": str(ask_env / "exported")},
                         "mlflow": {"tracking_uri": mlruns.as_uri(), "experiment_name": "e2e"}}
-    run = api.submit(config, client=slurm_cluster)
-    chain = read_jobs(run.run_dir).chain
+    run_file = ask_env / "run.yaml"
+    run_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    _, run_dir = submit_file(run_file)  # as alice
+    chain = read_jobs(run_dir).chain
     assert [e.role for e in chain] == ["main", "export"]
-    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
-    tracker.add(run.run_dir)
-    state = wait_state(tracker, {Phase.DONE, Phase.FAILED, Phase.CANCELLED}, 90)
-    assert state.phase is Phase.DONE, state
-    log = run.run_dir / "logs" / f"export-{chain[1].id}.log"
+    state = wait_status(run_dir, {"done", "failed", "cancelled"}, 90)
+    assert state["state"] == "done", state
+    log = run_dir / "logs" / f"export-{chain[1].id}.log"
     deadline = time.monotonic() + 60  # afterany: it starts once the main job has ended
     while not (log.exists() and "mlflow:" in log.read_text()):
         assert time.monotonic() < deadline, (log.read_text() if log.exists() else "no log")
@@ -54,10 +53,10 @@ def test_the_export_job_exports_after_the_run(slurm_cluster: CommandSlurmClient,
     (exported,) = (ask_env / "exported").iterdir()
     rows = json.loads(exported.read_text())
     assert {r["task"] for r in rows} == {"ask-harness.ask_a", "ask-harness.ask_b"}, rows
-    assert (run.run_dir / EXPORT_SCRIPT).read_text().startswith("#!/bin/bash")
-    assert str(PYTHON) in (run.run_dir / EXPORT_SCRIPT).read_text()
+    assert (run_dir / EXPORT_SCRIPT).read_text().startswith("#!/bin/bash")
+    assert str(PYTHON) in (run_dir / EXPORT_SCRIPT).read_text()
     assert any(mlruns.rglob("meta.yaml"))  # MLflow's file store, written by the job
     # the request total reached the proxy's progress file (one request per ask-harness task)
-    progress = json.loads((run.run_dir / "models" / "oracle" / "progress.json").read_text())
+    progress = json.loads((run_dir / "models" / "oracle" / "progress.json").read_text())
     assert progress["requests"]["expected"] == 2 and progress["requests"]["done"] == 2
     assert progress["eta_s"] == 0 or progress["eta_s"] is None  # nothing left (rate may be 0)

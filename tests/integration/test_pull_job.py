@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.site_users import submitted
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.images import sif_name
-from tests.integration.drill_support import wait_done
+from tests.integration.drill_support import hpceval, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -53,11 +52,9 @@ def test_the_pull_job_pulls_before_the_gpu_job_starts(
         "evaluation": {"tasks": [{"name": "ask_a", "params": {"extra": {
             "question": "What is 2+2?", "answer": "4"}}}]},
     }), encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "hpceval", "submit", str(run_file)],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = hpceval("submit", str(run_file))  # as alice
+    _, run_dir = submitted(out)
     assert "pull job" in out.stdout
-    (run_dir,) = (d for d in (ask_env / "runs").iterdir() if (d / "run.json").is_file())
     chain = json.loads((run_dir / "jobs.json").read_text())["chain"]
     roles = {e["role"]: e["id"] for e in chain}
     pull, main = roles["pull"], roles["main"]

@@ -55,7 +55,7 @@ def submitted(out: subprocess.CompletedProcess[str]) -> tuple[str, Path]:
     """(job id, run directory) that `hpceval submit` printed; the test fails on anything else
     (its stderr and stdout shown)."""
     assert out.returncode == 0, out.stderr + out.stdout
-    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
+    job = re.search(r"submitted \S+: (?:array )?job (\d+)", out.stdout)
     run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
     assert job and run_dir, out.stdout
     return job.group(1), Path(run_dir.group(1))
