@@ -67,6 +67,14 @@ def submit_run(run_file: Path, *, hold: bool = False) -> Submitted:
     return Submitted(run_dir, model, job, started)
 
 
+def sbatch(script: Path) -> str:
+    """`sbatch --parsable SCRIPT` as the site's ordinary user, in this process's environment
+    (sbatch passes it on to the job): the job's id."""
+    done = user_command(USER, ["sbatch", "--parsable", str(script)], os.environ)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
 def resume(run_dir: Path) -> str:
     """`hpceval resume RUN` as the site's ordinary user: the id of the job it submitted."""
     done = hpceval("resume", str(run_dir))

@@ -12,7 +12,6 @@ job over the same run directory replays it instead of asking the judge again.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.site_users import USER, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
     answered,
     oracle_command,
     own_catalogue,
+    sbatch,
     submit_run,
     wait_done,
 )
@@ -118,9 +117,8 @@ def test_judge_in_the_job_is_asked_once_and_replayed_after(
     # a later job over the same run (the task to do again) replays the judge's answer
     for name in ("done", "results.json"):
         (task_dir / name).unlink()
-    again = user_command(USER, ["sbatch", "--parsable", str(submitted.run_dir / "job.sbatch")],
-                         os.environ).stdout.strip()
-    state = wait_done(slurm_cluster, again.split(";")[0], timeout=240)
+    again = sbatch(submitted.run_dir / "job.sbatch")  # as alice
+    state = wait_done(slurm_cluster, again, timeout=240)
     assert state == "COMPLETED", submitted.log(again)
     assert (task_dir / "done").exists()
     assert len(answered(work / "judge.jsonl")) == 1  # not asked again: the cache answered

@@ -21,11 +21,12 @@ import pytest
 import yaml
 from support import site
 from support.ports import free_port
+from support.site_users import UserTmp, owned_mkdir
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
 from hpceval.render import JobContext, render_job
-from tests.integration.drill_support import assert_none_left, leftovers, own_catalogue
+from tests.integration.drill_support import assert_none_left, leftovers, own_catalogue, sbatch
 
 pytestmark = pytest.mark.slurm
 
@@ -69,12 +70,13 @@ tasks:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with own_catalogue(tmp_path_factory.mktemp("rendered-jobs"), "it.yaml", CATALOGUE) as root:
+def workdir(user_tmp_factory: UserTmp) -> Iterator[Path]:
+    """A folder of alice's on scratch: the rendered jobs are hers (drill_support.sbatch)."""
+    with own_catalogue(user_tmp_factory.mktemp("rendered-jobs"), "it.yaml", CATALOGUE) as root:
         yield root
 
 
-def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
+def submit(_: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
            tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
            interceptors: dict[str, Any] | None = None, external_url: str | None = None,
            max_concurrent_tasks: int | None = None,
@@ -99,11 +101,10 @@ def submit(client: CommandSlurmClient, workdir: Path, name: str, *, server_args:
     resolved = load_config(run_file, profile="local-dev")
     run_dir = workdir / "runs" / name
     script = run_dir / "job.sbatch"
-    model_dir = run_dir / "models" / "ref"
-    model_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = owned_mkdir(run_dir / "models" / "ref")  # alice's, as her submit would make
     ctx = JobContext(str(run_dir), name, "ref", str(FAKES / "job_python"))
     script.write_text(render_job(resolved, ctx))
-    return client.submit(script), model_dir, script
+    return sbatch(script), model_dir, script
 
 
 def wait_done(client: CommandSlurmClient, job_id: str, timeout: float = 150) -> str:
@@ -190,8 +191,7 @@ def test_each_task_gets_its_own_interceptors(slurm_cluster: CommandSlurmClient,
     """NeMo Evaluator's one adapter per task, through one proxy: two tasks send the same
     request, each with its own system prompt (evaluation.tasks[].interceptors); the server's
     request log shows each task's own prompt, so neither got the other's cached answer."""
-    log_dir = workdir / "per-task-requests"
-    log_dir.mkdir()
+    log_dir = owned_mkdir(workdir / "per-task-requests")  # the server (alice's) writes there
     job_id, model_dir, _ = submit(
         slurm_cluster, workdir, "per-task-interceptors",
         server_args=f"--request-log {log_dir}", interceptors={"log_requests": 5}, tasks=[
@@ -253,7 +253,7 @@ def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmCl
                                                    workdir: Path) -> None:
     first, model_dir, script = submit(slurm_cluster, workdir, "resume")
     assert wait_done(slurm_cluster, first) == "COMPLETED"
-    second = slurm_cluster.submit(script)
+    second = sbatch(script)
     assert wait_done(slurm_cluster, second) == "COMPLETED"
     log = job_log(model_dir, second)
     # Nothing left to do: the job ends before it starts any server.
@@ -283,8 +283,7 @@ def test_tasks_start_while_the_server_loads_and_ask_it_once_it_serves(
     """evaluation.overlap_load: the harnesses start before "all instances
     ready", their requests wait in the proxy, and the server gets each one once, after it
     serves (its request log says whether /health still said loading)."""
-    requests = workdir / "overlap-requests"
-    requests.mkdir()
+    requests = owned_mkdir(workdir / "overlap-requests")
     job_id, model_dir, _ = submit(slurm_cluster, workdir, "overlap",
                                   server_args=f"--startup-delay 8 --request-log {requests}",
                                   overlap_load=True)
