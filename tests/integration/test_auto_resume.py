@@ -1,9 +1,10 @@
 """Auto-resume on the real dev cluster: a job stopped by its walltime, or preempted, submits its
 successor, which skips what is done and finishes; a cancelled job and a completed job leave no
-successor behind."""
+successor behind. alice, the site's ordinary user, submits every run; bob's job preempts hers."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -11,13 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.site_users import OTHER, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.backends.slurm.states import Phase
-from hpceval.config import load_config
-from hpceval.runs.rundir import PreparedRun, prepare_run
-from hpceval.runs.state import Tracker
-from hpceval.runs.submit import submit_prepared
+from tests.integration.drill_support import sbatch, status, submit_file
 from tests.integration.test_rendered_job import SERVER, job_log, wait_done, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -44,14 +42,20 @@ tasks:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "catalogue").mkdir()
-    (tmp_path / "catalogue" / "resume.yaml").write_text(CATALOGUE)
+def workdir(user_tmp: Path) -> Iterator[Path]:
+    """A folder of alice's on scratch, with the test's catalogue in her environment."""
+    (user_tmp / "catalogue").mkdir()
+    (user_tmp / "catalogue" / "resume.yaml").write_text(CATALOGUE)
     mp = pytest.MonkeyPatch()
-    mp.setenv("HPCEVAL_TASKS_PATH", str(tmp_path / "catalogue"))
-    mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    yield tmp_path
+    mp.setenv("HPCEVAL_TASKS_PATH", str(user_tmp / "catalogue"))
+    yield user_tmp
     mp.undo()
+
+
+def submit(run_file: Path) -> tuple[str, Path]:
+    """`hpceval submit --profile local-dev RUN_FILE` as alice: (job id, its model's folder)."""
+    job, run_dir = submit_file(run_file, "--profile", "local-dev")
+    return job, run_dir / "models" / "ref-model"
 
 
 def chain_report(model_dir: Path, job_ids: list[str]) -> str:
@@ -95,18 +99,15 @@ def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     # limit is 30-60 s into each job. The successor runs the same script and must finish
     # before its own signal: with 50 s before a 1-minute limit it had 0-30 s, and under CI's
     # load it was stopped in turn (FAILED, its own log saying "successor job").
-    resolved = load_config(run_file(workdir, "2", workdir / "marker", signal_seconds=60),
-                           profile="local-dev")
-    run = prepare_run(resolved)
-    first = submit_prepared(run, slurm_cluster).job_ids[0]
-    model_dir = run.run_dir / "models" / "ref-model"
+    first, model_dir = submit(run_file(workdir, "2", workdir / "marker", signal_seconds=60))
+    run_dir = model_dir.parent.parent
     state = wait_done(slurm_cluster, first, timeout=180)
     log = job_log(model_dir, first)
     # COMPLETED, not FAILED 143: the successor continues it (hpc-admin-2 N13; TIMEOUT only if
     # stopping took longer than the signal's 60 s)
     assert state in ("COMPLETED", "TIMEOUT"), log
     assert "successor job" in log and "runs the unfinished tasks" in log, log
-    lines = (run.run_dir / "jobs.chain").read_text().splitlines()
+    lines = (run_dir / "jobs.chain").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith(" ref-model")  # "<job id> <model key>"
     chain = [lines[0].split()[0]]
     assert wait_done(slurm_cluster, chain[0], timeout=150) == "COMPLETED", chain_report(
@@ -115,7 +116,7 @@ def test_walltime_stop_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
     assert (task_dir / "done").exists()
     assert len((model_dir / "allocations").read_text().splitlines()) == 2
     time.sleep(2)
-    assert (run.run_dir / "jobs.chain").read_text().splitlines() == lines  # no third job
+    assert (run_dir / "jobs.chain").read_text().splitlines() == lines  # no third job
     queued = slurm_cluster.squeue([first, *chain])
     assert not [e for e in queued.values() if e.state in ("PENDING", "RUNNING")], queued
 
@@ -124,51 +125,48 @@ def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
                                            workdir: Path) -> None:
     marker = workdir / "marker"
     marker.touch()  # the task finishes at once
-    resolved = load_config(run_file(workdir, "4", marker), profile="local-dev")
-    run = prepare_run(resolved)
-    job = submit_prepared(run, slurm_cluster).job_ids[0]
+    job, model_dir = submit(run_file(workdir, "4", marker))
+    run_dir = model_dir.parent.parent
     assert wait_done(slurm_cluster, job) == "COMPLETED"
-    assert not (run.run_dir / "jobs.chain").exists()
+    assert not (run_dir / "jobs.chain").exists()
     # A resubmission of a finished run exits before starting any server.
-    again = slurm_cluster.submit(run.run_dir / "job.sbatch")
+    again = sbatch(run_dir / "job.sbatch")
     assert wait_done(slurm_cluster, again) == "COMPLETED"
-    log = job_log(run.run_dir / "models" / "ref-model", again)
+    log = job_log(model_dir, again)
     assert "every task is done already" in log and "instance 0" not in log
 
 
-def start_preemptible(slurm: CommandSlurmClient, workdir: Path, partition: str
-                      ) -> tuple[PreparedRun, str, Path]:
-    """Submit the resumable task to a preemptible partition and wait until it runs: (the
-    prepared run, its job id, its model's folder)."""
+def start_preemptible(workdir: Path, partition: str) -> tuple[Path, str, Path]:
+    """Submit the resumable task to a preemptible partition and wait until it runs: (the run
+    directory, its job id, its model's folder)."""
     marker = workdir / "marker"
-    resolved = load_config(run_file(workdir, "5", marker, partition=partition,
-                                    max_walltime="00:15:00"),
-                           profile="local-dev")
-    run = prepare_run(resolved)
-    first = submit_prepared(run, slurm).job_ids[0]
+    first, model_dir = submit(run_file(workdir, "5", marker, partition=partition,
+                                       max_walltime="00:15:00"))
     wait_for(marker.exists, 90, "the task to start in the first allocation")
-    return run, first, run.run_dir / "models" / "ref-model"
+    return model_dir.parent.parent, first, model_dir
 
 
-def preempt(slurm: CommandSlurmClient, workdir: Path) -> str:
-    """A job in "drill" that preempts whatever runs on the drill node (partition_prio)."""
-    script = workdir / "preemptor.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --partition=drill --exclusive --time=2\n"
-                      f"#SBATCH --output={workdir}/preemptor-%j.out\nsleep 3\n")
-    return slurm.submit(script)
+def preempt() -> str:
+    """bob's job in "drill", which preempts whatever runs on the drill node (partition_prio):
+    another user's work of a higher priority, as on a site."""
+    done = user_command(OTHER, ["sbatch", "--parsable", "--partition=drill", "--exclusive",
+                                "--time=2", "--output=/dev/null", "--wrap", "sleep 3"],
+                        os.environ)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
 
 
 def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
                                               workdir: Path) -> None:
     """The dev cluster's "drill" partition preempts "lowprio" (PreemptMode=CANCEL): the job gets
     TERM like a scancel, tells the two apart by Slurm's PreemptTime, and continues."""
-    run, first, model_dir = start_preemptible(slurm_cluster, workdir, "lowprio")
-    other = preempt(slurm_cluster, workdir)
+    run_dir, first, model_dir = start_preemptible(workdir, "lowprio")
+    other = preempt()
     try:
         assert wait_done(slurm_cluster, first, timeout=120) == "PREEMPTED"
         log = job_log(model_dir, first)
         assert "preempted: stopping tasks" in log and "successor job" in log, log
-        lines = (run.run_dir / "jobs.chain").read_text().splitlines()
+        lines = (run_dir / "jobs.chain").read_text().splitlines()
         assert len(lines) == 1 and lines[0].endswith(" ref-model"), lines
         successor = lines[0].split()[0]
         assert wait_done(slurm_cluster, successor, timeout=150) == "COMPLETED", chain_report(
@@ -177,10 +175,8 @@ def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,
         slurm_cluster.cancel([other])
     assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
     assert len((model_dir / "allocations").read_text().splitlines()) == 2
-    tracker = Tracker(slurm_cluster)
-    tracker.add(run.run_dir)
-    (state,) = tracker.refresh(force=True)
-    assert state.phase is Phase.DONE, state.reason
+    shown = status(run_dir)  # as alice
+    assert shown["state"] == "done", shown["reason"]
 
 
 def test_a_job_slurm_requeues_after_a_preemption_continues_under_its_id(
@@ -188,8 +184,8 @@ def test_a_job_slurm_requeues_after_a_preemption_continues_under_its_id(
     """Partition "requeue" (PreemptMode=REQUEUE): Slurm queues the preempted job again under
     its own id, so the job submits no successor (hpc-admin-2 N2: it did, and two jobs continued
     one model), and its rerun counts the preemption apart from node failures."""
-    run, first, model_dir = start_preemptible(slurm_cluster, workdir, "requeue")
-    other = preempt(slurm_cluster, workdir)
+    run_dir, first, model_dir = start_preemptible(workdir, "requeue")
+    other = preempt()
     try:
         # requeued (BeginTime: cred_expire, 30 s here), rerun, and finished: one job id
         deadline = time.monotonic() + 240
@@ -200,26 +196,20 @@ def test_a_job_slurm_requeues_after_a_preemption_continues_under_its_id(
         slurm_cluster.cancel([other])
     log = job_log(model_dir, first)
     assert "preempted, and Slurm queues this job again" in log, chain_report(model_dir, [first])
-    assert "successor job" not in log and not (run.run_dir / "jobs.chain").exists(), log
+    assert "successor job" not in log and not (run_dir / "jobs.chain").exists(), log
     assert "rerun 1: after 1 preemption(s) and 0 node failure(s)" in log, log
     assert (model_dir / "tasks" / "resume-harness.it_resumable" / "done").exists()
-    tracker = Tracker(slurm_cluster)
-    tracker.add(run.run_dir)
-    (state,) = tracker.refresh(force=True)
-    assert state.phase is Phase.DONE, state.reason
+    shown = status(run_dir)  # as alice
+    assert shown["state"] == "done", shown["reason"]
 
 
 def test_cancelled_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
                                            workdir: Path) -> None:
     """scancel sends the same TERM as a preemption: this job must stay cancelled."""
     marker = workdir / "marker"
-    resolved = load_config(run_file(workdir, "5", marker, max_walltime="00:15:00"),
-                           profile="local-dev")
-    run = prepare_run(resolved)
-    job = submit_prepared(run, slurm_cluster).job_ids[0]
+    job, model_dir = submit(run_file(workdir, "5", marker, max_walltime="00:15:00"))
     wait_for(marker.exists, 90, "the task to start")
     slurm_cluster.cancel([job])
     assert wait_done(slurm_cluster, job, timeout=60) == "CANCELLED"
     time.sleep(2)
-    assert not (run.run_dir / "jobs.chain").exists(), job_log(
-        run.run_dir / "models" / "ref-model", job)
+    assert not (model_dir.parent.parent / "jobs.chain").exists(), job_log(model_dir, job)
