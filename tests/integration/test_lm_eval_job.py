@@ -8,6 +8,7 @@ submits, exactly as scripts/demo.sh runs it:
 
 The parsed results.json must hold exactly the numbers of lm-eval's own results_*.json, and those
 must be exactly the answer key's expected scores. Preflight must pass first, as submit's does.
+alice, the site's ordinary user, submits it from a folder of hers on scratch.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from support.lm_eval_env import MODEL, ROOT, TASK_NAME, answer_key, require_lm_e
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_run
-from hpceval.runs.submit import submit_configs
 from hpceval.staging import preflight_all
+from tests.integration.drill_support import submit_file
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -67,10 +68,10 @@ def _wait(client: CommandSlurmClient, job_id: str) -> str:
 
 
 def test_lm_eval_in_a_slurm_job_scores_exactly_the_answer_key(
-        slurm_cluster: CommandSlurmClient, tmp_path_factory: pytest.TempPathFactory,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     require_lm_eval()
-    work = tmp_path_factory.mktemp("lm-eval-job")
+    work = user_tmp
     # What demo.sh exports: the venv first on PATH (lm_eval, python -m hpceval.job on the
     # nodes; sbatch passes the environment on) and the repository for the server command.
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -80,12 +81,10 @@ def test_lm_eval_in_a_slurm_job_scores_exactly_the_answer_key(
     for name in ("HPCEVAL_TASKS_PATH", "HPCEVAL_PROFILE", "HPCEVAL_OUTPUT_DIRS"):
         monkeypatch.delenv(name, raising=False)
 
-    configs = load_run(_run_file(work))
-    assert preflight_all(configs) == []
-    submitted = submit_configs(configs, slurm_cluster, aggregate=False)
-    [job_id] = submitted.job_ids
-    [model] = submitted.models
-    model_dir = submitted.run_dir / "models" / model
+    run_file = _run_file(work)
+    assert preflight_all(load_run(run_file)) == []
+    job_id, run_dir = submit_file(run_file)
+    [model_dir] = (run_dir / "models").iterdir()
     state = _wait(slurm_cluster, job_id)
     logs = "\n".join(p.read_text() for p in model_dir.glob("slurm-*.log"))
     assert state == "COMPLETED", logs[-4000:]
