@@ -9,7 +9,8 @@ assumed. Each model's task (judge-it, from test_judge_job.py) sends the judge on
 job. Checked: the judge job loads once, every element starts after it started, it publishes
 token (0600) then endpoint.json once healthy, it answers each model's task (its own request
 log), the aggregation job's stop file ends it COMPLETED with its endpoint withdrawn;
-`hpceval kill` cancels it too.
+`hpceval kill` cancels it too. alice, the site's ordinary user, submits the sweeps and runs
+status and kill from her command line.
 """
 
 from __future__ import annotations
@@ -28,17 +29,16 @@ import pytest
 import yaml
 
 from hpceval.backends.slurm.client import CommandSlurmClient
-from hpceval.backends.slurm.states import Phase
-from hpceval.config import load_run
-from hpceval.runs.control import kill_run
-from hpceval.runs.index import find_run
-from hpceval.runs.state import RunState, Tracker
-from hpceval.runs.submit import Submitted, submit_configs
+from hpceval.records import Role
+from hpceval.runs.jobs import read_jobs
 from tests.integration.drill_support import (
     answered,
     assert_none_left,
+    hpceval,
     oracle_command,
     own_catalogue,
+    status,
+    submit_file,
 )
 from tests.integration.test_judge_job import CATALOGUE
 
@@ -46,12 +46,13 @@ pytestmark = pytest.mark.slurm
 
 TASK = "judge-it.judged_once"
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
+FINISHED = {"done", "failed", "cancelled"}  # a run's final states in `hpceval status`
 
 
 @pytest.fixture
-def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with own_catalogue(tmp_path_factory.mktemp("judge-sweep"), "judge_it.yaml", CATALOGUE,
-                       own_index=True) as root:
+def work(user_tmp: Path) -> Iterator[Path]:
+    """A folder of alice's on scratch (she submits the sweeps), with the test's catalogue."""
+    with own_catalogue(user_tmp, "judge_it.yaml", CATALOGUE, own_index=True) as root:
         yield root
 
 
@@ -82,8 +83,10 @@ def run_file(work: Path, judge_command: str, models: int = 3) -> Path:
     return path
 
 
-def submit(client: CommandSlurmClient, path: Path) -> Submitted:
-    return submit_configs(load_run(path), client)
+def submit(path: Path) -> tuple[Path, dict[Role, str]]:
+    """`hpceval submit` of the sweep as alice: (its run directory, its jobs by role)."""
+    _, run_dir = submit_file(path)
+    return run_dir, {e.role: e.id for e in read_jobs(run_dir).chain}
 
 
 def _sacct(ids: list[str]) -> dict[str, tuple[str, str, str]]:
@@ -99,45 +102,40 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
                                                   work: Path) -> None:
     loads = work / "judge-loads"
     judge_log = work / "judge.jsonl"
-    run = submit(slurm_cluster, run_file(
+    run_dir, jobs = submit(run_file(
         work, counted(oracle_command("judge-model", judge_log), loads)))
-    array, aggregate, judge = run.job_ids
-    folder = run.run_dir / "auxiliary" / "judge"
-    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
-    tracker.add(run.run_dir)
+    array, aggregate, judge = jobs[Role.MAIN], jobs[Role.AGGREGATE], jobs[Role.JUDGE]
+    folder = run_dir / "auxiliary" / "judge"
     endpoint: dict[str, Any] | None = None
-    serving: RunState | None = None
+    serving: dict[str, Any] | None = None
     deadline = time.monotonic() + 240
     while True:  # watch endpoint.json appear while the sweep runs
         if endpoint is None and (folder / "endpoint.json").is_file():
             endpoint = json.loads((folder / "endpoint.json").read_text())
-        if endpoint is not None and serving is None:
-            (seen,) = tracker.refresh(force=True)  # sacct may lag the job's start a little
-            if seen.judges[0].phase is not Phase.UNKNOWN:
-                serving = seen
-        (state,) = tracker.refresh()
-        if state.phase.terminal and (folder / "stop").exists():
+        state = status(run_dir)  # as alice; sacct may lag the judge job's start a little
+        if endpoint is not None and serving is None and state["judges"][0]["state"] != "unknown":
+            serving = state["judges"][0]
+        if state["state"] in FINISHED and (folder / "stop").exists():
             break
-        assert time.monotonic() < deadline, f"sweep stayed {state.phase}: {state.reason}"
+        assert time.monotonic() < deadline, f"sweep stayed {state['state']}: {state['reason']}"
         time.sleep(0.5)
-    logs = {m.key: (run.run_dir / "logs" / f"slurm-{array}_{m.index}.log").read_text()
-            for m in state.models}
-    assert state.phase is Phase.DONE, (state, logs)
+    logs = {m["model"]: (run_dir / "logs" / f"slurm-{array}_{m['index']}.log").read_text()
+            for m in state["models"]}
+    assert state["state"] == "done", (state, logs)
     assert endpoint is not None, "endpoint.json never appeared while the sweep ran"
     assert endpoint["model_id"] == "judge-model" and endpoint["job_id"] == judge
     # its https front, whose certificate the elements pin (shared-cluster-4 N1)
     assert len(endpoint["urls"]) == 1 and endpoint["urls"][0].startswith("https://")
     assert len(endpoint["tls_sha256"]) == 64
     # seen serving (or, on a slow sacct, already stopped: the sweep is short)
-    assert serving is not None and (serving.judges[0].phase, serving.judges[0].reason) in (
-        (Phase.RUNNING, "serving 1 instance(s)"), (Phase.DONE, "stopped after the sweep")), \
-        serving.judges
+    assert serving is not None and (serving["state"], serving["reason"]) in (
+        ("running", "serving 1 instance(s)"), ("done", "stopped after the sweep")), serving
     token = folder / "token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
 
     # every model's task asked the judge once, through its own job's proxy
     for key in ("model-a", "model-b", "model-c"):
-        task_dir = run.run_dir / "models" / key / "tasks" / TASK
+        task_dir = run_dir / "models" / key / "tasks" / TASK
         url = (task_dir / "harness" / "seen.txt").read_text().split("\n")[0]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1/chat/completions")
         assert "waiting up to 60 s for the sweep's judge judge" in logs[key], logs[key]
@@ -169,37 +167,34 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
     judge_start = records[judge][1]
     assert len(elements) == 3 and all(start >= judge_start for _, start, _ in
                                       elements.values()), (judge_start, elements)
-    final = Tracker(slurm_cluster)
-    final.add(run.run_dir)
-    (state,) = final.refresh(force=True)
-    assert [(j.phase, j.reason) for j in state.judges] == [
-        (Phase.DONE, "stopped after the sweep")]
+    state = status(run_dir)
+    assert [(j["state"], j["reason"]) for j in state["judges"]] == [
+        ("done", "stopped after the sweep")]
     # one row per model (the table also carries each task's directory, which names the model
     # too: count rows, not substrings)
-    with (run.run_dir / "results.csv").open(newline="") as fh:
+    with (run_dir / "results.csv").open(newline="") as fh:
         assert sorted(r["model"] for r in csv.DictReader(fh)) == ["model-a", "model-b", "model-c"]
 
 
 def test_kill_cancels_the_judge_job(slurm_cluster: CommandSlurmClient, work: Path) -> None:
     marker = f"{4000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
     # a judge that never gets healthy: it sits in its health wait, and the elements wait for it
-    run = submit(slurm_cluster, run_file(work, f"exec sleep {marker}", models=2))
-    judge = run.job_ids[-1]
-    tracker = Tracker(slurm_cluster, min_interval_s=1.0)
-    tracker.add(run.run_dir)
+    run_dir, jobs = submit(run_file(work, f"exec sleep {marker}", models=2))
+    judge = jobs[Role.JUDGE]
     deadline = time.monotonic() + 60
     while True:
-        (state,) = tracker.refresh(force=True)
-        if state.judges[0].phase is Phase.RUNNING:
+        state = status(run_dir)
+        if state["judges"][0]["state"] == "running":
             break
-        assert time.monotonic() < deadline, state.judges
+        assert time.monotonic() < deadline, state["judges"]
         time.sleep(1.0)
-    assert state.judges[0].reason == "loading (no endpoint.json yet)"
-    report = kill_run(find_run(run.invocation_id), slurm_cluster)
-    assert report.still_active == [] and judge in report.cancelled
+    assert state["judges"][0]["reason"] == "loading (no endpoint.json yet)"
+    killed = hpceval("kill", str(run_dir))
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert judge in killed.stdout, killed.stdout
     deadline = time.monotonic() + 30
-    while state.judges[0].phase is not Phase.CANCELLED:
-        assert time.monotonic() < deadline, state.judges
+    while state["judges"][0]["state"] != "cancelled":
+        assert time.monotonic() < deadline, state["judges"]
         time.sleep(1.0)
-        (state,) = tracker.refresh(force=True)
+        state = status(run_dir)
     assert_none_left(f"sleep {marker}")
