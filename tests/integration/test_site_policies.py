@@ -4,28 +4,29 @@ at submit; QOS `short` has a MaxWall of 30 minutes, enforced (`AccountingStorage
 associations,limits,qos`, `DenyOnLimit`), QOS `restricted` is granted to nobody, and partition
 `cpu` has a QOS of its own (`cpujobs`, 45 minutes) that counts before the job's. hpceval
 learns the limits and grants from Slurm (sinfo, sacctmgr, scontrol) and refuses such a run
-before it writes or submits anything, naming the key and the fix; a run within them renders."""
+before it writes or submits anything, naming the key and the fix; a run within them renders.
+alice, the site's ordinary user, submits and asks; bob's jobs fill the shared QOS."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from support.site_users import OTHER, as_user
+from support.site_users import OTHER, USER, as_user
 
 from hpceval.backends.slurm.client import CommandSlurmClient
+from tests.integration.drill_support import hpceval
 
 pytestmark = pytest.mark.slurm
 
 
-def run_file(tmp_path: Path) -> Path:
-    path = tmp_path / "run.yaml"
+def run_file(user_tmp: Path) -> Path:
+    path = user_tmp / "run.yaml"
     path.write_text(yaml.safe_dump({
         "defaults": [{"execution": "local-dev"}],
-        "execution": {"gpus_per_node": 0, "output_dir": str(tmp_path / "runs"),
+        "execution": {"gpus_per_node": 0, "output_dir": str(user_tmp / "runs"),
                       "partition": "short"},
         "deployment": {"type": "command", "runtime": "host", "command": "exec true",
                        "served_model_name": "m"},
@@ -35,25 +36,19 @@ def run_file(tmp_path: Path) -> Path:
     return path
 
 
-def hpceval(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpceval", *args], capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 def test_slurm_refuses_a_job_above_the_partitions_max_time(
         slurm_cluster: CommandSlurmClient) -> None:
-    over = subprocess.run(["sbatch", "--test-only", "-p", "short", "-t", "60", "--wrap", "true"],
-                          capture_output=True, text=True, check=False)
+    over = as_user(USER, "sbatch", "--test-only", "-p", "short", "-t", "60", "--wrap", "true")
     assert over.returncode != 0 and "time limit" in over.stderr.lower(), over.stderr
-    within = subprocess.run(["sbatch", "--test-only", "-p", "short", "-t", "30", "--wrap",
-                             "true"], capture_output=True, text=True, check=False)
+    within = as_user(USER, "sbatch", "--test-only", "-p", "short", "-t", "30", "--wrap", "true")
     assert within.returncode == 0, within.stderr
 
 
 def test_slurm_enforces_the_qos_max_wall_and_grants(slurm_cluster: CommandSlurmClient) -> None:
     def test_only(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sbatch", "--test-only", "-p", "debug", *args, "--wrap", "true"],
-                              capture_output=True, text=True, check=False)
+        return as_user(USER, "sbatch", "--test-only", "-p", "debug", *args, "--wrap", "true")
 
     over = test_only("-q", "short", "-t", "60")
     assert over.returncode != 0 and "qos policy" in over.stderr.lower(), over.stderr
@@ -64,25 +59,24 @@ def test_slurm_enforces_the_qos_max_wall_and_grants(slurm_cluster: CommandSlurmC
     # partition cpu's own QOS (cpujobs, 45 minutes) caps every job there, and before the job's
     # own QOS: short's 30 minutes do not count in cpu
     def on_cpu(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sbatch", "--test-only", "-p", "cpu", *args, "--wrap", "true"],
-                              capture_output=True, text=True, check=False)
+        return as_user(USER, "sbatch", "--test-only", "-p", "cpu", *args, "--wrap", "true")
 
     assert on_cpu("-t", "50").returncode != 0 and on_cpu("-t", "45").returncode == 0
     assert on_cpu("-q", "short", "-t", "40").returncode == 0
 
 
 def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
-        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
                        str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = run_file(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
+    path = run_file(user_tmp)
     refused = hpceval("submit", str(path), "-o", "execution.walltime=01:00:00")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "execution.walltime" in refused.stderr and "30 minutes" in refused.stderr, (
         refused.stderr)
-    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+    assert not (user_tmp / "runs").exists()  # nothing written, nothing submitted
     fits = hpceval("submit", str(path), "--dry-run", "-o", "execution.walltime=00:30:00")
     assert fits.returncode == 0, fits.stdout + fits.stderr
 
@@ -97,7 +91,7 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     assert ungranted.returncode == 2, ungranted.stdout + ungranted.stderr
     assert "execution.qos" in ungranted.stderr and "'restricted' is not a QOS" in (
         ungranted.stderr) and "grants few, normal, short" in ungranted.stderr, ungranted.stderr
-    assert not (tmp_path / "runs").exists()  # nothing written, nothing submitted
+    assert not (user_tmp / "runs").exists()  # nothing written, nothing submitted
     granted = hpceval("submit", str(path), "--dry-run", *debug, "-o", "execution.qos=short",
                       "-o", "execution.walltime=00:30:00")
     assert granted.returncode == 0, granted.stdout + granted.stderr
@@ -108,42 +102,41 @@ def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
     assert over_own.returncode == 2, over_own.stdout + over_own.stderr
     assert "more than QOS cpujobs's MaxWall (partition cpu's own QOS) (45 minutes)" in (
         over_own.stderr), over_own.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not (user_tmp / "runs").exists()
     within_own = hpceval("submit", str(path), "--dry-run", *cpu, "-o", "execution.qos=short",
                          "-o", "execution.walltime=00:40:00")
     assert within_own.returncode == 0, within_own.stdout + within_own.stderr
 
 
 def test_a_runs_cpu_jobs_fit_the_cpu_partitions_limits(
-        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The pull job wants an hour; partition `cpu`'s own QOS (cpujobs, DenyOnLimit) allows 45
     minutes, so Slurm refused it, and with it the run. Rendered against the real partition,
     every script of the run passes `sbatch --test-only`."""
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
                        str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    run = yaml.safe_load(run_file(tmp_path).read_text(encoding="utf-8"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
+    run = yaml.safe_load(run_file(user_tmp).read_text(encoding="utf-8"))
     run["execution"].update({"partition": "debug", "cpu_partition": "cpu", "gpus_per_node": 1,
                              "container_runtime": "apptainer", "walltime": "02:00:00"})
     run["deployment"] = {"type": "vllm", "checkpoint_path": "/models/m",
                          "served_model_name": "m", "image": "docker://vllm/vllm-openai:v0.32.0"}
-    path = tmp_path / "pulls.yaml"
+    path = user_tmp / "pulls.yaml"
     path.write_text(yaml.safe_dump(run), encoding="utf-8")
-    rendered = hpceval("render", str(path), "--out", str(tmp_path / "scripts"))
+    rendered = hpceval("render", str(path), "--out", str(user_tmp / "scripts"))
     assert rendered.returncode == 0, rendered.stdout + rendered.stderr
-    scripts = sorted((tmp_path / "scripts").glob("*.sbatch"))
+    scripts = sorted((user_tmp / "scripts").glob("*.sbatch"))
     assert {script.name for script in scripts} == {"job.sbatch", "pull.sbatch"}, scripts
-    pull = (tmp_path / "scripts" / "pull.sbatch").read_text(encoding="utf-8")
+    pull = (user_tmp / "scripts" / "pull.sbatch").read_text(encoding="utf-8")
     assert "#SBATCH --partition=cpu" in pull and "#SBATCH --time=45 " in pull, pull
     for script in scripts:
-        tested = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
-                                text=True, check=False)
+        tested = as_user(USER, "sbatch", "--test-only", str(script))
         assert tested.returncode == 0, (script.name, tested.stderr)
 
 
 def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
-        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """QOS `few` lets a user have 4 jobs pending or running, and its users together 5. A
     4-model sweep is 5 jobs (its array's elements and the aggregation): sbatch queued the
@@ -152,11 +145,11 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
     limit), and refuses the run before writing or submitting anything."""
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
                        str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    run = yaml.safe_load(run_file(tmp_path).read_text(encoding="utf-8"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
+    run = yaml.safe_load(run_file(user_tmp).read_text(encoding="utf-8"))
     run["execution"].update({"partition": "debug", "qos": "few"})
     run["models"] = [{"name": f"m{i}"} for i in range(4)]
-    path = tmp_path / "sweep.yaml"
+    path = user_tmp / "sweep.yaml"
     path.write_text(yaml.safe_dump(run), encoding="utf-8")
 
     def few_jobs() -> list[str]:
@@ -168,11 +161,10 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
     assert "execution.qos" in refused.stderr and "this run submits 5 jobs (4 model jobs, 1 " \
         "aggregation job); QOS few's MaxSubmitJobsPerUser is 4" in refused.stderr, (
         refused.stderr)
-    assert not (tmp_path / "runs").exists() and few_jobs() == []
+    assert not (user_tmp / "runs").exists() and few_jobs() == []
 
-    held = [subprocess.run(["sbatch", "--parsable", "--hold", "-p", "debug", "-q", "few",
-                            "-t", "1", "--wrap", "true"], capture_output=True, text=True,
-                           check=True).stdout.strip() for _ in range(2)]
+    held = [as_user(USER, "sbatch", "--parsable", "--hold", "-p", "debug", "-q", "few", "-t",
+                    "1", "-o", "/dev/null", "--wrap", "true").stdout.strip() for _ in range(2)]
     try:
         run["models"] = run["models"][:2]
         path.write_text(yaml.safe_dump(run), encoding="utf-8")
@@ -185,7 +177,7 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
         subprocess.run(["scancel", *held], check=False)
 
     # QOS few's GrpSubmitJobs (5) counts every user's jobs: bob's 4 leave room for one, and a
-    # 2-model sweep is 3 jobs (within the per-user limit: none of bob's are this user's)
+    # 2-model sweep is 3 jobs (within the per-user limit: none of bob's are alice's)
     others = [as_user(OTHER, "sbatch", "--parsable", "--hold", "-p", "debug", "-q", "few", "-t",
                       "1", "-o", "/dev/null", "--wrap", "true").stdout.strip()
               for _ in range(4)]
@@ -203,7 +195,7 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
 
 
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
-        slurm_cluster: CommandSlurmClient, tmp_path: Path,
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A site module's SBATCH_PARTITION and a user's SBATCH_TIMELIMIT override a script's own
     #SBATCH lines in sbatch: the job runs where and as long as the profile says (as render
@@ -214,17 +206,17 @@ def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
 
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
                        str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
     monkeypatch.setenv("SBATCH_PARTITION", "short")
     monkeypatch.setenv("SBATCH_TIMELIMIT", "1")
-    path = run_file(tmp_path)
+    path = run_file(user_tmp)
     submitted = hpceval("submit", str(path), "-o", "execution.partition=debug",
                         "-o", "execution.walltime=00:40:00")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     assert "not applied from your environment: SBATCH_PARTITION=short, SBATCH_TIMELIMIT=1" in (
         submitted.stderr), submitted.stderr
     status = json.loads(hpceval("status", "--json", "--output-dir",
-                                str(tmp_path / "runs")).stdout or "[]")
+                                str(user_tmp / "runs")).stdout or "[]")
     job_ids = [job["id"] for run in status for job in run["jobs"]]
     assert job_ids, status
     try:
