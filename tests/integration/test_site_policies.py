@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.site_users import OTHER, USER, as_user
+from support.site_users import OTHER, USER, as_user, submitted
 
 from hpceval.backends.slurm.client import CommandSlurmClient
+from hpceval.runs.jobs import read_jobs
 from tests.integration.drill_support import hpceval
 
 pytestmark = pytest.mark.slurm
@@ -201,7 +202,6 @@ def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
     #SBATCH lines in sbatch: the job runs where and as long as the profile says (as render
     shows), not in `short` for one minute; an unset key's variable still applies and is
     checked (tests/backends/slurm/test_submit_environment.py)."""
-    import json
     import os
 
     monkeypatch.setenv("HPCEVAL_TASKS_PATH",
@@ -210,15 +210,14 @@ def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
     monkeypatch.setenv("SBATCH_PARTITION", "short")
     monkeypatch.setenv("SBATCH_TIMELIMIT", "1")
     path = run_file(user_tmp)
-    submitted = hpceval("submit", str(path), "-o", "execution.partition=debug",
-                        "-o", "execution.walltime=00:40:00")
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    out = hpceval("submit", str(path), "-o", "execution.partition=debug",
+                  "-o", "execution.walltime=00:40:00")
+    assert out.returncode == 0, out.stdout + out.stderr
     assert "not applied from your environment: SBATCH_PARTITION=short, SBATCH_TIMELIMIT=1" in (
-        submitted.stderr), submitted.stderr
-    status = json.loads(hpceval("status", "--json", "--output-dir",
-                                str(user_tmp / "runs")).stdout or "[]")
-    job_ids = [job["id"] for run in status for job in run["jobs"]]
-    assert job_ids, status
+        out.stderr), out.stderr
+    # this run's jobs only: alice's other runs of the session (her run index) are not its
+    job_ids = read_jobs(submitted(out)[1]).ids
+    assert job_ids, out.stdout
     try:
         placed = subprocess.run(["squeue", "--states=all", "-h", "-o", "%P|%l", "-j",
                                  ",".join(job_ids)], capture_output=True, text=True,
