@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.site_users import USER, submitted, user_command
+from support.site_users import USER, resumed, submitted, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.runs.jobs import read_jobs
@@ -67,21 +66,18 @@ def submit_run(run_file: Path, *, hold: bool = False) -> Submitted:
     return Submitted(run_dir, model, job, started)
 
 
-def sbatch(script: Path) -> str:
-    """`sbatch --parsable SCRIPT` as the site's ordinary user, in this process's environment
-    (sbatch passes it on to the job): the job's id."""
-    done = user_command(USER, ["sbatch", "--parsable", str(script)], os.environ)
+def sbatch(*args: str, user: str = USER) -> str:
+    """`sbatch --parsable ARGS` (a script, or options and --wrap) as one of the site's ordinary
+    users (alice unless named), in this process's environment (sbatch passes it on to the
+    job): the job's id."""
+    done = user_command(user, ["sbatch", "--parsable", *args], os.environ)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
 
 def resume(run_dir: Path) -> str:
     """`hpceval resume RUN` as the site's ordinary user: the id of the job it submitted."""
-    done = hpceval("resume", str(run_dir))
-    assert done.returncode == 0, done.stderr + done.stdout
-    found = re.search(r"job (\d+)", done.stdout)
-    assert found, done.stdout
-    return found.group(1)
+    return resumed(hpceval("resume", str(run_dir)))
 
 
 def job_state(client: CommandSlurmClient, job_id: str) -> str | None:

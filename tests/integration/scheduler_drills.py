@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import resumed
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
@@ -117,11 +118,7 @@ def holding(run: Submitted, work: Path) -> bool:
 def resume_and_finish(client: CommandSlurmClient, run: Submitted, tasks: Sequence[str]
                       ) -> str:
     """`hpceval resume RUN` (the CLI); the resumed job completes and every task is done."""
-    done = hpceval("resume", str(run.run_dir))
-    assert done.returncode == 0, done.stderr
-    match = re.search(r"resumed as slurm job (\d+)", done.stdout)
-    assert match, done.stdout
-    job = match.group(1)
+    job = resumed(hpceval("resume", str(run.run_dir)))
     assert run.jobs()[-1] == job
     assert wait_done(client, job, 120) == "COMPLETED", run.log(job)[-3000:]
     assert_finished(run, tasks, attempts=len(run.jobs()))

@@ -4,7 +4,6 @@ successor behind. alice, the site's ordinary user, submits every run; bob's job 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.site_users import OTHER, user_command
+from support.site_users import OTHER
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import sbatch, status, submit_file
@@ -130,7 +129,7 @@ def test_completed_job_leaves_no_successor(slurm_cluster: CommandSlurmClient,
     assert wait_done(slurm_cluster, job) == "COMPLETED"
     assert not (run_dir / "jobs.chain").exists()
     # A resubmission of a finished run exits before starting any server.
-    again = sbatch(run_dir / "job.sbatch")
+    again = sbatch(str(run_dir / "job.sbatch"))
     assert wait_done(slurm_cluster, again) == "COMPLETED"
     log = job_log(model_dir, again)
     assert "every task is done already" in log and "instance 0" not in log
@@ -149,11 +148,8 @@ def start_preemptible(workdir: Path, partition: str) -> tuple[Path, str, Path]:
 def preempt() -> str:
     """bob's job in "drill", which preempts whatever runs on the drill node (partition_prio):
     another user's work of a higher priority, as on a site."""
-    done = user_command(OTHER, ["sbatch", "--parsable", "--partition=drill", "--exclusive",
-                                "--time=2", "--output=/dev/null", "--wrap", "sleep 3"],
-                        os.environ)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
+    return sbatch("--partition=drill", "--exclusive", "--time=2", "--output=/dev/null",
+                  "--wrap", "sleep 3", user=OTHER)
 
 
 def test_preempted_job_resumes_in_a_successor(slurm_cluster: CommandSlurmClient,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import yaml
 from support import charliecloud
 from support.lm_eval_env import FAKES, MODEL, TASK_NAME, answer_key, require_lm_eval, write_task_dir
 from support.site import SCRATCH
-from support.site_users import USER, as_user, sacct_ended
+from support.site_users import USER, as_user, sacct_ended, submitted
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.vllm_support import wait
@@ -103,11 +102,7 @@ def test_a_harness_in_a_charliecloud_image_on_a_compute_node_scores_the_answer_k
 
     out = as_user(USER, sys.executable, "-m", "hpceval", "submit", str(run_file),
                   env={"PATH": path})
-    assert out.returncode == 0, out.stdout + out.stderr
-    job = re.search(r"submitted \S+: job (\d+)", out.stdout)
-    run_dir = re.search(r"^run directory: (.+)$", out.stdout, re.M)
-    assert job and run_dir, out.stdout
-    job_id, run = job.group(1), Path(run_dir.group(1))
+    job_id, run = submitted(out)
     state = wait(slurm_cluster, job_id, run, timeout=TIMEOUT)
     model_dir = run / "models" / MODEL
     logs = "\n".join(p.read_text() for p in model_dir.glob("slurm-*.log"))

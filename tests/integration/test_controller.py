@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import stat
 import subprocess
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.site_users import resumed
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.runs.jobs import read_jobs
@@ -138,11 +138,8 @@ def test_a_two_model_sweep_is_one_array_job(slurm_cluster: CommandSlurmClient,
 
     # resume after losing one model's task: only that array element is resubmitted
     (run_dir / "models/oracle-b/tasks/ask-harness.ask_b/done").unlink()
-    resumed = hpceval("resume", "--no-aggregate", str(run_dir))
-    assert resumed.returncode == 0, resumed.stderr
-    found = re.search(r"resumed as slurm job (\d+)", resumed.stdout)
-    assert found and calls["sbatch"] == 3, (resumed.stdout, calls["sbatch"])
-    again = found.group(1)
+    again = resumed(hpceval("resume", "--no-aggregate", str(run_dir)))
+    assert calls["sbatch"] == 3, calls["sbatch"]
     [entry] = [e for e in read_jobs(run_dir).chain if e.id == again]
     assert entry.models == (1,)  # only oracle-b's element
     state = wait_status(run_dir, FINISHED, 60)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.site_users import USER, user_popen
+from support.site_users import USER, resumed, user_popen
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from tests.integration.drill_support import (
@@ -141,13 +141,12 @@ def test_cancelled_mid_task_then_two_resumes_at_once(slurm_cluster: CommandSlurm
     # resume lock serialises them.
     command = [sys.executable, "-m", "hpceval", "resume", str(run.run_dir)]
     both = [user_popen(USER, command, os.environ) for _ in range(2)]
-    outputs = [(p.wait(120), *p.communicate()) for p in both]
-    ok = [out for rc, out, _ in outputs if rc == 0]
-    refused = [err for rc, _, err in outputs if rc != 0]
+    outputs = [subprocess.CompletedProcess(command, p.wait(120), *p.communicate())
+               for p in both]
+    ok = [out for out in outputs if out.returncode == 0]
+    refused = [out.stderr for out in outputs if out.returncode != 0]
     assert len(ok) == 1 and len(refused) == 1, outputs
-    match = re.search(r"resumed as slurm job (\d+)", ok[0])
-    assert match, ok
-    job = match.group(1)
+    job = resumed(ok[0])
     assert f"already resumed as job {job}" in refused[0], refused
     assert run.jobs() == [run.first_job, job]  # exactly one successor
     assert wait_done(slurm_cluster, job, 120) == "COMPLETED", run.log(job)[-3000:]

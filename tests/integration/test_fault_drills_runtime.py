@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.site_users import USER, owned_mkdir, user_command
+from support.site_users import USER, owned_mkdir, resumed, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 from hpceval.config import load_config
@@ -113,9 +113,9 @@ class Drill:
 
     def resume(self) -> str:
         """`hpceval resume RUN`, as a user runs it; the new job's id."""
-        done = hpceval("resume", "--no-aggregate", str(self.run_dir))
-        assert done.returncode == 0 and "resumed as slurm job" in done.stdout, done
-        return self.jobs()[-1]
+        job = resumed(hpceval("resume", "--no-aggregate", str(self.run_dir)))
+        assert self.jobs()[-1] == job, self.jobs()
+        return job
 
 
 def submit(client: CommandSlurmClient, work: Path, tasks: list[Task], *,

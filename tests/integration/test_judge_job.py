@@ -117,7 +117,7 @@ def test_judge_in_the_job_is_asked_once_and_replayed_after(
     # a later job over the same run (the task to do again) replays the judge's answer
     for name in ("done", "results.json"):
         (task_dir / name).unlink()
-    again = sbatch(submitted.run_dir / "job.sbatch")  # as alice
+    again = sbatch(str(submitted.run_dir / "job.sbatch"))  # as alice
     state = wait_done(slurm_cluster, again, timeout=240)
     assert state == "COMPLETED", submitted.log(again)
     assert (task_dir / "done").exists()

@@ -76,7 +76,7 @@ def workdir(user_tmp_factory: UserTmp) -> Iterator[Path]:
         yield root
 
 
-def submit(_: CommandSlurmClient, workdir: Path, name: str, *, server_args: str = "",
+def submit(workdir: Path, name: str, *, server_args: str = "",
            tasks: list[dict[str, Any]] | None = None, health_timeout: int = 120,
            interceptors: dict[str, Any] | None = None, external_url: str | None = None,
            max_concurrent_tasks: int | None = None,
@@ -104,7 +104,7 @@ def submit(_: CommandSlurmClient, workdir: Path, name: str, *, server_args: str 
     model_dir = owned_mkdir(run_dir / "models" / "ref")  # alice's, as her submit would make
     ctx = JobContext(str(run_dir), name, "ref", str(FAKES / "job_python"))
     script.write_text(render_job(resolved, ctx))
-    return sbatch(script), model_dir, script
+    return sbatch(str(script)), model_dir, script
 
 
 def wait_done(client: CommandSlurmClient, job_id: str, timeout: float = 150) -> str:
@@ -140,7 +140,7 @@ def unique_duration() -> str:
 
 def test_two_cpu_instances_serve_every_task(slurm_cluster: CommandSlurmClient,
                                             workdir: Path) -> None:
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "ok")
+    job_id, model_dir, _ = submit(workdir, "ok")
     state = wait_done(slurm_cluster, job_id)
     log = job_log(model_dir, job_id)
     assert state == "COMPLETED", log
@@ -175,7 +175,7 @@ def test_interceptors_change_requests_and_answers(slurm_cluster: CommandSlurmCli
                                                   workdir: Path) -> None:
     """evaluation.interceptors reach the in-job proxy of a real job: the server sees the system
     prompt and the added field, the harness sees the answer without its reasoning trace."""
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "interceptors", tasks=[
+    job_id, model_dir, _ = submit(workdir, "interceptors", tasks=[
         {"name": "it_think"}], interceptors={
             "system_prompt": "-- be brief; 'quoted' $HOME", "strip_reasoning": True,
             "add_params": {"chat_template_kwargs": {"enable_thinking": False}},
@@ -193,7 +193,7 @@ def test_each_task_gets_its_own_interceptors(slurm_cluster: CommandSlurmClient,
     request log shows each task's own prompt, so neither got the other's cached answer."""
     log_dir = owned_mkdir(workdir / "per-task-requests")  # the server (alice's) writes there
     job_id, model_dir, _ = submit(
-        slurm_cluster, workdir, "per-task-interceptors",
+        workdir, "per-task-interceptors",
         server_args=f"--request-log {log_dir}", interceptors={"log_requests": 5}, tasks=[
             {"name": "it_ask", "interceptors": {"system_prompt": "you are task one"}},
             {"name": "it_ask_again", "interceptors": {"system_prompt": "you are task two"}}])
@@ -232,7 +232,7 @@ def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlu
             monkeypatch.setenv("http_proxy", site.proxy_url())
             monkeypatch.setenv("https_proxy", site.proxy_url())
         job_id, model_dir, _ = submit(
-            slurm_cluster, workdir, "external-interceptors", tasks=[{"name": "it_think"}],
+            workdir, "external-interceptors", tasks=[{"name": "it_think"}],
             external_url=url,
             interceptors={"system_prompt": "be brief", "strip_reasoning": True,
                           "log_requests": 5})
@@ -251,9 +251,9 @@ def test_interceptors_in_front_of_an_external_endpoint(slurm_cluster: CommandSlu
 
 def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmClient,
                                                    workdir: Path) -> None:
-    first, model_dir, script = submit(slurm_cluster, workdir, "resume")
+    first, model_dir, script = submit(workdir, "resume")
     assert wait_done(slurm_cluster, first) == "COMPLETED"
-    second = sbatch(script)
+    second = sbatch(str(script))
     assert wait_done(slurm_cluster, second) == "COMPLETED"
     log = job_log(model_dir, second)
     # Nothing left to do: the job ends before it starts any server.
@@ -263,7 +263,7 @@ def test_finished_tasks_are_skipped_by_a_later_job(slurm_cluster: CommandSlurmCl
 def test_a_server_that_dies_fails_the_job_fast(slurm_cluster: CommandSlurmClient,
                                                workdir: Path) -> None:
     started = time.monotonic()
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "dies", server_args="--fail",
+    job_id, model_dir, _ = submit(workdir, "dies", server_args="--fail",
                                   health_timeout=600)
     state = wait_done(slurm_cluster, job_id)
     log = job_log(model_dir, job_id)
@@ -284,7 +284,7 @@ def test_tasks_start_while_the_server_loads_and_ask_it_once_it_serves(
     ready", their requests wait in the proxy, and the server gets each one once, after it
     serves (its request log says whether /health still said loading)."""
     requests = owned_mkdir(workdir / "overlap-requests")
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "overlap",
+    job_id, model_dir, _ = submit(workdir, "overlap",
                                   server_args=f"--startup-delay 8 --request-log {requests}",
                                   overlap_load=True)
     state = wait_done(slurm_cluster, job_id)
@@ -305,7 +305,7 @@ def test_with_overlap_a_server_that_dies_fails_the_job_naming_it(
         slurm_cluster: CommandSlurmClient, workdir: Path) -> None:
     """evaluation.overlap_load: the tasks may have started while the server loaded; the job
     fails as without overlap, naming the server, and no task is scored or done."""
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "dies-overlap", server_args="--fail",
+    job_id, model_dir, _ = submit(workdir, "dies-overlap", server_args="--fail",
                                   health_timeout=600, overlap_load=True)
     state = wait_done(slurm_cluster, job_id)
     log = job_log(model_dir, job_id)
@@ -319,7 +319,7 @@ def test_with_overlap_a_server_that_dies_fails_the_job_naming_it(
 def test_scancel_leaves_no_process_behind(slurm_cluster: CommandSlurmClient,
                                           workdir: Path) -> None:
     marker = unique_duration()
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "cancel", tasks=[
+    job_id, model_dir, _ = submit(workdir, "cancel", tasks=[
         {"name": "it_sleep", "params": {"extra": {"seconds": marker}}}])
     wait_for(lambda: "task it-harness.it_sleep: started" in job_log(model_dir, job_id), 90,
              "the long task to start")
@@ -337,7 +337,7 @@ def test_walltime_signal_stops_tasks_cleanly(slurm_cluster: CommandSlurmClient,
     and no task starts after the signal (the waiting one never starts)."""
     markers = {"it-harness.it_sleep": unique_duration(),
                "it-harness.it_sleep_again": unique_duration()}
-    job_id, model_dir, _ = submit(slurm_cluster, workdir, "usr1", tasks=[
+    job_id, model_dir, _ = submit(workdir, "usr1", tasks=[
         {"name": key.split(".")[1], "params": {"extra": {"seconds": marker}}}
         for key, marker in markers.items()] + [{"name": "it_ask"}], max_concurrent_tasks=2)
     wait_for(lambda: all(f"task {key}: started" in job_log(model_dir, job_id) for key in markers),

@@ -32,7 +32,7 @@ import pytest
 import yaml
 from support import site
 from support.ports import free_port
-from support.site_users import USER, UserTmp, submitted, user_command
+from support.site_users import USER, UserTmp, resumed, submitted, user_command
 
 from hpceval.backends.slurm.client import CommandSlurmClient
 
@@ -239,14 +239,11 @@ def submit(work: Path, run: dict[str, Any], vllm_bin: Path | None = None,
 def resume(slurm: CommandSlurmClient, run_dir: Path, model: Path,
            vllm_bin: Path | None = None) -> str:
     """hpceval resume; waits for the job it submits, which must complete; its id."""
-    resumed = hpceval("resume", str(run_dir), vllm_bin=vllm_bin)
-    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
-    found = re.search(r"job (\d+)", resumed.stdout)
-    assert found, resumed.stdout
-    state = wait(slurm, found.group(1), run_dir)
-    log = (model / f"slurm-{found.group(1)}.log").read_text()
+    job = resumed(hpceval("resume", str(run_dir), vllm_bin=vllm_bin))
+    state = wait(slurm, job, run_dir)
+    log = (model / f"slurm-{job}.log").read_text()
     assert state == "COMPLETED", log[-6000:]
-    return found.group(1)
+    return job
 
 
 def wait(slurm: CommandSlurmClient, job_id: str, run_dir: Path, timeout: float = 600) -> str:

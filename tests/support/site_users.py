@@ -61,6 +61,15 @@ def submitted(out: subprocess.CompletedProcess[str]) -> tuple[str, Path]:
     return job.group(1), Path(run_dir.group(1))
 
 
+def resumed(out: subprocess.CompletedProcess[str]) -> str:
+    """The id of the (first) main job that `hpceval resume` printed; the test fails on anything
+    else (its stderr and stdout shown)."""
+    assert out.returncode == 0, out.stderr + out.stdout
+    job = re.search(r": resumed as \S+ job (\d+)", out.stdout)
+    assert job, out.stdout
+    return job.group(1)
+
+
 def user_popen(user: str, argv: list[str], env: Mapping[str, str]
                ) -> subprocess.Popen[str]:
     """user_command, started and not waited for (stdout and stderr piped): several processes
