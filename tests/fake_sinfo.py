@@ -3,8 +3,8 @@ records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reach
 accounting database, as on a site without slurmdbd (a test that needs its answers writes its
 own fake over it), so no test asks the machine's real one, and an `scontrol` whose `show
 config` enforces what the file `enforce` beside it holds (none when it is absent), and whose
-`-o show partition P` gives P the QOS the file `partition-qos` names ("P QOS" lines). partitions
-caches sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
+`-o show partition P` gives P the QOS the file `partition-qos` names ("P QOS" lines). partitions and
+accounts cache sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
 before and after."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hpceval.backends.slurm.accounts import association_rows
 from hpceval.backends.slurm.partitions import (
     associations,
     enforced,
@@ -44,7 +45,7 @@ echo "MaxArraySize            = 1001"
 
 def _clear() -> None:
     for cached in (partition_info, qos_info, qos_max_minutes, partition_qos, associations,
-                   enforced):
+                   enforced, association_rows):
         cached.cache_clear()
 
 

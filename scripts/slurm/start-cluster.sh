@@ -434,6 +434,21 @@ EOF
   sacctmgr -i modify qos short set MaxWall=00:30:00 Flags=DenyOnLimit >/dev/null || true
   sacctmgr -i modify qos cpujobs set MaxWall=00:45:00 Flags=DenyOnLimit >/dev/null || true
   sacctmgr -i modify qos few set MaxSubmitJobsPerUser=4 GrpSubmitJobs=5 >/dev/null || true
+  # an account tree as sites give a group one: lab caps its whole queue (GrpSubmitJobs=4, every
+  # user's jobs under lab and its sub-accounts together), alice works under lab-nlp and bob
+  # under lab-vision (their default account stays "default"). sacctmgr shows a Grp limit only
+  # on the account that sets it, so hpceval reads the tree (backends/slurm/accounts.py).
+  sacctmgr -n -P list account format=account | grep -qx lab \
+    || sacctmgr -i add account lab Description=lab Organization=local >/dev/null
+  sacctmgr -i modify account lab set GrpSubmitJobs=4 >/dev/null || true
+  for pair in alice:lab-nlp bob:lab-vision; do
+    u=${pair%%:*} acct=${pair#*:}
+    case " $SITE_USERS " in *" $u "*) ;; *) continue ;; esac
+    sacctmgr -n -P list account format=account | grep -qx "$acct" \
+      || sacctmgr -i add account "$acct" Parent=lab Description=lab Organization=local >/dev/null
+    sacctmgr -n -P show assoc where user="$u" account="$acct" format=account | grep -qx "$acct" \
+      || sacctmgr -i add user "$u" Account="$acct" >/dev/null
+  done
   for u in root $SITE_USERS $EXTRA_USERS; do
     [ "$(sacctmgr -n -P show assoc where user="$u" format=qos | sort -u)" = "few,normal,short" ] \
       || sacctmgr -i modify user where name="$u" set qos=few,normal,short >/dev/null

@@ -5,7 +5,9 @@ associations,limits,qos`, `DenyOnLimit`), QOS `restricted` is granted to nobody,
 `cpu` has a QOS of its own (`cpujobs`, 45 minutes) that counts before the job's. hpceval
 learns the limits and grants from Slurm (sinfo, sacctmgr, scontrol) and refuses such a run
 before it writes or submits anything, naming the key and the fix; a run within them renders.
-alice, the site's ordinary user, submits and asks; bob's jobs fill the shared QOS."""
+Account lab caps the queue of its sub-accounts lab-nlp (alice's) and lab-vision (bob's)
+together (GrpSubmitJobs). alice, the site's ordinary user, submits and asks; bob's jobs fill
+the shared QOS and the shared account."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from hpceval.runs.jobs import read_jobs
 from tests.integration.drill_support import hpceval
 
 pytestmark = pytest.mark.slurm
+ASK_HARNESS = Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"
 
 
 def run_file(user_tmp: Path) -> Path:
@@ -69,8 +72,7 @@ def test_slurm_enforces_the_qos_max_wall_and_grants(slurm_cluster: CommandSlurmC
 def test_a_run_above_the_partitions_max_time_is_refused_before_submit(
         slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
-                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(ASK_HARNESS))
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
     path = run_file(user_tmp)
     refused = hpceval("submit", str(path), "-o", "execution.walltime=01:00:00")
@@ -115,8 +117,7 @@ def test_a_runs_cpu_jobs_fit_the_cpu_partitions_limits(
     """The pull job wants an hour; partition `cpu`'s own QOS (cpujobs, DenyOnLimit) allows 45
     minutes, so Slurm refused it, and with it the run. Rendered against the real partition,
     every script of the run passes `sbatch --test-only`."""
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
-                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(ASK_HARNESS))
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
     run = yaml.safe_load(run_file(user_tmp).read_text(encoding="utf-8"))
     run["execution"].update({"partition": "debug", "cpu_partition": "cpu", "gpus_per_node": 1,
@@ -144,8 +145,7 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
     array and refused the aggregation, so the sweep ran without its table. hpceval counts
     them, and the queued jobs of that QOS that count (the user's; every user's for the group
     limit), and refuses the run before writing or submitting anything."""
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
-                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(ASK_HARNESS))
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
     run = yaml.safe_load(run_file(user_tmp).read_text(encoding="utf-8"))
     run["execution"].update({"partition": "debug", "qos": "few"})
@@ -195,6 +195,49 @@ def test_a_run_past_the_qoss_submit_limit_is_refused_before_any_job(
         subprocess.run(["scancel", *others], check=False)
 
 
+def test_a_run_past_its_accounts_group_limit_is_refused_before_any_job(
+        slurm_cluster: CommandSlurmClient, user_tmp: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Account lab caps its group's queue: GrpSubmitJobs 4, every user's jobs under lab and its
+    sub-accounts together; alice works under lab-nlp, bob under lab-vision. Her association's
+    row shows no such limit (sacctmgr shows a Grp limit only on the account that sets it), so
+    sbatch took her sweep's array and refused its aggregation (AssocGrpSubmitJobsLimit).
+    hpceval reads the account tree, counts bob's jobs, and refuses the run first."""
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(ASK_HARNESS))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
+    run = yaml.safe_load(run_file(user_tmp).read_text(encoding="utf-8"))
+    run["execution"].update({"partition": "debug", "account": "lab-nlp"})
+    run["models"] = [{"name": f"m{i}"} for i in range(2)]  # 3 jobs: 2 elements, aggregation
+    path = user_tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(run), encoding="utf-8")
+
+    def lab_jobs() -> list[str]:
+        return subprocess.run(["squeue", "-h", "-r", "-A", "lab-nlp,lab-vision", "-o", "%i"],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    others = [as_user(OTHER, "sbatch", "--parsable", "--hold", "-p", "debug", "-A",
+                      "lab-vision", "-t", "1", "-o", "/dev/null", "--wrap", "true")
+              for _ in range(2)]
+    held = [done.stdout.strip() for done in others]
+    try:
+        assert all(done.returncode == 0 for done in others), others
+        refused = hpceval("submit", str(path))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "execution.account" in refused.stderr and "this run submits 3 jobs (2 model " \
+            "jobs, 1 aggregation job); account lab's GrpSubmitJobs (every user's jobs under " \
+            "account lab and the accounts below it (lab-nlp, lab-vision) together) is 4, and 2 " \
+            "jobs in the queue already count against it" in refused.stderr, refused.stderr
+        assert not (user_tmp / "runs").exists() and sorted(lab_jobs()) == sorted(held)
+        # Slurm's own answer to the third job: the limit hpceval read is the one it enforces
+        mine = [as_user(USER, "sbatch", "--parsable", "--hold", "-p", "debug", "-A", "lab-nlp",
+                        "-t", "1", "-o", "/dev/null", "--wrap", "true") for _ in range(3)]
+        held += [done.stdout.strip() for done in mine if done.returncode == 0]
+        assert [done.returncode == 0 for done in mine] == [True, True, False], mine
+        assert "AssocGrpSubmitJobsLimit" in mine[2].stderr, mine[2].stderr
+    finally:
+        subprocess.run(["scancel", *held], check=False)
+
+
 def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
         slurm_cluster: CommandSlurmClient, user_tmp: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,8 +247,7 @@ def test_the_submit_shells_sbatch_variables_do_not_move_the_job(
     checked (tests/backends/slurm/test_submit_environment.py)."""
     import os
 
-    monkeypatch.setenv("HPCEVAL_TASKS_PATH",
-                       str(Path(__file__).resolve().parents[1] / "fakes" / "ask-harness.yaml"))
+    monkeypatch.setenv("HPCEVAL_TASKS_PATH", str(ASK_HARNESS))
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_tmp / "cache"))
     monkeypatch.setenv("SBATCH_PARTITION", "short")
     monkeypatch.setenv("SBATCH_TIMELIMIT", "1")

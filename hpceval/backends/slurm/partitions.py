@@ -49,7 +49,7 @@ def ask(argv: list[str]) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def _count(text: str) -> int | None:
+def count_limit(text: str) -> int | None:
     """A job-count limit as sacctmgr prints it; None for none ('', or not a number)."""
     return int(text.strip()) if text.strip().isdigit() else None
 
@@ -110,8 +110,8 @@ def qos_info(qos: str) -> Qos | None:
                                                             *[""] * 6][:6]
         if name == qos:
             return Qos(name, _limit_minutes(limit),
-                       frozenset(flag for flag in flags.split(",") if flag), _count(per_user),
-                       _count(per_account), _count(group))
+                       frozenset(flag for flag in flags.split(",") if flag),
+                       count_limit(per_user), count_limit(per_account), count_limit(group))
     return None
 
 
@@ -188,7 +188,7 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
     rows = [line.strip().split("|") for line in out.splitlines()]
     return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), default,
                              tuple(name for name in granted.split(",") if name),
-                             _count(submit))
+                             count_limit(submit))
                  for cluster, acct, part, limit, default, granted, submit in
                  ([*row, ""][:7] for row in rows if len(row) in (6, 7)))
 

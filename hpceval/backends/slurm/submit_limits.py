@@ -3,26 +3,30 @@
 Slurm counts each pending or running job of a user, each array element as one, against the
 MaxSubmitJobsPerUser of the job's QOS and of its partition's own QOS, and against the
 MaxSubmitJobs of the job's association (or an account above it); every user's jobs count
-against those QOS's GrpSubmitJobs, and the jobs of the job's account against their
-MaxSubmitJobsPerAccount. ``sbatch`` refuses a job past any of them
-(QOSMaxSubmitJobPerUserLimit, QOSGrpSubmitJobsLimit, AssocMaxSubmitJobLimit, ...). A run is
-several ``sbatch`` calls (the pull job, a judge, the model jobs or arrays, the aggregation and
-export jobs), so the one that crossed the limit failed after the others were queued: a sweep
-ran without its aggregation. Checked at submit instead, with the jobs of the user's already in
-the queue (one ``squeue``; every user's where a limit counts others' jobs: a site that hides
-them, PrivateData=jobs, shows fewer, so such a count is a floor), before anything is written or
-submitted.
+against those QOS's GrpSubmitJobs, the jobs of the job's account against their
+MaxSubmitJobsPerAccount, and every user's jobs under an account (or an account below it)
+against that account's GrpSubmitJobs, at every level up to the root (accounts.py). ``sbatch``
+refuses a job past any of them (QOSMaxSubmitJobPerUserLimit, QOSGrpSubmitJobsLimit,
+AssocMaxSubmitJobLimit, AssocGrpSubmitJobsLimit, ...). A run is several ``sbatch`` calls (the
+pull job, a judge, the model jobs or arrays, the aggregation and export jobs), so the one that
+crossed the limit failed after the others were queued: a sweep ran without its aggregation.
+Checked at submit instead, with the jobs of the user's already in the queue (one ``squeue``;
+every user's where a limit counts others' jobs: a site that hides them, PrivateData=jobs,
+shows fewer, so such a count is a floor), before anything is written or submitted.
 
-The limits come from partitions.py's cached sacctmgr answers (the same calls as the walltime
-limits); no sacctmgr or squeue here: nothing is known and nothing is refused.
+The limits come from partitions.py's and accounts.py's cached sacctmgr answers (the same calls
+as the walltime limits, and one for the account tree); no sacctmgr or squeue here: nothing is
+known and nothing is refused.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from hpceval.backends.slurm.accounts import group_limits
 from hpceval.backends.slurm.commands import QUEUE, SUBMIT
 from hpceval.backends.slurm.partitions import (
     JobPlace,
@@ -79,7 +83,7 @@ def queued_jobs(*, everyone: bool = False) -> list[QueuedJob] | None:
 def submit_limits(place: JobPlace) -> Iterator[SubmitLimit]:
     """Every submit limit a job of ``place`` counts against: its QOS's (named, else its
     association's default, else Slurm's ``normal``), its partition's own QOS's, its
-    association's."""
+    association's, its account's and those of the accounts above it."""
     user = user_name() or ""
     assoc = job_association(place.partition, place.account)
     qos = place.qos or (assoc.default_qos if assoc is not None else "") or "normal"
@@ -93,11 +97,27 @@ def submit_limits(place: JobPlace) -> Iterator[SubmitLimit]:
                                "use another partition",
                                lambda job: job.partition == place.partition, user, account,
                                f" (partition {place.partition}'s own QOS)")
-    if assoc is not None and assoc.max_submit is not None:
+    if assoc is None:
+        return
+    mine = functools.partial(_under_association, user, assoc.account, assoc.partition)
+    if assoc.max_submit is not None:
         yield SubmitLimit(assoc.max_submit, f"the MaxSubmitJobs of {assoc.label}",
-                          "execution.account", "use another account",
-                          lambda job: job.user == user and job.account == assoc.account and (
-                              not assoc.partition or job.partition == assoc.partition))
+                          "execution.account", "use another account", mine)
+    for group in group_limits(assoc):
+        yield SubmitLimit(group.jobs, group.what, "execution.account", "use another account",
+                          mine if group.user else
+                          functools.partial(_under_accounts, group.accounts),
+                          everyone=not group.user)
+
+
+def _under_association(user: str, account: str, partition: str, job: QueuedJob) -> bool:
+    """Whether ``job`` is the user's under that account (and partition, where it names one)."""
+    return job.user == user and job.account == account and (
+        not partition or job.partition == partition)
+
+
+def _under_accounts(accounts: frozenset[str], job: QueuedJob) -> bool:
+    return job.account in accounts
 
 
 def _qos_limits(info: Qos | None, whose: str, key: str, fix: str,

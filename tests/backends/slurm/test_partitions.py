@@ -82,6 +82,16 @@ if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=$qos_fields" ]; then
   esac
   exit 0
 fi
+# the account tree (accounts.py): lab (GrpSubmitJobs 4) above team-a and team-b (and team-c
+# below team-b); alice's association with team-a has a GrpSubmitJobs of its own (3), and
+# cluster c2 has a lab of its own whose limit is not c1's
+if [ "$*" = "-n -P show associations format=cluster,account,parentname,user,partition,grpsubmit" ]
+then
+  printf '%s\n' 'c1|root||||' 'c1|root||root||' 'c1|proj1|root|||' 'c1|proj1||alice||' \
+    'c1|lab|root|||4' 'c1|team-a|lab|||' 'c1|team-a||alice||3' 'c1|team-b|lab|||' \
+    'c1|team-b||bob||' 'c1|team-c|team-b|||' 'c2|lab|root|||1' 'c2|team-a|lab|||'
+  exit 0
+fi
 fields=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit
 [ "$1 $2 $3 $4 $5 $7 $#" = "-n -P show associations user=alice format=$fields 7" ] \
   || { echo "bad: $*" >&2; exit 2; }
@@ -90,6 +100,7 @@ case $6 in
                                             'c1|proj1|gpu|01:00:00||long,normal,open,short' ;;
   account=proj2) echo "c1|proj2|||short|normal,short" ;;
   account=queue) echo "c1|queue|||few|few,normal|3" ;;
+  account=team-a) echo "c1|team-a||||normal|" ;;
   account=twins) printf 'c1|twins||04:00:00||\nc2|twins||04:00:00||\n' ;;
   account=split) printf 'c1|split||04:00:00||\nc2|split||08:00:00||\n' ;;
   account=down) echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2

@@ -103,6 +103,37 @@ def test_other_users_jobs_count_against_a_qoss_group_and_account_limits(tools: P
     assert "MaxSubmitJobsPerUser is 4, and 4 of your jobs" in str(submit_issues(ex, sweep(1))[0])
 
 
+def test_every_users_jobs_under_an_account_count_against_its_group_limit(tools: Path) -> None:
+    """Account lab (GrpSubmitJobs 4) is above team-a (alice's) and team-b, and team-c below
+    team-b: every user's jobs under any of them count against it; alice's association with
+    team-a has a GrpSubmitJobs of its own (3), which counts her jobs there. Neither shows in
+    her association's row (sacctmgr fills in only the Max limits of the accounts above), so
+    the tree is read once and walked up; cluster c2's lab does not count on c1."""
+    (tools / "queue").write_text("bob|normal|team-b|gpu\ncarol|normal|team-c|gpu\n"
+                                 "dave|normal|proj1|gpu\n")
+    ex = execution(account="team-a", partition="gpu")
+    assert submit_issues(ex, [Role.MAIN, Role.AGGREGATE]) == []  # 2 + 2 = 4
+    (issue,) = submit_issues(ex, sweep(2))  # 2 + 3 = 5: lab's; 3 of hers: not hers
+    assert issue.path == "execution.account"
+    text = str(issue)
+    assert "account lab's GrpSubmitJobs (every user's jobs under account lab and the accounts " \
+        "below it (team-a, team-b, team-c) together) is 4, and 2 jobs in the queue already " \
+        "count against it" in text, text  # dave's proj1 job is not under lab
+    assert "use another account" in text and "submit at most 1 model at once" in text, text
+
+    (tools / "queue").write_text("alice|normal|team-a|gpu\nalice|normal|team-a|other\n")
+    (issue,) = submit_issues(ex, [Role.MAIN, Role.AGGREGATE])  # 2 + 2 = 4 of hers > 3
+    assert "the GrpSubmitJobs of alice's association with account team-a is 3, and 2 of your " \
+        "jobs in the queue already count against it" in str(issue), issue
+    tree = [call for call in (tools / "sacctmgr.calls").read_text().splitlines()
+            if "parentname" in call]
+    assert len(tree) == 1, tree  # one read of the tree per process
+
+    # an account outside lab: none of lab's limits, whatever the queue holds
+    (tools / "queue").write_text("bob|normal|team-b|gpu\n" * 10)
+    assert submit_issues(execution(account="proj1", partition="gpu"), sweep(3)) == []
+
+
 def test_no_limit_asks_no_queue_and_an_unreadable_queue_refuses_nothing(tools: Path) -> None:
     assert submit_issues(execution(qos="short", account="proj1"), sweep(100)) == []
     assert not (tools / "squeue.calls").exists()  # no limit: the queue is not asked
