@@ -18,7 +18,9 @@ a cancelled one until MinJobAge (300 s) has passed, and an sbatch over the count
 fit in MaxJobCount less the records the controller holds and less a fifth kept for others'
 jobs: a 10,000-model sweep never fits here (and trying would stall everyone's sbatch for 5
 minutes); its submit stops at the sbatch call (a client that records the calls, the split
-included). The baseline's hpceval did not split: above MaxArraySize its submit is recorded too.
+included), for a cluster that would take it: hpceval now refuses a run of more jobs than the
+cluster's MaxJobCount at submit, and a recorded submit stands for a site that raised it. The
+baseline's hpceval did not split: above MaxArraySize its submit is recorded too.
 
 Baseline, in the same run: the same steps with hpceval as it was at --baseline-ref (default
 3025bc6, main before issue 22), taken with `git archive` into a temporary folder. `hpceval

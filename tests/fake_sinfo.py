@@ -2,7 +2,8 @@
 records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reaches no
 accounting database, as on a site without slurmdbd (a test that needs its answers writes its
 own fake over it), so no test asks the machine's real one, and an `scontrol` whose `show
-config` enforces what the file `enforce` beside it holds (none when it is absent), and whose
+config` enforces what the file `enforce` beside it holds (none when it is absent) and has the
+MaxJobCount the file `max-job-count` holds (10000, Slurm's default, when absent), and whose
 `-o show partition P` gives P the QOS the file `partition-qos` names ("P QOS" lines). partitions and
 accounts cache sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
 before and after."""
@@ -19,7 +20,7 @@ import pytest
 from hpceval.backends.slurm.accounts import association_rows
 from hpceval.backends.slurm.partitions import (
     associations,
-    enforced,
+    cluster_config,
     partition_info,
     partition_qos,
     qos_info,
@@ -40,12 +41,13 @@ fi
 [ "$*" = "show config" ] || { echo "unexpected arguments: $*" >&2; exit 2; }
 echo "AccountingStorageEnforce = $(cat "$here/enforce" 2>/dev/null || echo none)"
 echo "MaxArraySize            = 1001"
+echo "MaxJobCount             = $(cat "$here/max-job-count" 2>/dev/null || echo 10000)"
 '''
 
 
 def _clear() -> None:
     for cached in (partition_info, qos_info, qos_max_minutes, partition_qos, associations,
-                   enforced, association_rows):
+                   cluster_config, association_rows):
         cached.cache_clear()
 
 

@@ -287,19 +287,31 @@ def capped_walltime(walltime: str, partition: str | None, qos: str | None = None
 
 
 @functools.cache
+def cluster_config() -> dict[str, str] | None:
+    """``scontrol show config`` as key and value (one call per process); None when it cannot
+    be asked."""
+    out = ask(["scontrol", "show", "config"])
+    if out is None:
+        return None
+    pairs = (line.partition("=") for line in out.splitlines())
+    return {key.strip(): value.strip() for key, sep, value in pairs if sep}
+
+
 def enforced() -> frozenset[str] | None:
     """What the controller's ``AccountingStorageEnforce`` holds (associations, limits, qos,
     safe, ...); None when ``scontrol show config`` cannot be asked. Without ``qos`` there, a
     job may name a QOS its association does not grant."""
-    out = ask(["scontrol", "show", "config"])
-    if out is None:
+    config = cluster_config()
+    if config is None:
         return None
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "AccountingStorageEnforce":
-            return frozenset(word.strip() for word in value.strip().split(",")
-                             if word.strip() and word.strip() != "(null)")
-    return frozenset()
+    return frozenset(word.strip() for word in config.get("AccountingStorageEnforce", "")
+                     .split(",") if word.strip() and word.strip() != "(null)")
+
+
+def max_job_count() -> int | None:
+    """The cluster's ``MaxJobCount``: how many job records slurmctld holds at once, every
+    user's, each array element one (None: not known)."""
+    return count_limit((cluster_config() or {}).get("MaxJobCount", ""))
 
 
 def ungranted_qos(qos: str, partition: str | None, account: str | None) -> Association | None:

@@ -34,6 +34,7 @@ from hpceval.backends.slurm.partitions import (
     ask,
     job_association,
     job_place,
+    max_job_count,
     partition_qos,
     qos_info,
     user_name,
@@ -143,12 +144,12 @@ def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
     """An issue for each submit limit that a run of ``ex`` submitting ``jobs`` (each job's
     role; a sweep's models one Role.MAIN each) would pass."""
     place = job_place(ex)
+    issues = _past_max_job_count(jobs)
     limits = list(submit_limits(place))
     # the queue is asked only under a limit, and for every user's jobs only where they count
     queued = queued_jobs(everyone=any(limit.everyone for limit in limits)) if limits else None
     if queued is None:
-        return []
-    issues = []
+        return issues
     models = sum(role == Role.MAIN for role in jobs)
     for limit in limits:
         counted = limit.counted(queued)
@@ -168,6 +169,25 @@ def submit_issues(ex: ExecutionView, jobs: Sequence[Role]) -> list[ConfigIssue]:
              if 0 < fewer < models else "")
             + f"wait for your queued jobs to end ({QUEUE} --me), or {limit.fix}"))
     return issues
+
+
+def _past_max_job_count(jobs: Sequence[Role]) -> list[ConfigIssue]:
+    """The cluster's MaxJobCount against the run's own jobs. Every user's job records count
+    against it (each array element one, an ended job until MinJobAge has passed), and sbatch
+    past it does not refuse: it waits ("Slurm temporarily unable to accept job") until the
+    submit gives up, after the run's first arrays were queued. Only a run that could never be
+    queued is refused: asking every user's queue on each submit would cost the controller more
+    than a count that is a floor anyway (ended jobs do not show) would save."""
+    cap = max_job_count()
+    if cap is None or len(jobs) <= cap:
+        return []
+    fewer = cap - (len(jobs) - sum(role == Role.MAIN for role in jobs))
+    return [ConfigIssue(
+        "models", f"this run submits {len(jobs)} jobs ({_kinds(jobs)}); the cluster's "
+        f"MaxJobCount is {cap} (the jobs Slurm holds at once, every user's, each array element "
+        f"one): {SUBMIT} cannot queue them all, and waits until the submit gives up",
+        f"submit at most {fewer} models at once (the sweep as several runs), or ask the "
+        "site's admins to raise MaxJobCount")]
 
 
 def _kinds(jobs: Sequence[Role]) -> str:

@@ -358,7 +358,7 @@ def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_gr
         fake_sacctmgr: Path, tmp_path: Path) -> None:
     # the site in a box enforces grants (AccountingStorageEnforce=...,qos): sbatch refuses a
     # job naming a QOS its association does not grant, "Invalid qos specification"
-    from hpceval.backends.slurm.partitions import enforced, ungranted_qos
+    from hpceval.backends.slurm.partitions import cluster_config, enforced, ungranted_qos
     from hpceval.config import load_config
     from hpceval.config.errors import ConfigError
 
@@ -369,7 +369,7 @@ def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_gr
     assert enforced() == frozenset({"none"})
     load_config(run, wants_long, profile="slurm")
     (fake_sacctmgr.parent / "enforce").write_text("associations,limits,qos\n")
-    enforced.cache_clear()
+    cluster_config.cache_clear()
     assert enforced() == frozenset({"associations", "limits", "qos"})
     assert ungranted_qos("short", "long", "proj2") is None
     assert ungranted_qos("long", "long", "proj1") is None  # proj1 grants long
@@ -381,7 +381,7 @@ def test_a_qos_the_association_does_not_grant_is_refused_where_slurm_enforces_gr
     assert "set execution.qos to one of normal, short, or to null" in text, text
     # an association whose grants sacctmgr does not show: nothing is refused on its account
     assert ungranted_qos("long", "long", "twins") is None
-    enforced.cache_clear()
+    cluster_config.cache_clear()
 
 
 def test_a_partitions_own_qos_and_the_flags_that_lift_limits(fake_sacctmgr: Path) -> None:

@@ -134,6 +134,22 @@ def test_every_users_jobs_under_an_account_count_against_its_group_limit(tools: 
     assert submit_issues(execution(account="proj1", partition="gpu"), sweep(3)) == []
 
 
+def test_a_run_of_more_jobs_than_the_cluster_holds_is_refused_without_asking_the_queue(
+        tools: Path) -> None:
+    """MaxJobCount: every user's job records, each array element one. sbatch past it does not
+    refuse but waits until the submit gives up, after the first arrays were queued; a run of
+    more jobs than the cluster can ever hold is refused first, naming how many models fit."""
+    (tools / "max-job-count").write_text("5\n")
+    ex = execution(qos="short", account="proj1")  # no submit limit: no queue to ask
+    assert submit_issues(ex, sweep(4)) == []  # 5 jobs: they fit
+    (issue,) = submit_issues(ex, sweep(5))
+    assert issue.path == "models"
+    text = str(issue)
+    assert "this run submits 6 jobs (5 model jobs, 1 aggregation job); the cluster's " \
+        "MaxJobCount is 5" in text and "submit at most 4 models at once" in text, text
+    assert not (tools / "squeue.calls").exists()
+
+
 def test_no_limit_asks_no_queue_and_an_unreadable_queue_refuses_nothing(tools: Path) -> None:
     assert submit_issues(execution(qos="short", account="proj1"), sweep(100)) == []
     assert not (tools / "squeue.calls").exists()  # no limit: the queue is not asked
