@@ -122,13 +122,17 @@ class RunInfo:
     server_load: dict[str, ServerLoad] = field(default_factory=dict)
     # model key -> (where each job's allocation went: results.ledger, why unreadable or None)
     ledger: dict[str, tuple[list[JobLedger], str | None]] = field(default_factory=dict)
+    # "auxiliary/<name>" -> the same, for a sweep's judge in its own job (each job with how
+    # long its GPUs waited for the first model's job: results.ledger_view.judge_ledgers)
+    judge_ledger: dict[str, tuple[list[JobLedger], str | None]] = field(default_factory=dict)
 
 
 def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
     """Paths, job ids (the whole chain), scripts, load times, each task's runtime statistics
-    each model's server load and each job's time ledger of a run (no Slurm call)."""
+    each model's server load and each job's time ledger of a run, a sweep judge's jobs
+    included (no Slurm call)."""
     from hpceval.results.ledger import read_ledger
-    from hpceval.results.ledger_view import submitted_of
+    from hpceval.results.ledger_view import judge_ledgers, submitted_of
     from hpceval.results.runtime_view import load_runtime
     from hpceval.results.server_load import load_server_load
     from hpceval.runs.jobs import read_jobs
@@ -138,6 +142,9 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
     manifest, jobs = read_run(ref.run_dir), read_jobs(ref.run_dir)
     names = [manifest.entry, *(m.script for m in manifest.models if m.script != manifest.entry)]
     run_dir = str(ref.run_dir)
+    ledger = {m.key: read_ledger(model_dir(ref.run_dir, m.key),
+                                 submitted=submitted_of(jobs, m.index))
+              for m in manifest.models}
     return RunInfo(ref, manifest, jobs, tuple(ref.run_dir / n for n in names),
                    ref.run_dir / CONFIG_FILE,
                    {m.key: read_loads(model_dir(ref.run_dir, m.key)) for m in manifest.models},
@@ -145,9 +152,8 @@ def info(run: RunSource, *, output_dirs: Iterable[str | Path] = ()) -> RunInfo:
                                  for t in m.tasks) for m in manifest.models},
                    {**{m.key: load_server_load(model_dir(run_dir, m.key))
                        for m in manifest.models}, **_judge_loads(ref.run_dir, manifest)},
-                   {m.key: read_ledger(model_dir(ref.run_dir, m.key),
-                                       submitted=submitted_of(jobs, m.index))
-                    for m in manifest.models})
+                   ledger, judge_ledgers(ref.run_dir, manifest.judge_names, jobs,
+                                         ledger.values()))
 
 
 JUDGES_LISTED = 16  # in-job judges per model whose load is read (a model has one or two)

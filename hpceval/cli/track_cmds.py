@@ -148,9 +148,10 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
          output_dirs: tuple[str, ...]) -> None:
     """Paths, job ids (the whole chain), scripts and resolved config of a run, what the
     server did for each task (its runtime.json: requests, latency, tokens; a total per model),
-    where each job's allocation went (setup, load, tasks, teardown; GPU-hours; the run's sums
-    by phase) and how loaded each model's servers were (server-load.json: peak and mean queue,
-    KV cache and tokens/s).
+    where each job's allocation went (setup, load, tasks, teardown; GPU-hours; a sweep
+    judge's jobs too, with how long each waited for the array; the run's sums by phase) and
+    how loaded each model's servers were (server-load.json: peak and mean queue, KV cache
+    and tokens/s).
     """
     from hpceval import api
     from hpceval.results.ledger_view import ledger_json
@@ -170,7 +171,10 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                                "server_load": {key: load.to_json()
                                                for key, load in found.server_load.items()},
                                "ledger": {key: ledger_json(*found.ledger[key])
-                                          for key in found.ledger}},
+                                          for key in found.ledger},
+                               "judge_ledger": {key: ledger_json(*found.judge_ledger[key],
+                                                                 judge=True)
+                                                for key in found.judge_ledger}},
                               indent=2))
         return
     n = len(manifest.models)
@@ -198,7 +202,7 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
                        "started")
     _echo_runtime(manifest.models, found.runtime)
     _echo_load(manifest.models, found.server_load)
-    _echo_ledger(found.ledger)
+    _echo_ledger(found.ledger, found.judge_ledger)
     if script:
         for path in found.scripts:
             click.echo(f"\n# ===== {path.relative_to(ref.run_dir)} =====")
@@ -208,18 +212,19 @@ def info(run: str, as_json: bool, script: bool, show_config: bool,
         click.echo(found.config.read_text(), nl=False)
 
 
-def _echo_ledger(ledger: dict[str, tuple[list[Any], str | None]]) -> None:
-    """Where each job's allocation went (results.ledger): one line per job, then the run's
-    sums over every job of every model."""
+def _echo_ledger(ledger: dict[str, tuple[list[Any], str | None]],
+                 judges: dict[str, tuple[list[Any], str | None]]) -> None:
+    """Where each job's allocation went (results.ledger): one line per job (a sweep judge's
+    jobs after the models'), then the run's sums over every job."""
     from hpceval.results.ledger import ledger_line, sum_ledgers
     from hpceval.results.ledger_view import totals_line
 
-    for key, (jobs, why) in ledger.items():
+    for key, (jobs, why) in [*ledger.items(), *judges.items()]:
         if why is not None:
             click.echo(f"ledger     {key}: unknown: {why}")
         for job in jobs:
             click.echo(f"ledger     {key} {ledger_line(job)}")
-    total = sum_ledgers(ledger.values())
+    total = sum_ledgers(ledger.values(), judges.values())
     if total["jobs"]:
         click.echo(f"ledger     run total: {totals_line(total)}")
 

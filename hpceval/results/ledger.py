@@ -86,6 +86,9 @@ class JobLedger:
     load_steps: Mapping[str, float] = field(default_factory=dict)
     phase: str | None = None  # the phase it is in (its last begun); None once it ended
     idle_s: float | None = None  # within tasks: no request in flight (None: not recorded)
+    # a sweep's judge: from ready until the first model's job started (part of tasks; its
+    # whole tasks phase when none started while it ran); None for a model's job
+    waited_s: float | None = None
 
     @property
     def total_s(self) -> float:
@@ -101,7 +104,7 @@ class JobLedger:
                 "ended": self.ended, "queued_s": _round(self.queued_s),
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
                 "total_s": round(self.total_s, 1), "tail_s": _round(self.tail_s),
-                "idle_s": _round(self.idle_s),
+                "idle_s": _round(self.idle_s), "waited_s": _round(self.waited_s),
                 "load_steps": {k: round(v, 1) for k, v in self.load_steps.items()},
                 "gpu_seconds": self.gpu_seconds(), "phase": self.phase}
 
@@ -318,6 +321,8 @@ def ledger_line(job: JobLedger) -> str:
     held = f" on {job.gpus} GPU(s)" if job.gpus else ""
     parts = []
     within = [f"last task alone {job.tail_s:.0f} s"] if job.tail_s is not None else []
+    if job.waited_s is not None:
+        within.append(f"waited for the first model's job {job.waited_s:.0f} s")
     if job.idle_s is not None:
         within.append(f"servers idle {job.idle_s:.0f} s")
     for name in PHASES:
@@ -339,20 +344,25 @@ def ledger_line(job: JobLedger) -> str:
     return text + "".join(f" ({note})" for note in job.notes)
 
 
-def sum_ledgers(models: Iterable[tuple[Sequence[JobLedger], str | None]]) -> dict[str, Any]:
-    """Every job of these models summed (each model as read_ledger gives it: its jobs, why
-    unknown): ``gpu_seconds`` and ``seconds`` (wall) per phase, ``tail_gpu_seconds`` and
-    ``tail_s`` (the last task alone: part of tasks), ``idle_gpu_seconds`` and ``idle_s`` (no
-    request in flight: part of tasks; jobs that recorded it), ``gpu_hours`` (all phases), ``jobs``,
-    ``running`` (no end mark: counted until now), ``no_gpus`` (jobs that did not say how many
-    GPUs they held: in ``seconds``, not in the GPU figures), ``models`` (with a job) and
-    ``unknown`` (models whose ledger was not read)."""
+def sum_ledgers(models: Iterable[tuple[Sequence[JobLedger], str | None]],
+                judges: Iterable[tuple[Sequence[JobLedger], str | None]] = ()
+                ) -> dict[str, Any]:
+    """Every job of these models (and of a sweep's ``judges``, in their own jobs) summed (each
+    as read_ledger gives it: its jobs, why unknown): ``gpu_seconds`` and ``seconds`` (wall) per
+    phase, ``tail_gpu_seconds`` and ``tail_s`` (the last task alone: part of tasks),
+    ``idle_gpu_seconds`` and ``idle_s`` (no request in flight: part of tasks; jobs that
+    recorded it), ``gpu_hours`` (all phases), ``jobs``, ``judge_jobs`` (of them), ``running``
+    (no end mark: counted until now), ``no_gpus`` (jobs that did not say how many GPUs they
+    held: in ``seconds``, not in the GPU figures), ``models`` (with a job) and ``unknown``
+    (models and judges whose ledger was not read)."""
     seconds, gpu = dict.fromkeys(PHASES, 0.0), dict.fromkeys(PHASES, 0.0)
     tail_s = tail_gpu = idle_s = idle_gpu = 0.0
-    count = {"models": 0, "unknown": 0, "jobs": 0, "running": 0, "no_gpus": 0}
-    for jobs, why in models:
+    count = {"models": 0, "unknown": 0, "jobs": 0, "judge_jobs": 0, "running": 0, "no_gpus": 0}
+    tagged = [*((False, m) for m in models), *((True, j) for j in judges)]
+    for judge, (jobs, why) in tagged:
         count["unknown"] += why is not None
-        count["models"] += bool(jobs)
+        count["models"] += bool(jobs) and not judge
+        count["judge_jobs"] += len(jobs) if judge else 0
         for job in jobs:
             count["jobs"] += 1
             count["running"] += not job.ended

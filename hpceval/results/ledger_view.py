@@ -1,6 +1,7 @@
 """The ledger (results.ledger) as every view shows it, beyond `info`'s line per job: its JSON
-(info --json and each row of results --json), a running job's phase (`status`) and the sums
-over jobs and models in words (info, the report).
+(info --json and each row of results --json), a running job's phase (`status`), the sums
+over jobs and models in words (info, the report), and a sweep judge's jobs beside the models'
+(info: its tasks phase is the time it served, and how long it waited for the array).
 
 A ledger that is not read (not yours, a link, over 1 MiB) is ``{"unknown": why}`` in the JSON
 and a line that says why in the texts; lines that are not marks were skipped when it was read
@@ -9,12 +10,14 @@ and a line that says why in the texts; lines that are not marks were skipped whe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpceval.contract import aux_dir, aux_folder
 from hpceval.results.columns import model_folder, with_column
 from hpceval.results.ledger import PHASES, JobLedger, read_ledger, sum_ledgers
 
@@ -33,18 +36,21 @@ def submitted_of(jobs: Jobs, index: int) -> dict[str, float]:
     return {e.scheduler_id(index): e.submitted_at for e in jobs.main_for(index)}
 
 
-def ledger_json(jobs: Sequence[JobLedger], why: str | None) -> dict[str, Any] | None:
-    """A model's ledger (read_ledger's jobs and why unknown) as the JSON views carry it:
-    ``jobs`` (JobLedger.to_json, the newest JOBS_LISTED), ``left_out`` (earlier jobs not
-    listed), ``total`` (sum_ledgers of them all) and ``unknown`` None; {"unknown": why} for
-    a ledger that was not read; None when there is none (no file, or no mark in it)."""
+def ledger_json(jobs: Sequence[JobLedger], why: str | None, *, judge: bool = False
+                ) -> dict[str, Any] | None:
+    """A model's ledger (read_ledger's jobs and why unknown), or a sweep ``judge``'s, as the
+    JSON views carry it: ``jobs`` (JobLedger.to_json, the newest JOBS_LISTED), ``left_out``
+    (earlier jobs not listed), ``total`` (sum_ledgers of them all) and ``unknown`` None;
+    {"unknown": why} for a ledger that was not read; None when there is none (no file, or no
+    mark in it)."""
     if not jobs and why is None:
         return None
     if why is not None:
         return {"unknown": why}
     listed = list(jobs)[-JOBS_LISTED:]
     return {"jobs": [j.to_json() for j in listed], "left_out": len(jobs) - len(listed),
-            "total": sum_ledgers([(jobs, None)]), "unknown": None}
+            "total": sum_ledgers([], [(jobs, None)]) if judge else sum_ledgers([(jobs, None)]),
+            "unknown": None}
 
 
 def _submitted(run_dir: str) -> dict[str, dict[str, float]]:
@@ -73,6 +79,35 @@ def with_ledger(frame: Any) -> Any:
         return ledger_json(*read_ledger(Path(folder), submitted=submitted))
 
     return with_column(frame, "ledger", ledger_of, key=model_folder)
+
+
+def judge_ledgers(run_dir: Path, names: Sequence[str], jobs: Jobs,
+                  models: Iterable[tuple[Sequence[JobLedger], str | None]]
+                  ) -> dict[str, tuple[list[JobLedger], str | None]]:
+    """A sweep's judges in their own jobs (their folder under auxiliary/, as status names
+    them -> read_ledger's answer), each job with ``waited_s``: from ready until the first of
+    the ``models``' jobs started while it ran. That is the order's cost (docs/judge-sweep.md):
+    the judge runs first and its GPUs wait for the array to leave the queue."""
+    starts = sorted(job.started_at for found, _why in models for job in found)
+    out = {}
+    for name in names:
+        submitted = {e.id: e.submitted_at for e in jobs.chain if e.aux == name}
+        found, why = read_ledger(aux_dir(run_dir, name), submitted=submitted)
+        out[aux_folder(name)] = ([dataclasses.replace(job, waited_s=_waited(job, starts))
+                                  for job in found], why)
+    return out
+
+
+def _waited(judge: JobLedger, starts: Sequence[float]) -> float | None:
+    """From the judge job's ready (the end of its load) until the first start in ``starts``
+    within its life; None when it never became ready."""
+    if judge.seconds["tasks"] <= 0:
+        return None
+    ready = judge.started_at + judge.seconds["setup"] + judge.seconds["load"]
+    first = next((when for when in starts
+                  if judge.started_at <= when <= judge.started_at + judge.total_s), None)
+    serving_until = ready + judge.seconds["tasks"]
+    return max(0.0, min(first if first is not None else serving_until, serving_until) - ready)
 
 
 def span(seconds: float) -> str:
@@ -132,8 +167,10 @@ def totals_line(total: Mapping[str, Any]) -> str:
         if name == "tasks" and within:
             text += f" ({', '.join(within)})"
         parts.append(text)
+    judges = total.get("judge_jobs", 0)
     text = (f"of {whole:.{places}f} {unit}: " + ", ".join(parts)
-            + f"; {total['jobs']} job(s) of {total['models']} model(s)")
+            + f"; {total['jobs'] - judges} job(s) of {total['models']} model(s)"
+            + (f" and {judges} judge job(s)" if judges else ""))
     if total["running"]:
         text += f", {total['running']} without an end mark (counted until now)"
     if total["no_gpus"] and unit == "GPU-hours":

@@ -170,6 +170,18 @@ def test_a_three_model_sweep_loads_its_judge_once(slurm_cluster: CommandSlurmCli
     state = status(run_dir)
     assert [(j["state"], j["reason"]) for j in state["judges"]] == [
         ("done", "stopped after the sweep")]
+    # the judge job's own ledger (its marks, as a model's job writes them), shown by info as
+    # alice reads it: its phases cover the allocation Slurm accounted, and how long it served
+    # before the first element started (hpc-admin-2 D1's cost of this order)
+    shown = hpceval("info", "--json", str(run_dir))
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)["judge_ledger"]["auxiliary/judge"]
+    (ledger,) = found["jobs"]
+    elapsed = slurm_cluster.sacct([judge])[judge].elapsed_s
+    assert ledger["job_id"] == judge and ledger["ended"] and elapsed is not None, found
+    assert abs(ledger["total_s"] - elapsed) <= 2, (ledger, elapsed)
+    assert ledger["seconds"]["tasks"] > 0 and ledger["waited_s"] is not None, ledger
+    assert 0 <= ledger["waited_s"] <= ledger["seconds"]["tasks"], ledger
     # one row per model (the table also carries each task's directory, which names the model
     # too: count rows, not substrings)
     with (run_dir / "results.csv").open(newline="") as fh:

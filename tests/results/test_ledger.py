@@ -187,7 +187,7 @@ def test_sums_add_gpu_seconds_per_phase_over_jobs_and_models() -> None:
         "teardown; 3 job(s) of 2 model(s), 1 without an end mark (counted until now); 1 "
         "job(s) did not say their GPUs (not counted); 1 model(s)' ledger unknown")
     assert sum_ledgers([]) == {**dict.fromkeys(
-        ("models", "unknown", "jobs", "running", "no_gpus"), 0),
+        ("models", "unknown", "jobs", "judge_jobs", "running", "no_gpus"), 0),
         "seconds": dict.fromkeys(PHASES, 0.0), "gpu_seconds": dict.fromkeys(PHASES, 0.0),
         "tail_s": 0.0, "tail_gpu_seconds": 0.0, "idle_s": 0.0, "idle_gpu_seconds": 0.0,
         "gpu_hours": 0.0}

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from support.reports import parquet_table
-from support.runs import configs, finish_task, ledger_marks
+from support.runs import configs, finish_task, ledger_marks, submitted
 from support.slurm import FakeSlurm
 
 from hpceval.cli.main import cli
-from hpceval.contract import LEDGER_FILE, MANIFEST_FILE, model_dir
+from hpceval.contract import LEDGER_FILE, MANIFEST_FILE, aux_dir, model_dir
 from hpceval.results.ledger_view import JOBS_LISTED
 from hpceval.results.report import html_report
 from hpceval.results.table import results_frame
@@ -124,6 +124,39 @@ def test_a_sweep_sums_every_model_and_draws_the_table_s(tmp_path: Path, fake: Fa
     assert "of 0.40 GPU-hours: " in section and "; 2 job(s) of 2 model(s)" in section
     assert section.count('<div class="ledger"') == 1 and 'data-model="model-00"' in section
     assert "job &lt;b&gt;0" in section and "<b>0" not in section  # a planted id is escaped
+
+
+def test_a_sweep_judges_job_is_in_the_ledger_with_its_wait_for_the_array(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """A sweep's judge runs first and its GPUs wait while the array queues (docs/judge-sweep.md,
+    hpc-admin-2 D1): info shows its job beside the models' (its tasks phase is the time it
+    served), how long it waited for the first model's job, and counts its GPU-hours in the
+    run's total. Its job writes the same marks into auxiliary/judge/ledger."""
+    result, array, _, judge = submitted(tmp_path, fake)
+    t0 = read_jobs(result.run_dir).chain[0].submitted_at + 5  # the judge: queued 5 s
+    Path(aux_dir(result.run_dir, "judge"), LEDGER_FILE).write_text(ledger_marks(
+        (0, "start"), (2, "launched"), (60, "ready"), (900, "teardown"), (902, "end"),
+        job=judge, gpus="2", t0=t0))
+    # the elements leave the queue 10 minutes after the judge was ready; one before the judge
+    # started (a successor of an earlier judge served it) does not count
+    for i, (key, start) in enumerate((("model-00", 660.0), ("model-01", 700.0),
+                                      ("model-02", -50.0))):
+        marks = ledger_marks((0, "start"), (1, "launched"), (10, "ready"), (20, "tasks_done"),
+                             (21, "end"), job=f"{array}_{i}", gpus="1", t0=t0 + start)
+        (Path(model_dir(result.run_dir, key)) / LEDGER_FILE).write_text(marks)
+    out = CliRunner().invoke(cli, ["info", str(result.run_dir)])
+    assert out.exit_code == 0, out.output
+    assert (f"ledger     auxiliary/judge job {judge}: 902 s on 2 GPU(s): setup 2 s, load 58 s, "
+            "tasks 840 s (waited for the first model's job 600 s), teardown 2 s") in out.output
+    assert "; 3 job(s) of 3 model(s) and 1 judge job(s)" in out.output, out.output
+    as_json = json.loads(CliRunner().invoke(cli, ["info", str(result.run_dir), "--json"]).output)
+    found = as_json["judge_ledger"]["auxiliary/judge"]
+    (job,) = found["jobs"]
+    assert (job["waited_s"], job["queued_s"], job["gpus"]) == (600.0, 5.0, 2)
+    assert (found["total"]["models"], found["total"]["judge_jobs"]) == (0, 1)
+    assert found["total"]["gpu_seconds"]["tasks"] == 1680.0
+    assert all(j["waited_s"] is None for key in as_json["ledger"]
+               for j in as_json["ledger"][key]["jobs"])  # a model's job waits for no one
 
 
 def test_a_sweep_element_is_queued_from_its_array_s_submission(tmp_path: Path,
