@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +42,7 @@ from hpceval.job.cache import ResponseCache
 from hpceval.job.proxy.client import HttpClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proc_probe import cpu_seconds, free_port, open_fds, pin, rss_mib
 from report_json import (
     add_json_option,
     command_line,
@@ -77,36 +76,6 @@ def serve_upstream(port: int, latency: float) -> None:
         await asyncio.Event().wait()
 
     asyncio.run(run())
-
-
-# --- process helpers -------------------------------------------------------------------------
-def pin(pid: int, cores: set[int]) -> None:
-    """Every thread of process `pid` (threads started later inherit it) onto `cores`."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(task.name), cores)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 async def wait_ready(url: str, seconds: float = 30.0) -> None:

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from proc_probe import free_port
 from report_json import (
     ROOT,
     add_json_option,
@@ -52,12 +52,6 @@ MODEL = ROOT / ".venv-smollm2" / "models" / "smollm2-135m-instruct"
 PRESET = ROOT / "site-configs" / "deployment" / "vllm-cpu.yaml"
 NAME = "smollm2"
 SERVE_ARGS = ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def post(url: str, body: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
