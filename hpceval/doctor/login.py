@@ -313,14 +313,20 @@ def _unescape(field: str) -> str:
 
 def submit_limit_line(ex: ExecutionSpec) -> Line:
     """The limits on how many jobs the user may have queued (a QOS's MaxSubmitJobsPerUser, the
-    association's MaxSubmitJobs) and how many of theirs count now: a sweep of more models than
-    fit is refused at submit (backends/slurm/submit_limits.py, the same reads)."""
+    association's MaxSubmitJobs, the GrpSubmitJobs of the QOS and the accounts, the cluster's
+    MaxJobCount) and how many jobs count now: a sweep of more models than fit is refused at
+    submit (backends/slurm/submit_limits.py, the same reads)."""
+    from hpceval.backends.slurm.partitions import max_job_count
     from hpceval.backends.slurm.submit_limits import queued_jobs, submit_limits
 
     key = "queued jobs"
+    cap = max_job_count()
+    cluster = (f"; the cluster holds {cap} jobs at once (MaxJobCount: every user's, each "
+               "array element one), and a run of more is refused at submit"
+               if cap is not None else "")
     limits = list(submit_limits(job_place(ex)))
     if not limits:
-        return Line(LOGIN, key, Status.OK, "no limit on your queued jobs known")
+        return Line(LOGIN, key, Status.OK, "no limit on your queued jobs known" + cluster)
     queued = queued_jobs(everyone=any(limit.everyone for limit in limits))
     shown = []
     for limit in limits:
@@ -328,4 +334,4 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
         counted = "" if queued is None else f" ({limit.counted(queued)} {whose} now)"
         shown.append(f"{limit.what} {limit.jobs}{counted}")
     return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
-                "of a sweep is one) is refused at submit")
+                "of a sweep is one) is refused at submit" + cluster)

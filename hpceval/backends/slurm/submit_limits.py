@@ -186,8 +186,8 @@ def _past_max_job_count(jobs: Sequence[Role]) -> list[ConfigIssue]:
         "models", f"this run submits {len(jobs)} jobs ({_kinds(jobs)}); the cluster's "
         f"MaxJobCount is {cap} (the jobs Slurm holds at once, every user's, each array element "
         f"one): {SUBMIT} cannot queue them all, and waits until the submit gives up",
-        f"submit at most {fewer} models at once (the sweep as several runs), or ask the "
-        "site's admins to raise MaxJobCount")]
+        (f"submit at most {fewer} models at once (the sweep as several runs), or "
+         if fewer > 0 else "") + "ask the site's admins to raise MaxJobCount")]
 
 
 def _kinds(jobs: Sequence[Role]) -> str:

@@ -166,4 +166,5 @@ def test_doctor_shows_the_limits_and_the_queue(tools: Path) -> None:
     assert "QOS few's MaxSubmitJobsPerUser 4 (1 of yours in the queue now); the " \
         "MaxSubmitJobs of alice's association with account queue 3 (1 of yours" in (
             line.detail), line
-    assert "no limit" in submit_limit_line(execution(qos="short", account="proj1")).detail
+    none = submit_limit_line(execution(qos="short", account="proj1")).detail
+    assert "no limit" in none and "the cluster holds 10000 jobs at once (MaxJobCount" in none
