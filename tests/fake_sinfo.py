@@ -3,7 +3,8 @@ records its arguments in `calls` beside it. Beside it is a `sacctmgr` that reach
 accounting database, as on a site without slurmdbd (a test that needs its answers writes its
 own fake over it), so no test asks the machine's real one, and an `scontrol` whose `show
 config` enforces what the file `enforce` beside it holds (none when it is absent) and has the
-MaxJobCount the file `max-job-count` holds (10000, Slurm's default, when absent), and whose
+MaxJobCount the file `max-job-count` holds (10000, Slurm's default, when absent) and the
+PrivateData of `private-data` (none), and whose
 `-o show partition P` gives P the QOS the file `partition-qos` names ("P QOS" lines). partitions and
 accounts cache sinfo's, sacctmgr's and scontrol's answers per process, so the caches are cleared
 before and after."""
@@ -42,6 +43,7 @@ fi
 echo "AccountingStorageEnforce = $(cat "$here/enforce" 2>/dev/null || echo none)"
 echo "MaxArraySize            = 1001"
 echo "MaxJobCount             = $(cat "$here/max-job-count" 2>/dev/null || echo 10000)"
+echo "PrivateData             = $(cat "$here/private-data" 2>/dev/null || echo none)"
 '''
 
 

@@ -316,7 +316,7 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
     association's MaxSubmitJobs, the GrpSubmitJobs of the QOS and the accounts, the cluster's
     MaxJobCount) and how many jobs count now: a sweep of more models than fit is refused at
     submit (backends/slurm/submit_limits.py, the same reads)."""
-    from hpceval.backends.slurm.partitions import max_job_count
+    from hpceval.backends.slurm.partitions import jobs_hidden, max_job_count
     from hpceval.backends.slurm.submit_limits import queued_jobs, submit_limits
 
     key = "queued jobs"
@@ -333,5 +333,8 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
         whose = "in the queue" if limit.everyone else "of yours in the queue"
         counted = "" if queued is None else f" ({limit.counted(queued)} {whose} now)"
         shown.append(f"{limit.what} {limit.jobs}{counted}")
+    hidden = (" (other users' jobs are hidden from you here, PrivateData=jobs: the counts "
+              "of limits that include theirs are floors, and sbatch may still refuse a job "
+              "midway)" if any(limit.everyone for limit in limits) and jobs_hidden() else "")
     return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
-                "of a sweep is one) is refused at submit" + cluster)
+                f"of a sweep is one) is refused at submit{hidden}" + cluster)

@@ -308,6 +308,13 @@ def enforced() -> frozenset[str] | None:
                      .split(",") if word.strip() and word.strip() != "(null)")
 
 
+def jobs_hidden() -> bool:
+    """Whether the controller hides other users' jobs from this user (``PrivateData=jobs``):
+    a count of every user's queued jobs is then a floor."""
+    words = (cluster_config() or {}).get("PrivateData", "").split(",")
+    return "jobs" in (word.strip() for word in words)
+
+
 def max_job_count() -> int | None:
     """The cluster's ``MaxJobCount``: how many job records slurmctld holds at once, every
     user's, each array element one (None: not known)."""

@@ -166,5 +166,16 @@ def test_doctor_shows_the_limits_and_the_queue(tools: Path) -> None:
     assert "QOS few's MaxSubmitJobsPerUser 4 (1 of yours in the queue now); the " \
         "MaxSubmitJobs of alice's association with account queue 3 (1 of yours" in (
             line.detail), line
+    assert "PrivateData" not in line.detail
+    # a site that hides other users' jobs: a limit counting theirs shows a floor, and says so
+    from hpceval.backends.slurm.partitions import cluster_config
+
+    (tools / "private-data").write_text("accounts,jobs\n")
+    cluster_config.cache_clear()
+    team = submit_limit_line(execution(qos="team", account="proj1", partition="gpu")).detail
+    assert "hidden from you here, PrivateData=jobs: the counts of limits that include " \
+        "theirs are floors" in team, team
+    assert "PrivateData" not in submit_limit_line(execution(account="queue",
+                                                            partition="gpu")).detail
     none = submit_limit_line(execution(qos="short", account="proj1")).detail
     assert "no limit" in none and "the cluster holds 10000 jobs at once (MaxJobCount" in none
