@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hpceval.backends.slurm.accounts import association_rows
+from hpceval.backends.slurm.accounts import account_rows
 from hpceval.backends.slurm.partitions import (
     associations,
     cluster_config,
@@ -49,7 +49,7 @@ echo "PrivateData             = $(cat "$here/private-data" 2>/dev/null || echo n
 
 def _clear() -> None:
     for cached in (partition_info, qos_info, qos_max_minutes, partition_qos, associations,
-                   cluster_config, association_rows):
+                   cluster_config, account_rows):
         cached.cache_clear()
 
 

@@ -6,9 +6,11 @@ group's queue with GrpSubmitJobs on the group's account: every pending or runnin
 array element one) of any user under that account or any account below it counts, at every
 level up to the root, each level against its own. A user's association may have one as well,
 which counts that user's jobs under it. sacctmgr shows an association's MaxSubmitJobs and
-MaxWall with its parents' filled in (partitions.associations reads those), but not its Grp
-limits: those are each account's own, so the tree is read whole (one ``sacctmgr show
-associations``, cached per process) and walked from the job's account to the root.
+MaxWall with its parents' filled in (partitions.associations reads those, and the user
+association's own GrpSubmitJobs), but not its Grp limits: those are each account's own, so the
+accounts' associations are read (one ``sacctmgr show associations user=``: the accounts alone,
+not every user's rows, which a large site has by the ten thousand; cached per process) and
+walked from the job's account to the root.
 
 Where PrivateData hides other accounts' associations the tree stops where the user's view does:
 the limits above it are not known, and nothing is refused on their account.
@@ -22,20 +24,17 @@ from dataclasses import dataclass
 
 from hpceval.backends.slurm.partitions import Association, ask, count_limit
 
-TREE_FIELDS = "cluster,account,parentname,user,partition,grpsubmit"
+TREE_FIELDS = "cluster,account,parentname,user,grpsubmit"
 
 
 @dataclass(frozen=True)
-class AssociationRow:
-    """One association as ``sacctmgr show associations`` lists it: an account's own (no user;
-    its parent account named) or a user's with an account (no parent named)."""
+class AccountRow:
+    """An account's own association as ``sacctmgr show associations`` lists it."""
 
     cluster: str
     account: str
-    parent: str
-    user: str
-    partition: str
-    group_submit: int | None  # GrpSubmitJobs set on this association itself (None: none)
+    parent: str  # the account above it ("" for the root)
+    group_submit: int | None  # GrpSubmitJobs set on this account itself (None: none)
 
 
 @dataclass(frozen=True)
@@ -63,29 +62,28 @@ class GroupLimit:
 
 
 @functools.cache
-def association_rows() -> tuple[AssociationRow, ...] | None:
-    """Every association the accounting database shows this user (one sacctmgr call); None
-    when sacctmgr cannot be asked."""
-    out = ask(["sacctmgr", "-n", "-P", "show", "associations", f"format={TREE_FIELDS}"])
+def account_rows() -> tuple[AccountRow, ...] | None:
+    """Every account's own association the accounting database shows this user (one sacctmgr
+    call; a user's rows, should ``user=`` not leave them out, are skipped); None when sacctmgr
+    cannot be asked."""
+    out = ask(["sacctmgr", "-n", "-P", "show", "associations", "user=",
+               f"format={TREE_FIELDS}"])
     if out is None:
         return None
     rows = (line.strip().split("|") for line in out.splitlines())
-    return tuple(AssociationRow(cluster, account, parent, user, partition, count_limit(group))
-                 for cluster, account, parent, user, partition, group in
-                 (row for row in rows if len(row) == 6))
+    return tuple(AccountRow(cluster, account, parent, count_limit(group))
+                 for cluster, account, parent, user, group in
+                 (row for row in rows if len(row) == 5) if not user)
 
 
 def group_limits(assoc: Association) -> Iterator[GroupLimit]:
     """Every GrpSubmitJobs a job of ``assoc`` counts against: its own association's, then its
     account's and each account's above it, up to the root."""
-    rows = [row for row in association_rows() or () if row.cluster == assoc.cluster]
-    for row in rows:
-        if (row.user, row.account, row.partition) == (assoc.user, assoc.account,
-                                                      assoc.partition) \
-                and row.group_submit is not None:
-            yield GroupLimit(row.group_submit, assoc.account, frozenset({assoc.account}),
-                             assoc.user, assoc.partition)
-    accounts = {row.account: row for row in rows if not row.user}
+    if assoc.group_submit is not None:
+        yield GroupLimit(assoc.group_submit, assoc.account, frozenset({assoc.account}),
+                         assoc.user, assoc.partition)
+    accounts = {row.account: row for row in account_rows() or ()
+                if row.cluster == assoc.cluster}
     below: dict[str, set[str]] = {}
     for row in accounts.values():
         below.setdefault(row.parent, set()).add(row.account)

@@ -150,6 +150,8 @@ class Association:
     default_qos: str = ""  # the QOS of a job that names none ("": none set)
     granted_qos: tuple[str, ...] = ()  # the QOS a job of it may name (): not known
     max_submit: int | None = None  # MaxSubmitJobs, its own or an account's above it (None: none)
+    # GrpSubmitJobs set on this association itself (the accounts' above: accounts.py)
+    group_submit: int | None = None
 
     @property
     def label(self) -> str:
@@ -170,7 +172,7 @@ def user_name() -> str | None:
         return None
 
 
-ASSOCIATION_FIELDS = "cluster,account,partition,maxwall,defaultqos,qos,maxsubmit"
+ASSOCIATION_FIELDS = "cluster,account,partition,maxwall,defaultqos,qos,maxsubmit,grpsubmit"
 
 
 @functools.cache
@@ -188,9 +190,9 @@ def associations(user: str, account: str | None) -> tuple[Association, ...] | No
     rows = [line.strip().split("|") for line in out.splitlines()]
     return tuple(Association(user, cluster, acct, part, _limit_minutes(limit), default,
                              tuple(name for name in granted.split(",") if name),
-                             count_limit(submit))
-                 for cluster, acct, part, limit, default, granted, submit in
-                 ([*row, ""][:7] for row in rows if len(row) in (6, 7)))
+                             count_limit(submit), count_limit(group))
+                 for cluster, acct, part, limit, default, granted, submit, group in
+                 ([*row, "", ""][:8] for row in rows if len(row) in (6, 7, 8)))
 
 
 def job_association(partition: str | None, account: str | None) -> Association | None:

@@ -63,9 +63,9 @@ def test_judge_walltime_is_capped_at_the_partition(fake_sinfo: Path) -> None:
 
 
 # Association rows as `sacctmgr -n -P show associations user=alice account=A|onlydefaults
-# format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit` prints them: a row's
-# MaxWall (and MaxSubmitJobs) is its own or, where it sets none, its account's (sacctmgr fills
-# the parents' limits in by default).
+# format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit,grpsubmit` prints them: a
+# row's MaxWall (and MaxSubmitJobs) is its own or, where it sets none, its account's (sacctmgr
+# fills the parents' limits in by default); its GrpSubmitJobs is its own only.
 QOS_FIELDS = "name,maxwall,flags,maxsubmitpu,maxsubmitpa,grpsubmit"
 FAKE_SACCTMGR = r'''#!/bin/bash
 echo "$*" >> "$(dirname "$0")/sacctmgr.calls"
@@ -82,17 +82,17 @@ if [ "$1 $2 $3 $4 $6" = "-n -P show qos format=$qos_fields" ]; then
   esac
   exit 0
 fi
-# the account tree (accounts.py): lab (GrpSubmitJobs 4) above team-a and team-b (and team-c
-# below team-b); alice's association with team-a has a GrpSubmitJobs of its own (3), and
-# cluster c2 has a lab of its own whose limit is not c1's
-if [ "$*" = "-n -P show associations format=cluster,account,parentname,user,partition,grpsubmit" ]
+# the accounts' tree (accounts.py): lab (GrpSubmitJobs 4) above team-a and team-b (and team-c
+# below team-b); cluster c2 has a lab of its own whose limit is not c1's. (alice's association
+# with team-a has a GrpSubmitJobs of its own, 3: below, with her associations.) One user row
+# as a sacctmgr that did not filter on user= would list it: skipped.
+if [ "$*" = "-n -P show associations user= format=cluster,account,parentname,user,grpsubmit" ]
 then
-  printf '%s\n' 'c1|root||||' 'c1|root||root||' 'c1|proj1|root|||' 'c1|proj1||alice||' \
-    'c1|lab|root|||4' 'c1|team-a|lab|||' 'c1|team-a||alice||3' 'c1|team-b|lab|||' \
-    'c1|team-b||bob||' 'c1|team-c|team-b|||' 'c2|lab|root|||1' 'c2|team-a|lab|||'
+  printf '%s\n' 'c1|root|||' 'c1|proj1|root||' 'c1|lab|root||4' 'c1|team-a|lab||' \
+    'c1|team-b|lab||' 'c1|team-b||bob|1' 'c1|team-c|team-b||' 'c2|lab|root||1' 'c2|team-a|lab||'
   exit 0
 fi
-fields=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit
+fields=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit,grpsubmit
 [ "$1 $2 $3 $4 $5 $7 $#" = "-n -P show associations user=alice format=$fields 7" ] \
   || { echo "bad: $*" >&2; exit 2; }
 case $6 in
@@ -100,7 +100,7 @@ case $6 in
                                             'c1|proj1|gpu|01:00:00||long,normal,open,short' ;;
   account=proj2) echo "c1|proj2|||short|normal,short" ;;
   account=queue) echo "c1|queue|||few|few,normal|3" ;;
-  account=team-a) echo "c1|team-a||||normal|" ;;
+  account=team-a) echo "c1|team-a||||normal||3" ;;
   account=twins) printf 'c1|twins||04:00:00||\nc2|twins||04:00:00||\n' ;;
   account=split) printf 'c1|split||04:00:00||\nc2|split||08:00:00||\n' ;;
   account=down) echo "sacctmgr: error: Sending PersistInit msg: Connection refused" >&2
@@ -235,11 +235,11 @@ def test_an_association_max_wall_is_a_limit_too(fake_sacctmgr: Path) -> None:
         time_limit("gpu", None, "proj1")
         time_limit("long", None, "proj1")
     asked = fake_sacctmgr.read_text().splitlines()
-    assert asked.count("-n -P show associations user=alice account=proj1 "
-                       "format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit") == 1
+    assert asked.count("-n -P show associations user=alice account=proj1 format=cluster,"
+                       "account,partition,maxwall,defaultqos,qos,maxsubmit,grpsubmit") == 1
     assert [line for line in asked if "onlydefaults" in line] == [
         "-n -P show associations user=alice onlydefaults "
-        "format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit"]
+        "format=cluster,account,partition,maxwall,defaultqos,qos,maxsubmit,grpsubmit"]
 
 
 def test_no_accounting_is_no_association_limit_and_never_a_refusal(
