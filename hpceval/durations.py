@@ -3,8 +3,8 @@ of at most two digits).
 
 The form is Slurm's, and NeMo Evaluator's configs use it for every executor, so it is the
 config's syntax, not one backend's: validation, the render (resume caps), the local runner's
-timeout and the Slurm backend's limits all read it here. A leaf module: it imports nothing of
-hpceval's.
+timeout and the Slurm backend's limits all read it here; and how a duration is shown to a
+person (``span``). A leaf module: it imports nothing of hpceval's.
 """
 
 from __future__ import annotations
@@ -46,3 +46,12 @@ def format_walltime(seconds: int) -> str:
     days, hours = divmod(hours, 24)
     clock = f"{hours:02d}:{mins:02d}:{secs:02d}"
     return f"{days}-{clock}" if days else clock
+
+
+def span(seconds: float) -> str:
+    """A duration as a person reads it: '46 s', '4 min', '2.5 h' (status and the ledger)."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpceval.contract import aux_dir, aux_folder
+from hpceval.durations import span
 from hpceval.results.columns import model_folder, with_column
 from hpceval.results.ledger import PHASES, JobLedger, read_ledger, sum_ledgers
 
@@ -108,15 +109,6 @@ def _waited(judge: JobLedger, starts: Sequence[float]) -> float | None:
                   if judge.started_at <= when <= judge.started_at + judge.total_s), None)
     serving_until = ready + judge.seconds["tasks"]
     return max(0.0, min(first if first is not None else serving_until, serving_until) - ready)
-
-
-def span(seconds: float) -> str:
-    """'46 s', '4 min', '2.5 h'."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def job_now(job: JobLedger) -> dict[str, Any]:

@@ -12,6 +12,8 @@ cache so later `status` calls never ask about them again.
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ from hpceval.contract import (
     model_dir,
     task_dir,
 )
+from hpceval.durations import span
 from hpceval.phases import JobStatus, Phase
 from hpceval.records import ModelRecord, RunRecord, TaskRecord, read_run
 from hpceval.runs.index import RunRef, ref_from_dir
@@ -140,8 +143,9 @@ class Tracker:
                    answers: dict[tuple[Path, str], JobStatus]) -> RunState:
         models = [self._model_state(ref.run_dir, m, jobs, answers) for m in run.models]
         phase, reason = combine_models(models)
+        queued = all(m.phase is Phase.QUEUED for m in models)
         judges = [judge_state(ref.run_dir, name, jobs.judge(name),
-                              answers.get((ref.run_dir, aux_folder(name))))
+                              answers.get((ref.run_dir, aux_folder(name))), array_queued=queued)
                   for name in run.judge_names]
         return RunState(ref, phase, reason, models, jobs, run, judges)
 
@@ -169,9 +173,11 @@ class Tracker:
 
 
 def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
-                job: JobStatus | None) -> JudgeState:
+                job: JobStatus | None, *, array_queued: bool = False) -> JudgeState:
     """The judge job's phase, with what its folder says: serving (endpoint.json), stopped by
-    the aggregation (stop), or why it failed (job-failure)."""
+    the aggregation (stop), or why it failed (job-failure). Serving while every model's job
+    is still queued (``array_queued``) says how long its GPUs have waited for them since it
+    published its endpoint: the cost of starting the judge first (docs/judge-sweep.md)."""
     folder = run_dir / aux_folder(name)
     if entry is None or job is None:
         return JudgeState(name, Phase.UNKNOWN, "no judge job recorded (submission failed?)",
@@ -179,8 +185,13 @@ def judge_state(run_dir: Path, name: str, entry: JobEntry | None,
     reason = job.reason
     if job.phase is Phase.RUNNING:
         try:
-            urls = json.loads((folder / AUX_ENDPOINT_FILE).read_text(encoding="utf-8"))["urls"]
+            with open(folder / AUX_ENDPOINT_FILE, encoding="utf-8") as handle:
+                published = os.fstat(handle.fileno()).st_mtime
+                urls = json.load(handle)["urls"]
             reason = f"serving {len(urls)} instance(s)"
+            if array_queued:
+                reason += ("; no model's job has left the queue yet: its GPUs have waited "
+                           f"{span(max(0.0, time.time() - published))} for them")
         except (OSError, ValueError, KeyError, TypeError):
             reason = "loading (no endpoint.json yet)"
     elif job.phase is Phase.DONE and (folder / AUX_STOP_FILE).exists():

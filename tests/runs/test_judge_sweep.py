@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,12 @@ def test_status_has_a_line_for_the_judge(tmp_path: Path, fake: FakeSlurm) -> Non
     assert len(fake.sacct_calls) == 1  # the judge is asked in the models' one call
     (folder / "endpoint.json").write_text(json.dumps(
         {"urls": ["http://n1:8000", "http://n1:8001"], "model_id": "judge-m", "job_id": judge}))
+    published = time.time() - 600  # ready 10 minutes ago, and the array still queues
+    os.utime(folder / "endpoint.json", (published, published))
+    (state,) = tracker.refresh(force=True)
+    assert state.judges[0].reason == ("serving 2 instance(s); no model's job has left the queue "
+                                      "yet: its GPUs have waited 10 min for them")
+    fake.states[f"{array}_0"] = "RUNNING"  # one element runs: the judge serves it
     (state,) = tracker.refresh(force=True)
     assert state.judges[0].reason == "serving 2 instance(s)"
     text = format_states([state])

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpceval import contract
+from hpceval.durations import span
 from hpceval.results.ledger import JobLedger, read_ledger, sum_ledgers
-from hpceval.results.ledger_view import JOBS_LISTED, span, totals_line
+from hpceval.results.ledger_view import JOBS_LISTED, totals_line
 from hpceval.results.report.charts import stacked_chart
 from hpceval.results.report.runinfo import RunInfo
 from hpceval.results.report.sections import escape
