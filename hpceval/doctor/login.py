@@ -334,7 +334,8 @@ def submit_limit_line(ex: ExecutionSpec) -> Line:
         counted = "" if queued is None else f" ({limit.counted(queued)} {whose} now)"
         shown.append(f"{limit.what} {limit.jobs}{counted}")
     hidden = (" (other users' jobs are hidden from you here, PrivateData=jobs: the counts "
-              "of limits that include theirs are floors, and sbatch may still refuse a job "
-              "midway)" if any(limit.everyone for limit in limits) and jobs_hidden() else "")
+              f"of limits that include theirs are floors, and {SUBMIT} may still refuse a "
+              "job midway)" if any(limit.everyone for limit in limits) and jobs_hidden()
+              else "")
     return Line(LOGIN, key, Status.OK, "; ".join(shown) + ": a run of more jobs (each model "
                 f"of a sweep is one) is refused at submit{hidden}" + cluster)
